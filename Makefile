@@ -1,0 +1,37 @@
+# nexus: build, test, check and benchmark.
+#
+# `make test` is what CI runs (.ci/run). It installs what the tests need
+# (Debian packages via apt-get when run as root) and then runs every test.
+
+GO        ?= go
+BIN       ?= bin/nexus
+PKGS      ?= ./...
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+
+.PHONY: all build test test-go deps check bench bench-large plugin clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nexus
+
+# deps installs the third-party programs the end-to-end tests drive.
+deps:
+	@./scripts/deps.sh
+
+test: deps build
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+	$(GO) mod tidy
+	@git diff --exit-code -- go.mod go.sum || (echo "go mod tidy changed go.mod/go.sum"; exit 1)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean:
+	rm -rf bin
