@@ -1,0 +1,155 @@
+// Package decisionlog writes one policy.decision JSON event per decision
+// through a bounded asynchronous queue that never blocks a decision: when
+// the queue is full the event is dropped and counted.
+package decisionlog
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Event is one decision.
+type Event struct {
+	Type           string          `json:"type"`
+	DecisionID     string          `json:"decision_id"`
+	Time           time.Time       `json:"time"`
+	Interface      string          `json:"interface"`
+	Subject        string          `json:"subject,omitempty"`
+	Action         string          `json:"action,omitempty"`
+	Resource       string          `json:"resource,omitempty"`
+	Allowed        bool            `json:"allowed"`
+	Reason         string          `json:"reason"`
+	PolicyRevision string          `json:"policy_revision"`
+	DataRevision   uint64          `json:"data_revision"`
+	LatencyMicros  float64         `json:"latency_us"`
+	Cache          string          `json:"cache"`
+	Input          json.RawMessage `json:"input,omitempty"`
+}
+
+// Config configures a Logger.
+type Config struct {
+	// Out receives one JSON line per event. Nil disables the log.
+	Out io.Writer
+	// QueueSize bounds the events waiting to be written; zero means 4096.
+	QueueSize int
+	// Logger reports write errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// Logger is the decision log.
+type Logger struct {
+	ch      chan Event
+	out     *bufio.Writer
+	log     *slog.Logger
+	emitted atomic.Uint64
+	dropped atomic.Uint64
+	done    chan struct{}
+
+	mu     sync.RWMutex // guards closed against a send on a closed channel
+	closed bool
+}
+
+// New starts a Logger; Close flushes it.
+func New(cfg Config) *Logger {
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 4096
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Logger{log: cfg.Logger, done: make(chan struct{})}
+	if cfg.Out == nil {
+		close(l.done)
+		return l
+	}
+	l.ch = make(chan Event, cfg.QueueSize)
+	l.out = bufio.NewWriterSize(cfg.Out, 64<<10)
+	go l.run()
+	return l
+}
+
+// Enabled reports whether events are written at all.
+func (l *Logger) Enabled() bool { return l != nil && l.ch != nil }
+
+// Emit queues e without blocking; a full queue drops it.
+func (l *Logger) Emit(e Event) {
+	if !l.Enabled() {
+		return
+	}
+	e.Type = "policy.decision"
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		l.dropped.Add(1)
+		return
+	}
+	select {
+	case l.ch <- e:
+	default:
+		l.dropped.Add(1)
+	}
+}
+
+// Emitted is the number of events written.
+func (l *Logger) Emitted() uint64 { return l.emitted.Load() }
+
+// Dropped is the number of events dropped because the queue was full.
+func (l *Logger) Dropped() uint64 { return l.dropped.Load() }
+
+func (l *Logger) run() {
+	defer close(l.done)
+	enc := json.NewEncoder(l.out)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case e, ok := <-l.ch:
+			if !ok {
+				if err := l.out.Flush(); err != nil {
+					l.log.Error("decision log flush", "err", err)
+				}
+				return
+			}
+			if err := enc.Encode(e); err != nil {
+				l.log.Error("decision log write", "err", err)
+				continue
+			}
+			l.emitted.Add(1)
+			if len(l.ch) == 0 {
+				if err := l.out.Flush(); err != nil {
+					l.log.Error("decision log flush", "err", err)
+				}
+			}
+		case <-tick.C:
+			if err := l.out.Flush(); err != nil {
+				l.log.Error("decision log flush", "err", err)
+			}
+		}
+	}
+}
+
+// Close writes what is queued and stops the Logger. Events emitted after
+// Close are dropped.
+func (l *Logger) Close(ctx context.Context) error {
+	if !l.Enabled() {
+		return nil
+	}
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.ch)
+	}
+	l.mu.Unlock()
+	select {
+	case <-l.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,100 @@
+package decisionlog
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestEmitWritesEvents(t *testing.T) {
+	var buf bytes.Buffer
+	l := New(Config{Out: &buf})
+	for i := range 10 {
+		l.Emit(Event{DecisionID: string(rune('a' + i)), Allowed: i%2 == 0, Reason: "rbac", Interface: "grpc"})
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(&buf)
+	n := 0
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %d: %v", n, err)
+		}
+		if e.Type != "policy.decision" || e.DecisionID != string(rune('a'+n)) {
+			t.Fatalf("line %d: %+v", n, e)
+		}
+		n++
+	}
+	if n != 10 || l.Emitted() != 10 || l.Dropped() != 0 {
+		t.Fatalf("lines=%d emitted=%d dropped=%d", n, l.Emitted(), l.Dropped())
+	}
+}
+
+// blockingWriter blocks every write until released.
+type blockingWriter struct{ release chan struct{} }
+
+func (w blockingWriter) Write(p []byte) (int, error) { <-w.release; return len(p), nil }
+
+func TestFullQueueDropsWithoutBlocking(t *testing.T) {
+	w := blockingWriter{release: make(chan struct{})}
+	l := New(Config{Out: w, QueueSize: 2})
+	done := make(chan struct{})
+	go func() {
+		for range 100000 {
+			l.Emit(Event{Reason: "x", Input: json.RawMessage(`{"pad":"` + string(bytes.Repeat([]byte("p"), 1024)) + `"}`)})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Emit blocked on a full queue")
+	}
+	if l.Dropped() == 0 {
+		t.Fatal("nothing was dropped with a blocked writer and a queue of 2")
+	}
+	close(w.release)
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Emitted() + l.Dropped(); got != 100000 {
+		t.Fatalf("emitted+dropped = %d, want 100000", got)
+	}
+}
+
+func TestEmitAfterCloseRaces(t *testing.T) {
+	l := New(Config{Out: io.Discard})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 1000 {
+				l.Emit(Event{})
+			}
+		})
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if got := l.Emitted() + l.Dropped(); got != 4000 {
+		t.Fatalf("emitted+dropped = %d, want 4000", got)
+	}
+}
+
+func TestDisabled(t *testing.T) {
+	l := New(Config{})
+	l.Emit(Event{})
+	if l.Enabled() || l.Emitted() != 0 {
+		t.Fatal("a logger without output wrote")
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
