@@ -1,0 +1,102 @@
+# The default nexus policy for proxied HTTP requests (Envoy ext_authz gRPC
+# and HTTP, nginx auth_request, Caddy forward_auth, Traefik ForwardAuth).
+#
+# input: the opa-envoy-plugin input document.
+#
+# Route rules (data.nexus.routes, in order, first match wins) map the
+# method and path to an action and a resource: a path segment "{id}" names
+# the resource, "{tenant}" its tenant, "*" matches any one segment. The
+# subject comes from the header data.nexus.subject_header (or the "sub" of a
+# JWT verified by Envoy's jwt_authn filter); the tenant from a path segment
+# or the header data.nexus.tenant_header.
+package nexus.envoy
+
+import rego.v1
+
+http_request := input.attributes.request.http
+
+headers := object.get(http_request, "headers", {})
+
+segment_matches(pattern, _) if pattern in {"*", "{id}", "{tenant}"}
+
+segment_matches(pattern, value) if pattern == value
+
+route_matches(r) if {
+	r.method in {http_request.method, "*"}
+	parts := split(trim_prefix(r.path, "/"), "/")
+	count(parts) == count(input.parsed_path)
+	every i, p in parts {
+		segment_matches(p, input.parsed_path[i])
+	}
+}
+
+matching := [r | some r in data.nexus.routes; route_matches(r)]
+
+route := matching[0]
+
+var_value(r, name) := input.parsed_path[i] if {
+	parts := split(trim_prefix(r.path, "/"), "/")
+	some i, p in parts
+	p == name
+}
+
+jwt_subjects contains sub if {
+	some _, payload in input.attributes.metadataContext.filterMetadata["envoy.filters.http.jwt_authn"]
+	sub := payload.sub
+}
+
+subject_id := headers[data.nexus.subject_header]
+
+subject_id := s if {
+	not headers[data.nexus.subject_header]
+	count(jwt_subjects) == 1
+	some s in jwt_subjects
+}
+
+default tenant := ""
+
+tenant := var_value(route, "{tenant}")
+
+tenant := headers[data.nexus.tenant_header] if not var_value(route, "{tenant}")
+
+default resource_id := ""
+
+resource_id := var_value(route, "{id}")
+
+check := {
+	"subject": {"type": "user", "id": subject_id},
+	"action": route.action,
+	"resource": {
+		"type": route.type,
+		"id": resource_id,
+		"tenant": tenant,
+	},
+}
+
+authz := data.nexus.authz.decision with input as check
+
+default result := {"allowed": false, "http_status": 403, "reason": "no_route", "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}}
+
+result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: send the subject header or a verified JWT\"}", "headers": {"content-type": "application/json"}} if {
+	route
+	not subject_id
+}
+
+result := {
+	"allowed": true,
+	"reason": authz.reason,
+	"headers": {"x-nexus-subject": subject_id, "x-nexus-decision": authz.reason},
+} if {
+	authz.allow
+}
+
+result := {
+	"allowed": false,
+	"http_status": 403,
+	"reason": authz.reason,
+	"body": concat("", ["{\"error\":\"forbidden\",\"reason\":\"", authz.reason, "\"}"]),
+	"headers": {"content-type": "application/json", "x-nexus-decision": authz.reason},
+} if {
+	subject_id
+	not authz.allow
+}
