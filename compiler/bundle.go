@@ -1,0 +1,227 @@
+package compiler
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"time"
+)
+
+// MaxBundleBytes bounds what ReadBundle accepts: the compressed archive and
+// the sum of the uncompressed files each stay under it.
+const MaxBundleBytes = 256 << 20
+
+// File names inside a bundle archive.
+const (
+	ManifestFile = "/.manifest"
+	WasmFile     = "/policy.wasm"
+	DataFile     = "/data.json"
+)
+
+// Bundle is a compiled policy: the Wasm module, its base data and manifest.
+type Bundle struct {
+	Manifest Manifest
+	// Wasm is the policy compiled to WebAssembly (OPA Wasm ABI).
+	Wasm []byte
+	// Data is the base data document, a JSON object.
+	Data []byte
+}
+
+// Manifest is the bundle's /.manifest, in OPA's format.
+type Manifest struct {
+	// Revision identifies this build of the bundle.
+	Revision string `json:"revision"`
+	// Roots are the paths under data this bundle owns.
+	Roots []string `json:"roots"`
+	// Entrypoints are the rules that can be evaluated ("nexus/authz/allow").
+	// In the JSON form they are OPA's "wasm" resolvers.
+	Entrypoints []string `json:"-"`
+	// Metadata is free-form information about the bundle.
+	Metadata map[string]any `json:"metadata,omitempty"`
+}
+
+type wasmResolver struct {
+	Entrypoint string `json:"entrypoint"`
+	Module     string `json:"module"`
+}
+
+type manifestJSON struct {
+	Revision string         `json:"revision"`
+	Roots    []string       `json:"roots"`
+	Wasm     []wasmResolver `json:"wasm,omitempty"`
+	Metadata map[string]any `json:"metadata,omitempty"`
+}
+
+// MarshalJSON writes the manifest as OPA does, entrypoints as wasm resolvers.
+func (m Manifest) MarshalJSON() ([]byte, error) {
+	mj := manifestJSON{Revision: m.Revision, Roots: m.Roots, Metadata: m.Metadata}
+	if mj.Roots == nil {
+		mj.Roots = []string{}
+	}
+	for _, e := range m.Entrypoints {
+		mj.Wasm = append(mj.Wasm, wasmResolver{Entrypoint: e, Module: WasmFile})
+	}
+	return json.Marshal(mj)
+}
+
+// UnmarshalJSON reads an OPA manifest.
+func (m *Manifest) UnmarshalJSON(b []byte) error {
+	var mj manifestJSON
+	if err := json.Unmarshal(b, &mj); err != nil {
+		return err
+	}
+	*m = Manifest{Revision: mj.Revision, Roots: mj.Roots, Metadata: mj.Metadata}
+	for _, w := range mj.Wasm {
+		m.Entrypoints = append(m.Entrypoints, w.Entrypoint)
+	}
+	return nil
+}
+
+// Write writes the bundle as an OPA-format .tar.gz (/.manifest,
+// /policy.wasm, /data.json). The output is deterministic.
+func (b *Bundle) Write(w io.Writer) error {
+	man, err := json.Marshal(b.Manifest)
+	if err != nil {
+		return fmt.Errorf("compiler: encode manifest: %w", err)
+	}
+	data := b.Data
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	gz := gzip.NewWriter(w)
+	tw := tar.NewWriter(gz)
+	for _, f := range []struct {
+		name string
+		body []byte
+	}{{DataFile, data}, {WasmFile, b.Wasm}, {ManifestFile, man}} {
+		hdr := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0).UTC()}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("compiler: write bundle: %w", err)
+		}
+		if _, err := tw.Write(f.body); err != nil {
+			return fmt.Errorf("compiler: write bundle: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("compiler: write bundle: %w", err)
+	}
+	if err := gz.Close(); err != nil {
+		return fmt.Errorf("compiler: write bundle: %w", err)
+	}
+	return nil
+}
+
+// ReadBundle reads an OPA-format wasm bundle (.tar.gz). Files other than the
+// manifest, policy.wasm and data.json (Rego sources, signatures) are
+// ignored. It never panics on malformed input; errors wrap
+// [ErrInvalidBundle] or [ErrBundleTooLarge].
+func ReadBundle(r io.Reader) (*Bundle, error) {
+	lr := &io.LimitedReader{R: r, N: MaxBundleBytes + 1}
+	gz, err := gzip.NewReader(lr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gzip: %v", ErrInvalidBundle, err)
+	}
+	defer gz.Close()
+	tr := tar.NewReader(gz)
+	var (
+		b                 Bundle
+		haveMan, haveWasm bool
+		haveData          bool
+		budget            int64 = MaxBundleBytes
+	)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if lr.N <= 0 {
+				return nil, ErrBundleTooLarge
+			}
+			return nil, fmt.Errorf("%w: tar: %v", ErrInvalidBundle, err)
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			continue
+		}
+		if hdr.Size < 0 || hdr.Size > budget {
+			return nil, fmt.Errorf("%w: %s is %d bytes", ErrBundleTooLarge, hdr.Name, hdr.Size)
+		}
+		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
+		var dst *[]byte
+		switch name {
+		case ManifestFile:
+			haveMan = true
+			var raw []byte
+			dst = &raw
+			if err := readAll(tr, hdr.Size, dst); err != nil {
+				return nil, err
+			}
+			if err := json.Unmarshal(raw, &b.Manifest); err != nil {
+				return nil, fmt.Errorf("%w: manifest: %v", ErrInvalidBundle, err)
+			}
+		case WasmFile:
+			if haveWasm {
+				return nil, fmt.Errorf("%w: more than one %s", ErrInvalidBundle, WasmFile)
+			}
+			haveWasm = true
+			if err := readAll(tr, hdr.Size, &b.Wasm); err != nil {
+				return nil, err
+			}
+		case DataFile:
+			if haveData {
+				return nil, fmt.Errorf("%w: more than one %s", ErrInvalidBundle, DataFile)
+			}
+			haveData = true
+			if err := readAll(tr, hdr.Size, &b.Data); err != nil {
+				return nil, err
+			}
+		default:
+			continue
+		}
+		budget -= hdr.Size
+	}
+	if lr.N <= 0 {
+		return nil, ErrBundleTooLarge
+	}
+	if !haveWasm {
+		return nil, fmt.Errorf("%w: no %s", ErrInvalidBundle, WasmFile)
+	}
+	if len(b.Wasm) < 8 || !bytes.Equal(b.Wasm[:4], []byte("\x00asm")) {
+		return nil, fmt.Errorf("%w: %s is not a WebAssembly module", ErrInvalidBundle, WasmFile)
+	}
+	if !haveMan {
+		return nil, fmt.Errorf("%w: no %s", ErrInvalidBundle, ManifestFile)
+	}
+	if len(b.Manifest.Entrypoints) == 0 {
+		return nil, fmt.Errorf("%w: manifest lists no wasm entrypoints", ErrInvalidBundle)
+	}
+	if len(bytes.TrimSpace(b.Data)) == 0 {
+		b.Data = []byte("{}")
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(b.Data, &probe); err != nil {
+		return nil, fmt.Errorf("%w: %s must be a JSON object: %v", ErrInvalidBundle, DataFile, err)
+	}
+	sort.Strings(b.Manifest.Roots)
+	return &b, nil
+}
+
+func readAll(r io.Reader, size int64, dst *[]byte) error {
+	// Grow as bytes arrive rather than trusting the header's size.
+	buf, err := io.ReadAll(io.LimitReader(r, size))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidBundle, err)
+	}
+	if int64(len(buf)) != size {
+		return fmt.Errorf("%w: short file", ErrInvalidBundle)
+	}
+	*dst = buf
+	return nil
+}

@@ -1,0 +1,83 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/engine"
+)
+
+func compileModules(t testing.TB, modules map[string]string, data map[string]any, entrypoints ...string) *compiler.Bundle {
+	t.Helper()
+	b, err := compiler.Compile(context.Background(), compiler.Options{Modules: modules, Data: data, Entrypoints: entrypoints, Revision: "r1"})
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return b
+}
+
+func newEngine(t testing.TB, cfg engine.Config, b *compiler.Bundle) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("new: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	if b != nil {
+		if err := e.Load(context.Background(), b); err != nil {
+			t.Fatalf("load: %v", err)
+		}
+	}
+	return e
+}
+
+const authz = `package nexus.authz
+
+default allow := false
+
+allow if data.roles[input.user] == "admin"
+
+greeting := sprintf("hello %s", [input.user])
+
+users contains u if some u, _ in data.roles
+
+undef if input.nope == 1
+`
+
+func TestEvalBasic(t *testing.T) {
+	b := compileModules(t, map[string]string{"authz.rego": authz}, map[string]any{"roles": map[string]any{"bob": "admin", "eve": "user"}},
+		"nexus/authz/allow", "nexus/authz/greeting", "nexus/authz/users", "nexus/authz/undef")
+	e := newEngine(t, engine.Config{}, b)
+	tests := []struct {
+		name, ep, input, want string
+		wantErr               error
+	}{
+		{name: "allow", ep: "nexus/authz/allow", input: `{"user":"bob"}`, want: `true`},
+		{name: "deny", ep: "nexus/authz/allow", input: `{"user":"eve"}`, want: `false`},
+		{name: "no input", ep: "nexus/authz/allow", want: `false`},
+		{name: "sprintf", ep: "nexus/authz/greeting", input: `{"user":"bob"}`, want: `"hello bob"`},
+		{name: "set", ep: "nexus/authz/users", input: `{}`, want: `["bob","eve"]`},
+		{name: "undefined", ep: "nexus/authz/undef", input: `{}`, wantErr: engine.ErrUndefined},
+		{name: "bad input", ep: "nexus/authz/allow", input: `{"user":`, wantErr: engine.ErrInvalidInput},
+		{name: "unknown entrypoint", ep: "nexus/authz/nope", input: `{}`, wantErr: engine.ErrUnknownEntrypoint},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := e.Eval(context.Background(), tc.ep, []byte(tc.input), nil)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("eval: %v", err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

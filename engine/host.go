@@ -1,0 +1,316 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
+	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/builtins"
+	"github.com/open-policy-agent/opa/v1/topdown/print"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/nexuspdp/nexus/compiler"
+)
+
+var i32 = api.ValueTypeI32
+
+// instantiateHost registers the "env" host module the policy imports its
+// functions from (its memory is defined by the module itself, see wasmbin).
+func (p *policy) instantiateHost(ctx context.Context) error {
+	b := p.runtime.NewHostModuleBuilder("env")
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(p.hostAbort), []api.ValueType{i32}, nil).Export("opa_abort")
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(p.hostPrintln), []api.ValueType{i32}, nil).Export("opa_println")
+	for n := 0; n <= 4; n++ {
+		params := make([]api.ValueType, 2+n)
+		for i := range params {
+			params[i] = i32
+		}
+		nargs := n
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+			p.hostBuiltin(ctx, mod, stack, nargs)
+		}), params, []api.ValueType{i32}).Export("opa_builtin" + strconv.Itoa(n))
+	}
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// instanceOf finds the instance a host function was called from.
+func (p *policy) instanceOf(mod api.Module) *instance {
+	if v, ok := p.instances.Load(mod); ok {
+		return v.(*instance)
+	}
+	return nil
+}
+
+func (p *policy) hostAbort(_ context.Context, mod api.Module, stack []uint64) {
+	msg := "(unreadable abort message)"
+	if mem := mod.Memory(); mem != nil {
+		addr := uint32(stack[0])
+		if size := mem.Size(); addr < size {
+			if b, ok := mem.Read(addr, min(size-addr, 4096)); ok {
+				for i, c := range b {
+					if c == 0 {
+						b = b[:i]
+						break
+					}
+				}
+				msg = string(b)
+			}
+		}
+	}
+	panic(&abortPanic{msg: msg})
+}
+
+func (p *policy) hostPrintln(_ context.Context, mod api.Module, stack []uint64) {
+	if !p.cfg.PrintOutput {
+		return
+	}
+	in := p.instanceOf(mod)
+	if in == nil {
+		return
+	}
+	if b, ok := in.cstring(uint32(stack[0])); ok {
+		p.cfg.Logger.Info("policy print", "msg", string(b))
+	}
+}
+
+// hostBuiltin dispatches opa_builtinN(id, ctx, args...) to the registry or
+// OPA's Go implementation. The result address replaces stack[0]; 0 means
+// undefined.
+func (p *policy) hostBuiltin(ctx context.Context, mod api.Module, stack []uint64, nargs int) {
+	in := p.instanceOf(mod)
+	id := uint32(stack[0])
+	if in == nil || int(id) >= len(p.builtins) || p.builtins[id] == nil {
+		panic(&abortPanic{msg: fmt.Sprintf("unknown builtin id %d", id)})
+	}
+	hb := p.builtins[id]
+	var args [4]uint32
+	for i := 0; i < nargs; i++ {
+		args[i] = uint32(stack[2+i])
+	}
+	stack[0] = uint64(in.callBuiltin(ctx, hb, id, args[:nargs]))
+}
+
+func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32, args []uint32) uint32 {
+	p := in.p
+	switch hb.kind {
+	case kindPred2, kindPred3, kindList2, kindList3:
+		var s [3]string
+		n := 2
+		if hb.kind == kindPred3 || hb.kind == kindList3 {
+			n = 3
+		}
+		if len(args) != n {
+			panic(&builtinPanic{name: hb.name, err: fmt.Errorf("called with %d arguments, want %d", len(args), n)})
+		}
+		for i := 0; i < n; i++ {
+			v, ok := in.str(args[i])
+			if !ok {
+				return 0 // not a string: undefined, as for a type error in OPA
+			}
+			s[i] = v
+		}
+		var (
+			ok   bool
+			list []string
+			err  error
+		)
+		switch hb.kind {
+		case kindPred2:
+			ok, err = hb.pred2(ctx, s[0], s[1])
+		case kindPred3:
+			ok, err = hb.pred3(ctx, s[0], s[1], s[2])
+		case kindList2:
+			list, err = hb.list2(ctx, in.strs[:0], s[0], s[1])
+		case kindList3:
+			list, err = hb.list3(ctx, in.strs[:0], s[0], s[1], s[2])
+		}
+		if err != nil {
+			panic(&builtinPanic{name: hb.name, err: err})
+		}
+		if hb.kind == kindPred2 || hb.kind == kindPred3 {
+			if ok {
+				return p.trueAddr
+			}
+			return p.falseAddr
+		}
+		addr := in.stringArray(ctx, list)
+		clear(list)
+		in.strs = list[:0]
+		return addr
+	case kindGeneric:
+		terms := in.termArgs(ctx, hb, args)
+		out, err := hb.generic(ctx, terms)
+		if err != nil {
+			panic(&builtinPanic{name: hb.name, err: err})
+		}
+		if out == nil {
+			return 0
+		}
+		return in.termValue(ctx, hb, out)
+	case kindTopdown:
+		terms := in.termArgs(ctx, hb, args)
+		if in.bstate == nil {
+			in.bstate = &builtinState{}
+		}
+		bctx := in.bstate.context(ctx)
+		var out *ast.Term
+		err := p.topdown[id](*bctx, terms, func(t *ast.Term) error {
+			out = t
+			return nil
+		})
+		if err != nil {
+			var halt topdown.Halt
+			if errors.As(err, &halt) {
+				panic(&builtinPanic{name: hb.name, err: err})
+			}
+			return 0 // non-halting errors make the call undefined, as in OPA's Wasm runtime
+		}
+		if out == nil {
+			return 0
+		}
+		return in.termValue(ctx, hb, out)
+	}
+	panic(&abortPanic{msg: "unreachable builtin kind"})
+}
+
+func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32) []*ast.Term {
+	terms := make([]*ast.Term, len(args))
+	for i, a := range args {
+		s, err := in.call1(ctx, in.fValueDump, uint64(a))
+		if err != nil {
+			panic(&builtinPanic{name: hb.name, err: err})
+		}
+		b, ok := in.cstring(s)
+		if !ok {
+			panic(&builtinPanic{name: hb.name, err: errors.New("unreadable argument")})
+		}
+		t, err := ast.ParseTerm(string(b))
+		if err != nil {
+			panic(&builtinPanic{name: hb.name, err: fmt.Errorf("argument %d: %w", i, err)})
+		}
+		terms[i] = t
+	}
+	return terms
+}
+
+func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term) uint32 {
+	raw := t.String()
+	a, err := in.malloc(ctx, uint32(len(raw)))
+	if err != nil {
+		panic(err)
+	}
+	in.mem.WriteString(a, raw)
+	v, err := in.call1(ctx, in.fValueParse, uint64(a), uint64(len(raw)))
+	if err != nil {
+		panic(&builtinPanic{name: hb.name, err: err})
+	}
+	return v
+}
+
+// stringArray writes list as an array value into the heap.
+func (in *instance) stringArray(ctx context.Context, list []string) uint32 {
+	b := append(in.buf[:0], '[')
+	for i, s := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	b = append(b, ']')
+	in.buf = b
+	a, err := in.malloc(ctx, uint32(len(b)))
+	if err != nil {
+		panic(err)
+	}
+	in.mem.Write(a, b)
+	v, err := in.call1(ctx, in.fJSONParse, uint64(a), uint64(len(b)))
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+const hexDigits = "0123456789abcdef"
+
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}
+
+// builtinState is the topdown context of one evaluation, made on the first
+// call of an OPA Go builtin so that evaluations without one allocate nothing.
+type builtinState struct {
+	bctx   *topdown.BuiltinContext
+	cancel topdown.Cancel
+	stop   chan struct{}
+}
+
+func (s *builtinState) context(ctx context.Context) *topdown.BuiltinContext {
+	if s.bctx != nil {
+		return s.bctx
+	}
+	s.cancel = topdown.NewCancel()
+	s.bctx = &topdown.BuiltinContext{
+		Context:      ctx,
+		Metrics:      metrics.New(),
+		Seed:         rand.Reader,
+		Time:         ast.NumberTerm(jsonNumber(time.Now().UnixNano())),
+		Cancel:       s.cancel,
+		Cache:        make(builtins.Cache),
+		PrintHook:    discardPrint{},
+		Capabilities: compiler.Capabilities(),
+	}
+	if ctx.Done() != nil {
+		s.stop = make(chan struct{})
+		go func(cancel topdown.Cancel, stop chan struct{}) {
+			select {
+			case <-ctx.Done():
+				cancel.Cancel()
+			case <-stop:
+			}
+		}(s.cancel, s.stop)
+	}
+	return s.bctx
+}
+
+// done ends the evaluation's builtin state.
+func (s *builtinState) done() {
+	if s.stop != nil {
+		close(s.stop)
+	}
+	*s = builtinState{}
+}
+
+type discardPrint struct{}
+
+func (discardPrint) Print(print.Context, string) error { return nil }

@@ -1,0 +1,306 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/engine/internal/wasmbin"
+)
+
+const pageSize = 65536
+
+// policy is one loaded bundle: its runtime, compiled module, the snapshot of
+// an instance's memory after the data was parsed, and the pool of
+// instances. It is reference counted; the last release closes it.
+type policy struct {
+	cfg      *Config
+	revision string
+
+	runtime  wazero.Runtime
+	compiled wazero.CompiledModule
+
+	entrypoints map[string]int32
+	builtins    []*hostBuiltin // by builtin id
+	topdown     []topdown.BuiltinFunc
+
+	snapshot    []byte // memory [0, evalHeapPtr) after data parsing
+	pages       uint32 // memory pages at snapshot time
+	dataAddr    uint32
+	evalHeapPtr uint32
+	trueAddr    uint32
+	falseAddr   uint32
+
+	idle      chan *instance // nil entries are free slots
+	instances sync.Map       // api.Module -> *instance, for host functions
+	refs      atomic.Int64
+
+	loadTime time.Duration
+}
+
+func newPolicy(ctx context.Context, cfg *Config, b *compiler.Bundle) (_ *policy, err error) {
+	start := time.Now()
+	mod, _, err := wasmbin.DefineMemory(b.Wasm, cfg.MemoryLimitPages)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
+	}
+	p := &policy{cfg: cfg, revision: b.Manifest.Revision}
+	p.refs.Store(1)
+	p.runtime = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(cfg.MemoryLimitPages))
+	defer func() {
+		if err != nil {
+			_ = p.runtime.Close(context.Background())
+		}
+	}()
+	if err := p.instantiateHost(ctx); err != nil {
+		return nil, fmt.Errorf("engine: host module: %w", err)
+	}
+	p.compiled, err = p.runtime.CompileModule(ctx, mod)
+	if err != nil {
+		return nil, fmt.Errorf("%w: compile: %w", ErrInvalidBundle, err)
+	}
+	inst, err := p.instantiate(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: instantiate: %w", ErrInvalidBundle, err)
+	}
+	if err := p.initFrom(ctx, inst, b); err != nil {
+		_ = inst.mod.Close(context.Background())
+		return nil, err
+	}
+	p.idle = make(chan *instance, cfg.MaxInstances)
+	p.idle <- inst
+	for i := 1; i < cfg.MaxInstances; i++ {
+		p.idle <- nil
+	}
+	p.loadTime = time.Since(start)
+	return p, nil
+}
+
+// initFrom reads the module's ABI, entrypoints and builtins through the
+// template instance, parses the data into its heap and takes the snapshot.
+func (p *policy) initFrom(ctx context.Context, inst *instance, b *compiler.Bundle) error {
+	major := inst.mod.ExportedGlobal("opa_wasm_abi_version")
+	minor := inst.mod.ExportedGlobal("opa_wasm_abi_minor_version")
+	if major == nil || minor == nil {
+		return fmt.Errorf("%w: no OPA ABI version", ErrInvalidBundle)
+	}
+	if major.Get() != 1 || minor.Get() < 2 {
+		return fmt.Errorf("%w: OPA Wasm ABI %d.%d, need 1.2 or later", ErrInvalidBundle, major.Get(), minor.Get())
+	}
+	for _, name := range []string{"opa_eval", "opa_malloc", "opa_json_parse", "opa_json_dump", "opa_value_dump", "opa_value_parse", "opa_heap_ptr_get", "entrypoints", "builtins"} {
+		if inst.mod.ExportedFunction(name) == nil {
+			return fmt.Errorf("%w: module does not export %s", ErrInvalidBundle, name)
+		}
+	}
+
+	var eps map[string]int32
+	if err := inst.callJSON(ctx, "entrypoints", &eps); err != nil {
+		return err
+	}
+	p.entrypoints = eps
+	var bis map[string]int32
+	if err := inst.callJSON(ctx, "builtins", &bis); err != nil {
+		return err
+	}
+	maxID := int32(-1)
+	for _, id := range bis {
+		if id < 0 || id > 1<<16 {
+			return fmt.Errorf("%w: builtin id %d", ErrInvalidBundle, id)
+		}
+		maxID = max(maxID, id)
+	}
+	p.builtins = make([]*hostBuiltin, maxID+1)
+	p.topdown = make([]topdown.BuiltinFunc, maxID+1)
+	var missing []string
+	for name, id := range bis {
+		if hb := p.cfg.Builtins.lookup(name); hb != nil {
+			p.builtins[id] = hb
+			continue
+		}
+		if f := topdown.GetBuiltin(name); f != nil {
+			p.builtins[id] = &hostBuiltin{name: name, kind: kindTopdown}
+			p.topdown[id] = f
+			continue
+		}
+		missing = append(missing, name)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: builtins not provided by the host: %v", ErrInvalidBundle, missing)
+	}
+
+	// Parse the data once, into the template's heap.
+	data := b.Data
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
+	}
+	if !json.Valid(data) {
+		return fmt.Errorf("%w: data is not valid JSON", ErrInvalidBundle)
+	}
+	raw, err := inst.malloc(ctx, uint32(len(data)))
+	if err != nil {
+		return err
+	}
+	if !inst.mem.Write(raw, data) {
+		return fmt.Errorf("%w: data does not fit in memory", ErrInvalidBundle)
+	}
+	addr, err := inst.call1(ctx, inst.fJSONParse, uint64(raw), uint64(len(data)))
+	if err != nil {
+		return fmt.Errorf("%w: parse data: %w", ErrInvalidBundle, err)
+	}
+	if addr == 0 {
+		return fmt.Errorf("%w: module could not parse the data", ErrInvalidBundle)
+	}
+	p.dataAddr = addr
+	// Constant booleans for fast-path predicate results.
+	for _, v := range []struct {
+		dst *uint32
+		b   byte
+	}{{&p.trueAddr, 1}, {&p.falseAddr, 0}} {
+		a, err := inst.malloc(ctx, 8)
+		if err != nil {
+			return err
+		}
+		inst.mem.Write(a, []byte{2 /* OPA_BOOLEAN */, v.b, 0, 0, 0, 0, 0, 0})
+		*v.dst = a
+	}
+	hp, err := inst.call1(ctx, inst.mod.ExportedFunction("opa_heap_ptr_get"))
+	if err != nil {
+		return err
+	}
+	p.evalHeapPtr = hp
+	snap, ok := inst.mem.Read(0, hp)
+	if !ok {
+		return fmt.Errorf("%w: heap pointer %d beyond memory", ErrInvalidBundle, hp)
+	}
+	p.snapshot = bytes.Clone(snap)
+	p.pages = inst.mem.Size() / pageSize
+	return nil
+}
+
+// instantiate creates a bare instance of the compiled module.
+func (p *policy) instantiate(ctx context.Context) (*instance, error) {
+	mod, err := p.runtime.InstantiateModule(ctx, p.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	if err != nil {
+		return nil, err
+	}
+	inst := &instance{p: p, mod: mod, mem: mod.Memory()}
+	if inst.mem == nil {
+		_ = mod.Close(ctx)
+		return nil, fmt.Errorf("%w: module has no memory", ErrInvalidBundle)
+	}
+	inst.fEval = mod.ExportedFunction("opa_eval")
+	inst.fMalloc = mod.ExportedFunction("opa_malloc")
+	inst.fJSONParse = mod.ExportedFunction("opa_json_parse")
+	inst.fJSONDump = mod.ExportedFunction("opa_json_dump")
+	inst.fValueDump = mod.ExportedFunction("opa_value_dump")
+	inst.fValueParse = mod.ExportedFunction("opa_value_parse")
+	p.instances.Store(mod, inst)
+	return inst, nil
+}
+
+// newInstance creates an instance from the snapshot: no data parsing.
+func (p *policy) newInstance() (*instance, error) {
+	ctx := context.Background()
+	inst, err := p.instantiate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cur := inst.mem.Size() / pageSize; cur < p.pages {
+		if _, ok := inst.mem.Grow(p.pages - cur); !ok {
+			_ = inst.mod.Close(ctx)
+			return nil, &EvalError{Code: CodeMemory, Message: "cannot grow a new instance to the snapshot size"}
+		}
+	}
+	if !inst.mem.Write(0, p.snapshot) {
+		_ = inst.mod.Close(ctx)
+		return nil, fmt.Errorf("engine: snapshot does not fit")
+	}
+	return inst, nil
+}
+
+// get takes an instance from the pool, creating one in a free slot.
+func (p *policy) get(ctx context.Context) (*instance, error) {
+	var inst *instance
+	select {
+	case inst = <-p.idle:
+	default:
+		select {
+		case inst = <-p.idle:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if inst != nil {
+		return inst, nil
+	}
+	inst, err := p.newInstance()
+	if err != nil {
+		p.idle <- nil
+		return nil, err
+	}
+	return inst, nil
+}
+
+func (p *policy) put(inst *instance) {
+	if uint64(inst.mem.Size()) > p.cfg.MaxInstanceBytes {
+		p.cfg.Logger.Info("engine: discarding oversized instance", "bytes", inst.mem.Size(), "limit", p.cfg.MaxInstanceBytes)
+		p.discard(inst)
+		return
+	}
+	p.idle <- inst
+}
+
+func (p *policy) discard(inst *instance) {
+	p.instances.Delete(inst.mod)
+	_ = inst.mod.Close(context.Background())
+	p.idle <- nil
+}
+
+// acquire takes a reference; false if the policy is already retired.
+func (p *policy) acquire() bool {
+	for {
+		n := p.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (p *policy) release() {
+	if p.refs.Add(-1) == 0 {
+		p.close()
+	}
+}
+
+func (p *policy) close() {
+	for {
+		select {
+		case inst := <-p.idle:
+			if inst != nil {
+				_ = inst.mod.Close(context.Background())
+			}
+		default:
+			_ = p.runtime.Close(context.Background())
+			return
+		}
+	}
+}
+
+// instanceBytes is the memory of a fresh instance.
+func (p *policy) instanceBytes() uint64 { return uint64(p.pages) * pageSize }
+
+var errNoResult = errors.New("engine: module returned no result")
