@@ -14,7 +14,7 @@ import rego.v1
 
 subject := concat(":", [input.subject.type, input.subject.id])
 
-object := concat(":", [input.resource.type, input.resource.id])
+resource := concat(":", [input.resource.type, input.resource.id])
 
 wanted := {concat(":", [input.resource.type, input.action]), concat(":", [input.resource.type, "*"])}
 
@@ -30,7 +30,7 @@ rbac if {
 rebac if {
 	input.resource.id != ""
 	input.action in object.get(data.nexus.permissions, input.resource.type, [])
-	nexus.check(object, input.action, subject)
+	nexus.check(resource, input.action, subject)
 }
 
 # denials holds the reasons ABAC conditions (data.nexus.conditions) give to

@@ -73,7 +73,9 @@ check := {
 	},
 }
 
-authz := data.nexus.authz.decision with input as check
+authz := d if {
+	d := data.nexus.authz.decision with input as check
+}
 
 default result := {"allowed": false, "http_status": 403, "reason": "no_route", "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}}
 
