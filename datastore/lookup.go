@@ -167,5 +167,3 @@ func (s *BoltStore) filterChecks(ctx context.Context, cands []string, req func(s
 	}
 	return out, nil
 }
-
-
