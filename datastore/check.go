@@ -1,0 +1,486 @@
+package datastore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/nexuspdp/nexus/api"
+	bolt "go.etcd.io/bbolt"
+)
+
+// CheckRequest asks whether Subject has Permission (a permission or a
+// relation) on Object.
+type CheckRequest struct {
+	Object     api.Object
+	Permission string
+	Subject    api.Subject
+	// Trace asks for an explanation of the decision in CheckResult.Trace.
+	Trace bool
+}
+
+// CheckResult is the answer to a CheckRequest.
+type CheckResult struct {
+	Allowed bool
+	// Trace explains the decision when CheckRequest.Trace was set.
+	Trace *Trace
+}
+
+// Trace is one node of a check's evaluation: a relation or permission of
+// an object (Kind "relation" or "permission"), an operator of a permission
+// expression ("union", "intersection", "exclusion"), an arrow ("arrow"), or
+// a stored tuple that matched ("tuple").
+type Trace struct {
+	Kind     string
+	Object   api.Object // the object evaluated (relation, permission, arrow)
+	Name     string     // relation or permission name, arrow text, or tuple
+	Result   bool
+	Cached   bool // answered from this check's memo
+	Cycle    bool // cut because it was already being evaluated
+	Children []*Trace
+}
+
+// String renders the trace as an indented tree.
+func (t *Trace) String() string {
+	var b bytes.Buffer
+	t.write(&b, 0)
+	return b.String()
+}
+
+func (t *Trace) write(b *bytes.Buffer, depth int) {
+	for range depth {
+		b.WriteString("  ")
+	}
+	mark := "✗"
+	if t.Result {
+		mark = "✓"
+	}
+	fmt.Fprintf(b, "%s %s", mark, t.Kind)
+	if t.Object.Type != "" {
+		fmt.Fprintf(b, " %s", t.Object)
+	}
+	if t.Name != "" {
+		fmt.Fprintf(b, " %s", t.Name)
+	}
+	if t.Cached {
+		b.WriteString(" (memo)")
+	}
+	if t.Cycle {
+		b.WriteString(" (cycle)")
+	}
+	b.WriteByte('\n')
+	for _, c := range t.Children {
+		c.write(b, depth+1)
+	}
+}
+
+type memoKey struct {
+	m  *member
+	id string
+}
+
+type target struct {
+	m  *member
+	id string
+}
+
+// checker evaluates one check. Pooled; strings it holds alias the read
+// transaction's pages and never outlive it.
+type checker struct {
+	st       *state
+	cur      *bolt.Cursor
+	maxDepth int
+
+	sType, sID, sRel string
+	stID, srID       uint64
+	stKnown          bool
+
+	memo   map[memoKey]bool
+	inprog map[memoKey]struct{}
+	kb     []byte
+	lists  [][]target
+	trace  bool
+}
+
+func newChecker() any {
+	return &checker{memo: make(map[memoKey]bool, 16), inprog: make(map[memoKey]struct{}, 16), kb: make([]byte, 0, 256)}
+}
+
+func (c *checker) reset() {
+	clear(c.memo)
+	clear(c.inprog)
+	for i := range c.lists {
+		c.lists[i] = c.lists[i][:0]
+	}
+	c.cur = nil
+	c.st = nil
+	c.trace = false
+}
+
+var errCheckDepth = fmt.Errorf("%w", ErrDepthExceeded)
+
+// Check evaluates req; see Store.
+func (s *BoltStore) Check(ctx context.Context, req CheckRequest) (CheckResult, error) {
+	ok, tr, err := s.check1(ctx, req.Object.Type, req.Object.ID, req.Permission, req.Subject, req.Trace)
+	if err != nil {
+		return CheckResult{}, fmt.Errorf("datastore: check %s#%s@%s: %w", req.Object, req.Permission, req.Subject, err)
+	}
+	return CheckResult{Allowed: ok, Trace: tr}, nil
+}
+
+// CheckString is Check with text arguments: object "type:id", a permission
+// or relation name, subject "type:id" or "type:id#relation". It does not
+// allocate when the answer needs no more than the checker's pooled memory.
+func (s *BoltStore) CheckString(ctx context.Context, object, permission, subject string) (bool, error) {
+	o, err := api.ParseObject(object)
+	if err != nil {
+		return false, err
+	}
+	sub, err := api.ParseSubject(subject)
+	if err != nil {
+		return false, err
+	}
+	ok, _, err := s.check1(ctx, o.Type, o.ID, permission, sub, false)
+	if err != nil {
+		return false, fmt.Errorf("datastore: check %s#%s@%s: %w", object, permission, subject, err)
+	}
+	return ok, nil
+}
+
+func (s *BoltStore) check1(ctx context.Context, objType, objID, perm string, sub api.Subject, trace bool) (bool, *Trace, error) {
+	if err := s.check(ctx); err != nil {
+		return false, nil, err
+	}
+	st := s.state.Load()
+	if st.schema == nil {
+		return false, nil, ErrNoSchema
+	}
+	td := st.schema.types[objType]
+	if td == nil {
+		return false, nil, fmt.Errorf("%w: type %q", ErrUnknown, objType)
+	}
+	m := td.members[perm]
+	if m == nil {
+		return false, nil, fmt.Errorf("%w: %s has no relation or permission %q", ErrUnknown, objType, perm)
+	}
+	if !api.ValidID(objID) {
+		return false, nil, fmt.Errorf("%w: invalid object id %q", api.ErrSyntax, objID)
+	}
+	if err := sub.Validate(); err != nil {
+		return false, nil, err
+	}
+	if st.schema.types[sub.Type] == nil {
+		return false, nil, fmt.Errorf("%w: subject type %q", ErrUnknown, sub.Type)
+	}
+	c := s.pool.Get().(*checker)
+	defer func() { c.reset(); s.pool.Put(c) }()
+	c.st = st
+	c.maxDepth = s.cfg.MaxDepth
+	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
+	var ok1, ok2 bool
+	c.stID, ok1 = st.dict.id(sub.Type)
+	c.srID, ok2 = st.dict.id(sub.Relation)
+	c.stKnown = ok1 && ok2
+	c.trace = trace
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		return false, nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	c.cur = tx.Bucket(bObj).Cursor()
+	var root *Trace
+	if trace {
+		root = &Trace{Kind: "check"}
+	}
+	res, _, err := c.member(m, objID, 0, root)
+	if err != nil {
+		return false, nil, err
+	}
+	if root != nil {
+		root.Result = res
+		if len(root.Children) == 1 {
+			root = root.Children[0]
+		}
+	}
+	return res, root, nil
+}
+
+func (c *checker) list(depth int) []target {
+	for len(c.lists) <= depth {
+		c.lists = append(c.lists, make([]target, 0, 8))
+	}
+	return c.lists[depth][:0]
+}
+
+// member evaluates m on object id. cut reports that the result depended
+// on a cycle cut (then it is not memoised).
+func (c *checker) member(m *member, id string, depth int, tr *Trace) (res, cut bool, err error) {
+	if depth > c.maxDepth {
+		return false, false, errCheckDepth
+	}
+	var node *Trace
+	if tr != nil {
+		kind := "relation"
+		if m.perm {
+			kind = "permission"
+		}
+		node = &Trace{Kind: kind, Object: api.Object{Type: m.typ.name, ID: id}, Name: m.name}
+		tr.Children = append(tr.Children, node)
+		// Strings in traces must outlive the transaction.
+		node.Object.ID = string([]byte(id))
+	}
+	k := memoKey{m, id}
+	if v, ok := c.memo[k]; ok {
+		if node != nil {
+			node.Result, node.Cached = v, true
+		}
+		return v, false, nil
+	}
+	if _, ok := c.inprog[k]; ok {
+		if node != nil {
+			node.Cycle = true
+		}
+		return false, true, nil
+	}
+	// A userset subject has its own relation on its own object.
+	if c.sRel == m.name && c.sType == m.typ.name && c.sID == id {
+		if node != nil {
+			node.Result = true
+		}
+		return true, false, nil
+	}
+	c.inprog[k] = struct{}{}
+	if m.perm {
+		res, cut, err = c.expr(m.expr, m.typ, id, depth, node)
+	} else {
+		res, cut, err = c.relation(m, id, depth, node)
+	}
+	delete(c.inprog, k)
+	if err != nil {
+		return false, false, err
+	}
+	if !cut {
+		c.memo[k] = res
+	}
+	if node != nil {
+		node.Result = res
+	}
+	return res, cut, nil
+}
+
+func (c *checker) expr(e *expr, t *typeDef, id string, depth int, tr *Trace) (res, cut bool, err error) {
+	switch e.kind {
+	case exprRef:
+		return c.member(e.ref, id, depth+1, tr)
+	case exprArrow:
+		return c.arrow(e, t, id, depth, tr)
+	}
+	var node *Trace
+	if tr != nil {
+		kind := map[exprKind]string{exprUnion: "union", exprIntersect: "intersection", exprExclude: "exclusion"}[e.kind]
+		node = &Trace{Kind: kind, Name: e.String()}
+		tr.Children = append(tr.Children, node)
+		defer func() { node.Result = res }()
+	}
+	l, lcut, err := c.expr(e.l, t, id, depth, node)
+	if err != nil {
+		return false, false, err
+	}
+	switch e.kind {
+	case exprUnion:
+		if l {
+			return true, lcut, nil
+		}
+	case exprIntersect, exprExclude:
+		if !l {
+			return false, lcut, nil
+		}
+	}
+	r, rcut, err := c.expr(e.r, t, id, depth, node)
+	if err != nil {
+		return false, false, err
+	}
+	if e.kind == exprExclude {
+		r = !r
+	}
+	return r, lcut || rcut, nil
+}
+
+// arrow evaluates via->name: the permission on every object reached
+// through relation via.
+func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (res, cut bool, err error) {
+	var node *Trace
+	if tr != nil {
+		node = &Trace{Kind: "arrow", Object: api.Object{Type: t.name, ID: string([]byte(id))}, Name: e.via + "->" + e.name}
+		tr.Children = append(tr.Children, node)
+		defer func() { node.Result = res }()
+	}
+	relID, _ := c.st.dict.id(e.via)
+	typeID, _ := c.st.dict.id(t.name)
+	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
+	c.kb = binary.AppendUvarint(c.kb, relID)
+	list := c.list(depth)
+	for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
+		rest := k[len(c.kb):]
+		_, rest, err := uvarint(rest) // subject relation: arrows follow the subject object
+		if err != nil {
+			return false, false, err
+		}
+		st, sid, err := uvarint(rest)
+		if err != nil || len(sid) == 0 {
+			return false, false, errBadKey
+		}
+		tname, _ := c.st.dict.name(st)
+		tm := e.target[tname]
+		if tm == nil {
+			continue // a type the relation no longer accepts
+		}
+		list = append(list, target{tm, bstr(sid)})
+	}
+	c.lists[depth] = list
+	for i := 0; i < len(list); i++ {
+		r, rc, err := c.member(list[i].m, list[i].id, depth+1, node)
+		if err != nil {
+			return false, false, err
+		}
+		cut = cut || rc
+		if r {
+			return true, cut, nil
+		}
+	}
+	return false, cut, nil
+}
+
+// relation evaluates a relation: a stored tuple with the subject, or a
+// userset tuple whose userset contains the subject.
+func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut bool, err error) {
+	typeID, _ := c.st.dict.id(m.typ.name)
+	relID, _ := c.st.dict.id(m.name)
+	if c.stKnown && m.accepts(c.sType, c.sRel) {
+		c.kb = appendObjKey(c.kb[:0], ids{ot: typeID, rel: relID, st: c.stID, sr: c.srID}, id, c.sID)
+		if k, _ := c.cur.Seek(c.kb); k != nil && bytes.Equal(k, c.kb) {
+			if tr != nil {
+				tr.Children = append(tr.Children, &Trace{Kind: "tuple", Result: true,
+					Name: api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name, Subject: api.Subject{Type: c.sType, ID: c.sID, Relation: c.sRel}}.String()})
+			}
+			return true, false, nil
+		}
+	}
+	if !m.hasUserset {
+		return false, false, nil
+	}
+	list := c.list(depth)
+	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
+	c.kb = binary.AppendUvarint(c.kb, relID)
+	base := len(c.kb)
+	for _, a := range m.allowed {
+		if a.Relation == "" {
+			continue
+		}
+		atID, _ := c.st.dict.id(a.Type)
+		arID, _ := c.st.dict.id(a.Relation)
+		c.kb = binary.AppendUvarint(c.kb[:base], arID)
+		c.kb = binary.AppendUvarint(c.kb, atID)
+		tm := c.st.schema.types[a.Type].members[a.Relation]
+		for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
+			list = append(list, target{tm, bstr(k[len(c.kb):])})
+		}
+	}
+	c.lists[depth] = list
+	for i := 0; i < len(list); i++ {
+		var node *Trace
+		if tr != nil {
+			t := list[i]
+			node = &Trace{Kind: "tuple", Name: api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name,
+				Subject: api.Subject{Type: t.m.typ.name, ID: t.id, Relation: t.m.name}}.String()}
+			tr.Children = append(tr.Children, node)
+		}
+		r, rc, err := c.member(list[i].m, list[i].id, depth+1, node)
+		if err != nil {
+			return false, false, err
+		}
+		if node != nil {
+			node.Result = r
+		}
+		cut = cut || rc
+		if r {
+			return true, cut, nil
+		}
+	}
+	return false, cut, nil
+}
+
+// accepts reports whether the relation accepts subjects of type#rel.
+func (m *member) accepts(typ, rel string) bool {
+	for _, a := range m.allowed {
+		if a.Type == typ && a.Relation == rel {
+			return true
+		}
+	}
+	return false
+}
+
+// Roles returns the tenant roles subject holds directly in tenant.
+func (s *BoltStore) Roles(ctx context.Context, subject api.Subject, tenant string) ([]string, error) {
+	return s.AppendRoles(ctx, nil, subject, tenant)
+}
+
+// AppendRoles is Roles appending to dst; with enough capacity in dst it
+// does not allocate.
+func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error) {
+	if err := s.check(ctx); err != nil {
+		return dst, err
+	}
+	st := s.state.Load()
+	if st.schema == nil {
+		return dst, ErrNoSchema
+	}
+	if st.schema.tenant == "" {
+		return dst, fmt.Errorf("%w: the schema declares no tenant roles", ErrUnknown)
+	}
+	if !api.ValidID(tenant) {
+		return dst, fmt.Errorf("%w: invalid tenant id %q", api.ErrSyntax, tenant)
+	}
+	if err := subject.Validate(); err != nil {
+		return dst, err
+	}
+	stID, ok1 := st.dict.id(subject.Type)
+	srID, ok2 := st.dict.id(subject.Relation)
+	ttID, ok3 := st.dict.id(st.schema.tenant)
+	if !ok1 || !ok2 || !ok3 {
+		return dst, nil
+	}
+	var buf [300]byte
+	kb := appendSubjPrefix(buf[:0], stID, subject.ID)
+	kb = binary.AppendUvarint(kb, srID)
+	kb = binary.AppendUvarint(kb, ttID)
+	kb = append(kb, tenant...)
+	kb = append(kb, 0)
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		return dst, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	cur := tx.Bucket(bSubj).Cursor()
+	for k, _ := cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = cur.Next() {
+		rel, rest, err := uvarint(k[len(kb):])
+		if err != nil || len(rest) != 0 {
+			return dst, errors.Join(errBadKey, err)
+		}
+		if name, ok := st.dict.name(rel); ok {
+			dst = append(dst, name)
+		}
+	}
+	return dst, nil
+}
+
+// RolesString is Roles with a text subject ("type:id[#relation]").
+func (s *BoltStore) RolesString(ctx context.Context, subject, tenant string) ([]string, error) {
+	sub, err := api.ParseSubject(subject)
+	if err != nil {
+		return nil, err
+	}
+	return s.Roles(ctx, sub, tenant)
+}

@@ -1,0 +1,79 @@
+// Package datastore is nexus' relationship store: a schema, relationship
+// tuples and Zanzibar-style checks on an embedded bbolt file.
+//
+//	s, err := datastore.Open(ctx, datastore.Config{Path: "/var/lib/nexus/rel.db"})
+//	sc, err := datastore.ParseSchema(yamlBytes)
+//	_, err = s.WriteSchema(ctx, sc, false)
+//	_, err = s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{t}})
+//	ok, err := s.CheckString(ctx, "file:f1", "read", "user:bob")
+//	roles, err := s.Roles(ctx, api.Subject{Type: "user", ID: "bob"}, "acme")
+//
+// # Schema
+//
+// A schema is YAML with two top-level keys:
+//
+//	types:
+//	  user: {}
+//	  group:
+//	    relations:
+//	      member: [user, group#member]     # accepted subject types; type#relation is a userset
+//	  folder:
+//	    relations:
+//	      parent: [folder]
+//	      viewer: [user, group#member]
+//	    permissions:
+//	      read: viewer + parent->read      # an expression, see below
+//	roles:                                 # optional: tenant roles (RBAC)
+//	  type: tenant                         # the type whose relations are roles (default tenant)
+//	  grants:
+//	    admin: [file:*, folder:*]          # type:permission, type:* or *:*
+//	    viewer: [file:read, folder:read]
+//
+// Relations and permissions of a type share one namespace. A permission
+// expression is built from names of relations or permissions of the same
+// type, rel->perm (perm on every object reached through relation rel; an
+// arrow follows the subject object and ignores a userset's relation), and
+// the operators + (union), & (intersection) and - (exclusion), with
+// parentheses. -> binds tightest, then &, then + and - (left to right):
+// a + b & c - d is (a + (b & c)) - d. Every role under roles.grants must be
+// a relation of the tenant type. Errors name the type, the relation and the
+// line:column of the YAML.
+//
+// # Checks
+//
+// Check(object, p, subject) is true iff the expression of p holds: a
+// relation holds for a subject stored directly on it, for a subject that is
+// the relation itself (group:eng#member has member on group:eng), and for a
+// userset tuple (folder:d#viewer@group:eng#member) whose userset holds the
+// subject, recursively. Every relation or permission evaluated inside
+// another counts one level of depth; beyond Config.MaxDepth the check fails
+// with ErrDepthExceeded, never with an answer. A relation or permission
+// reached again while it is being evaluated (a cycle) counts as false on
+// that path; results are memoised within one check unless they depended on
+// such a cut. With - (exclusion), cycles through the excluded operand have
+// no canonical meaning: avoid them.
+//
+// Roles(subject, tenant) is one range read of the subject-first index: the
+// relations r of tuples tenant:<tenant>#r@subject. It returns direct role
+// assignments only; use Check for roles granted through groups.
+//
+// # Storage
+//
+// One bbolt file. Buckets: meta (format, revision, schema, changelog
+// start), dict (interned type and relation names), obj (object-first
+// index), subj (subject-first index) and log (revision -> change set). The
+// key encoding is documented in keys.go. Each Write, schema write and
+// import batch is one bbolt transaction, fsynced before it returns, and
+// adds one to the revision. Concurrent Writes are combined into one bbolt
+// transaction (bbolt's Batch) but keep one revision each. The changelog
+// keeps the last Config.ChangelogRetention revisions for Watch.
+//
+// # Caveats
+//
+//   - Roles does not follow groups; LookupResources and LookupSubjects walk
+//     the graph and then check every candidate, so they are for listings,
+//     not for the hot path.
+//   - A schema write that removes relations or accepted subject types scans
+//     the stored tuples of the affected types.
+//   - Wildcard subjects (user:*) and caveats are not supported.
+package datastore

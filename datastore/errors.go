@@ -1,0 +1,103 @@
+package datastore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrDepthExceeded is returned by Check and the lookups when a walk goes
+// deeper than Config.MaxDepth. The check has no answer; callers must fail
+// closed.
+var ErrDepthExceeded = errors.New("datastore: check depth limit exceeded")
+
+// ErrClosed is returned by every method after Close.
+var ErrClosed = errors.New("datastore: store is closed")
+
+// ErrNoSchema is returned by writes and checks before a schema was written.
+var ErrNoSchema = errors.New("datastore: no schema")
+
+// ErrInvalidSchema is matched (errors.Is) by every *SchemaError.
+var ErrInvalidSchema = errors.New("datastore: invalid schema")
+
+// ErrInvalidTuple is returned (wrapped) when a tuple does not fit the schema
+// or the syntax of package api.
+var ErrInvalidTuple = errors.New("datastore: invalid tuple")
+
+// ErrUnknown is returned (wrapped) when a check or lookup names a type,
+// relation or permission that the schema does not declare.
+var ErrUnknown = errors.New("datastore: unknown type, relation or permission")
+
+// ErrPreconditionFailed is returned by Write when one of its preconditions
+// does not hold; nothing was written.
+var ErrPreconditionFailed = errors.New("datastore: precondition failed")
+
+// ErrSchemaOrphans is matched by *OrphanError: a schema write that would
+// leave stored tuples the new schema does not allow.
+var ErrSchemaOrphans = errors.New("datastore: schema change would orphan stored tuples")
+
+// ErrRevisionCompacted is returned by Watch when the requested revision is
+// older than the changelog retains; the watcher must resync from a snapshot.
+var ErrRevisionCompacted = errors.New("datastore: revision no longer in the changelog")
+
+// ErrBadImport is matched by *ImportError: an invalid line stopped an import.
+var ErrBadImport = errors.New("datastore: invalid import line")
+
+// ErrFormat is returned when the data file was written by an incompatible
+// version of nexus, or is not a nexus store.
+var ErrFormat = errors.New("datastore: unsupported data file format")
+
+// SchemaError is one schema validation failure, with its position in the
+// YAML source (Line and Column are 1-based; 0 when unknown).
+type SchemaError struct {
+	Type     string // the type concerned, if any
+	Relation string // the relation or permission concerned, if any
+	Line     int
+	Column   int
+	Msg      string
+}
+
+func (e *SchemaError) Error() string {
+	where := ""
+	if e.Line > 0 {
+		where = fmt.Sprintf("%d:%d: ", e.Line, e.Column)
+	}
+	subj := ""
+	switch {
+	case e.Type != "" && e.Relation != "":
+		subj = e.Type + "#" + e.Relation + ": "
+	case e.Type != "":
+		subj = e.Type + ": "
+	}
+	return "schema: " + where + subj + e.Msg
+}
+
+// Is makes errors.Is(err, ErrInvalidSchema) true.
+func (e *SchemaError) Is(target error) bool { return target == ErrInvalidSchema }
+
+// OrphanError lists stored tuples (up to 100, and their total count) that a
+// schema write would orphan.
+type OrphanError struct {
+	Count    int
+	Examples []string
+}
+
+func (e *OrphanError) Error() string {
+	return fmt.Sprintf("datastore: schema change would orphan %d stored tuple(s), e.g. %v (write with force to drop them)", e.Count, e.Examples)
+}
+
+// Is makes errors.Is(err, ErrSchemaOrphans) true.
+func (e *OrphanError) Is(target error) bool { return target == ErrSchemaOrphans }
+
+// ImportError reports the first invalid line of an import.
+type ImportError struct {
+	Line int   // 1-based line number in the input
+	Err  error // what is wrong with it
+}
+
+func (e *ImportError) Error() string { return fmt.Sprintf("import: line %d: %v", e.Line, e.Err) }
+
+// Unwrap returns the cause.
+func (e *ImportError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrBadImport) true.
+func (e *ImportError) Is(target error) bool { return target == ErrBadImport }
