@@ -1,0 +1,101 @@
+// Package builtins exposes the relationship store to policies: it
+// registers nexus' host builtins (declared in compiler.NexusBuiltins) with
+// an engine's registry, backed by a datastore.Store.
+//
+//	reg := engine.NewRegistry()
+//	if err := builtins.Register(reg, store); err != nil { ... }
+//	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
+//
+// In Rego:
+//
+//	allow if nexus.check("file:f1", "read", "user:bob")
+//	allow if "admin" in nexus.roles("user:alice", "acme")
+//
+// # Caveats
+//
+// An error from the store (a malformed argument, an unknown type or
+// permission, a walk deeper than the depth limit) aborts the evaluation:
+// the decision fails closed instead of treating the error as "no".
+package builtins
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/engine"
+)
+
+// roleAppender is the allocation-free form of Roles that *BoltStore has.
+type roleAppender interface {
+	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
+}
+
+// Register adds nexus.check, nexus.roles, nexus.relations,
+// nexus.lookup_resources and nexus.lookup_subjects to reg.
+func Register(reg *engine.Registry, s datastore.Store) error {
+	roles := func(ctx context.Context, dst []string, subject, tenant string) ([]string, error) {
+		sub, err := api.ParseSubject(subject)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.roles: %w", err)
+		}
+		if ra, ok := s.(roleAppender); ok {
+			return ra.AppendRoles(ctx, dst, sub, tenant)
+		}
+		rs, err := s.Roles(ctx, sub, tenant)
+		return append(dst, rs...), err
+	}
+	relations := func(ctx context.Context, dst []string, object, relation string) ([]string, error) {
+		obj, err := api.ParseObject(object)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.relations: %w", err)
+		}
+		ts, err := s.Read(ctx, datastore.Filter{ObjectType: obj.Type, ObjectID: obj.ID, Relation: relation})
+		if err != nil {
+			return dst, fmt.Errorf("nexus.relations: %w", err)
+		}
+		for _, t := range ts {
+			dst = append(dst, t.Subject.String())
+		}
+		return dst, nil
+	}
+	lookupResources := func(ctx context.Context, dst []string, subject, permission, typ string) ([]string, error) {
+		sub, err := api.ParseSubject(subject)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.lookup_resources: %w", err)
+		}
+		ids, err := s.LookupResources(ctx, sub, permission, typ)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.lookup_resources: %w", err)
+		}
+		return append(dst, ids...), nil
+	}
+	lookupSubjects := func(ctx context.Context, dst []string, object, permission, typ string) ([]string, error) {
+		obj, err := api.ParseObject(object)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.lookup_subjects: %w", err)
+		}
+		ids, err := s.LookupSubjects(ctx, obj, permission, typ)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.lookup_subjects: %w", err)
+		}
+		return append(dst, ids...), nil
+	}
+	for _, b := range []struct {
+		name  string
+		arity int
+		fn    any
+	}{
+		{"nexus.check", 3, engine.Predicate3(s.CheckString)},
+		{"nexus.roles", 2, engine.StringList2(roles)},
+		{"nexus.relations", 2, engine.StringList2(relations)},
+		{"nexus.lookup_resources", 3, engine.StringList3(lookupResources)},
+		{"nexus.lookup_subjects", 3, engine.StringList3(lookupSubjects)},
+	} {
+		if err := reg.Register(b.name, b.arity, b.fn); err != nil {
+			return fmt.Errorf("builtins: %w", err)
+		}
+	}
+	return nil
+}

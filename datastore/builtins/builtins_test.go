@@ -1,0 +1,229 @@
+package builtins_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/types"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/examples/drive"
+)
+
+// examplePolicy uses every relationship builtin.
+const examplePolicy = `package example
+
+import rego.v1
+
+subject := concat(":", ["user", input.user])
+
+can_read if nexus.check(input.file, "read", subject)
+
+is_admin if "admin" in nexus.roles(subject, "acme")
+
+parents := nexus.relations(input.file, "parent")
+
+readable := nexus.lookup_resources(subject, "read", "file")
+
+readers := nexus.lookup_subjects(input.file, "read", "user")
+
+result := {
+	"can_read": can_read,
+	"is_admin": is_admin,
+	"parents": parents,
+	"readable": readable,
+	"readers": readers,
+}
+
+default can_read := false
+
+default is_admin := false
+`
+
+func openDrive(t *testing.T) *datastore.BoltStore {
+	t.Helper()
+	ctx := context.Background()
+	s, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(t.TempDir(), "rel.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	sc, err := datastore.ParseSchema(drive.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteSchema(ctx, sc, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(ctx, bytes.NewReader(drive.Tuples), datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// oracle evaluates the policy with OPA's own evaluator, the builtins
+// implemented as plain Go functions over the same store.
+func oracle(t *testing.T, s *datastore.BoltStore, input map[string]any) any {
+	t.Helper()
+	ctx := context.Background()
+	str := func(a *ast.Term) string { return string(a.Value.(ast.String)) }
+	list := func(ss []string) *ast.Term {
+		ts := make([]*ast.Term, len(ss))
+		for i, x := range ss {
+			ts[i] = ast.StringTerm(x)
+		}
+		return ast.ArrayTerm(ts...)
+	}
+	sub := func(x string) api.Subject { v, _ := api.ParseSubject(x); return v }
+	obj := func(x string) api.Object { v, _ := api.ParseObject(x); return v }
+	r := rego.New(
+		rego.Query("data.example.result"),
+		rego.Module("example.rego", examplePolicy),
+		rego.Input(input),
+		rego.Function3(&rego.Function{Name: "nexus.check", Decl: types.NewFunction(types.Args(types.S, types.S, types.S), types.B)},
+			func(_ rego.BuiltinContext, a, b, c *ast.Term) (*ast.Term, error) {
+				ok, err := s.CheckString(ctx, str(a), str(b), str(c))
+				return ast.BooleanTerm(ok), err
+			}),
+		rego.Function2(&rego.Function{Name: "nexus.roles", Decl: types.NewFunction(types.Args(types.S, types.S), types.NewArray(nil, types.S))},
+			func(_ rego.BuiltinContext, a, b *ast.Term) (*ast.Term, error) {
+				rs, err := s.Roles(ctx, sub(str(a)), str(b))
+				return list(rs), err
+			}),
+		rego.Function2(&rego.Function{Name: "nexus.relations", Decl: types.NewFunction(types.Args(types.S, types.S), types.NewArray(nil, types.S))},
+			func(_ rego.BuiltinContext, a, b *ast.Term) (*ast.Term, error) {
+				o := obj(str(a))
+				ts, err := s.Read(ctx, datastore.Filter{ObjectType: o.Type, ObjectID: o.ID, Relation: str(b)})
+				var out []string
+				for _, t := range ts {
+					out = append(out, t.Subject.String())
+				}
+				return list(out), err
+			}),
+		rego.Function3(&rego.Function{Name: "nexus.lookup_resources", Decl: types.NewFunction(types.Args(types.S, types.S, types.S), types.NewArray(nil, types.S))},
+			func(_ rego.BuiltinContext, a, b, c *ast.Term) (*ast.Term, error) {
+				ids, err := s.LookupResources(ctx, sub(str(a)), str(b), str(c))
+				return list(ids), err
+			}),
+		rego.Function3(&rego.Function{Name: "nexus.lookup_subjects", Decl: types.NewFunction(types.Args(types.S, types.S, types.S), types.NewArray(nil, types.S))},
+			func(_ rego.BuiltinContext, a, b, c *ast.Term) (*ast.Term, error) {
+				ids, err := s.LookupSubjects(ctx, obj(str(a)), str(b), str(c))
+				return list(ids), err
+			}),
+	)
+	rs, err := r.Eval(ctx)
+	if err != nil {
+		t.Fatalf("oracle: %v", err)
+	}
+	if len(rs) != 1 {
+		t.Fatalf("oracle: %d results", len(rs))
+	}
+	return rs[0].Expressions[0].Value
+}
+
+func TestBuiltinsThroughEngine(t *testing.T) {
+	ctx := context.Background()
+	s := openDrive(t)
+	reg := engine.NewRegistry()
+	if err := builtins.Register(reg, s); err != nil {
+		t.Fatal(err)
+	}
+	b, err := compiler.Compile(ctx, compiler.Options{
+		Modules:     map[string]string{"example.rego": examplePolicy},
+		Entrypoints: []string{"example/result"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(ctx, engine.Config{Builtins: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(ctx) })
+	if err := e.Load(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		user, file  string
+		wantCanRead bool
+		wantAdmin   bool
+	}{
+		{"rebac-three-levels-up", "bob", "file:report.pdf", true, false},
+		{"rbac-admin-owner", "alice", "file:report.pdf", true, true},
+		{"group-of-group-editor", "frank", "file:report.pdf", true, false},
+		{"nothing", "carol", "file:report.pdf", false, false},
+		{"direct-viewer", "erin", "file:notes.txt", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			input := map[string]any{"user": tt.user, "file": tt.file}
+			in, _ := json.Marshal(input)
+			out, err := e.Eval(ctx, "example/result", in, nil)
+			if err != nil {
+				t.Fatalf("Eval: %v", err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got["can_read"] != tt.wantCanRead || got["is_admin"] != tt.wantAdmin {
+				t.Fatalf("got %s, want can_read=%v is_admin=%v", out, tt.wantCanRead, tt.wantAdmin)
+			}
+			want := oracle(t, s, input)
+			wantJSON, _ := json.Marshal(want)
+			var wantNorm any
+			_ = json.Unmarshal(wantJSON, &wantNorm)
+			if g, w := mustJSON(got), mustJSON(wantNorm); g != w {
+				t.Fatalf("engine and OPA differ\nengine: %s\nOPA:    %s", g, w)
+			}
+		})
+	}
+}
+
+func TestBuiltinErrorFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	s := openDrive(t)
+	reg := engine.NewRegistry()
+	if err := builtins.Register(reg, s); err != nil {
+		t.Fatal(err)
+	}
+	b, err := compiler.Compile(ctx, compiler.Options{
+		Modules:     map[string]string{"p.rego": "package p\nimport rego.v1\nallow if nexus.check(input.o, input.p, input.s)\n"},
+		Entrypoints: []string{"p/allow"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(ctx, engine.Config{Builtins: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(ctx) })
+	if err := e.Load(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{
+		`{"o":"file:report.pdf","p":"no_such_permission","s":"user:bob"}`,
+		`{"o":"not-an-object","p":"read","s":"user:bob"}`,
+	} {
+		out, err := e.Eval(ctx, "p/allow", []byte(in), nil)
+		if err == nil {
+			t.Fatalf("%s: got %s, want an error", in, out)
+		}
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
