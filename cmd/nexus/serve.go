@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/examples/drive/policy"
+	"github.com/nexuspdp/nexus/extauthz"
+)
+
+// serveConfig is the YAML config file of `nexus serve`; flags given on the
+// command line override it.
+type serveConfig struct {
+	GRPCAddr         string        `yaml:"grpc_addr"`
+	HTTPAddr         string        `yaml:"http_addr"`
+	AdminAddr        string        `yaml:"admin_addr"`
+	GRPCTLS          tlsConfig     `yaml:"grpc_tls"`
+	HTTPTLS          tlsConfig     `yaml:"http_tls"`
+	AdminTLS         tlsConfig     `yaml:"admin_tls"`
+	AdminToken       string        `yaml:"admin_token"`
+	DataDir          string        `yaml:"data_dir"`
+	Policy           string        `yaml:"policy"`
+	Schema           string        `yaml:"schema"`
+	Entrypoints      []string      `yaml:"entrypoints"`
+	EnvoyEntrypoint  string        `yaml:"envoy_entrypoint"`
+	AuthzEntrypoint  string        `yaml:"authz_entrypoint"`
+	DecisionLog      string        `yaml:"decision_log"`
+	CacheSize        int           `yaml:"cache_size"`
+	CacheDisabled    bool          `yaml:"cache_disabled"`
+	EvalTimeout      time.Duration `yaml:"eval_timeout"`
+	MaxBodyBytes     int64         `yaml:"max_body_bytes"`
+	Reflection       bool          `yaml:"reflection"`
+	LogLevel         string        `yaml:"log_level"`
+	ShutdownGrace    time.Duration `yaml:"shutdown_grace"`
+	MaxInstances     int           `yaml:"max_instances"`
+	DecisionLogQueue int           `yaml:"decision_log_queue"`
+}
+
+type tlsConfig struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+func (t tlsConfig) tls() extauthz.TLS {
+	return extauthz.TLS{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile}
+}
+
+func newServeCmd() *cobra.Command {
+	var (
+		cfgFile string
+		c       serveConfig
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the decision server (ext_authz gRPC and HTTP, AuthZEN, Permit-compatible APIs)",
+		Long: `Run the decision server.
+
+With no flags it starts on the embedded default: the drive example's schema
+and demo relationships (written into --data-dir on first start) and the
+default policy (RBAC tenant roles, ReBAC folder inheritance, ABAC
+conditions), compiled from embedded Rego.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgFile != "" {
+				fileCfg, err := readServeConfig(cfgFile)
+				if err != nil {
+					return err
+				}
+				mergeFlags(cmd, &c, fileCfg)
+			}
+			return runServe(cmd.Context(), c, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgFile, "config", "", "YAML config file (flags override it)")
+	f.StringVar(&c.GRPCAddr, "grpc-addr", extauthz.DefaultGRPCAddr, `ext_authz gRPC listener ("-" disables)`)
+	f.StringVar(&c.HTTPAddr, "http-addr", extauthz.DefaultHTTPAddr, `HTTP listener: forward auth, AuthZEN, Permit APIs ("-" disables)`)
+	f.StringVar(&c.AdminAddr, "admin-addr", extauthz.DefaultAdminAddr, `admin listener ("-" disables)`)
+	f.StringVar(&c.GRPCTLS.CertFile, "grpc-tls-cert", "", "gRPC TLS certificate (PEM)")
+	f.StringVar(&c.GRPCTLS.KeyFile, "grpc-tls-key", "", "gRPC TLS key (PEM)")
+	f.StringVar(&c.GRPCTLS.ClientCAFile, "grpc-tls-client-ca", "", "gRPC client CAs: require and verify client certificates (mTLS)")
+	f.StringVar(&c.HTTPTLS.CertFile, "http-tls-cert", "", "HTTP TLS certificate (PEM)")
+	f.StringVar(&c.HTTPTLS.KeyFile, "http-tls-key", "", "HTTP TLS key (PEM)")
+	f.StringVar(&c.HTTPTLS.ClientCAFile, "http-tls-client-ca", "", "HTTP client CAs (mTLS)")
+	f.StringVar(&c.AdminTLS.CertFile, "admin-tls-cert", "", "admin TLS certificate (PEM)")
+	f.StringVar(&c.AdminTLS.KeyFile, "admin-tls-key", "", "admin TLS key (PEM)")
+	f.StringVar(&c.AdminTLS.ClientCAFile, "admin-tls-client-ca", "", "admin client CAs (mTLS)")
+	f.StringVar(&c.AdminToken, "admin-token", os.Getenv("NEXUS_ADMIN_TOKEN"), "bearer token the admin API requires (default $NEXUS_ADMIN_TOKEN)")
+	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
+	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
+	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
+	f.StringSliceVarP(&c.Entrypoints, "entrypoint", "e", nil, "entrypoints to compile a --policy directory with (default: the envoy and authz entrypoints)")
+	f.StringVar(&c.EnvoyEntrypoint, "envoy-entrypoint", extauthz.DefaultEnvoyEntrypoint, "entrypoint for ext_authz and forward-auth requests")
+	f.StringVar(&c.AuthzEntrypoint, "authz-entrypoint", extauthz.DefaultAuthzEntrypoint, "entrypoint for AuthZEN and Permit checks")
+	f.StringVar(&c.DecisionLog, "decision-log", "", `decision log: "stdout", "stderr" or a file path (default off)`)
+	f.IntVar(&c.CacheSize, "cache-size", extauthz.DefaultCacheSize, "decision cache entries")
+	f.BoolVar(&c.CacheDisabled, "no-cache", false, "disable the decision cache")
+	f.DurationVar(&c.EvalTimeout, "eval-timeout", extauthz.DefaultEvalTimeout, "deadline of one evaluation")
+	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", extauthz.DefaultMaxBodyBytes, "largest request body accepted")
+	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
+	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
+	f.IntVar(&c.MaxInstances, "max-instances", 0, "policy instances (evaluations at once); 0 means GOMAXPROCS")
+	return cmd
+}
+
+func readServeConfig(path string) (serveConfig, error) {
+	var c serveConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// mergeFlags fills the fields whose flags were not set from the file.
+func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
+	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
+	str := func(flag string, dst *string, v string) {
+		if !set(flag) && v != "" {
+			*dst = v
+		}
+	}
+	str("grpc-addr", &c.GRPCAddr, file.GRPCAddr)
+	str("http-addr", &c.HTTPAddr, file.HTTPAddr)
+	str("admin-addr", &c.AdminAddr, file.AdminAddr)
+	str("grpc-tls-cert", &c.GRPCTLS.CertFile, file.GRPCTLS.CertFile)
+	str("grpc-tls-key", &c.GRPCTLS.KeyFile, file.GRPCTLS.KeyFile)
+	str("grpc-tls-client-ca", &c.GRPCTLS.ClientCAFile, file.GRPCTLS.ClientCAFile)
+	str("http-tls-cert", &c.HTTPTLS.CertFile, file.HTTPTLS.CertFile)
+	str("http-tls-key", &c.HTTPTLS.KeyFile, file.HTTPTLS.KeyFile)
+	str("http-tls-client-ca", &c.HTTPTLS.ClientCAFile, file.HTTPTLS.ClientCAFile)
+	str("admin-tls-cert", &c.AdminTLS.CertFile, file.AdminTLS.CertFile)
+	str("admin-tls-key", &c.AdminTLS.KeyFile, file.AdminTLS.KeyFile)
+	str("admin-tls-client-ca", &c.AdminTLS.ClientCAFile, file.AdminTLS.ClientCAFile)
+	str("admin-token", &c.AdminToken, file.AdminToken)
+	str("data-dir", &c.DataDir, file.DataDir)
+	str("policy", &c.Policy, file.Policy)
+	str("schema", &c.Schema, file.Schema)
+	str("envoy-entrypoint", &c.EnvoyEntrypoint, file.EnvoyEntrypoint)
+	str("authz-entrypoint", &c.AuthzEntrypoint, file.AuthzEntrypoint)
+	str("decision-log", &c.DecisionLog, file.DecisionLog)
+	str("log-level", &c.LogLevel, file.LogLevel)
+	if !set("entrypoint") && len(file.Entrypoints) > 0 {
+		c.Entrypoints = file.Entrypoints
+	}
+	if !set("cache-size") && file.CacheSize != 0 {
+		c.CacheSize = file.CacheSize
+	}
+	if !set("no-cache") && file.CacheDisabled {
+		c.CacheDisabled = true
+	}
+	if !set("eval-timeout") && file.EvalTimeout != 0 {
+		c.EvalTimeout = file.EvalTimeout
+	}
+	if !set("max-body-bytes") && file.MaxBodyBytes != 0 {
+		c.MaxBodyBytes = file.MaxBodyBytes
+	}
+	if !set("grpc-reflection") && file.Reflection {
+		c.Reflection = true
+	}
+	if !set("shutdown-grace") && file.ShutdownGrace != 0 {
+		c.ShutdownGrace = file.ShutdownGrace
+	}
+	if !set("max-instances") && file.MaxInstances != 0 {
+		c.MaxInstances = file.MaxInstances
+	}
+	if file.DecisionLogQueue != 0 {
+		c.DecisionLogQueue = file.DecisionLogQueue
+	}
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("log level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
+	start := time.Now()
+	level, err := parseLevel(c.LogLevel)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	store, err := openStore(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("closing the store", "err", err)
+		}
+	}()
+	reg := engine.NewRegistry()
+	if err := builtins.Register(reg, store); err != nil {
+		return err
+	}
+	eng, err := engine.New(ctx, engine.Config{Logger: log, Builtins: reg, MaxInstances: c.MaxInstances})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = eng.Close(context.WithoutCancel(ctx)) }()
+	bundle, err := loadPolicy(ctx, c)
+	if err != nil {
+		return err
+	}
+	var dlog io.Writer
+	switch c.DecisionLog {
+	case "":
+	case "stdout":
+		dlog = os.Stdout
+	case "stderr":
+		dlog = stderr
+	default:
+		f, err := os.OpenFile(c.DecisionLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("decision log: %w", err)
+		}
+		defer f.Close()
+		dlog = f
+	}
+	srv, err := extauthz.New(ctx, extauthz.Config{
+		Engine: eng, Store: store, Policy: bundle,
+		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
+		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
+		AdminToken: c.AdminToken, Reflection: c.Reflection,
+		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
+		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
+		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
+		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
+	<-ctx.Done()
+	grace := c.ShutdownGrace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	log.Info("shutting down", "grace", grace)
+	return srv.Shutdown(sctx)
+}
+
+// openStore opens the store in the data directory. On first start (no
+// schema yet) it writes the schema (--schema, or the embedded drive
+// schema with its demo relationships). A --schema that differs from the
+// stored one replaces it unless that would orphan tuples.
+func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, "nexus.db"), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*datastore.BoltStore, error) {
+		_ = store.Close()
+		return nil, err
+	}
+	src, demo := drive.Schema, true
+	if c.Schema != "" {
+		if src, err = os.ReadFile(c.Schema); err != nil {
+			return fail(fmt.Errorf("schema: %w", err))
+		}
+		demo = false
+	}
+	cur, err := store.Schema(ctx)
+	switch {
+	case errors.Is(err, datastore.ErrNoSchema):
+		sc, err := datastore.ParseSchema(src)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := store.WriteSchema(ctx, sc, false); err != nil {
+			return fail(err)
+		}
+		if demo {
+			st, err := store.Import(ctx, bytes.NewReader(drive.Tuples), datastore.ImportOptions{Format: datastore.FormatText})
+			if err != nil {
+				return fail(fmt.Errorf("demo relationships: %w", err))
+			}
+			log.Info("wrote the demo schema and relationships", "tuples", st.Tuples)
+		}
+	case err != nil:
+		return fail(err)
+	case c.Schema != "" && !bytes.Equal(cur.Source(), src):
+		sc, err := datastore.ParseSchema(src)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := store.WriteSchema(ctx, sc, false); err != nil {
+			return fail(err)
+		}
+		log.Info("replaced the schema", "file", c.Schema)
+	}
+	return store, nil
+}
+
+// loadPolicy reads a bundle, compiles a directory, or compiles the
+// embedded default policy.
+func loadPolicy(ctx context.Context, c serveConfig) (*compiler.Bundle, error) {
+	eps := c.Entrypoints
+	if len(eps) == 0 {
+		eps = []string{c.EnvoyEntrypoint, c.AuthzEntrypoint}
+	}
+	if c.Policy == "" {
+		mods := map[string]string{}
+		var data []byte
+		err := fs.WalkDir(policy.FS, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := policy.FS.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			switch {
+			case strings.HasSuffix(p, ".rego"):
+				mods["default/"+p] = string(b)
+			case p == "data.json":
+				data = b
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, Revision: "default-" + version})
+	}
+	st, err := os.Stat(c.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if st.IsDir() {
+		return compiler.Compile(ctx, compiler.Options{Paths: []string{c.Policy}, Entrypoints: eps})
+	}
+	f, err := os.Open(c.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	defer f.Close()
+	b, err := compiler.ReadBundle(f)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", c.Policy, err)
+	}
+	return b, nil
+}

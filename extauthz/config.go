@@ -1,0 +1,189 @@
+package extauthz
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/engine"
+)
+
+// Default listener addresses and limits.
+const (
+	DefaultGRPCAddr     = "127.0.0.1:9191"
+	DefaultHTTPAddr     = "127.0.0.1:8181"
+	DefaultAdminAddr    = "127.0.0.1:8282"
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxBatch     = 1000
+	DefaultCacheSize    = 100_000
+	DefaultEvalTimeout  = 100 * time.Millisecond
+)
+
+// Default entrypoints, those of the embedded default policy.
+const (
+	DefaultEnvoyEntrypoint = "nexus/envoy/result"
+	DefaultAuthzEntrypoint = "nexus/authz/decision"
+)
+
+// TLS configures TLS on one listener. The zero value means plain text.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and key (PEM).
+	CertFile, KeyFile string
+	// ClientCAFile, if set, requires and verifies client certificates
+	// signed by these CAs (mTLS).
+	ClientCAFile string
+}
+
+func (t TLS) enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.ClientCAFile != "" }
+
+// Config configures a Server. Engine, Store and Policy are required; every
+// other zero value means the documented default.
+type Config struct {
+	// Engine evaluates policies. Its registry must hold the relationship
+	// builtins (datastore/builtins) for policies that use them.
+	Engine *engine.Engine
+	// Store is the relationship store.
+	Store *datastore.BoltStore
+	// Policy is the compiled policy. The server adds the schema's tenant
+	// roles (data.nexus.roles: role to grants) and each type's permissions
+	// (data.nexus.permissions) to its data before loading it, and again
+	// whenever the schema changes.
+	Policy *compiler.Bundle
+
+	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
+	// "-" disables it.
+	GRPCAddr string
+	// HTTPAddr is the HTTP listener (forward auth, AuthZEN, Permit APIs);
+	// "" means DefaultHTTPAddr, "-" disables it.
+	HTTPAddr string
+	// AdminAddr is the admin listener; "" means DefaultAdminAddr, "-"
+	// disables it.
+	AdminAddr string
+	// GRPCTLS, HTTPTLS and AdminTLS configure TLS per listener.
+	GRPCTLS, HTTPTLS, AdminTLS TLS
+	// AdminToken, if set, is the bearer token the admin API requires
+	// (except /healthz, /readyz and /metrics). Empty leaves the admin API
+	// open, which is only sensible on a loopback address.
+	AdminToken string
+	// Reflection registers the gRPC reflection service.
+	Reflection bool
+
+	// EnvoyEntrypoint answers ext_authz and forward-auth requests; ""
+	// means DefaultEnvoyEntrypoint. Its result is a boolean or an
+	// opa-envoy-plugin result object.
+	EnvoyEntrypoint string
+	// AuthzEntrypoint answers AuthZEN and Permit checks; "" means
+	// DefaultAuthzEntrypoint. Its result is a boolean or an object with
+	// "allow" (or "allowed") and "reason".
+	AuthzEntrypoint string
+
+	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxBatch bounds the checks in one batch request; zero means
+	// DefaultMaxBatch.
+	MaxBatch int
+	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
+	EvalTimeout time.Duration
+	// CacheSize bounds the decision cache (entries); zero means
+	// DefaultCacheSize.
+	CacheSize int
+	// CacheDisabled turns the decision cache off.
+	CacheDisabled bool
+
+	// DecisionLog receives one policy.decision JSON line per decision;
+	// nil disables the decision log.
+	DecisionLog io.Writer
+	// DecisionLogQueue bounds the events waiting to be written; zero
+	// means 4096. A full queue drops events (counted), never blocks.
+	DecisionLogQueue int
+
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil means a new registry, served
+	// on /metrics.
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics; nil means the Registerer if it is a
+	// Gatherer.
+	Gatherer prometheus.Gatherer
+}
+
+// Validate fills defaults and rejects nonsense.
+func (c *Config) Validate() error {
+	if c.Engine == nil {
+		return errors.New("extauthz: Config.Engine is required")
+	}
+	if c.Store == nil {
+		return errors.New("extauthz: Config.Store is required")
+	}
+	if c.Policy == nil {
+		return errors.New("extauthz: Config.Policy is required")
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.AdminAddr == "" {
+		c.AdminAddr = DefaultAdminAddr
+	}
+	for name, t := range map[string]TLS{"grpc": c.GRPCTLS, "http": c.HTTPTLS, "admin": c.AdminTLS} {
+		if t.enabled() && (t.CertFile == "" || t.KeyFile == "") {
+			return fmt.Errorf("extauthz: %s TLS needs both a certificate and a key file", name)
+		}
+	}
+	if c.EnvoyEntrypoint == "" {
+		c.EnvoyEntrypoint = DefaultEnvoyEntrypoint
+	}
+	if c.AuthzEntrypoint == "" {
+		c.AuthzEntrypoint = DefaultAuthzEntrypoint
+	}
+	switch {
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("extauthz: MaxBodyBytes %d is negative", c.MaxBodyBytes)
+	case c.MaxBodyBytes == 0:
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case c.MaxBatch < 0:
+		return fmt.Errorf("extauthz: MaxBatch %d is negative", c.MaxBatch)
+	case c.MaxBatch == 0:
+		c.MaxBatch = DefaultMaxBatch
+	}
+	switch {
+	case c.EvalTimeout < 0:
+		return fmt.Errorf("extauthz: EvalTimeout %v is negative", c.EvalTimeout)
+	case c.EvalTimeout == 0:
+		c.EvalTimeout = DefaultEvalTimeout
+	}
+	switch {
+	case c.CacheSize < 0:
+		return fmt.Errorf("extauthz: CacheSize %d is negative", c.CacheSize)
+	case c.CacheSize == 0:
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer = reg
+		if c.Gatherer == nil {
+			c.Gatherer = reg
+		}
+	}
+	if c.Gatherer == nil {
+		if g, ok := c.Registerer.(prometheus.Gatherer); ok {
+			c.Gatherer = g
+		} else {
+			return errors.New("extauthz: Config.Gatherer is required when the Registerer is not a Gatherer")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+// Package extauthz puts nexus' policy engine and relationship store behind
+// the interfaces that proxies and applications already speak:
+//
+//   - Envoy's ext_authz gRPC v3 service (envoy.service.auth.v3.Authorization)
+//     with the opa-envoy-plugin input document, so OPA-Envoy policies run
+//     unchanged, and the gRPC health service;
+//   - HTTP ext_authz and forward auth under /ext_authz/ (Envoy http_service,
+//     nginx auth_request, Caddy forward_auth, Traefik ForwardAuth);
+//   - the AuthZEN Authorization API 1.0 (/access/v1/evaluation[s]);
+//   - Permit-compatible /allowed, /allowed/bulk, /user-permissions and
+//     /authorized_users;
+//   - an admin API (relationships, schema, policy bundle, edge snapshot)
+//     behind a bearer token, with /metrics, /healthz and /readyz.
+//
+// A Server answers every check in process: the input is built without
+// reflection, looked up in a bounded decision cache keyed by the input and
+// the policy and data revisions, evaluated by the engine (whose host
+// builtins read the store), logged asynchronously and measured.
+//
+//	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: bundle})
+//	if err != nil { ... }
+//	err = srv.Run(ctx) // until ctx ends, then a graceful shutdown
+//
+// # Caveats
+//
+// The decision path fails closed: an input that cannot be built, an
+// evaluation error or a result that is not a decision all deny, with a
+// coded reason that is also the metric label. Envoy CheckRequests carry
+// per-request headers (x-request-id), so their cache hit ratio is low by
+// nature; the cache pays off for application checks.
+package extauthz

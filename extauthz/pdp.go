@@ -1,0 +1,249 @@
+package extauthz
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/extauthz/internal/decisionlog"
+	"github.com/nexuspdp/nexus/extauthz/internal/result"
+)
+
+// errUnknownType reports a resource type the schema does not declare.
+var errUnknownType = errors.New("unknown resource type")
+
+// pdp is the decision core shared by every interface.
+type pdp struct {
+	cfg   *Config
+	eng   *engine.Engine
+	store *datastore.BoltStore
+	cache *otter.Cache[string, result.Decision]
+	log   *decisionlog.Logger
+	m     *metrics
+
+	mu     sync.Mutex // serialises policy loads
+	base   *compiler.Bundle
+	gen    atomic.Uint64 // bumped on every policy load; part of the cache key
+	ready  atomic.Bool
+	types  atomic.Pointer[map[string]bool] // resource types of the schema
+	policy atomic.Pointer[string]          // revision of the loaded policy
+
+	idPrefix string
+	idSeq    atomic.Uint64
+	bufs     sync.Pool
+}
+
+// meta describes a check for the decision log.
+type meta struct {
+	subject, action, resource string
+}
+
+type decision struct {
+	result.Decision
+	cache string
+}
+
+func newPDP(cfg *Config) (*pdp, error) {
+	p := &pdp{cfg: cfg, eng: cfg.Engine, store: cfg.Store, base: cfg.Policy}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	p.idPrefix = hex.EncodeToString(rnd[:]) + "-"
+	p.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
+	if !cfg.CacheDisabled {
+		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize})
+		if err != nil {
+			return nil, fmt.Errorf("extauthz: decision cache: %w", err)
+		}
+		p.cache = c
+	}
+	p.log = decisionlog.New(decisionlog.Config{Out: cfg.DecisionLog, QueueSize: cfg.DecisionLogQueue, Logger: cfg.Logger})
+	m, err := newMetrics(cfg.Registerer,
+		func() float64 { return float64(p.log.Emitted()) },
+		func() float64 { return float64(p.log.Dropped()) })
+	if err != nil {
+		return nil, fmt.Errorf("extauthz: metrics: %w", err)
+	}
+	p.m = m
+	return p, nil
+}
+
+// load (re)loads the policy with the current schema's roles and
+// permissions in its data. A nil bundle reloads the current one.
+func (p *pdp) load(ctx context.Context, b *compiler.Bundle) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b == nil {
+		b = p.base
+	}
+	sc, err := p.store.Schema(ctx)
+	if err != nil && !errors.Is(err, datastore.ErrNoSchema) {
+		return fmt.Errorf("extauthz: reading the schema: %w", err)
+	}
+	data, types, err := withSchema(b.Data, sc)
+	if err != nil {
+		return err
+	}
+	nb := *b
+	nb.Data = data
+	if err := p.eng.Load(ctx, &nb); err != nil {
+		return fmt.Errorf("extauthz: loading the policy: %w", err)
+	}
+	p.base = b
+	p.types.Store(&types)
+	rev := b.Manifest.Revision
+	p.policy.Store(&rev)
+	p.gen.Add(1)
+	if p.cache != nil {
+		p.cache.InvalidateAll()
+	}
+	p.ready.Store(true)
+	return nil
+}
+
+// withSchema returns data with data.nexus.roles (role to grants) and
+// data.nexus.permissions (type to permission names) from sc.
+func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, error) {
+	doc := map[string]any{}
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err != nil {
+			return nil, nil, fmt.Errorf("extauthz: policy data: %w", err)
+		}
+	}
+	if sc == nil {
+		out, err := json.Marshal(doc)
+		return out, nil, err
+	}
+	nx, _ := doc["nexus"].(map[string]any)
+	if nx == nil {
+		nx = map[string]any{}
+		doc["nexus"] = nx
+	}
+	nx["roles"] = sc.RoleGrantsMap()
+	perms := map[string][]string{}
+	types := map[string]bool{}
+	for _, t := range sc.Types() {
+		types[t] = true
+		perms[t] = append([]string{}, sc.Permissions(t)...)
+	}
+	nx["permissions"] = perms
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("extauthz: policy data: %w", err)
+	}
+	return out, types, nil
+}
+
+// knownType reports whether the schema declares typ (true when there is
+// no schema to ask).
+func (p *pdp) knownType(typ string) bool {
+	t := p.types.Load()
+	return t == nil || *t == nil || (*t)[typ]
+}
+
+// decide evaluates entrypoint on input, through the decision cache.
+func (p *pdp) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (decision, error) {
+	start := time.Now()
+	d, err := p.decideUncounted(ctx, entrypoint, input)
+	elapsed := time.Since(start)
+	if err != nil {
+		code, _, _ := classify(err)
+		p.m.errors.WithLabelValues(iface, code).Inc()
+		p.m.decisions.WithLabelValues(iface, "deny", reasonLabel(code)).Inc()
+		d.Reason = code
+	} else {
+		res := "deny"
+		if d.Allowed {
+			res = "allow"
+		}
+		p.m.decisions.WithLabelValues(iface, res, reasonLabel(d.Reason)).Inc()
+	}
+	p.m.obs[[2]string{iface, d.cache}].Observe(elapsed.Seconds())
+	if p.log.Enabled() {
+		rev, _ := p.store.Revision(ctx)
+		ev := decisionlog.Event{
+			DecisionID:     p.idPrefix + strconv.FormatUint(p.idSeq.Add(1), 10),
+			Time:           start.UTC(),
+			Interface:      iface,
+			Subject:        md.subject,
+			Action:         md.action,
+			Resource:       md.resource,
+			Allowed:        err == nil && d.Allowed,
+			Reason:         d.Reason,
+			PolicyRevision: *p.policyRev(),
+			DataRevision:   uint64(rev),
+			LatencyMicros:  float64(elapsed.Nanoseconds()) / 1e3,
+			Cache:          d.cache,
+		}
+		p.log.Emit(ev)
+	}
+	return d, err
+}
+
+func (p *pdp) policyRev() *string {
+	if r := p.policy.Load(); r != nil {
+		return r
+	}
+	empty := ""
+	return &empty
+}
+
+func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []byte) (decision, error) {
+	d := decision{cache: cacheDisabled}
+	if !p.ready.Load() {
+		return d, ErrNotReady
+	}
+	var key string
+	if p.cache != nil {
+		d.cache = cacheMiss
+		rev, err := p.store.Revision(ctx)
+		if err != nil {
+			return d, fmt.Errorf("extauthz: data revision: %w", err)
+		}
+		kb := make([]byte, 0, len(entrypoint)+len(input)+24)
+		kb = strconv.AppendUint(kb, p.gen.Load(), 36)
+		kb = append(kb, '/')
+		kb = strconv.AppendUint(kb, uint64(rev), 36)
+		kb = append(kb, '/')
+		kb = append(kb, entrypoint...)
+		kb = append(kb, 0)
+		kb = append(kb, input...)
+		key = string(kb)
+		if r, ok := p.cache.GetIfPresent(key); ok {
+			d.Decision, d.cache = r, cacheHit
+			return d, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.EvalTimeout)
+	defer cancel()
+	bp := p.bufs.Get().(*[]byte)
+	out, err := p.eng.Eval(ctx, entrypoint, input, (*bp)[:0])
+	if err == nil {
+		d.Decision, err = result.Parse(out)
+	}
+	if cap(out) <= 64<<10 {
+		*bp = out[:0]
+		p.bufs.Put(bp)
+	}
+	if err != nil {
+		return d, err
+	}
+	if p.cache != nil {
+		p.cache.Set(key, d.Decision)
+	}
+	return d, nil
+}

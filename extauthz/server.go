@@ -1,0 +1,222 @@
+package extauthz
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// Server is nexus' decision server: ext_authz gRPC, the HTTP APIs and the
+// admin API over one decision core.
+type Server struct {
+	cfg    Config
+	p      *pdp
+	grpc   *grpc.Server
+	health *health.Server
+	https  []*http.Server
+
+	mu    sync.Mutex
+	addrs map[string]net.Addr
+	errc  chan error
+}
+
+// New validates cfg, loads the policy (with the schema's roles and
+// permissions in its data) and returns a Server ready to Start.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, addrs: map[string]net.Addr{}, errc: make(chan error, 3)}
+	p, err := newPDP(&s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.p = p
+	if err := p.load(ctx, nil); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Addr returns the bound address of a listener ("grpc", "http" or
+// "admin") after Start, or nil.
+func (s *Server) Addr(name string) net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrs[name]
+}
+
+// Reload reloads the current policy with the current schema.
+func (s *Server) Reload(ctx context.Context) error { return s.p.load(ctx, nil) }
+
+func loadTLS(t TLS) (*tls.Config, error) {
+	if !t.enabled() {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("extauthz: TLS key pair: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("extauthz: client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("extauthz: client CA %s holds no PEM certificate", t.ClientCAFile)
+		}
+		c.ClientCAs = pool
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return c, nil
+}
+
+// Start binds every enabled listener and serves in the background. A
+// listener that cannot bind fails Start, and nothing is left running.
+func (s *Server) Start(ctx context.Context) error {
+	type lis struct {
+		name string
+		l    net.Listener
+		tls  *tls.Config
+	}
+	var ls []lis
+	closeAll := func() {
+		for _, l := range ls {
+			_ = l.l.Close()
+		}
+	}
+	for _, x := range []struct {
+		name, addr string
+		tls        TLS
+	}{{"grpc", s.cfg.GRPCAddr, s.cfg.GRPCTLS}, {"http", s.cfg.HTTPAddr, s.cfg.HTTPTLS}, {"admin", s.cfg.AdminAddr, s.cfg.AdminTLS}} {
+		if x.addr == "-" {
+			continue
+		}
+		tc, err := loadTLS(x.tls)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("%s listener: %w", x.name, err)
+		}
+		var lc net.ListenConfig
+		l, err := lc.Listen(ctx, "tcp", x.addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("extauthz: %s listener: %w", x.name, err)
+		}
+		ls = append(ls, lis{x.name, l, tc})
+		s.mu.Lock()
+		s.addrs[x.name] = l.Addr()
+		s.mu.Unlock()
+	}
+	for _, l := range ls {
+		switch l.name {
+		case "grpc":
+			var opts []grpc.ServerOption
+			if l.tls != nil {
+				opts = append(opts, grpc.Creds(credentials.NewTLS(l.tls)))
+			}
+			s.grpc = grpc.NewServer(opts...)
+			authv3.RegisterAuthorizationServer(s.grpc, &authServer{p: s.p})
+			s.health = health.NewServer()
+			healthpb.RegisterHealthServer(s.grpc, s.health)
+			s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+			s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+			if s.cfg.Reflection {
+				reflection.Register(s.grpc)
+			}
+			go func(l net.Listener) { s.errc <- s.grpc.Serve(l) }(l.l)
+		default:
+			h := s.httpHandler()
+			if l.name == "admin" {
+				h = s.adminHandler()
+			}
+			hs := &http.Server{Handler: h, TLSConfig: l.tls, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+			s.https = append(s.https, hs)
+			go func(l net.Listener, tlsOn bool) {
+				var err error
+				if tlsOn {
+					err = hs.ServeTLS(l, "", "")
+				} else {
+					err = hs.Serve(l)
+				}
+				if errors.Is(err, http.ErrServerClosed) {
+					err = nil
+				}
+				s.errc <- err
+			}(l.l, l.tls != nil)
+		}
+		s.cfg.Logger.Info("listening", "listener", l.name, "addr", l.l.Addr().String(), "tls", l.tls != nil)
+	}
+	return nil
+}
+
+// Shutdown stops accepting, lets in-flight requests finish until ctx ends
+// (then cuts them), and flushes the decision log.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.health != nil {
+		s.health.Shutdown()
+	}
+	var wg sync.WaitGroup
+	if s.grpc != nil {
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() { s.grpc.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.grpc.Stop()
+			}
+		})
+	}
+	var errs []error
+	var emu sync.Mutex
+	for _, hs := range s.https {
+		wg.Go(func() {
+			if err := hs.Shutdown(ctx); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+				_ = hs.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.p.log.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the server and serves until ctx ends or a listener fails,
+// then shuts down gracefully, giving in-flight requests up to grace.
+func (s *Server) Run(ctx context.Context, grace time.Duration) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-s.errc:
+		runErr = err
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	s.cfg.Logger.Info("shutting down", "grace", grace)
+	return errors.Join(runErr, s.Shutdown(sctx))
+}
