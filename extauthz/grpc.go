@@ -77,9 +77,9 @@ func errorResponse(err error) *authv3.CheckResponse {
 func checkResponse(d result.Decision) *authv3.CheckResponse {
 	if d.Allowed {
 		ok := &authv3.OkHttpResponse{
-			Headers:                headers(d.Headers),
-			HeadersToRemove:        d.RequestHeadersToRemove,
-			ResponseHeadersToAdd:   headers(d.ResponseHeadersToAdd),
+			Headers:              headers(d.Headers),
+			HeadersToRemove:      d.RequestHeadersToRemove,
+			ResponseHeadersToAdd: headers(d.ResponseHeadersToAdd),
 		}
 		resp := &authv3.CheckResponse{Status: okStatus, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
 		resp.DynamicMetadata = dynamicMetadata(d.DynamicMetadata)
@@ -141,4 +141,3 @@ func header(k, v string) *corev3.HeaderValueOption {
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
 }
-

@@ -129,4 +129,3 @@ type AuthZENResponse struct {
 type AuthZENBatchResponse struct {
 	Evaluations []AuthZENResponse `json:"evaluations"`
 }
-
