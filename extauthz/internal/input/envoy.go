@@ -76,6 +76,12 @@ func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, er
 // as a CheckRequest (HTTP ext_authz and forward auth): the same shape, with
 // attributes.request.http filled from h.
 func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error) {
+	if err := validStrings(h.ID, h.Method, h.Path, h.Host, h.Scheme, h.Protocol, h.Body, source); err != nil {
+		return dst, err
+	}
+	if err := validMap(h.Headers); err != nil {
+		return dst, err
+	}
 	var o obj
 	o.open(dst)
 	o.key("attributes")

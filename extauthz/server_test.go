@@ -1,0 +1,673 @@
+package extauthz_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/examples/drive/policy"
+	"github.com/nexuspdp/nexus/extauthz"
+)
+
+// defaultBundle compiles the embedded default policy once per test binary.
+var defaultBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+	mods := map[string]string{}
+	for _, f := range []string{"authz.rego", "envoy.rego"} {
+		b, err := policy.FS.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		mods[f] = string(b)
+	}
+	data, err := policy.FS.ReadFile("data.json")
+	if err != nil {
+		return nil, err
+	}
+	return compiler.Compile(context.Background(), compiler.Options{
+		Modules: mods, DataJSON: data, Revision: "test",
+		Entrypoints: []string{policy.EnvoyEntrypoint, policy.AuthzEntrypoint},
+	})
+})
+
+type testServer struct {
+	srv   *extauthz.Server
+	store *datastore.BoltStore
+	grpc  authv3.AuthorizationClient
+	conn  *grpc.ClientConn
+	http  string // base URL of the HTTP listener
+	admin string // base URL of the admin listener
+	log   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newTestServer starts a real server on loopback: a bbolt file with the
+// drive schema and demo tuples, the compiled default policy under wazero,
+// and real gRPC and HTTP listeners.
+func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
+	tb.Helper()
+	ctx := context.Background()
+	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(tb.TempDir(), "nexus.db")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = store.Close() })
+	sc, err := datastore.ParseSchema(drive.Schema)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := store.WriteSchema(ctx, sc, false); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := store.Import(ctx, bytes.NewReader(drive.Tuples), datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
+		tb.Fatal(err)
+	}
+	reg := engine.NewRegistry()
+	if err := builtins.Register(reg, store); err != nil {
+		tb.Fatal(err)
+	}
+	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = eng.Close(ctx) })
+	b, err := defaultBundle()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ts := &testServer{store: store, log: &syncBuffer{}}
+	cfg := extauthz.Config{
+		Engine: eng, Store: store, Policy: b,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+		DecisionLog: ts.log,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := extauthz.New(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			tb.Errorf("shutdown: %v", err)
+		}
+	})
+	ts.srv = srv
+	if a := srv.Addr("grpc"); a != nil {
+		conn, err := grpc.NewClient(a.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = conn.Close() })
+		ts.conn = conn
+		ts.grpc = authv3.NewAuthorizationClient(conn)
+	}
+	if a := srv.Addr("http"); a != nil {
+		ts.http = "http://" + a.String()
+	}
+	if a := srv.Addr("admin"); a != nil {
+		ts.admin = "http://" + a.String()
+	}
+	return ts
+}
+
+// envoyRequest is a CheckRequest shaped as Envoy (and Istio) send them.
+func envoyRequest(method, path string, headers map[string]string) *authv3.CheckRequest {
+	h := map[string]string{
+		":authority": "drive.example.com", ":method": method, ":path": path, ":scheme": "https",
+		"x-request-id":            "5b1d0c1e-8c1f-4a6e-9d3a-1f2e3d4c5b6a",
+		"x-forwarded-client-cert": "By=spiffe://cluster.local/ns/drive/sa/drive;Hash=0123;URI=spiffe://cluster.local/ns/web/sa/frontend",
+		"user-agent":              "curl/8.0",
+	}
+	for k, v := range headers {
+		h[k] = v
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{
+			Address:   &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "10.1.2.3", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}}}},
+			Principal: "spiffe://cluster.local/ns/web/sa/frontend",
+		},
+		Destination: &authv3.AttributeContext_Peer{
+			Address:   &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "10.1.2.4", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 8080}}}},
+			Principal: "spiffe://cluster.local/ns/drive/sa/drive",
+		},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Id: "5b1d0c1e", Method: method, Path: path, Host: "drive.example.com", Scheme: "https",
+			Protocol: "HTTP/2", Headers: h,
+		}},
+	}}
+}
+
+func headerValue(hs []*corev3.HeaderValueOption, key string) string {
+	for _, h := range hs {
+		if h.GetHeader().GetKey() == key {
+			return h.GetHeader().GetValue()
+		}
+	}
+	return ""
+}
+
+func TestGRPCCheck(t *testing.T) {
+	ts := newTestServer(t, nil)
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		headers    map[string]string
+		wantAllow  bool
+		wantStatus int // HTTP status of a denial
+		wantReason string
+	}{
+		{"rbac-tenant-admin", "DELETE", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}, true, 0, "rbac"},
+		{"rebac-folder-three-up", "GET", "/files/report.pdf", map[string]string{"x-user": "bob"}, true, 0, "rebac"},
+		{"rebac-no-write", "PUT", "/files/report.pdf", map[string]string{"x-user": "bob"}, false, 403, "no_grant"},
+		{"group-editor-writes", "PUT", "/folders/q3", map[string]string{"x-user": "frank"}, true, 0, "rebac"},
+		{"stranger", "GET", "/files/report.pdf", map[string]string{"x-user": "carol"}, false, 403, "no_grant"},
+		{"tenant-from-header", "GET", "/files/anything", map[string]string{"x-user": "erin", "x-tenant": "acme"}, true, 0, "rbac"},
+		{"no-subject", "GET", "/files/report.pdf", nil, false, 401, "no_subject"},
+		{"no-route", "GET", "/admin", map[string]string{"x-user": "alice"}, false, 403, "no_route"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := ts.grpc.Check(context.Background(), envoyRequest(tt.method, tt.path, tt.headers))
+			if err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			allowed := resp.GetStatus().GetCode() == int32(codes.OK)
+			if allowed != tt.wantAllow {
+				t.Fatalf("allowed = %v, want %v (%v)", allowed, tt.wantAllow, resp)
+			}
+			if tt.wantAllow {
+				ok := resp.GetOkResponse()
+				if got := headerValue(ok.GetHeaders(), "x-nexus-decision"); got != tt.wantReason {
+					t.Fatalf("x-nexus-decision = %q, want %q", got, tt.wantReason)
+				}
+				if got := headerValue(ok.GetHeaders(), "x-nexus-subject"); got != tt.headers["x-user"] {
+					t.Fatalf("x-nexus-subject = %q", got)
+				}
+				return
+			}
+			if resp.GetStatus().GetCode() != int32(codes.PermissionDenied) {
+				t.Fatalf("gRPC status %v, want PermissionDenied", resp.GetStatus())
+			}
+			den := resp.GetDeniedResponse()
+			if int(den.GetStatus().GetCode()) != tt.wantStatus {
+				t.Fatalf("HTTP status %d, want %d", den.GetStatus().GetCode(), tt.wantStatus)
+			}
+			if !strings.Contains(den.GetBody(), tt.wantReason) && resp.GetStatus().GetMessage() != tt.wantReason {
+				t.Fatalf("body %q / message %q lacks reason %q", den.GetBody(), resp.GetStatus().GetMessage(), tt.wantReason)
+			}
+		})
+	}
+}
+
+// Invalid UTF-8 cannot reach the handler over gRPC (proto3 strings must be
+// UTF-8, and Envoy replaces such bytes with '!'); it is covered over HTTP.
+func TestGRPCBadInputDeniesWithReason(t *testing.T) {
+	ts := newTestServer(t, nil)
+	tests := []struct {
+		name string
+		req  *authv3.CheckRequest
+	}{
+		{"bad-json-body", func() *authv3.CheckRequest {
+			r := envoyRequest("POST", "/files/report.pdf", map[string]string{"x-user": "bob", "content-type": "application/json"})
+			r.Attributes.Request.Http.Body = "{not json"
+			return r
+		}()},
+		{"bad-path", envoyRequest("GET", "/files/%zz", map[string]string{"x-user": "bob"})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := ts.grpc.Check(context.Background(), tt.req)
+			if err != nil {
+				t.Fatalf("Check returned a transport error %v; want a denial", err)
+			}
+			if resp.GetStatus().GetCode() != int32(codes.InvalidArgument) {
+				t.Fatalf("status %v, want InvalidArgument", resp.GetStatus())
+			}
+			den := resp.GetDeniedResponse()
+			if den.GetStatus().GetCode() != 400 || headerValue(den.GetHeaders(), "x-nexus-reason") != extauthz.CodeBadRequest {
+				t.Fatalf("denial %v, want 400 with x-nexus-reason %s", den, extauthz.CodeBadRequest)
+			}
+		})
+	}
+}
+
+func TestGRPCHealth(t *testing.T) {
+	ts := newTestServer(t, nil)
+	resp, err := healthpb.NewHealthClient(ts.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.auth.v3.Authorization"})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+}
+
+func post(t *testing.T, url, body string, header ...string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return do(t, req)
+}
+
+func do(t *testing.T, req *http.Request) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestForwardAuth(t *testing.T) {
+	ts := newTestServer(t, nil)
+	tests := []struct {
+		name       string
+		path       string
+		headers    map[string]string
+		wantStatus int
+		wantHeader string // x-nexus-decision
+	}{
+		{"nginx-allow", "/ext_authz", map[string]string{"X-Original-URI": "/files/report.pdf", "X-Original-Method": "GET", "X-User": "bob"}, 200, "rebac"},
+		{"nginx-deny", "/ext_authz", map[string]string{"X-Original-URI": "/files/report.pdf", "X-Original-Method": "DELETE", "X-User": "bob"}, 403, "no_grant"},
+		{"caddy-allow", "/ext_authz/", map[string]string{"X-Forwarded-Uri": "/tenants/acme/folders/q3", "X-Forwarded-Method": "PUT", "X-Forwarded-Host": "drive", "X-User": "alice"}, 200, "rbac"},
+		{"envoy-http-service", "/ext_authz/files/report.pdf", map[string]string{"X-User": "bob"}, 200, "rebac"},
+		{"no-subject", "/ext_authz/files/report.pdf", nil, 401, ""},
+		{"invalid-utf8-header", "/ext_authz/files/report.pdf", map[string]string{"X-User": "b\xffb"}, 400, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, ts.http+tt.path, nil)
+			for k, v := range tt.headers {
+				req.Header.Set(k, v)
+			}
+			status, h, body := do(t, req)
+			if status != tt.wantStatus {
+				t.Fatalf("status %d, want %d (%s)", status, tt.wantStatus, body)
+			}
+			if got := h.Get("X-Nexus-Decision"); got != tt.wantHeader {
+				t.Fatalf("X-Nexus-Decision = %q, want %q", got, tt.wantHeader)
+			}
+		})
+	}
+}
+
+func TestAuthZEN(t *testing.T) {
+	ts := newTestServer(t, nil)
+	status, _, body := post(t, ts.http+"/access/v1/evaluation",
+		`{"subject":{"type":"user","id":"bob"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`)
+	if status != 200 || !strings.Contains(body, `"decision":true`) {
+		t.Fatalf("evaluation: %d %s", status, body)
+	}
+	status, _, body = post(t, ts.http+"/access/v1/evaluation",
+		`{"subject":{"type":"user","id":"carol"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`)
+	if status != 200 || !strings.Contains(body, `"decision":false`) {
+		t.Fatalf("evaluation deny: %d %s", status, body)
+	}
+	status, _, body = post(t, ts.http+"/access/v1/evaluations",
+		`{"subject":{"type":"user","id":"bob"},"action":{"name":"read"},"evaluations":[{"resource":{"type":"file","id":"report.pdf"}},{"action":{"name":"write"},"resource":{"type":"file","id":"report.pdf"}},{"resource":{"type":"file","id":"notes.txt"}}]}`)
+	var batch struct {
+		Evaluations []struct {
+			Decision bool `json:"decision"`
+		} `json:"evaluations"`
+	}
+	if err := json.Unmarshal([]byte(body), &batch); err != nil || status != 200 {
+		t.Fatalf("evaluations: %d %s %v", status, body, err)
+	}
+	if got := []bool{batch.Evaluations[0].Decision, batch.Evaluations[1].Decision, batch.Evaluations[2].Decision}; got[0] != true || got[1] != false || got[2] != true {
+		t.Fatalf("evaluations = %v, want [true false true]", got)
+	}
+	status, _, body = post(t, ts.http+"/access/v1/evaluations",
+		`{"subject":{"type":"user","id":"bob"},"action":{"name":"write"},"options":{"evaluations_semantic":"deny_on_first_deny"},"evaluations":[{"resource":{"type":"file","id":"report.pdf"}},{"resource":{"type":"file","id":"notes.txt"}}]}`)
+	if status != 200 || strings.Count(body, "decision") != 1 {
+		t.Fatalf("deny_on_first_deny should stop after the first deny: %s", body)
+	}
+}
+
+func TestPermitAPIs(t *testing.T) {
+	ts := newTestServer(t, nil)
+	status, _, body := post(t, ts.http+"/allowed", `{"user":{"key":"alice"},"action":"delete","resource":{"type":"folder","key":"root","tenant":"acme"}}`)
+	if status != 200 || !strings.Contains(body, `"allow":true`) || !strings.Contains(body, `"result":true`) {
+		t.Fatalf("allowed: %d %s", status, body)
+	}
+	status, _, body = post(t, ts.http+"/allowed/bulk", `[{"user":"bob","action":"read","resource":"file:report.pdf"},{"user":"carol","action":"read","resource":"file:report.pdf"}]`)
+	var bulk struct {
+		Allow []struct {
+			Allow bool `json:"allow"`
+		} `json:"allow"`
+	}
+	if err := json.Unmarshal([]byte(body), &bulk); err != nil || status != 200 || len(bulk.Allow) != 2 || !bulk.Allow[0].Allow || bulk.Allow[1].Allow {
+		t.Fatalf("bulk: %d %s", status, body)
+	}
+	status, _, body = post(t, ts.http+"/user-permissions", `{"user":{"key":"bob"}}`)
+	var perms map[string]struct {
+		Permissions []string `json:"permissions"`
+	}
+	if err := json.Unmarshal([]byte(body), &perms); err != nil || status != 200 {
+		t.Fatalf("user-permissions: %d %s", status, body)
+	}
+	if p := perms["file:report.pdf"].Permissions; len(p) == 0 || !containsStr(p, "file:read") || containsStr(p, "file:write") {
+		t.Fatalf("bob's permissions on report.pdf = %v, want read and not write (%s)", p, body)
+	}
+	status, _, body = post(t, ts.http+"/user-permissions", `{"user":"alice","resources":["file:report.pdf"]}`)
+	if status != 200 || !strings.Contains(body, `"__tenant:acme"`) || !strings.Contains(body, `file:delete`) {
+		t.Fatalf("alice's permissions: %d %s", status, body)
+	}
+	status, _, body = post(t, ts.http+"/authorized_users", `{"action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`)
+	var au struct {
+		Users map[string]any `json:"users"`
+	}
+	if err := json.Unmarshal([]byte(body), &au); err != nil || status != 200 {
+		t.Fatalf("authorized_users: %d %s", status, body)
+	}
+	for _, u := range []string{"alice", "bob", "erin", "dave", "frank"} {
+		if _, ok := au.Users[u]; !ok {
+			t.Errorf("authorized_users lacks %s: %s", u, body)
+		}
+	}
+	if _, ok := au.Users["carol"]; ok {
+		t.Errorf("authorized_users includes carol: %s", body)
+	}
+}
+
+// ended reports whether err is the hammer's own deadline.
+func ended(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	c := status.Code(err)
+	return c == codes.DeadlineExceeded || c == codes.Canceled
+}
+
+func containsStr(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestBadHTTPInput(t *testing.T) {
+	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 1024 })
+	tests := []struct {
+		name, path, body string
+		wantStatus       int
+		wantIn           string
+	}{
+		{"malformed", "/allowed", `{"user":`, 400, "JSON ends early"},
+		{"wrong-type", "/access/v1/evaluation", `{"subject":{"type":"user","id":1}}`, 400, "subject.id must be a string"},
+		{"missing-field", "/allowed", `{"user":"bob","resource":"file:x"}`, 400, "action is required"},
+		{"unknown-type", "/allowed", `{"user":"bob","action":"read","resource":"spaceship:x"}`, 400, "not a type of the schema"},
+		{"invalid-utf8", "/allowed", "{\"user\":\"b\xffb\",\"action\":\"read\",\"resource\":\"file:x\"}", 400, "UTF-8"},
+		{"oversized", "/allowed", `{"user":"` + strings.Repeat("a", 2000) + `"}`, 413, "too large"},
+		{"oversized-forward-auth", "/ext_authz/files/x", strings.Repeat("a", 2000), 413, "too large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, body := post(t, ts.http+tt.path, tt.body)
+			if status != tt.wantStatus || !strings.Contains(body, tt.wantIn) {
+				t.Fatalf("got %d %s, want %d containing %q", status, body, tt.wantStatus, tt.wantIn)
+			}
+		})
+	}
+}
+
+func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
+	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret" })
+	check := func() bool {
+		resp, err := ts.grpc.Check(context.Background(), envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus().GetCode() == 0
+	}
+	if check() {
+		t.Fatal("carol allowed before the write")
+	}
+	// Twice, so the second deny comes from the cache.
+	if check() {
+		t.Fatal("carol allowed before the write (cached)")
+	}
+	status, _, body := post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol"]}`)
+	if status != 401 {
+		t.Fatalf("write without token: %d %s", status, body)
+	}
+	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol","not a tuple"]}`, "Authorization", "Bearer s3cret")
+	if status != 400 || !strings.Contains(body, "touches[1]") {
+		t.Fatalf("bad tuple: %d %s", status, body)
+	}
+	if check() {
+		t.Fatal("a rejected batch wrote its valid half")
+	}
+	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol"]}`, "Authorization", "Bearer s3cret")
+	if status != 200 || !strings.Contains(body, "revision") {
+		t.Fatalf("write: %d %s", status, body)
+	}
+	if !check() {
+		t.Fatal("carol still denied after the write")
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/relationships?object_type=folder&object_id=q3&relation=viewer", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	if status, _, body := do(t, req); status != 200 || !strings.Contains(body, "folder:q3#viewer@user:carol") {
+		t.Fatalf("read: %d %s", status, body)
+	}
+}
+
+func TestAdminSchemaAndPolicy(t *testing.T) {
+	ts := newTestServer(t, nil)
+	// A schema where tenant viewers may also write files: the policy
+	// follows the new grants at once.
+	newSchema := strings.Replace(string(drive.Schema), "viewer: [file:read, file:view,", "viewer: [file:read, file:write, file:view,", 1)
+	if newSchema == string(drive.Schema) {
+		t.Fatal("the test's schema edit did not apply")
+	}
+	allowedErinWrite := func() bool {
+		_, _, body := post(t, ts.http+"/allowed", `{"user":"erin","action":"write","resource":{"type":"file","key":"x","tenant":"acme"}}`)
+		return strings.Contains(body, `"allow":true`)
+	}
+	if allowedErinWrite() {
+		t.Fatal("erin may write before the schema change")
+	}
+	req, _ := http.NewRequest(http.MethodPut, ts.admin+"/v1/schema", strings.NewReader(newSchema))
+	if status, _, body := do(t, req); status != 200 {
+		t.Fatalf("put schema: %d %s", status, body)
+	}
+	if !allowedErinWrite() {
+		t.Fatal("erin may not write after the schema change")
+	}
+	req, _ = http.NewRequest(http.MethodPut, ts.admin+"/v1/schema", strings.NewReader("types: {user: {relations: {x: [nope]}}}"))
+	if status, _, body := do(t, req); status != 400 {
+		t.Fatalf("bad schema: %d %s", status, body)
+	}
+	// A new bundle that allows everything swaps in atomically.
+	b, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules:     map[string]string{"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n"},
+		Entrypoints: []string{"nexus/authz/decision"}, Revision: "allow-all",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := b.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &buf)
+	if status, _, body := do(t, req); status != 200 || !strings.Contains(body, "allow-all") {
+		t.Fatalf("put policy: %d %s", status, body)
+	}
+	if _, _, body := post(t, ts.http+"/allowed", `{"user":"carol","action":"read","resource":"file:report.pdf"}`); !strings.Contains(body, `"allow":true`) {
+		t.Fatalf("new policy not in effect: %s", body)
+	}
+	req, _ = http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", strings.NewReader("not a bundle"))
+	if status, _, body := do(t, req); status != 400 {
+		t.Fatalf("corrupt bundle: %d %s", status, body)
+	}
+	if _, _, body := post(t, ts.http+"/allowed", `{"user":"carol","action":"read","resource":"file:report.pdf"}`); !strings.Contains(body, `"allow":true`) {
+		t.Fatalf("a corrupt bundle replaced the policy: %s", body)
+	}
+}
+
+func TestMetricsHealthAndDecisionLog(t *testing.T) {
+	ts := newTestServer(t, nil)
+	for range 3 {
+		post(t, ts.http+"/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`)
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/metrics", nil)
+	status, _, body := do(t, req)
+	if status != 200 {
+		t.Fatalf("metrics: %d", status)
+	}
+	for _, want := range []string{
+		`nexus_decision_duration_seconds_bucket{cache="hit",interface="permit",le="5e-06"}`,
+		`nexus_decision_duration_seconds_count{cache="miss",interface="permit"} 1`,
+		`nexus_decision_duration_seconds_count{cache="hit",interface="permit"} 2`,
+		`nexus_decisions_total{interface="permit",reason="rebac",result="allow"} 3`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		req, _ := http.NewRequest(http.MethodGet, ts.admin+p, nil)
+		if status, _, body := do(t, req); status != 200 {
+			t.Errorf("%s: %d %s", p, status, body)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(ts.log.String(), "\n") < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	lines := strings.Split(strings.TrimSpace(ts.log.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("decision log has %d lines, want 3", len(lines))
+	}
+	var ev map[string]any
+	if err := json.Unmarshal([]byte(lines[1]), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev["type"] != "policy.decision" || ev["subject"] != "user:bob" || ev["allowed"] != true || ev["reason"] != "rebac" || ev["cache"] != "hit" {
+		t.Fatalf("event %v", ev)
+	}
+}
+
+func TestCacheDisabled(t *testing.T) {
+	ts := newTestServer(t, func(c *extauthz.Config) { c.CacheDisabled = true })
+	post(t, ts.http+"/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`)
+	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/metrics", nil)
+	_, _, body := do(t, req)
+	if !strings.Contains(body, `nexus_decision_duration_seconds_count{cache="disabled",interface="permit"} 1`) {
+		t.Fatal("a check with the cache disabled was not counted as disabled")
+	}
+}
+
+// TestHammer checks while relationships are written and the policy is
+// reloaded; run with -race. Every answer must be the right one for the
+// state it saw: bob may always read report.pdf; carol's access flips.
+func TestHammer(t *testing.T) {
+	ts := newTestServer(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				resp, err := ts.grpc.Check(ctx, envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}))
+				if ended(ctx, err) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if resp.GetStatus().GetCode() != 0 {
+					errs <- fmt.Errorf("bob denied during the hammer: %v", resp)
+					return
+				}
+				resp, err = ts.grpc.Check(ctx, envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
+				if ended(ctx, err) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if c := resp.GetStatus().GetCode(); c != 0 && c != int32(codes.PermissionDenied) {
+					errs <- fmt.Errorf("carol's check failed during the hammer: %v", resp)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			op := "touches"
+			if i%2 == 1 {
+				op = "deletes"
+			}
+			post(t, ts.admin+"/v1/relationships", `{"`+op+`":["folder:q3#viewer@user:carol"]}`)
+			if i%10 == 0 {
+				if err := ts.srv.Reload(ctx); err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("hammer: %v", err)
+	}
+}
