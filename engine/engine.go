@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
 	"github.com/nexuspdp/nexus/compiler"
 )
 
@@ -21,6 +23,7 @@ type Engine struct {
 	live   sync.Map // api.Module -> *instance, every instance of every bundle
 	stop   chan struct{}
 	done   chan struct{}
+	cache  wazero.CompilationCache // shared by the bundles' runtimes
 }
 
 // watchdogInterval is how often deadlines of running evaluations are
@@ -34,7 +37,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	_ = ctx
-	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}), cache: wazero.NewCompilationCache()}
 	go e.watchdog()
 	return e, nil
 }
@@ -68,7 +71,7 @@ func (e *Engine) Load(ctx context.Context, b *compiler.Bundle) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	p, err := newPolicy(ctx, &e.cfg, &e.live, b)
+	p, err := newPolicy(ctx, &e.cfg, &e.live, e.cache, b)
 	if err != nil {
 		return err
 	}
@@ -90,6 +93,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	close(e.stop)
 	<-e.done
+	defer e.cache.Close(ctx)
 	if old := e.cur.Swap(nil); old != nil {
 		old.release()
 	}

@@ -48,7 +48,7 @@ type policy struct {
 	loadTime time.Duration
 }
 
-func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, b *compiler.Bundle) (_ *policy, err error) {
+func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, cache wazero.CompilationCache, b *compiler.Bundle) (_ *policy, err error) {
 	start := time.Now()
 	mod, err := wasmbin.Rewrite(b.Wasm, cfg.MemoryLimitPages)
 	if err != nil {
@@ -60,6 +60,7 @@ func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, b *compiler.Bun
 		// Deadlines are enforced by the engine's watchdog through the
 		// interrupt flag wasmbin adds, not by wazero's per-call goroutine.
 		WithCloseOnContextDone(false).
+		WithCompilationCache(cache).
 		WithMemoryLimitPages(cfg.MemoryLimitPages))
 	defer func() {
 		if err != nil {
