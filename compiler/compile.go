@@ -46,6 +46,9 @@ type Options struct {
 	OptimizationLevel int
 	// RegoV0 parses modules as Rego v0 instead of v1.
 	RegoV0 bool
+	// Builtins declares further host builtins (besides NexusBuiltins) that
+	// the engine's registry will provide.
+	Builtins []HostBuiltin
 }
 
 // Compile compiles the policy and data into a bundle. Bad policies yield
@@ -70,6 +73,17 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 		regoVersion = ast.RegoV0
 	}
 	caps := Capabilities()
+	if len(opts.Builtins) > 0 {
+		c := *caps
+		c.Builtins = slices.Clone(caps.Builtins)
+		for _, hb := range opts.Builtins {
+			if hb.Name == "" || hb.Decl == nil {
+				return nil, fmt.Errorf("compiler: host builtin %q needs a name and a declaration", hb.Name)
+			}
+			c.Builtins = append(c.Builtins, &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description})
+		}
+		caps = &c
+	}
 
 	data := map[string]any{}
 	var files []bundle.ModuleFile

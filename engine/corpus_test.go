@@ -24,6 +24,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/engine"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
@@ -36,7 +38,7 @@ type corpusCase struct {
 	Name    string   `yaml:"name"`
 	Modules []string `yaml:"modules"`
 	// Data and Input are kept as YAML nodes and turned into JSON text by
-	// nodeJSON so that numbers keep their exact decimal spelling.
+	// corpusNodeJSON so that numbers keep their exact decimal spelling.
 	Data  yaml.Node `yaml:"data"`
 	Input yaml.Node `yaml:"input"`
 	// Query is the entrypoint, slash separated: "test/p" is data.test.p.
@@ -103,7 +105,7 @@ func loadCorpus(t testing.TB) []*corpusCase {
 			}
 			seen[c.Name] = c.file
 			if c.Data.Kind != 0 {
-				if c.dataJSON, err = nodeJSON(&c.Data); err != nil {
+				if c.dataJSON, err = corpusNodeJSON(&c.Data); err != nil {
 					t.Fatalf("%s: data: %v", where, err)
 				}
 				if !bytes.HasPrefix(c.dataJSON, []byte("{")) {
@@ -111,7 +113,7 @@ func loadCorpus(t testing.TB) []*corpusCase {
 				}
 			}
 			if c.Input.Kind != 0 {
-				if c.inputJSON, err = nodeJSON(&c.Input); err != nil {
+				if c.inputJSON, err = corpusNodeJSON(&c.Input); err != nil {
 					t.Fatalf("%s: input: %v", where, err)
 				}
 			}
@@ -121,11 +123,11 @@ func loadCorpus(t testing.TB) []*corpusCase {
 	return out
 }
 
-// nodeJSON converts a YAML node to JSON text, keeping the literal text of
+// corpusNodeJSON converts a YAML node to JSON text, keeping the literal text of
 // numbers (yaml.v3 would otherwise round big integers through float64).
-func nodeJSON(n *yaml.Node) ([]byte, error) {
+func corpusNodeJSON(n *yaml.Node) ([]byte, error) {
 	var buf bytes.Buffer
-	if err := writeNodeJSON(&buf, n); err != nil {
+	if err := writeCorpusNodeJSON(&buf, n); err != nil {
 		return nil, err
 	}
 	if !json.Valid(buf.Bytes()) {
@@ -134,12 +136,12 @@ func nodeJSON(n *yaml.Node) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func writeNodeJSON(buf *bytes.Buffer, n *yaml.Node) error {
+func writeCorpusNodeJSON(buf *bytes.Buffer, n *yaml.Node) error {
 	switch n.Kind {
 	case yaml.DocumentNode:
-		return writeNodeJSON(buf, n.Content[0])
+		return writeCorpusNodeJSON(buf, n.Content[0])
 	case yaml.AliasNode:
-		return writeNodeJSON(buf, n.Alias)
+		return writeCorpusNodeJSON(buf, n.Alias)
 	case yaml.MappingNode:
 		buf.WriteByte('{')
 		for i := 0; i < len(n.Content); i += 2 {
@@ -153,7 +155,7 @@ func writeNodeJSON(buf *bytes.Buffer, n *yaml.Node) error {
 			kb, _ := json.Marshal(k.Value)
 			buf.Write(kb)
 			buf.WriteByte(':')
-			if err := writeNodeJSON(buf, v); err != nil {
+			if err := writeCorpusNodeJSON(buf, v); err != nil {
 				return err
 			}
 		}
@@ -164,7 +166,7 @@ func writeNodeJSON(buf *bytes.Buffer, n *yaml.Node) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if err := writeNodeJSON(buf, v); err != nil {
+			if err := writeCorpusNodeJSON(buf, v); err != nil {
 				return err
 			}
 		}
@@ -196,14 +198,14 @@ func writeNodeJSON(buf *bytes.Buffer, n *yaml.Node) error {
 	return nil
 }
 
-// oracleResult is OPA's answer for one case.
-type oracleResult struct {
+// corpusOracleResult is OPA's answer for one case.
+type corpusOracleResult struct {
 	undefined bool
 	err       error
 	value     ast.Value
 }
 
-func (r oracleResult) String() string {
+func (r corpusOracleResult) String() string {
 	switch {
 	case r.err != nil:
 		return "error: " + r.err.Error()
@@ -214,8 +216,8 @@ func (r oracleResult) String() string {
 	}
 }
 
-// modulesMap names the modules of a case the same way for OPA and the engine.
-func modulesMap(mods []string) map[string]string {
+// corpusModules names the modules of a case the same way for OPA and the engine.
+func corpusModules(mods []string) map[string]string {
 	m := make(map[string]string, len(mods))
 	for i, src := range mods {
 		m[fmt.Sprintf("mod%d.rego", i)] = src
@@ -223,8 +225,8 @@ func modulesMap(mods []string) map[string]string {
 	return m
 }
 
-// evalOracle evaluates a case with OPA's topdown evaluator.
-func evalOracle(ctx context.Context, c *corpusCase) oracleResult {
+// corpusOracle evaluates a case with OPA's topdown evaluator.
+func corpusOracle(ctx context.Context, c *corpusCase) corpusOracleResult {
 	query := "data." + strings.ReplaceAll(c.Query, "/", ".")
 	var captured *ast.Term
 	opts := []func(*rego.Rego){
@@ -234,7 +236,7 @@ func evalOracle(ctx context.Context, c *corpusCase) oracleResult {
 			return nil, nil
 		}),
 	}
-	mods := modulesMap(c.Modules)
+	mods := corpusModules(c.Modules)
 	names := make([]string, 0, len(mods))
 	for n := range mods {
 		names = append(names, n)
@@ -246,31 +248,31 @@ func evalOracle(ctx context.Context, c *corpusCase) oracleResult {
 	if c.dataJSON != nil {
 		var data map[string]any
 		if err := util.UnmarshalJSON(c.dataJSON, &data); err != nil {
-			return oracleResult{err: fmt.Errorf("data: %w", err)}
+			return corpusOracleResult{err: fmt.Errorf("data: %w", err)}
 		}
 		opts = append(opts, rego.Store(inmem.NewFromObject(data)))
 	}
 	if c.inputJSON != nil {
 		var input any
 		if err := util.UnmarshalJSON(c.inputJSON, &input); err != nil {
-			return oracleResult{err: fmt.Errorf("input: %w", err)}
+			return corpusOracleResult{err: fmt.Errorf("input: %w", err)}
 		}
 		opts = append(opts, rego.Input(input))
 	}
 	rs, err := rego.New(opts...).Eval(ctx)
 	switch {
 	case err != nil:
-		return oracleResult{err: err}
+		return corpusOracleResult{err: err}
 	case len(rs) == 0:
-		return oracleResult{undefined: true}
+		return corpusOracleResult{undefined: true}
 	case len(rs) > 1 || len(rs[0].Expressions) != 1 || captured == nil:
-		return oracleResult{err: fmt.Errorf("unexpected result set shape: %v", rs)}
+		return corpusOracleResult{err: fmt.Errorf("unexpected result set shape: %v", rs)}
 	}
-	return oracleResult{value: captured.Value}
+	return corpusOracleResult{value: captured.Value}
 }
 
-// decodeJSON parses the engine's answer keeping numbers exact.
-func decodeJSON(b []byte) (any, error) {
+// corpusDecodeJSON parses the engine's answer keeping numbers exact.
+func corpusDecodeJSON(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
@@ -283,11 +285,11 @@ func decodeJSON(b []byte) (any, error) {
 	return v, nil
 }
 
-// sameValue reports whether got (decoded JSON from the engine) is the JSON
+// corpusSameValue reports whether got (decoded JSON from the engine) is the JSON
 // form of want (OPA's value). Sets, which JSON writes as arrays in no
 // particular order, are compared as sets; numbers are compared by their exact
 // decimal value, never through float64.
-func sameValue(want ast.Value, got any) bool {
+func corpusSameValue(want ast.Value, got any) bool {
 	switch w := want.(type) {
 	case ast.Null:
 		return got == nil
@@ -299,14 +301,14 @@ func sameValue(want ast.Value, got any) bool {
 		return ok && g == string(w)
 	case ast.Number:
 		g, ok := got.(json.Number)
-		return ok && sameNumber(string(w), string(g))
+		return ok && corpusSameNumber(string(w), string(g))
 	case *ast.Array:
 		g, ok := got.([]any)
 		if !ok || len(g) != w.Len() {
 			return false
 		}
 		for i := range g {
-			if !sameValue(w.Elem(i).Value, g[i]) {
+			if !corpusSameValue(w.Elem(i).Value, g[i]) {
 				return false
 			}
 		}
@@ -321,7 +323,7 @@ func sameValue(want ast.Value, got any) bool {
 		all := true
 		w.Foreach(func(x *ast.Term) {
 			for i := range g {
-				if !used[i] && sameValue(x.Value, g[i]) {
+				if !used[i] && corpusSameValue(x.Value, g[i]) {
 					used[i] = true
 					return
 				}
@@ -336,13 +338,13 @@ func sameValue(want ast.Value, got any) bool {
 		}
 		all := true
 		w.Foreach(func(k, v *ast.Term) {
-			key, err := objectKey(k.Value)
+			key, err := corpusObjectKey(k.Value)
 			if err != nil {
 				all = false
 				return
 			}
 			gv, ok := g[key]
-			if !ok || !sameValue(v.Value, gv) {
+			if !ok || !corpusSameValue(v.Value, gv) {
 				all = false
 			}
 		})
@@ -351,8 +353,8 @@ func sameValue(want ast.Value, got any) bool {
 	return false
 }
 
-// objectKey is the JSON object key OPA writes for an object key.
-func objectKey(k ast.Value) (string, error) {
+// corpusObjectKey is the JSON object key OPA writes for an object key.
+func corpusObjectKey(k ast.Value) (string, error) {
 	if s, ok := k.(ast.String); ok {
 		return string(s), nil
 	}
@@ -364,14 +366,157 @@ func objectKey(k ast.Value) (string, error) {
 	return string(b), err
 }
 
-// sameNumber compares two JSON numbers by exact value.
-func sameNumber(a, b string) bool {
+// corpusSameNumber compares two JSON numbers by exact value.
+func corpusSameNumber(a, b string) bool {
 	if a == b {
 		return true
 	}
 	ra, oka := new(big.Rat).SetString(a)
 	rb, okb := new(big.Rat).SetString(b)
 	return oka && okb && ra.Cmp(rb) == 0
+}
+
+// corpusGroup is the cases that share modules and data: compiled once,
+// with every entrypoint they query, and loaded into one engine.
+type corpusGroup struct {
+	cases []*corpusCase
+}
+
+func groupCorpus(cases []*corpusCase) []*corpusGroup {
+	var groups []*corpusGroup
+	index := map[string]*corpusGroup{}
+	for _, c := range cases {
+		key := strings.Join(c.Modules, "\x00module\x00") + "\x00data\x00" + string(c.dataJSON)
+		g, ok := index[key]
+		if !ok {
+			g = &corpusGroup{}
+			index[key] = g
+			groups = append(groups, g)
+		}
+		g.cases = append(g.cases, c)
+	}
+	return groups
+}
+
+// corpusEngine compiles modules and data for the entrypoints and loads the
+// bundle into a new engine.
+func corpusEngine(ctx context.Context, t testing.TB, c *corpusCase, entrypoints []string) (*engine.Engine, error) {
+	t.Helper()
+	b, err := compiler.Compile(ctx, compiler.Options{
+		Modules:     corpusModules(c.Modules),
+		DataJSON:    c.dataJSON,
+		Entrypoints: entrypoints,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	e, err := engine.New(ctx, engine.Config{MaxInstances: 1})
+	if err != nil {
+		t.Fatalf("engine.New: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	if err := e.Load(ctx, b); err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	return e, nil
+}
+
+// corpusEngineResult is the engine's answer for one case.
+type corpusEngineResult struct {
+	undefined bool
+	err       error
+	value     []byte
+}
+
+func (r corpusEngineResult) String() string {
+	switch {
+	case r.err != nil:
+		return "error: " + r.err.Error()
+	case r.undefined:
+		return "undefined"
+	default:
+		return string(r.value)
+	}
+}
+
+// corpusCompare says how the engine's answer differs from the oracle's;
+// "" means they agree.
+func corpusCompare(c *corpusCase, want corpusOracleResult, got corpusEngineResult) string {
+	switch {
+	case want.err != nil && got.err != nil:
+		return ""
+	case want.err != nil || got.err != nil:
+		return fmt.Sprintf("OPA: %v\nengine: %v", want, got)
+	case want.undefined != got.undefined:
+		return fmt.Sprintf("OPA: %v\nengine: %v", want, got)
+	case want.undefined:
+		return ""
+	}
+	v, err := corpusDecodeJSON(got.value)
+	if err != nil {
+		return fmt.Sprintf("engine returned invalid JSON %q: %v", got.value, err)
+	}
+	if !corpusSameValue(want.value, v) {
+		return fmt.Sprintf("OPA: %v\nengine: %s", want, got.value)
+	}
+	return ""
+}
+
+// TestCorpus evaluates every case with OPA and with the engine and requires
+// the same answer, except for the cases with an allowed_difference, which are
+// listed in the log with their reason.
+func TestCorpus(t *testing.T) {
+	cases := loadCorpus(t)
+	ctx := context.Background()
+	var allowed []string
+	for _, g := range groupCorpus(cases) {
+		var eps []string
+		seen := map[string]bool{}
+		for _, c := range g.cases {
+			if !seen[c.Query] {
+				seen[c.Query] = true
+				eps = append(eps, c.Query)
+			}
+		}
+		shared, sharedErr := corpusEngine(ctx, t, g.cases[0], eps)
+		for _, c := range g.cases {
+			t.Run(c.Name, func(t *testing.T) {
+				want := corpusOracle(ctx, c)
+				if c.WantError != (want.err != nil) {
+					t.Fatalf("%s: oracle answered %v, the case says want_error=%v", c.file, want, c.WantError)
+				}
+				e, err := shared, sharedErr
+				if err != nil && len(eps) > 1 {
+					// One entrypoint may be what fails to compile: try this
+					// case on its own.
+					e, err = corpusEngine(ctx, t, c, []string{c.Query})
+				}
+				var got corpusEngineResult
+				if err != nil {
+					got.err = err
+				} else {
+					got.value, got.err = e.Eval(ctx, c.Query, c.inputJSON, nil)
+					if errors.Is(got.err, engine.ErrUndefined) {
+						got.undefined, got.err = true, nil
+					}
+				}
+				diff := corpusCompare(c, want, got)
+				switch {
+				case diff != "" && c.AllowedDifference != "":
+					allowed = append(allowed, fmt.Sprintf("%s: %s", c.Name, c.AllowedDifference))
+					t.Logf("allowed difference (%s):\n%s", c.AllowedDifference, diff)
+				case diff != "":
+					t.Errorf("%s: engine differs from OPA\n%s", c.file, diff)
+				case c.AllowedDifference != "":
+					t.Errorf("%s: allowed_difference %q is stale: the engine agrees with OPA (%v); remove it", c.file, c.AllowedDifference, want)
+				}
+			})
+		}
+	}
+	sort.Strings(allowed)
+	for _, a := range allowed {
+		t.Logf("allowed difference: %s", a)
+	}
 }
 
 // TestCorpusLoads checks the corpus is well formed and that OPA, the oracle,
@@ -382,7 +527,7 @@ func TestCorpusLoads(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			r := evalOracle(ctx, c)
+			r := corpusOracle(ctx, c)
 			switch {
 			case c.WantError && r.err == nil:
 				t.Errorf("%s: want an error from OPA, got %v", c.file, r)

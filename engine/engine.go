@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
 
 	"github.com/nexuspdp/nexus/compiler"
 )
@@ -17,7 +20,16 @@ type Engine struct {
 	cur    atomic.Pointer[policy]
 	mu     sync.Mutex // serialises Load and Close
 	closed atomic.Bool
+	live   sync.Map // api.Module -> *instance, every instance of every bundle
+	stop   chan struct{}
+	done   chan struct{}
+	cache  wazero.CompilationCache // shared by the bundles' runtimes
 }
+
+// watchdogInterval is how often deadlines of running evaluations are
+// checked: a runaway evaluation stops within about this much of its
+// deadline.
+const watchdogInterval = time.Millisecond
 
 // New returns an engine with no bundle loaded.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
@@ -25,7 +37,26 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	_ = ctx
-	return &Engine{cfg: cfg}, nil
+	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}), cache: wazero.NewCompilationCache()}
+	go e.watchdog()
+	return e, nil
+}
+
+func (e *Engine) watchdog() {
+	defer close(e.done)
+	t := time.NewTicker(watchdogInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			e.live.Range(func(_, v any) bool {
+				v.(*instance).watch()
+				return true
+			})
+		}
+	}
 }
 
 // Load compiles b's module, parses its data once and makes it the bundle
@@ -40,7 +71,7 @@ func (e *Engine) Load(ctx context.Context, b *compiler.Bundle) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	p, err := newPolicy(ctx, &e.cfg, b)
+	p, err := newPolicy(ctx, &e.cfg, &e.live, e.cache, b)
 	if err != nil {
 		return err
 	}
@@ -60,6 +91,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	close(e.stop)
+	<-e.done
+	defer e.cache.Close(ctx)
 	if old := e.cur.Swap(nil); old != nil {
 		old.release()
 	}

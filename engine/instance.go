@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -20,6 +21,13 @@ type instance struct {
 	mem api.Memory
 
 	fEval, fMalloc, fJSONParse, fJSONDump, fValueDump, fValueParse api.Function
+
+	// interrupt is the module's interrupt flag; the watchdog sets it when
+	// the context of the evaluation in progress (wctx) is done.
+	interrupt api.MutableGlobal
+	wmu       sync.Mutex
+	wctx      context.Context
+	fired     bool
 
 	stack [8]uint64 // opa_eval parameters and result
 	inner [4]uint64 // nested calls from host functions
@@ -61,7 +69,26 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, input
 	s[4] = uint64(len(input))
 	s[5] = end // heap starts after the input
 	s[6] = 0   // JSON output
+	watched := ctx.Done() != nil
+	if watched {
+		in.wmu.Lock()
+		in.wctx = ctx
+		in.wmu.Unlock()
+	}
 	err := in.fEval.CallWithStack(ctx, s)
+	if watched {
+		in.wmu.Lock()
+		in.wctx = nil
+		fired := in.fired
+		in.fired = false
+		in.wmu.Unlock()
+		if fired {
+			in.interrupt.Set(0)
+			if err != nil {
+				err = &interruptError{ctx.Err()}
+			}
+		}
+	}
 	if in.bstate != nil {
 		in.bstate.done()
 	}
@@ -102,7 +129,30 @@ type builtinPanic struct {
 func (b *builtinPanic) Error() string { return fmt.Sprintf("builtin %s: %v", b.name, b.err) }
 func (b *builtinPanic) Unwrap() error { return b.err }
 
+// interruptError is an evaluation the watchdog stopped.
+type interruptError struct{ err error }
+
+func (e *interruptError) Error() string { return "interrupted: " + e.err.Error() }
+func (e *interruptError) Unwrap() error { return e.err }
+
+// watch is called by the watchdog: it raises the interrupt flag if the
+// evaluation in progress has a done context.
+func (in *instance) watch() {
+	in.wmu.Lock()
+	if in.wctx != nil && !in.fired && in.wctx.Err() != nil {
+		in.interrupt.Set(1)
+		in.fired = true
+	}
+	in.wmu.Unlock()
+}
+
 func classify(ctx context.Context, entrypoint string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &EvalError{Code: CodeDeadline, Entrypoint: entrypoint, Message: "evaluation stopped at the deadline", Err: context.DeadlineExceeded}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &EvalError{Code: CodeCanceled, Entrypoint: entrypoint, Message: "evaluation canceled", Err: context.Canceled}
+	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
 		switch exit.ExitCode() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine/internal/wasmbin"
@@ -41,22 +42,25 @@ type policy struct {
 	falseAddr   uint32
 
 	idle      chan *instance // nil entries are free slots
-	instances sync.Map       // api.Module -> *instance, for host functions
+	instances *sync.Map      // api.Module -> *instance, shared by the engine
 	refs      atomic.Int64
 
 	loadTime time.Duration
 }
 
-func newPolicy(ctx context.Context, cfg *Config, b *compiler.Bundle) (_ *policy, err error) {
+func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, cache wazero.CompilationCache, b *compiler.Bundle) (_ *policy, err error) {
 	start := time.Now()
-	mod, _, err := wasmbin.DefineMemory(b.Wasm, cfg.MemoryLimitPages)
+	mod, err := wasmbin.Rewrite(b.Wasm, cfg.MemoryLimitPages)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	p := &policy{cfg: cfg, revision: b.Manifest.Revision}
+	p := &policy{cfg: cfg, revision: b.Manifest.Revision, instances: live}
 	p.refs.Store(1)
 	p.runtime = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true).
+		// Deadlines are enforced by the engine's watchdog through the
+		// interrupt flag wasmbin adds, not by wazero's per-call goroutine.
+		WithCloseOnContextDone(false).
+		WithCompilationCache(cache).
 		WithMemoryLimitPages(cfg.MemoryLimitPages))
 	defer func() {
 		if err != nil {
@@ -75,6 +79,7 @@ func newPolicy(ctx context.Context, cfg *Config, b *compiler.Bundle) (_ *policy,
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrInvalidBundle, err)
 	}
 	if err := p.initFrom(ctx, inst, b); err != nil {
+		p.instances.Delete(inst.mod)
 		_ = inst.mod.Close(context.Background())
 		return nil, err
 	}
@@ -205,6 +210,12 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 	inst.fJSONDump = mod.ExportedFunction("opa_json_dump")
 	inst.fValueDump = mod.ExportedFunction("opa_value_dump")
 	inst.fValueParse = mod.ExportedFunction("opa_value_parse")
+	g, ok := mod.ExportedGlobal(wasmbin.InterruptGlobal).(api.MutableGlobal)
+	if !ok {
+		_ = mod.Close(ctx)
+		return nil, fmt.Errorf("%w: module lacks the interrupt flag", ErrInvalidBundle)
+	}
+	inst.interrupt = g
 	p.instances.Store(mod, inst)
 	return inst, nil
 }
@@ -218,11 +229,13 @@ func (p *policy) newInstance() (*instance, error) {
 	}
 	if cur := inst.mem.Size() / pageSize; cur < p.pages {
 		if _, ok := inst.mem.Grow(p.pages - cur); !ok {
+			p.instances.Delete(inst.mod)
 			_ = inst.mod.Close(ctx)
 			return nil, &EvalError{Code: CodeMemory, Message: "cannot grow a new instance to the snapshot size"}
 		}
 	}
 	if !inst.mem.Write(0, p.snapshot) {
+		p.instances.Delete(inst.mod)
 		_ = inst.mod.Close(ctx)
 		return nil, fmt.Errorf("engine: snapshot does not fit")
 	}
@@ -291,6 +304,7 @@ func (p *policy) close() {
 		select {
 		case inst := <-p.idle:
 			if inst != nil {
+				p.instances.Delete(inst.mod)
 				_ = inst.mod.Close(context.Background())
 			}
 		default:

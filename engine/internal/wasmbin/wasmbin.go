@@ -1,7 +1,16 @@
-// Package wasmbin rewrites OPA policy modules so that one compiled module can
-// be instantiated many times in one wazero runtime: the memory the policy
-// imports from "env" becomes a memory the module defines itself, with the
-// engine's page limit.
+// Package wasmbin rewrites OPA policy modules for the engine:
+//
+//   - the memory the policy imports from "env" becomes a memory the module
+//     defines itself, bounded by the engine's page limit, so that one
+//     compiled module can be instantiated many times in one wazero runtime;
+//   - an exported mutable i32 global, InterruptGlobal, is added, and every
+//     loop checks it on each iteration and traps when it is non-zero, so
+//     that the host can stop a runaway evaluation without wazero's
+//     per-call goroutine (WithCloseOnContextDone).
+//
+// Only the instruction set OPA's compiler emits (WebAssembly MVP, sign
+// extension, saturating truncation, bulk memory and reference types) is
+// understood; other modules are rejected with ErrMalformed.
 package wasmbin
 
 import (
@@ -14,120 +23,200 @@ import (
 // not have the shape of an OPA policy module.
 var ErrMalformed = errors.New("wasmbin: malformed module")
 
+// InterruptGlobal is the name under which the interrupt flag is exported.
+const InterruptGlobal = "nexus_interrupt"
+
 var header = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
 
 const (
 	secCustom = 0
 	secImport = 2
 	secMemory = 5
+	secGlobal = 6
+	secExport = 7
+	secCode   = 10
 )
 
-// DefineMemory returns a copy of mod in which the (single) imported memory
-// is replaced by a defined memory of minPages pages (at least the import's
-// minimum) and at most maxPages pages. It returns the import's minimum.
-func DefineMemory(mod []byte, maxPages uint32) ([]byte, uint32, error) {
+// rank is the position of each known section in the binary format.
+var rank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
+
+type section struct {
+	id   byte
+	body []byte
+}
+
+// Rewrite returns the rewritten module (see the package doc).
+func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil { // index errors on hostile input
+			err = fmt.Errorf("%w: %v", ErrMalformed, r)
+		}
+	}()
 	if len(mod) < 8 || !bytes.Equal(mod[:8], header) {
-		return nil, 0, fmt.Errorf("%w: bad header", ErrMalformed)
+		return nil, fmt.Errorf("%w: bad header", ErrMalformed)
 	}
-	out := make([]byte, 0, len(mod)+16)
-	out = append(out, header...)
-	var (
-		memMin      uint32
-		found       bool
-		inserted    bool
-		memSection  []byte
-		sawMemorySc bool
-	)
-	p := 8
-	for p < len(mod) {
+	var secs []section
+	seen := map[byte]bool{}
+	for p := 8; p < len(mod); {
 		id := mod[p]
 		size, n, err := readU32(mod, p+1)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		start := p + 1 + n
 		end := start + int(size)
 		if end > len(mod) || end < start {
-			return nil, 0, fmt.Errorf("%w: section %d overruns module", ErrMalformed, id)
+			return nil, fmt.Errorf("%w: section %d overruns module", ErrMalformed, id)
 		}
-		body := mod[start:end]
+		if id != secCustom {
+			if _, ok := rank[id]; !ok {
+				return nil, fmt.Errorf("%w: unknown section %d", ErrMalformed, id)
+			}
+			if seen[id] {
+				return nil, fmt.Errorf("%w: duplicate section %d", ErrMalformed, id)
+			}
+			seen[id] = true
+		}
+		secs = append(secs, section{id, mod[start:end]})
 		p = end
-		if id == secMemory {
-			sawMemorySc = true
+	}
+	if seen[secMemory] {
+		return nil, fmt.Errorf("%w: module defines its own memory", ErrMalformed)
+	}
+
+	var memMin uint32
+	importedGlobals, definedGlobals := uint32(0), uint32(0)
+	foundMem := false
+	for i, s := range secs {
+		switch s.id {
+		case secImport:
+			body, mn, ng, ok, err := dropMemoryImport(s.body)
+			if err != nil {
+				return nil, err
+			}
+			secs[i].body, memMin, importedGlobals, foundMem = body, mn, ng, ok
+		case secGlobal:
+			c, _, err := readU32(s.body, 0)
+			if err != nil {
+				return nil, err
+			}
+			definedGlobals = c
 		}
-		if found && !inserted && id != secCustom && id > 4 && id != secMemory {
-			out = append(out, memSection...)
-			inserted = true
+	}
+	if !foundMem {
+		return nil, fmt.Errorf("%w: no imported memory", ErrMalformed)
+	}
+	if maxPages != 0 && memMin > maxPages {
+		return nil, fmt.Errorf("%w: module needs %d memory pages, limit is %d", ErrMalformed, memMin, maxPages)
+	}
+	flag := importedGlobals + definedGlobals
+
+	// New or extended sections.
+	memBody := appendU32(nil, 1)
+	if maxPages == 0 {
+		memBody = append(memBody, 0x00)
+		memBody = appendU32(memBody, memMin)
+	} else {
+		memBody = append(memBody, 0x01)
+		memBody = appendU32(memBody, memMin)
+		memBody = appendU32(memBody, maxPages)
+	}
+	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b} // mut i32 = i32.const 0
+	pending := []section{{secMemory, memBody}}
+	if !seen[secGlobal] {
+		pending = append(pending, section{secGlobal, append(appendU32(nil, 1), newGlobal...)})
+	}
+	if !seen[secExport] {
+		pending = append(pending, section{secExport, appendU32(nil, 0)})
+	}
+
+	out := append(make([]byte, 0, len(mod)+len(mod)/16+64), header...)
+	emit := func(s section) error {
+		body := s.body
+		var err error
+		switch s.id {
+		case secGlobal:
+			if seen[secGlobal] {
+				body, err = appendToVec(body, newGlobal)
+			}
+		case secExport:
+			e := appendName(nil, InterruptGlobal)
+			e = append(e, 0x03)
+			e = appendU32(e, flag)
+			body, err = appendToVec(body, e)
+		case secCode:
+			body, err = instrumentCode(body, flag)
 		}
-		if id != secImport {
-			out = append(out, mod[start-1-n:end]...)
-			continue
-		}
-		newBody, mn, ok, err := dropMemoryImport(body)
 		if err != nil {
-			return nil, 0, err
+			return err
 		}
-		if !ok {
-			out = append(out, mod[start-1-n:end]...)
-			continue
+		out = append(out, s.id)
+		out = appendU32(out, uint32(len(body)))
+		out = append(out, body...)
+		return nil
+	}
+	for _, s := range secs {
+		if s.id != secCustom {
+			for len(pending) > 0 && rank[pending[0].id] < rank[s.id] {
+				if err := emit(pending[0]); err != nil {
+					return nil, err
+				}
+				pending = pending[1:]
+			}
 		}
-		found, memMin = true, mn
-		out = append(out, secImport)
-		out = appendU32(out, uint32(len(newBody)))
-		out = append(out, newBody...)
-		minPages := memMin
-		if maxPages != 0 && minPages > maxPages {
-			return nil, 0, fmt.Errorf("%w: module needs %d memory pages, limit is %d", ErrMalformed, minPages, maxPages)
+		if err := emit(s); err != nil {
+			return nil, err
 		}
-		var ms []byte
-		ms = appendU32(ms, 1)
-		if maxPages == 0 {
-			ms = append(ms, 0x00)
-			ms = appendU32(ms, minPages)
-		} else {
-			ms = append(ms, 0x01)
-			ms = appendU32(ms, minPages)
-			ms = appendU32(ms, maxPages)
+	}
+	for _, s := range pending {
+		if err := emit(s); err != nil {
+			return nil, err
 		}
-		memSection = append([]byte{secMemory}, appendU32(nil, uint32(len(ms)))...)
-		memSection = append(memSection, ms...)
 	}
-	if !found {
-		return nil, 0, fmt.Errorf("%w: no imported memory", ErrMalformed)
-	}
-	if sawMemorySc {
-		return nil, 0, fmt.Errorf("%w: module both imports and defines memory", ErrMalformed)
-	}
-	if !inserted {
-		out = append(out, memSection...)
-	}
-	return out, memMin, nil
+	return out, nil
 }
 
-// dropMemoryImport removes the memory import from an import section body.
-func dropMemoryImport(body []byte) ([]byte, uint32, bool, error) {
+func appendName(b []byte, s string) []byte {
+	b = appendU32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// appendToVec adds one (already encoded) entry to a vector body.
+func appendToVec(body, entry []byte) ([]byte, error) {
+	c, n, err := readU32(body, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := appendU32(nil, c+1)
+	out = append(out, body[n:]...)
+	return append(out, entry...), nil
+}
+
+// dropMemoryImport removes the memory import from an import section body and
+// counts the imported globals.
+func dropMemoryImport(body []byte) ([]byte, uint32, uint32, bool, error) {
 	count, n, err := readU32(body, 0)
 	if err != nil {
-		return nil, 0, false, err
+		return nil, 0, 0, false, err
 	}
 	p := n
 	var kept [][]byte
-	var memMin uint32
+	var memMin, globals uint32
 	found := false
 	for i := uint32(0); i < count; i++ {
 		entryStart := p
 		for range 2 { // module name, field name
 			l, n, err := readU32(body, p)
 			if err != nil {
-				return nil, 0, false, err
+				return nil, 0, 0, false, err
 			}
 			p += n + int(l)
 			if p > len(body) || p < 0 {
-				return nil, 0, false, fmt.Errorf("%w: import name overruns section", ErrMalformed)
+				return nil, 0, 0, false, fmt.Errorf("%w: import name overruns section", ErrMalformed)
 			}
 		}
 		if p >= len(body) {
-			return nil, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
+			return nil, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
 		}
 		kind := body[p]
 		p++
@@ -135,48 +224,43 @@ func dropMemoryImport(body []byte) ([]byte, uint32, bool, error) {
 		case 0x00: // function: type index
 			_, n, err := readU32(body, p)
 			if err != nil {
-				return nil, 0, false, err
+				return nil, 0, 0, false, err
 			}
 			p += n
 		case 0x01: // table: reftype, limits
-			if p >= len(body) {
-				return nil, 0, false, fmt.Errorf("%w: table import truncated", ErrMalformed)
-			}
 			p++
 			_, n, err := readLimits(body, p)
 			if err != nil {
-				return nil, 0, false, err
+				return nil, 0, 0, false, err
 			}
 			p += n
 		case 0x02: // memory: limits
 			mn, n, err := readLimits(body, p)
 			if err != nil {
-				return nil, 0, false, err
+				return nil, 0, 0, false, err
 			}
 			p += n
 			if found {
-				return nil, 0, false, fmt.Errorf("%w: more than one memory import", ErrMalformed)
+				return nil, 0, 0, false, fmt.Errorf("%w: more than one memory import", ErrMalformed)
 			}
 			found, memMin = true, mn
 			continue // dropped
 		case 0x03: // global: valtype, mut
 			p += 2
+			globals++
 		default:
-			return nil, 0, false, fmt.Errorf("%w: import kind %#x", ErrMalformed, kind)
+			return nil, 0, 0, false, fmt.Errorf("%w: import kind %#x", ErrMalformed, kind)
 		}
 		if p > len(body) {
-			return nil, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
+			return nil, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
 		}
 		kept = append(kept, body[entryStart:p])
-	}
-	if !found {
-		return nil, 0, false, nil
 	}
 	out := appendU32(nil, uint32(len(kept)))
 	for _, k := range kept {
 		out = append(out, k...)
 	}
-	return out, memMin, true, nil
+	return out, memMin, globals, found, nil
 }
 
 func readLimits(b []byte, p int) (uint32, int, error) {
@@ -216,6 +300,19 @@ func readU32(b []byte, p int) (uint32, int, error) {
 		}
 	}
 	return 0, 0, fmt.Errorf("%w: LEB128 too long", ErrMalformed)
+}
+
+// skipLEB skips one LEB128 number of at most max bytes.
+func skipLEB(b []byte, p, maxBytes int) (int, error) {
+	for i := 0; i < maxBytes; i++ {
+		if p+i >= len(b) {
+			return 0, fmt.Errorf("%w: truncated LEB128", ErrMalformed)
+		}
+		if b[p+i]&0x80 == 0 {
+			return p + i + 1, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: LEB128 too long", ErrMalformed)
 }
 
 func appendU32(b []byte, v uint32) []byte {

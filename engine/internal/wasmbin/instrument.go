@@ -1,0 +1,180 @@
+package wasmbin
+
+import "fmt"
+
+// instrumentCode inserts, after every loop header of every function body,
+// "global.get flag; if; unreachable; end".
+func instrumentCode(body []byte, flag uint32) ([]byte, error) {
+	count, n, err := readU32(body, 0)
+	if err != nil {
+		return nil, err
+	}
+	check := []byte{0x23}
+	check = appendU32(check, flag)
+	check = append(check, 0x04, 0x40, 0x00, 0x0b)
+
+	out := appendU32(make([]byte, 0, len(body)+len(body)/8), count)
+	p := n
+	for i := uint32(0); i < count; i++ {
+		size, n, err := readU32(body, p)
+		if err != nil {
+			return nil, err
+		}
+		start := p + n
+		end := start + int(size)
+		if end > len(body) || end < start {
+			return nil, fmt.Errorf("%w: function body overruns code section", ErrMalformed)
+		}
+		fn, err := instrumentFunc(body[start:end], check)
+		if err != nil {
+			return nil, fmt.Errorf("function %d: %w", i, err)
+		}
+		out = appendU32(out, uint32(len(fn)))
+		out = append(out, fn...)
+		p = end
+	}
+	if p != len(body) {
+		return nil, fmt.Errorf("%w: trailing bytes in code section", ErrMalformed)
+	}
+	return out, nil
+}
+
+func instrumentFunc(fn []byte, check []byte) ([]byte, error) {
+	// Locals: vec of (count, valtype).
+	groups, n, err := readU32(fn, 0)
+	if err != nil {
+		return nil, err
+	}
+	p := n
+	for i := uint32(0); i < groups; i++ {
+		if p, err = skipLEB(fn, p, 5); err != nil {
+			return nil, err
+		}
+		p++ // valtype
+	}
+	if p > len(fn) {
+		return nil, fmt.Errorf("%w: locals overrun body", ErrMalformed)
+	}
+	out := make([]byte, 0, len(fn)+64)
+	out = append(out, fn[:p]...)
+	last := p // start of the not yet copied part
+	for p < len(fn) {
+		op := fn[p]
+		p++
+		switch {
+		case op == 0x03: // loop blocktype
+			if p, err = skipBlockType(fn, p); err != nil {
+				return nil, err
+			}
+			out = append(out, fn[last:p]...)
+			out = append(out, check...)
+			last = p
+		case op == 0x02 || op == 0x04: // block, if
+			if p, err = skipBlockType(fn, p); err != nil {
+				return nil, err
+			}
+		case op == 0x0c || op == 0x0d || op == 0x10 || (op >= 0x20 && op <= 0x26) || op == 0xd2 || op == 0x12:
+			if p, err = skipLEB(fn, p, 5); err != nil {
+				return nil, err
+			}
+		case op == 0x0e: // br_table
+			c, n, err := readU32(fn, p)
+			if err != nil {
+				return nil, err
+			}
+			p += n
+			for j := uint64(0); j <= uint64(c); j++ {
+				if p, err = skipLEB(fn, p, 5); err != nil {
+					return nil, err
+				}
+			}
+		case op == 0x11 || op == 0x13: // call_indirect, return_call_indirect: type, table
+			if p, err = skipLEB(fn, p, 5); err != nil {
+				return nil, err
+			}
+			if p, err = skipLEB(fn, p, 5); err != nil {
+				return nil, err
+			}
+		case op == 0x1c: // select t*
+			c, n, err := readU32(fn, p)
+			if err != nil {
+				return nil, err
+			}
+			p += n + int(c)
+		case op >= 0x28 && op <= 0x3e: // memarg
+			if p, err = skipLEB(fn, p, 5); err != nil {
+				return nil, err
+			}
+			if p, err = skipLEB(fn, p, 5); err != nil {
+				return nil, err
+			}
+		case op == 0x3f || op == 0x40: // memory.size, memory.grow
+			p++
+		case op == 0x41:
+			if p, err = skipLEB(fn, p, 5); err != nil {
+				return nil, err
+			}
+		case op == 0x42:
+			if p, err = skipLEB(fn, p, 10); err != nil {
+				return nil, err
+			}
+		case op == 0x43:
+			p += 4
+		case op == 0x44:
+			p += 8
+		case op == 0xd0: // ref.null t
+			p++
+		case op == 0xfc:
+			sub, n, err := readU32(fn, p)
+			if err != nil {
+				return nil, err
+			}
+			p += n
+			switch {
+			case sub <= 7:
+			case sub == 8: // memory.init data, mem
+				if p, err = skipLEB(fn, p, 5); err != nil {
+					return nil, err
+				}
+				p++
+			case sub == 9, sub == 13, sub == 15, sub == 16, sub == 17:
+				if p, err = skipLEB(fn, p, 5); err != nil {
+					return nil, err
+				}
+			case sub == 10: // memory.copy
+				p += 2
+			case sub == 11: // memory.fill
+				p++
+			case sub == 12, sub == 14:
+				if p, err = skipLEB(fn, p, 5); err != nil {
+					return nil, err
+				}
+				if p, err = skipLEB(fn, p, 5); err != nil {
+					return nil, err
+				}
+			default:
+				return nil, fmt.Errorf("%w: unsupported instruction 0xfc %d", ErrMalformed, sub)
+			}
+		case op <= 0x01 || op == 0x05 || op == 0x0b || op == 0x0f || op == 0x1a || op == 0x1b || (op >= 0x45 && op <= 0xc4) || op == 0xd1:
+			// no immediates
+		default:
+			return nil, fmt.Errorf("%w: unsupported instruction %#x", ErrMalformed, op)
+		}
+		if p > len(fn) {
+			return nil, fmt.Errorf("%w: instruction overruns body", ErrMalformed)
+		}
+	}
+	return append(out, fn[last:]...), nil
+}
+
+// skipBlockType skips a blocktype: 0x40, a value type, or an s33 type index.
+func skipBlockType(b []byte, p int) (int, error) {
+	if p >= len(b) {
+		return 0, fmt.Errorf("%w: truncated blocktype", ErrMalformed)
+	}
+	c := b[p]
+	if c == 0x40 || (c >= 0x6f && c <= 0x7f) {
+		return p + 1, nil
+	}
+	return skipLEB(b, p, 5)
+}

@@ -1,0 +1,74 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nexuspdp/nexus/engine"
+)
+
+const runaway = `package limits
+
+spin if {
+	some i in numbers.range(1, 20000)
+	some j in numbers.range(1, 20000)
+	i == j - 30000
+}
+
+hog := count(numbers.range(1, 10000000))
+
+ok := true
+`
+
+func TestDeadlineStopsRunaway(t *testing.T) {
+	b := compileModules(t, map[string]string{"limits.rego": runaway}, nil, "limits/spin", "limits/ok")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := e.Eval(ctx, "limits/spin", nil, nil)
+	elapsed := time.Since(start)
+	var ee *engine.EvalError
+	if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+		t.Fatalf("err = %v, want EvalError %s", err, engine.CodeDeadline)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v does not match context.DeadlineExceeded", err)
+	}
+	if elapsed > 5*time.Second {
+		t.Fatalf("runaway stopped after %v", elapsed)
+	}
+	// The instance was discarded; the engine still answers.
+	out, err := e.Eval(context.Background(), "limits/ok", nil, nil)
+	if err != nil || string(out) != "true" {
+		t.Fatalf("after deadline: %s, %v", out, err)
+	}
+}
+
+func TestCanceledBeforeEval(t *testing.T) {
+	b := compileModules(t, map[string]string{"limits.rego": runaway}, nil, "limits/ok")
+	e := newEngine(t, engine.Config{}, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := e.Eval(ctx, "limits/ok", nil, nil)
+	var ee *engine.EvalError
+	if !errors.As(err, &ee) || ee.Code != engine.CodeCanceled {
+		t.Fatalf("err = %v, want %s", err, engine.CodeCanceled)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	b := compileModules(t, map[string]string{"limits.rego": runaway}, nil, "limits/hog", "limits/ok")
+	e := newEngine(t, engine.Config{MaxInstances: 1, MemoryLimitPages: 64}, b)
+	_, err := e.Eval(context.Background(), "limits/hog", nil, nil)
+	var ee *engine.EvalError
+	if !errors.As(err, &ee) || ee.Code != engine.CodeMemory {
+		t.Fatalf("err = %v, want EvalError %s", err, engine.CodeMemory)
+	}
+	out, err := e.Eval(context.Background(), "limits/ok", nil, nil)
+	if err != nil || string(out) != "true" {
+		t.Fatalf("after memory limit: %s, %v", out, err)
+	}
+}
