@@ -161,6 +161,8 @@ func (s *BoltStore) commitImport(st *state, b *importBatch) (Revision, error) {
 	if s.state.Load() != st {
 		return 0, errors.New("the schema changed during the import")
 	}
+	s.writeBegin()
+	defer s.writeEnd()
 	slices.SortFunc(b.objKeys, bytes.Compare)
 	slices.SortFunc(b.subKeys, bytes.Compare)
 	var rev Revision
