@@ -89,13 +89,13 @@ type target struct {
 // checker evaluates one check. Pooled; strings it holds alias the read
 // transaction's pages and never outlive it.
 type checker struct {
-	st       *state
+	st        *state
 	cur       *bolt.Cursor
 	curBucket *bolt.Bucket // the bucket cur belongs to (reused while the snapshot lives)
 
 	rolesCur    *bolt.Cursor
 	rolesBucket *bolt.Bucket
-	maxDepth  int
+	maxDepth    int
 
 	sType, sID, sRel string
 	stID, srID       uint64
@@ -107,8 +107,8 @@ type checker struct {
 	nodes []node
 	index map[memoKey]int32
 	kb    []byte
-	lists  [][]target
-	trace  bool
+	lists [][]target
+	trace bool
 }
 
 type node struct {
