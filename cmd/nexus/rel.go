@@ -468,4 +468,3 @@ func newRelExportCmd(f *relFlags) *cobra.Command {
 	cmd.Flags().StringVar(&format, "format", "", "ndjson, csv or text")
 	return cmd
 }
-
