@@ -260,3 +260,25 @@ func BenchmarkImport(b *testing.B) {
 	}
 	b.ReportMetric(float64(100_000*b.N)/b.Elapsed().Seconds(), "tuples/s")
 }
+
+// TestGenerateLarge writes the large benchmark data set as a text tuple
+// file for `nexus rel import`: NEXUS_GEN_LARGE=/path/file.txt, size from
+// NEXUS_BENCH_LARGE_TUPLES (default 20,000,000). Skipped otherwise.
+func TestGenerateLarge(t *testing.T) {
+	path := os.Getenv("NEXUS_GEN_LARGE")
+	if path == "" {
+		t.Skip("set NEXUS_GEN_LARGE=/path/to/tuples.txt to write the large data set")
+	}
+	n := 20_000_000
+	if v := os.Getenv("NEXUS_BENCH_LARGE_TUPLES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	genLarge(f, n)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

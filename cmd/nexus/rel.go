@@ -347,7 +347,7 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 			}
 			errOut := cmd.ErrOrStderr()
 			start := time.Now()
-			var tuples atomic.Int64
+			var parsed, tuples atomic.Int64
 			var bar *progressbar.ProgressBar
 			if fh, ok := errOut.(*os.File); ok && term.IsTerminal(int(fh.Fd())) {
 				bar = progressbar.NewOptions64(size,
@@ -374,11 +374,11 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 						if bar != nil {
 							_ = bar.Add64(read - last)
 							last = read
-							bar.Describe(fmt.Sprintf("importing (%d tuples)", tuples.Load()))
+							bar.Describe(fmt.Sprintf("importing (%d read, %d committed)", parsed.Load(), tuples.Load()))
 							continue
 						}
 						el := time.Since(start).Seconds()
-						fmt.Fprintf(errOut, "import: %d tuples, %.1f MiB read, %.0f tuples/s\n", tuples.Load(), float64(read)/(1<<20), float64(tuples.Load())/el)
+						fmt.Fprintf(errOut, "import: %d tuples read (%.1f MiB, %.0f/s), %d committed\n", parsed.Load(), float64(read)/(1<<20), float64(parsed.Load())/el, tuples.Load())
 					}
 				}
 			}()
@@ -386,6 +386,7 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 				ticker.Reset(200 * time.Millisecond)
 			}
 			st, err := s.Import(ctx, cr, datastore.ImportOptions{Format: fm, BatchSize: batch, Progress: func(st datastore.ImportStats) {
+				parsed.Store(st.Parsed)
 				tuples.Store(st.Tuples)
 			}})
 			ticker.Stop()
