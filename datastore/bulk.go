@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -59,8 +60,9 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("datastore: unknown format %q (want ndjson, csv or text)", s)
 }
 
-// DefaultImportBatch is the number of tuples an import commits at once.
-const DefaultImportBatch = 200_000
+// DefaultImportBatch is the number of tuples an import sorts at once (and
+// commits at once when the input is no larger).
+const DefaultImportBatch = 500_000
 
 // MaxLineLen bounds one line of an import file.
 const MaxLineLen = 4096
@@ -72,13 +74,15 @@ type ImportOptions struct {
 	// BatchSize is the number of tuples per write transaction; zero means
 	// DefaultImportBatch.
 	BatchSize int
-	// Progress, if set, is called after each committed batch.
+	// Progress, if set, is called after each batch read and each
+	// transaction committed.
 	Progress func(ImportStats)
 }
 
 // ImportStats counts what an import did.
 type ImportStats struct {
 	Lines    int64    // lines read (including skipped ones)
+	Parsed   int64    // tuples read and validated
 	Tuples   int64    // tuples committed
 	Batches  int      // write transactions committed
 	Revision Revision // revision of the last committed batch
@@ -95,15 +99,24 @@ type importBatch struct {
 }
 
 // Import loads tuples from r as touches (existing tuples stay), streaming:
-// memory is bounded by the batch size, not the input. Each batch of
-// BatchSize tuples is sorted and committed as one revision; its change set
-// lists every tuple of the batch. At the first invalid line Import stops
-// with an *ImportError naming it: the batches before it are committed, the
-// batch that holds it is not.
+// memory is bounded by the batch size, not by the input.
+//
+// An input of at most BatchSize tuples is committed in one transaction.
+// A larger input is first read, validated and sorted in runs of BatchSize
+// tuples spilled to temporary files next to the data file; the runs are
+// then merged into the indexes in key order, DefaultMergeChunk tuples per
+// transaction, which keeps bbolt's pages full and its writes sequential.
+// Each transaction adds one revision whose change set lists its tuples.
+//
+// At the first invalid line Import stops with an *ImportError naming it,
+// before anything was written: the store is as it was before the import.
 func (s *BoltStore) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ImportStats, error) {
 	var stats ImportStats
 	if err := s.check(ctx); err != nil {
 		return stats, err
+	}
+	if s.cfg.ReadOnly {
+		return stats, errors.New("datastore: import: store opened read-only")
 	}
 	if opts.Format == "" {
 		opts.Format = FormatNDJSON
@@ -125,70 +138,343 @@ func (s *BoltStore) Import(ctx context.Context, r io.Reader, opts ImportOptions)
 	free <- &importBatch{}
 	free <- &importBatch{}
 	go s.parseImport(ctx, st, r, opts, batches, free)
+	defer func() {
+		cancel()
+		for range batches { // let the parser end
+		}
+	}()
+	var runs []*run
+	defer func() {
+		for _, r := range runs {
+			r.remove()
+		}
+	}()
+	var pending *importBatch // the first batch, kept in memory while it may be the only one
 	for b := range batches {
+		stats.Lines += b.lines
 		if b.err != nil {
-			if b.lines == 0 {
-				return stats, b.err
-			}
-			stats.Lines += b.lines
 			return stats, b.err
 		}
-		if b.tuples > 0 {
-			rev, err := s.commitImport(st, b)
-			if err != nil {
-				return stats, fmt.Errorf("datastore: import: %w", err)
-			}
-			stats.Revision = rev
-			stats.Batches++
-			stats.Tuples += int64(b.tuples)
-			s.signal()
+		if b.tuples == 0 {
+			continue
 		}
-		stats.Lines += b.lines
-		if opts.Progress != nil && b.tuples > 0 {
+		stats.Parsed += int64(b.tuples)
+		if pending == nil && len(runs) == 0 {
+			pending = b
+		} else {
+			for _, x := range []*importBatch{pending, b} {
+				if x == nil {
+					continue
+				}
+				rn, err := s.spill(x)
+				if err != nil {
+					return stats, fmt.Errorf("datastore: import: %w", err)
+				}
+				runs = append(runs, rn)
+				free <- x
+			}
+			pending = nil
+		}
+		if opts.Progress != nil {
 			opts.Progress(stats)
 		}
-		select {
-		case free <- b:
-		default:
-		}
 	}
-	return stats, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return stats, err
+	}
+	if pending != nil {
+		rev, err := s.commitImport(st, pending)
+		if err != nil {
+			return stats, fmt.Errorf("datastore: import: %w", err)
+		}
+		stats.Revision, stats.Batches, stats.Tuples = rev, 1, int64(pending.tuples)
+		s.signal()
+		if opts.Progress != nil {
+			opts.Progress(stats)
+		}
+		return stats, nil
+	}
+	if len(runs) == 0 {
+		return stats, nil
+	}
+	err := s.mergeRuns(ctx, st, runs, &stats, opts.Progress)
+	return stats, err
 }
 
-func (s *BoltStore) commitImport(st *state, b *importBatch) (Revision, error) {
+// DefaultMergeChunk is the number of tuples per transaction when an import
+// merges its sorted runs into the store.
+const DefaultMergeChunk = 1_000_000
+
+// run is one sorted batch spilled to two temporary files.
+type run struct {
+	obj, subj string
+	n         int
+}
+
+func (r *run) remove() {
+	_ = os.Remove(r.obj)
+	_ = os.Remove(r.subj)
+}
+
+func writeRun(dir string, keys [][]byte) (string, error) {
+	f, err := os.CreateTemp(dir, ".nexus-import-*")
+	if err != nil {
+		return "", err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	var lb [binary.MaxVarintLen64]byte
+	var prev []byte
+	for _, k := range keys {
+		if bytes.Equal(k, prev) {
+			continue
+		}
+		prev = k
+		bw.Write(lb[:binary.PutUvarint(lb[:], uint64(len(k)))])
+		bw.Write(k)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+func (s *BoltStore) spill(b *importBatch) (*run, error) {
+	slices.SortFunc(b.objKeys, bytes.Compare)
+	slices.SortFunc(b.subKeys, bytes.Compare)
+	dir := filepath.Dir(s.cfg.Path)
+	o, err := writeRun(dir, b.objKeys)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := writeRun(dir, b.subKeys)
+	if err != nil {
+		os.Remove(o)
+		return nil, err
+	}
+	return &run{obj: o, subj: sb, n: b.tuples}, nil
+}
+
+type runReader struct {
+	f   *os.File
+	br  *bufio.Reader
+	cur []byte
+}
+
+func (r *runReader) next() (bool, error) {
+	l, err := binary.ReadUvarint(r.br)
+	if err == io.EOF {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if l > MaxLineLen*2 {
+		return false, errBadKey
+	}
+	if cap(r.cur) < int(l) {
+		r.cur = make([]byte, l, 2*l)
+	}
+	r.cur = r.cur[:l]
+	_, err = io.ReadFull(r.br, r.cur)
+	return err == nil, err
+}
+
+// merger yields the keys of several sorted runs in order, without
+// duplicates.
+type merger struct {
+	rs   []*runReader
+	last []byte
+}
+
+func newMerger(paths []string) (*merger, error) {
+	m := &merger{}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			m.close()
+			return nil, err
+		}
+		r := &runReader{f: f, br: bufio.NewReaderSize(f, 256<<10)}
+		ok, err := r.next()
+		if err != nil {
+			f.Close()
+			m.close()
+			return nil, err
+		}
+		if ok {
+			m.rs = append(m.rs, r)
+		} else {
+			f.Close()
+		}
+	}
+	return m, nil
+}
+
+func (m *merger) close() {
+	for _, r := range m.rs {
+		r.f.Close()
+	}
+}
+
+// next returns the next key (valid until the following call) or nil.
+func (m *merger) next() ([]byte, error) {
+	if len(m.rs) > 0 {
+		lo := 0
+		for i := 1; i < len(m.rs); i++ {
+			if bytes.Compare(m.rs[i].cur, m.rs[lo].cur) < 0 {
+				lo = i
+			}
+		}
+		r := m.rs[lo]
+		m.last = append(m.last[:0], r.cur...)
+		ok, err := r.next()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			r.f.Close()
+			m.rs = slices.Delete(m.rs, lo, lo+1)
+		}
+		return m.last, nil
+	}
+	return nil, nil
+}
+
+func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats *ImportStats, progress func(ImportStats)) error {
+	var objPaths, subjPaths []string
+	for _, r := range runs {
+		objPaths = append(objPaths, r.obj)
+		subjPaths = append(subjPaths, r.subj)
+	}
+	om, err := newMerger(objPaths)
+	if err != nil {
+		return fmt.Errorf("datastore: import: %w", err)
+	}
+	defer om.close()
+	sm, err := newMerger(subjPaths)
+	if err != nil {
+		return fmt.Errorf("datastore: import: %w", err)
+	}
+	defer sm.close()
+	var prevObj, prevSubj []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		done := false
+		n := 0
+		rev, err := s.importTx(st, func(tx *bolt.Tx, log []byte) ([]byte, error) {
+			ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+			ob.FillPercent, sb.FillPercent = 1.0, 1.0
+			for n < DefaultMergeChunk {
+				k, err := om.next()
+				if err != nil {
+					return nil, err
+				}
+				if k == nil {
+					break
+				}
+				if bytes.Equal(k, prevObj) {
+					continue
+				}
+				prevObj = append(prevObj[:0], k...)
+				if err := ob.Put(k, nil); err != nil {
+					return nil, err
+				}
+				log = append(log, byte(OpTouch))
+				log = binary.AppendUvarint(log, uint64(len(k)))
+				log = append(log, k...)
+				n++
+			}
+			for i := 0; i < n || (n == 0 && i < DefaultMergeChunk); i++ {
+				k, err := sm.next()
+				if err != nil {
+					return nil, err
+				}
+				if k == nil {
+					break
+				}
+				if bytes.Equal(k, prevSubj) {
+					i--
+					continue
+				}
+				prevSubj = append(prevSubj[:0], k...)
+				if err := sb.Put(k, nil); err != nil {
+					return nil, err
+				}
+			}
+			if n == 0 && len(om.rs) == 0 && len(sm.rs) == 0 {
+				done = true
+			}
+			return log, nil
+		})
+		if err != nil {
+			return fmt.Errorf("datastore: import: %w", err)
+		}
+		s.signal()
+		stats.Revision = rev
+		stats.Batches++
+		stats.Tuples += int64(n)
+		if progress != nil {
+			progress(*stats)
+		}
+		if done || len(om.rs) == 0 && len(sm.rs) == 0 {
+			return nil
+		}
+	}
+}
+
+// importTx runs fill in one write transaction that adds a revision whose
+// change set fill appends to the given header.
+func (s *BoltStore) importTx(st *state, fill func(tx *bolt.Tx, log []byte) ([]byte, error)) (Revision, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.state.Load() != st {
 		return 0, errors.New("the schema changed during the import")
 	}
-	slices.SortFunc(b.objKeys, bytes.Compare)
-	slices.SortFunc(b.subKeys, bytes.Compare)
+	s.writeBegin()
+	defer s.writeEnd()
 	var rev Revision
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
-		ob.FillPercent, sb.FillPercent = 0.9, 0.9
-		for _, k := range b.objKeys {
-			if err := ob.Put(k, nil); err != nil {
-				return err
-			}
-		}
-		for _, k := range b.subKeys {
-			if err := sb.Put(k, nil); err != nil {
-				return err
-			}
-		}
-		enc := binary.AppendUvarint(make([]byte, 0, len(b.arena)/2+len(b.objKeys)*3+16), uint64(time.Now().UnixNano()))
+		enc := binary.AppendUvarint(make([]byte, 0, 1<<16), uint64(time.Now().UnixNano()))
 		enc = binary.AppendUvarint(enc, 0)
-		for _, k := range b.objKeys {
-			enc = append(enc, byte(OpTouch))
-			enc = binary.AppendUvarint(enc, uint64(len(k)))
-			enc = append(enc, k...)
+		enc, err := fill(tx, enc)
+		if err != nil {
+			return err
 		}
-		var err error
 		rev, err = s.bumpRev(tx, &ChangeSet{}, enc)
 		return err
 	})
 	return rev, err
+}
+
+func (s *BoltStore) commitImport(st *state, b *importBatch) (Revision, error) {
+	slices.SortFunc(b.objKeys, bytes.Compare)
+	slices.SortFunc(b.subKeys, bytes.Compare)
+	return s.importTx(st, func(tx *bolt.Tx, log []byte) ([]byte, error) {
+		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+		ob.FillPercent, sb.FillPercent = 0.9, 0.9
+		for _, k := range b.objKeys {
+			if err := ob.Put(k, nil); err != nil {
+				return nil, err
+			}
+			log = append(log, byte(OpTouch))
+			log = binary.AppendUvarint(log, uint64(len(k)))
+			log = append(log, k...)
+		}
+		for _, k := range b.subKeys {
+			if err := sb.Put(k, nil); err != nil {
+				return nil, err
+			}
+		}
+		return log, nil
+	})
 }
 
 func (s *BoltStore) parseImport(ctx context.Context, st *state, r io.Reader, opts ImportOptions, out chan<- *importBatch, free chan *importBatch) {

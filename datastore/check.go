@@ -89,32 +89,84 @@ type target struct {
 // checker evaluates one check. Pooled; strings it holds alias the read
 // transaction's pages and never outlive it.
 type checker struct {
-	st       *state
-	cur      *bolt.Cursor
-	maxDepth int
+	st        *state
+	cur       *bolt.Cursor
+	curBucket *bolt.Bucket // the bucket cur belongs to (reused while the snapshot lives)
+
+	rolesCur    *bolt.Cursor
+	rolesBucket *bolt.Bucket
+	maxDepth    int
 
 	sType, sID, sRel string
 	stID, srID       uint64
 	stKnown          bool
 
-	memo   map[memoKey]bool
-	inprog map[memoKey]struct{}
-	kb     []byte
-	lists  [][]target
-	trace  bool
+	// nodes memoises results (and marks evaluations in progress) within
+	// one check: a short slice scanned linearly, indexed by a map once
+	// it grows.
+	nodes []node
+	index map[memoKey]int32
+	kb    []byte
+	lists [][]target
+	trace bool
 }
 
+type node struct {
+	m     *member
+	id    string
+	state uint8 // nodeBusy, nodeFalse, nodeTrue, nodeFree
+}
+
+const (
+	nodeBusy uint8 = iota
+	nodeFalse
+	nodeTrue
+	nodeFree // evaluated but not memoised (depended on a cycle cut)
+)
+
+const linearNodes = 32
+
 func newChecker() any {
-	return &checker{memo: make(map[memoKey]bool, 16), inprog: make(map[memoKey]struct{}, 16), kb: make([]byte, 0, 256)}
+	return &checker{nodes: make([]node, 0, linearNodes), kb: make([]byte, 0, 256)}
+}
+
+// find returns the index of (m, id) in c.nodes or -1.
+func (c *checker) find(m *member, id string) int {
+	if c.index != nil {
+		if i, ok := c.index[memoKey{m, id}]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	for i := range c.nodes {
+		if c.nodes[i].m == m && c.nodes[i].id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *checker) add(m *member, id string) int {
+	c.nodes = append(c.nodes, node{m: m, id: id, state: nodeBusy})
+	i := len(c.nodes) - 1
+	if c.index != nil {
+		c.index[memoKey{m, id}] = int32(i)
+	} else if len(c.nodes) > linearNodes {
+		c.index = make(map[memoKey]int32, 2*len(c.nodes))
+		for j, n := range c.nodes {
+			c.index[memoKey{n.m, n.id}] = int32(j)
+		}
+	}
+	return i
 }
 
 func (c *checker) reset() {
-	clear(c.memo)
-	clear(c.inprog)
+	clear(c.nodes)
+	c.nodes = c.nodes[:0]
+	c.index = nil
 	for i := range c.lists {
 		c.lists[i] = c.lists[i][:0]
 	}
-	c.cur = nil
 	c.st = nil
 	c.trace = false
 }
@@ -184,12 +236,14 @@ func (s *BoltStore) check1(ctx context.Context, objType, objID, perm string, sub
 	c.srID, ok2 = st.dict.id(sub.Relation)
 	c.stKnown = ok1 && ok2
 	c.trace = trace
-	tx, err := s.db.Begin(false)
+	sn, own, err := s.acquire()
 	if err != nil {
 		return false, nil, err
 	}
-	defer func() { _ = tx.Rollback() }()
-	c.cur = tx.Bucket(bObj).Cursor()
+	defer s.releaseSnap(sn, own)
+	if c.curBucket != sn.obj {
+		c.cur, c.curBucket = sn.obj.Cursor(), sn.obj
+	}
 	var root *Trace
 	if trace {
 		root = &Trace{Kind: "check"}
@@ -231,18 +285,21 @@ func (c *checker) member(m *member, id string, depth int, tr *Trace) (res, cut b
 		// Strings in traces must outlive the transaction.
 		node.Object.ID = string([]byte(id))
 	}
-	k := memoKey{m, id}
-	if v, ok := c.memo[k]; ok {
-		if node != nil {
-			node.Result, node.Cached = v, true
+	i := c.find(m, id)
+	if i >= 0 {
+		switch c.nodes[i].state {
+		case nodeTrue, nodeFalse:
+			v := c.nodes[i].state == nodeTrue
+			if node != nil {
+				node.Result, node.Cached = v, true
+			}
+			return v, false, nil
+		case nodeBusy:
+			if node != nil {
+				node.Cycle = true
+			}
+			return false, true, nil
 		}
-		return v, false, nil
-	}
-	if _, ok := c.inprog[k]; ok {
-		if node != nil {
-			node.Cycle = true
-		}
-		return false, true, nil
 	}
 	// A userset subject has its own relation on its own object.
 	if c.sRel == m.name && c.sType == m.typ.name && c.sID == id {
@@ -251,18 +308,26 @@ func (c *checker) member(m *member, id string, depth int, tr *Trace) (res, cut b
 		}
 		return true, false, nil
 	}
-	c.inprog[k] = struct{}{}
+	if i < 0 {
+		i = c.add(m, id)
+	} else {
+		c.nodes[i].state = nodeBusy
+	}
 	if m.perm {
 		res, cut, err = c.expr(m.expr, m.typ, id, depth, node)
 	} else {
 		res, cut, err = c.relation(m, id, depth, node)
 	}
-	delete(c.inprog, k)
 	if err != nil {
 		return false, false, err
 	}
-	if !cut {
-		c.memo[k] = res
+	switch {
+	case cut:
+		c.nodes[i].state = nodeFree
+	case res:
+		c.nodes[i].state = nodeTrue
+	default:
+		c.nodes[i].state = nodeFalse
 	}
 	if node != nil {
 		node.Result = res
@@ -317,10 +382,8 @@ func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (r
 		tr.Children = append(tr.Children, node)
 		defer func() { node.Result = res }()
 	}
-	relID, _ := c.st.dict.id(e.via)
-	typeID, _ := c.st.dict.id(t.name)
-	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
-	c.kb = binary.AppendUvarint(c.kb, relID)
+	c.kb = appendObjPrefix(c.kb[:0], t.order[0].typeID, id)
+	c.kb = binary.AppendUvarint(c.kb, e.viaID)
 	list := c.list(depth)
 	for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
 		rest := k[len(c.kb):]
@@ -332,8 +395,10 @@ func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (r
 		if err != nil || len(sid) == 0 {
 			return false, false, errBadKey
 		}
-		tname, _ := c.st.dict.name(st)
-		tm := e.target[tname]
+		var tm *member
+		if st < uint64(len(e.targetByID)) {
+			tm = e.targetByID[st]
+		}
 		if tm == nil {
 			continue // a type the relation no longer accepts
 		}
@@ -356,8 +421,7 @@ func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (r
 // relation evaluates a relation: a stored tuple with the subject, or a
 // userset tuple whose userset contains the subject.
 func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut bool, err error) {
-	typeID, _ := c.st.dict.id(m.typ.name)
-	relID, _ := c.st.dict.id(m.name)
+	typeID, relID := m.typeID, m.relID
 	if c.stKnown && m.accepts(c.sType, c.sRel) {
 		c.kb = appendObjKey(c.kb[:0], ids{ot: typeID, rel: relID, st: c.stID, sr: c.srID}, id, c.sID)
 		if k, _ := c.cur.Seek(c.kb); k != nil && bytes.Equal(k, c.kb) {
@@ -375,15 +439,10 @@ func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut
 	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
 	c.kb = binary.AppendUvarint(c.kb, relID)
 	base := len(c.kb)
-	for _, a := range m.allowed {
-		if a.Relation == "" {
-			continue
-		}
-		atID, _ := c.st.dict.id(a.Type)
-		arID, _ := c.st.dict.id(a.Relation)
-		c.kb = binary.AppendUvarint(c.kb[:base], arID)
-		c.kb = binary.AppendUvarint(c.kb, atID)
-		tm := c.st.schema.types[a.Type].members[a.Relation]
+	for _, u := range m.usersets {
+		c.kb = binary.AppendUvarint(c.kb[:base], u.relID)
+		c.kb = binary.AppendUvarint(c.kb, u.typeID)
+		tm := u.m
 		for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
 			list = append(list, target{tm, bstr(k[len(c.kb):])})
 		}
@@ -458,12 +517,17 @@ func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.S
 	kb = binary.AppendUvarint(kb, ttID)
 	kb = append(kb, tenant...)
 	kb = append(kb, 0)
-	tx, err := s.db.Begin(false)
+	sn, own, err := s.acquire()
 	if err != nil {
 		return dst, err
 	}
-	defer func() { _ = tx.Rollback() }()
-	cur := tx.Bucket(bSubj).Cursor()
+	defer s.releaseSnap(sn, own)
+	c := s.pool.Get().(*checker)
+	defer s.pool.Put(c)
+	if c.rolesBucket != sn.subj {
+		c.rolesCur, c.rolesBucket = sn.subj.Cursor(), sn.subj
+	}
+	cur := c.rolesCur
 	for k, _ := cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = cur.Next() {
 		rel, rest, err := uvarint(k[len(kb):])
 		if err != nil || len(rest) != 0 {

@@ -59,6 +59,15 @@ type member struct {
 	// compiled for relations: does it accept direct subjects / usersets?
 	hasDirect  bool
 	hasUserset bool
+
+	// bound to a store's dictionary by bind
+	typeID, relID uint64
+	usersets      []usersetRef
+}
+
+type usersetRef struct {
+	typeID, relID uint64
+	m             *member
 }
 
 type exprKind uint8
@@ -81,6 +90,10 @@ type expr struct {
 	ref    *member            // resolved ref
 	viaRel *member            // resolved arrow relation
 	target map[string]*member // arrow: target type -> member
+
+	// bound to a store's dictionary by bind
+	viaID      uint64
+	targetByID []*member // dict type id -> member
 }
 
 // ParseSchema parses and validates a YAML schema. Errors are *SchemaError
@@ -561,4 +574,44 @@ func (s *Schema) validateTuple(t api.Tuple) error {
 			SubjectType{Type: t.Subject.Type, Relation: t.Subject.Relation}, m.allowed)
 	}
 	return nil
+}
+
+// bind records the dictionary numbers of every name in the schema's
+// compiled form. s must be private to one store (see WriteSchema).
+func (s *Schema) bind(d *dict) {
+	for _, t := range s.types {
+		for _, m := range t.order {
+			m.typeID, _ = d.id(t.name)
+			m.relID, _ = d.id(m.name)
+			m.usersets = m.usersets[:0]
+			for _, a := range m.allowed {
+				if a.Relation == "" {
+					continue
+				}
+				tid, _ := d.id(a.Type)
+				rid, _ := d.id(a.Relation)
+				m.usersets = append(m.usersets, usersetRef{tid, rid, s.types[a.Type].members[a.Relation]})
+			}
+			if m.expr != nil {
+				bindExpr(m.expr, d)
+			}
+		}
+	}
+}
+
+func bindExpr(e *expr, d *dict) {
+	switch e.kind {
+	case exprRef:
+	case exprArrow:
+		e.viaID, _ = d.id(e.via)
+		e.targetByID = make([]*member, len(d.names))
+		for tn, m := range e.target {
+			if id, ok := d.id(tn); ok {
+				e.targetByID[id] = m
+			}
+		}
+	default:
+		bindExpr(e.l, d)
+		bindExpr(e.r, d)
+	}
 }

@@ -141,6 +141,10 @@ type BoltStore struct {
 	notify   chan struct{} // closed and replaced after each commit
 
 	pool sync.Pool // *checker
+
+	snap    atomic.Pointer[snapshot]
+	snapMu  sync.Mutex
+	writers int
 }
 
 // state is the schema and name dictionary in force.
@@ -224,6 +228,9 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 		return nil, err
 	}
 	s.pool.New = func() any { return newChecker() }
+	s.snapMu.Lock()
+	s.publishLocked()
+	s.snapMu.Unlock()
 	s.log.Info("datastore opened", "path", cfg.Path)
 	return s, nil
 }
@@ -251,6 +258,7 @@ func loadState(tx *bolt.Tx) (*state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("datastore: stored schema: %w", err)
 		}
+		sc.bind(d)
 		st.schema = sc
 	}
 	return st, nil
@@ -274,6 +282,11 @@ func (s *BoltStore) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.snapMu.Lock()
+	if old := s.snap.Swap(nil); old != nil {
+		old.retire()
+	}
+	s.snapMu.Unlock()
 	s.signal()
 	return s.db.Close()
 }
@@ -368,11 +381,18 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (Re
 	if sc == nil {
 		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
 	}
+	// A private copy: its compiled form is bound to this store's dictionary.
+	sc, err := ParseSchema(sc.src)
+	if err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.writeBegin()
+	defer s.writeEnd()
 	var rev Revision
 	var newState *state
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		old := s.state.Load()
 		d := &dict{ids: make(map[string]uint64, len(old.dict.ids)), names: append([]string(nil), old.dict.names...)}
 		for k, v := range old.dict.ids {
@@ -424,6 +444,7 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (Re
 			return err
 		}
 		rev, err = s.bumpRev(tx, cs, enc)
+		sc.bind(d)
 		newState = &state{schema: sc, dict: d}
 		return err
 	})
@@ -601,6 +622,8 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, erro
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.writeBegin()
+	defer s.writeEnd()
 	var rev Revision
 	err := s.db.Batch(func(tx *bolt.Tx) error {
 		if cur := s.state.Load(); cur != st {

@@ -20,6 +20,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(),
 		newServeCmd(),
+		newRelCmd(),
 	)
 	return root
 }

@@ -1,0 +1,471 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// relDataFile is the relationship store's file inside the data directory.
+const relDataFile = "relations.db"
+
+type relFlags struct {
+	dataDir string
+}
+
+func newRelCmd() *cobra.Command {
+	f := &relFlags{}
+	cmd := &cobra.Command{
+		Use:   "rel",
+		Short: "Manage the relationship store (schema, tuples, import, export, checks)",
+		Long: `Manage the relationship store in a data directory (the file relations.db).
+
+Tuples are written type:id#relation@type:id[#relation], e.g.
+folder:d1#viewer@user:alice or folder:d1#editor@group:eng#member.
+The store is locked while a command runs: stop a running server first.`,
+	}
+	def := os.Getenv("NEXUS_DATA_DIR")
+	if def == "" {
+		def = "data"
+	}
+	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", def, "data directory (env NEXUS_DATA_DIR)")
+	cmd.AddCommand(
+		newRelSchemaCmd(f),
+		newRelWriteCmd(f, false),
+		newRelWriteCmd(f, true),
+		newRelReadCmd(f),
+		newRelCheckCmd(f),
+		newRelRolesCmd(f),
+		newRelImportCmd(f),
+		newRelExportCmd(f),
+	)
+	return cmd
+}
+
+func (f *relFlags) path() string { return filepath.Join(f.dataDir, relDataFile) }
+
+func (f *relFlags) open(ctx context.Context, readOnly bool) (*datastore.BoltStore, error) {
+	if readOnly {
+		if _, err := os.Stat(f.path()); err != nil {
+			return nil, fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+		}
+	} else if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
+		return nil, err
+	}
+	return datastore.Open(ctx, datastore.Config{Path: f.path(), ReadOnly: readOnly})
+}
+
+func newRelSchemaCmd(f *relFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "schema", Short: "Write or print the schema"}
+	var force bool
+	write := &cobra.Command{
+		Use:   "write FILE|-",
+		Short: "Validate and store a YAML schema",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := readArg(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			sc, err := datastore.ParseSchema(src)
+			if err != nil {
+				return err
+			}
+			s, err := f.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			rev, err := s.WriteSchema(cmd.Context(), sc, force)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "schema written at revision %d\n", rev)
+			return err
+		},
+	}
+	write.Flags().BoolVar(&force, "force", false, "delete stored tuples the new schema no longer allows")
+	read := &cobra.Command{
+		Use:   "read",
+		Short: "Print the stored schema",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := f.open(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			sc, err := s.Schema(cmd.Context())
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(sc.Source())
+			return err
+		},
+	}
+	cmd.AddCommand(write, read)
+	return cmd
+}
+
+func readArg(cmd *cobra.Command, name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(cmd.InOrStdin())
+	}
+	return os.ReadFile(name)
+}
+
+// tupleArgs parses tuples from args, or from stdin lines when args is "-".
+func tupleArgs(cmd *cobra.Command, args []string) ([]api.Tuple, error) {
+	if len(args) == 1 && args[0] == "-" {
+		var out []api.Tuple
+		sc := bufio.NewScanner(cmd.InOrStdin())
+		for n := 1; sc.Scan(); n++ {
+			l := strings.TrimSpace(sc.Text())
+			if l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "//") {
+				continue
+			}
+			t, err := api.ParseTuple(l)
+			if err != nil {
+				return nil, fmt.Errorf("stdin line %d: %w", n, err)
+			}
+			out = append(out, t)
+		}
+		return out, sc.Err()
+	}
+	out := make([]api.Tuple, 0, len(args))
+	for _, a := range args {
+		t, err := api.ParseTuple(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func newRelWriteCmd(f *relFlags, del bool) *cobra.Command {
+	use, short := "write TUPLE...|-", "Write tuples in one transaction"
+	if del {
+		use, short = "delete TUPLE...|-", "Delete tuples in one transaction"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ts, err := tupleArgs(cmd, args)
+			if err != nil {
+				return err
+			}
+			s, err := f.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			req := datastore.WriteRequest{Touches: ts}
+			if del {
+				req = datastore.WriteRequest{Deletes: ts}
+			}
+			rev, err := s.Write(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revision %d\n", rev)
+			return err
+		},
+	}
+}
+
+func newRelReadCmd(f *relFlags) *cobra.Command {
+	var object, relation, subject string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "read",
+		Short: "Print stored tuples that match a filter",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var flt datastore.Filter
+			flt.ObjectType, flt.ObjectID, _ = strings.Cut(object, ":")
+			flt.Relation = relation
+			if subject != "" {
+				st, rest, _ := strings.Cut(subject, ":")
+				id, rel, _ := strings.Cut(rest, "#")
+				flt.SubjectType, flt.SubjectID, flt.SubjectRelation = st, id, rel
+			}
+			flt.Limit = limit
+			s, err := f.open(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			ts, err := s.Read(cmd.Context(), flt)
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			for _, t := range ts {
+				fmt.Fprintln(w, t)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&object, "object", "", "object type or type:id")
+	cmd.Flags().StringVar(&relation, "relation", "", "relation")
+	cmd.Flags().StringVar(&subject, "subject", "", "subject type, type:id or type:id#relation")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many tuples (0: all)")
+	return cmd
+}
+
+func newRelCheckCmd(f *relFlags) *cobra.Command {
+	var trace bool
+	cmd := &cobra.Command{
+		Use:   "check OBJECT PERMISSION SUBJECT",
+		Short: "Check a permission; prints allowed or denied",
+		Example: `  nexus rel check file:report.pdf read user:bob
+  nexus rel check --trace folder:q3 write group:eng#member`,
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			obj, err := api.ParseObject(args[0])
+			if err != nil {
+				return err
+			}
+			sub, err := api.ParseSubject(args[2])
+			if err != nil {
+				return err
+			}
+			s, err := f.open(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			res, err := s.Check(cmd.Context(), datastore.CheckRequest{Object: obj, Permission: args[1], Subject: sub, Trace: trace})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if trace && res.Trace != nil {
+				fmt.Fprint(out, res.Trace)
+			}
+			if res.Allowed {
+				_, err = fmt.Fprintln(out, "allowed")
+			} else {
+				_, err = fmt.Fprintln(out, "denied")
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&trace, "trace", false, "print how the decision was reached")
+	return cmd
+}
+
+func newRelRolesCmd(f *relFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "roles SUBJECT TENANT",
+		Short: "Print the tenant roles a subject holds",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := f.open(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			roles, err := s.RolesString(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(roles, "\n"))
+			return err
+		},
+	}
+}
+
+// countingReader counts bytes read.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func newRelImportCmd(f *relFlags) *cobra.Command {
+	var format string
+	var batch int
+	var compact bool
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "import FILE|-",
+		Short: "Import tuples from NDJSON, CSV or text (streaming)",
+		Long: `Import tuples from a file or stdin (-). Formats: ndjson (one
+{"object":"folder:d1","relation":"viewer","subject":"user:alice"} per line),
+csv (object,relation,subject) and text (one tuple per line). The format
+comes from --format, else the file extension (.csv, .txt), else ndjson.
+Tuples are committed in sorted batches; the import stops at the first
+invalid line, naming it; the batches before it stay, its batch does not.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			fm := datastore.FormatForPath(args[0])
+			if format != "" {
+				var err error
+				if fm, err = datastore.ParseFormat(format); err != nil {
+					return err
+				}
+			}
+			var in io.Reader = cmd.InOrStdin()
+			size := int64(-1)
+			if args[0] != "-" {
+				fh, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer fh.Close()
+				if fi, err := fh.Stat(); err == nil {
+					size = fi.Size()
+				}
+				in = fh
+			}
+			cr := &countingReader{r: in}
+			s, err := f.open(ctx, false)
+			if err != nil {
+				return err
+			}
+			errOut := cmd.ErrOrStderr()
+			start := time.Now()
+			var parsed, tuples atomic.Int64
+			var bar *progressbar.ProgressBar
+			if fh, ok := errOut.(*os.File); ok && term.IsTerminal(int(fh.Fd())) {
+				bar = progressbar.NewOptions64(size,
+					progressbar.OptionSetWriter(errOut),
+					progressbar.OptionSetDescription("importing"),
+					progressbar.OptionShowBytes(true),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionFullWidth(),
+					progressbar.OptionSpinnerType(14),
+				)
+			}
+			done := make(chan struct{})
+			ticker := time.NewTicker(interval)
+			go func() {
+				var last int64
+				for {
+					select {
+					case <-done:
+						return
+					case <-ticker.C:
+						read := cr.n.Load()
+						if bar != nil {
+							_ = bar.Add64(read - last)
+							last = read
+							bar.Describe(fmt.Sprintf("importing (%d read, %d committed)", parsed.Load(), tuples.Load()))
+							continue
+						}
+						el := time.Since(start).Seconds()
+						fmt.Fprintf(errOut, "import: %d tuples read (%.1f MiB, %.0f/s), %d committed\n", parsed.Load(), float64(read)/(1<<20), float64(parsed.Load())/el, tuples.Load())
+					}
+				}
+			}()
+			if bar != nil {
+				ticker.Reset(200 * time.Millisecond)
+			}
+			st, err := s.Import(ctx, cr, datastore.ImportOptions{Format: fm, BatchSize: batch, Progress: func(st datastore.ImportStats) {
+				parsed.Store(st.Parsed)
+				tuples.Store(st.Tuples)
+			}})
+			ticker.Stop()
+			close(done)
+			if bar != nil {
+				_ = bar.Finish()
+				fmt.Fprintln(errOut)
+			}
+			closeErr := s.Close()
+			el := time.Since(start)
+			if err != nil {
+				return fmt.Errorf("%w (%d tuples committed before it, revision %d)", err, st.Tuples, st.Revision)
+			}
+			if closeErr != nil {
+				return closeErr
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %d tuples from %d lines in %v (%.0f tuples/s), revision %d\n",
+				st.Tuples, st.Lines, el.Round(time.Millisecond), float64(st.Tuples)/el.Seconds(), st.Revision)
+			if compact {
+				cs := time.Now()
+				before, after, err := datastore.Compact(ctx, f.path())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "compacted %s: %.1f MiB -> %.1f MiB in %v\n", f.path(),
+					float64(before)/(1<<20), float64(after)/(1<<20), time.Since(cs).Round(time.Millisecond))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "", "ndjson, csv or text (default: from the file extension)")
+	cmd.Flags().IntVar(&batch, "batch", 0, fmt.Sprintf("tuples per transaction (default %d)", datastore.DefaultImportBatch))
+	cmd.Flags().BoolVar(&compact, "compact", false, "compact the data file afterwards (smaller file after a large import)")
+	cmd.Flags().DurationVar(&interval, "progress-interval", 5*time.Second, "how often to print progress when stderr is not a terminal")
+	return cmd
+}
+
+func newRelExportCmd(f *relFlags) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "export [FILE|-]",
+		Short: "Export every tuple (NDJSON by default)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fm := datastore.FormatNDJSON
+			out := cmd.OutOrStdout()
+			if len(args) == 1 && args[0] != "-" {
+				fm = datastore.FormatForPath(args[0])
+				fh, err := os.Create(args[0])
+				if err != nil {
+					return err
+				}
+				defer fh.Close()
+				out = fh
+			}
+			if format != "" {
+				var err error
+				if fm, err = datastore.ParseFormat(format); err != nil {
+					return err
+				}
+			}
+			s, err := f.open(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			n, err := s.Export(cmd.Context(), out, fm)
+			if err != nil {
+				return err
+			}
+			if fh, ok := out.(*os.File); ok && fh != os.Stdout {
+				if err := fh.Sync(); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "exported %d tuples\n", n)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "", "ndjson, csv or text")
+	return cmd
+}

@@ -1,0 +1,284 @@
+package datastore_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/examples/drive"
+)
+
+// genSmall writes the small benchmark data set (the anchor's sizes: about
+// 1,750 users, 12,610 resources, 12,000 resource tuples, 2,223 role
+// assignments, 11 tenants) plus the depth 0..3 chains in the text format.
+func genSmall(w io.Writer) {
+	bw := bufio.NewWriter(w)
+	defer bw.Flush()
+	r := rand.New(rand.NewPCG(1, 2))
+	roles := []string{"admin", "editor", "viewer"}
+	for i := range 2223 {
+		fmt.Fprintf(bw, "tenant:t%d#%s@user:u%d\n", i%11, roles[r.IntN(3)], r.IntN(1750))
+	}
+	// 2,610 folders in trees of fan-out 4, 10,000 files.
+	for i := 1; i < 2610; i++ {
+		fmt.Fprintf(bw, "folder:d%d#parent@folder:d%d\n", i, i/4)
+	}
+	n := 2609
+	for i := 0; i < 10000 && n < 12000; i++ {
+		fmt.Fprintf(bw, "file:f%d#parent@folder:d%d\n", i, r.IntN(2610))
+		n++
+	}
+	writeChains(bw)
+}
+
+// writeChains writes file:chainD (D = 0..3) whose viewer role, for
+// user:bench, is on the file itself (D=0) or on the folder D levels above.
+func writeChains(w io.Writer) {
+	for d := 0; d <= 3; d++ {
+		if d == 0 {
+			fmt.Fprintf(w, "file:chain0#viewer@user:bench\n")
+			continue
+		}
+		fmt.Fprintf(w, "file:chain%d#parent@folder:chain%d_1\n", d, d)
+		for l := 1; l < d; l++ {
+			fmt.Fprintf(w, "folder:chain%d_%d#parent@folder:chain%d_%d\n", d, l, d, l+1)
+		}
+		fmt.Fprintf(w, "folder:chain%d_%d#viewer@user:bench\n", d, d)
+	}
+}
+
+// genLarge writes n tuples on the drive types: files in folders, folder
+// trees, viewers, owners, group editors and group members, then the chains.
+func genLarge(w io.Writer, n int) {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	defer bw.Flush()
+	r := rand.New(rand.NewPCG(3, 4))
+	users := max(n/20, 1000)
+	groups := max(n/200, 100)
+	folders := n / 10
+	written := 0
+	line := make([]byte, 0, 128)
+	emit := func(parts ...any) {
+		line = line[:0]
+		for _, p := range parts {
+			switch v := p.(type) {
+			case string:
+				line = append(line, v...)
+			case int:
+				line = strconv.AppendInt(line, int64(v), 10)
+			}
+		}
+		line = append(line, '\n')
+		bw.Write(line)
+		written++
+	}
+	// Folders: parent, owner, viewer, group editor (4 tuples each).
+	for i := 0; i < folders && written < n; i++ {
+		if i > 0 {
+			emit("folder:d", i, "#parent@folder:d", i/8)
+		}
+		emit("folder:d", i, "#owner@user:u", r.IntN(users))
+		emit("folder:d", i, "#viewer@user:u", r.IntN(users))
+		emit("folder:d", i, "#editor@group:g", r.IntN(groups), "#member")
+	}
+	// Group members: 10 per group.
+	for g := 0; g < groups && written < n; g++ {
+		for range 10 {
+			emit("group:g", g, "#member@user:u", r.IntN(users))
+		}
+	}
+	// Files: parent and viewer until n.
+	for i := 0; written < n; i++ {
+		emit("file:f", i, "#parent@folder:d", r.IntN(folders))
+		if written < n {
+			emit("file:f", i, "#viewer@user:u", r.IntN(users))
+		}
+	}
+	writeChains(bw)
+}
+
+func benchStore(b *testing.B, gen func(io.Writer)) *datastore.BoltStore {
+	b.Helper()
+	s := openTemp(b, datastore.Config{})
+	sc, err := datastore.ParseSchema(drive.Schema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.WriteSchema(ctx, sc, false); err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	gen(&buf)
+	if _, err := s.Import(ctx, &buf, datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// largeStore opens (building it on first use) the store of
+// NEXUS_BENCH_LARGE_TUPLES tuples (default 20,000,000) at
+// $NEXUS_BENCH_LARGE (a file path). Without NEXUS_BENCH_LARGE the large
+// benchmarks are skipped.
+func largeStore(b *testing.B) *datastore.BoltStore {
+	b.Helper()
+	path := os.Getenv("NEXUS_BENCH_LARGE")
+	if path == "" {
+		b.Skip("set NEXUS_BENCH_LARGE=/path/to/large.db to run the large benchmarks")
+	}
+	n := 20_000_000
+	if v := os.Getenv("NEXUS_BENCH_LARGE_TUPLES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	ctx := context.Background()
+	if _, err := os.Stat(path); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		s, err := datastore.Open(ctx, datastore.Config{Path: path})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sc, _ := datastore.ParseSchema(drive.Schema)
+		if _, err := s.WriteSchema(ctx, sc, false); err != nil {
+			b.Fatal(err)
+		}
+		pr, pw := io.Pipe()
+		go func() { genLarge(pw, n); pw.Close() }()
+		start := time.Now()
+		st, err := s.Import(ctx, pr, datastore.ImportOptions{Format: datastore.FormatText})
+		if err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(start)
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		fi, _ := os.Stat(path)
+		b.Logf("built %s: %d tuples in %v (%.0f tuples/s), file %.2f GiB", path, st.Tuples, el.Round(time.Millisecond),
+			float64(st.Tuples)/el.Seconds(), float64(fi.Size())/(1<<30))
+	}
+	start := time.Now()
+	s, err := datastore.Open(ctx, datastore.Config{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("opened %s in %v, RSS %s", path, time.Since(start), rss())
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func rss() string {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		if bytes.HasPrefix(l, []byte("VmRSS:")) {
+			return string(bytes.TrimSpace(l[6:]))
+		}
+	}
+	return "?"
+}
+
+func benchChecks(b *testing.B, s *datastore.BoltStore) {
+	ctx := context.Background()
+	for d := 0; d <= 3; d++ {
+		obj := "file:chain" + strconv.Itoa(d)
+		b.Run("depth"+strconv.Itoa(d), func(b *testing.B) {
+			ok, err := s.CheckString(ctx, obj, "read", "user:bench")
+			if err != nil || !ok {
+				b.Fatalf("check %s = %v, %v", obj, ok, err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if ok, err := s.CheckString(ctx, obj, "read", "user:bench"); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+	b.Run("depth3-parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if ok, err := s.CheckString(ctx, "file:chain3", "read", "user:bench"); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	})
+}
+
+func BenchmarkCheck(b *testing.B) {
+	b.Run("small", func(b *testing.B) { benchChecks(b, benchStore(b, genSmall)) })
+	b.Run("large", func(b *testing.B) { benchChecks(b, largeStore(b)) })
+}
+
+func benchRoles(b *testing.B, s *datastore.BoltStore) {
+	ctx := context.Background()
+	sub := api.Subject{Type: "user", ID: "u7"}
+	var dst []string
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if dst, err = s.AppendRoles(ctx, dst[:0], sub, "t3"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRoles(b *testing.B) {
+	b.Run("small", func(b *testing.B) { benchRoles(b, benchStore(b, genSmall)) })
+}
+
+// BenchmarkImport measures import of generated tuples (b.N batches of
+// 100,000) into a fresh store.
+func BenchmarkImport(b *testing.B) {
+	var buf bytes.Buffer
+	genLarge(&buf, 100_000)
+	data := buf.Bytes()
+	sc, _ := datastore.ParseSchema(drive.Schema)
+	s := openTemp(b, datastore.Config{})
+	if _, err := s.WriteSchema(context.Background(), sc, false); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Import(context.Background(), bytes.NewReader(data), datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(100_000*b.N)/b.Elapsed().Seconds(), "tuples/s")
+}
+
+// TestGenerateLarge writes the large benchmark data set as a text tuple
+// file for `nexus rel import`: NEXUS_GEN_LARGE=/path/file.txt, size from
+// NEXUS_BENCH_LARGE_TUPLES (default 20,000,000). Skipped otherwise.
+func TestGenerateLarge(t *testing.T) {
+	path := os.Getenv("NEXUS_GEN_LARGE")
+	if path == "" {
+		t.Skip("set NEXUS_GEN_LARGE=/path/to/tuples.txt to write the large data set")
+	}
+	n := 20_000_000
+	if v := os.Getenv("NEXUS_BENCH_LARGE_TUPLES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	genLarge(f, n)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,102 @@
+package datastore
+
+import (
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// snapshot is a read-only bbolt transaction shared by concurrent checks
+// until the next write. bbolt read transactions never write to shared
+// memory (their buckets cache nothing and their stats are atomic), so one
+// may serve many goroutines. A write retires the current snapshot before
+// it starts (a write that grows the file remaps it, which waits for every
+// open read transaction) and publishes a new one when no write is running.
+type snapshot struct {
+	tx      *bolt.Tx
+	obj     *bolt.Bucket
+	subj    *bolt.Bucket
+	refs    atomic.Int64
+	retired atomic.Bool
+	closed  atomic.Bool
+}
+
+func (sn *snapshot) tryClose() {
+	if sn.refs.Load() == 0 && sn.retired.Load() && sn.closed.CompareAndSwap(false, true) {
+		_ = sn.tx.Rollback()
+	}
+}
+
+func (sn *snapshot) release() {
+	if sn.refs.Add(-1) == 0 && sn.retired.Load() {
+		sn.tryClose()
+	}
+}
+
+func (sn *snapshot) retire() {
+	sn.retired.Store(true)
+	sn.tryClose()
+}
+
+// acquire returns the current snapshot, or a private one (own=true) while
+// a write runs. Call release (or Rollback when own) when done.
+func (s *BoltStore) acquire() (sn *snapshot, own bool, err error) {
+	for range 4 {
+		sn = s.snap.Load()
+		if sn == nil {
+			break
+		}
+		sn.refs.Add(1)
+		if s.snap.Load() == sn {
+			return sn, false, nil
+		}
+		sn.release()
+	}
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		return nil, false, err
+	}
+	return &snapshot{tx: tx, obj: tx.Bucket(bObj), subj: tx.Bucket(bSubj)}, true, nil
+}
+
+func (s *BoltStore) releaseSnap(sn *snapshot, own bool) {
+	if own {
+		_ = sn.tx.Rollback()
+		return
+	}
+	sn.release()
+}
+
+// writeBegin retires the shared snapshot for the duration of a write.
+func (s *BoltStore) writeBegin() {
+	s.snapMu.Lock()
+	s.writers++
+	old := s.snap.Swap(nil)
+	s.snapMu.Unlock()
+	if old != nil {
+		old.retire()
+	}
+}
+
+// writeEnd publishes a new snapshot once no write runs.
+func (s *BoltStore) writeEnd() {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	s.writers--
+	if s.writers > 0 || s.closed.Load() {
+		return
+	}
+	s.publishLocked()
+}
+
+func (s *BoltStore) publishLocked() {
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		s.log.Warn("datastore: no shared read snapshot", "err", err)
+		return
+	}
+	sn := &snapshot{tx: tx, obj: tx.Bucket(bObj), subj: tx.Bucket(bSubj)}
+	if old := s.snap.Swap(sn); old != nil {
+		old.retire()
+	}
+}
