@@ -33,5 +33,10 @@ check:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+# plugin builds the proxy-wasm edge filter with the standard Go toolchain as a
+# WASI reactor (no TinyGo); its tests build their own copy.
+plugin:
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o plugin/plugin.wasm ./plugin
+
 clean:
-	rm -rf bin
+	rm -rf bin plugin/plugin.wasm
