@@ -22,6 +22,7 @@ deps:
 
 test: deps build
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	cd e2e && $(GO) test -count=1 -timeout 10m ./...
 
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1)

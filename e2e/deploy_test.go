@@ -1,0 +1,394 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	wasmcfgv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	securityv1beta1 "istio.io/api/security/v1beta1"
+
+	"github.com/nexuspdp/nexus/e2e/internal/confcheck"
+)
+
+// envoyDir is the folder of deployment files, relative to this package.
+const envoyDir = "../envoy"
+
+// nexus' default ports.
+const (
+	grpcPort  = 9191
+	httpPort  = 8181
+	adminPort = 8282
+)
+
+func readFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(envoyDir, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var (
+	crdsOnce sync.Once
+	crds     *confcheck.CRDs
+	errCRDs  error
+)
+
+// istioCRDs loads the CRDs shipped in the istio.io/api module that this
+// module requires (kubernetes/customresourcedefinitions.gen.yaml).
+func istioCRDs(t *testing.T) *confcheck.CRDs {
+	t.Helper()
+	crdsOnce.Do(func() {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "istio.io/api").Output()
+		if err != nil {
+			errCRDs = fmt.Errorf("go list -m istio.io/api: %w", err)
+			return
+		}
+		dir := strings.TrimSpace(string(out))
+		data, err := os.ReadFile(filepath.Join(dir, "kubernetes", "customresourcedefinitions.gen.yaml"))
+		if err != nil {
+			errCRDs = err
+			return
+		}
+		crds, errCRDs = confcheck.LoadCRDs(data)
+	})
+	if errCRDs != nil {
+		t.Fatalf("istio CRDs: %v", errCRDs)
+	}
+	return crds
+}
+
+// pluginConfig is envoy/plugin-config.json, the one source of the edge
+// filter's configuration.
+func pluginConfig(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(readFile(t, "plugin-config.json"), &m); err != nil {
+		t.Fatalf("plugin-config.json: %v", err)
+	}
+	for _, k := range []string{"pdp_cluster", "snapshot_path", "refresh_ms", "max_age_ms", "subject_header", "routes", "on_no_snapshot"} {
+		if _, ok := m[k]; !ok {
+			t.Fatalf("plugin-config.json: %q missing", k)
+		}
+	}
+	return m
+}
+
+// deployFile is one file under envoy/ with the validation that applies to
+// it: its own, and its agreement with the other files.
+type deployFile struct {
+	name     string
+	validate func(t *testing.T, data []byte) error
+	// freeForm matches the key paths whose names are the user's to choose
+	// (labels, service names), where a misspelling is still a valid file.
+	freeForm *regexp.Regexp
+}
+
+// labelKey matches label keys (which may contain dots) in Istio files,
+// whose selectors name workloads outside the file.
+var labelKey = regexp.MustCompile(`(matchLabels|labels)\.`)
+
+func deployFiles() []deployFile {
+	manifests := func(extra func(t *testing.T, objs []confcheck.Object) error) func(t *testing.T, data []byte) error {
+		return func(t *testing.T, data []byte) error {
+			objs, err := confcheck.Manifests(context.Background(), data, istioCRDs(t))
+			if err != nil {
+				return err
+			}
+			if extra != nil {
+				return extra(t, objs)
+			}
+			return nil
+		}
+	}
+	return []deployFile{
+		// context_extensions is a map the user fills for the policy.
+		{name: "envoy-ext-authz-grpc.yaml", validate: checkEnvoy, freeForm: regexp.MustCompile(`context_extensions\.[^.]+$`)},
+		{name: "envoy-ext-authz-http.yaml", validate: checkEnvoy},
+		{name: "envoy-wasm.yaml", validate: checkEnvoy},
+		{name: "istio/istiod-values.yaml", validate: checkMesh},
+		{name: "istio/authorization-policy.yaml", validate: manifests(checkAuthzPolicies), freeForm: labelKey},
+		{name: "istio/wasm-plugin.yaml", validate: manifests(checkWasmPlugin), freeForm: labelKey},
+		// Object labels and pod labels no selector uses are free; selectors
+		// and the pod labels they select must still match.
+		{name: "kubernetes/nexus.yaml", validate: manifests(nil), freeForm: regexp.MustCompile(`^doc\d+:(metadata\.labels\.|spec\.template\.metadata\.labels\.app\.kubernetes\.io/component$)`)},
+		{name: "kubernetes/sidecar.yaml", validate: manifests(nil), freeForm: regexp.MustCompile(`^doc\d+:metadata\.labels\.`)},
+		// Service names nothing refers to are the user's choice.
+		{name: "docker-compose.yaml", validate: checkCompose, freeForm: regexp.MustCompile(`^services\.(envoy|envoy-wasm)$`)},
+	}
+}
+
+// checkEnvoy validates a bootstrap file and what every nexus Envoy file must
+// get right: ext_authz fails closed with a timeout on nexus' ports and path
+// prefix; a Wasm filter comes before ext_authz, loads plugin.wasm as
+// nexus_edge, carries plugin-config.json and names a cluster on the admin
+// port.
+func checkEnvoy(t *testing.T, data []byte) error {
+	t.Helper()
+	b, err := confcheck.EnvoyBootstrap(data)
+	if err != nil {
+		return err
+	}
+	ports := clusterPorts(b)
+	var errs []error
+	sawAuthz := false
+	for _, m := range confcheck.EnvoyAnys(b) {
+		switch v := m.(type) {
+		case *extauthzv3.ExtAuthz:
+			sawAuthz = true
+			if v.GetFailureModeAllow() {
+				errs = append(errs, errors.New("ext_authz: failure_mode_allow must be false"))
+			}
+			if g := v.GetGrpcService(); g != nil {
+				if g.GetTimeout().AsDuration() <= 0 {
+					errs = append(errs, errors.New("ext_authz grpc: a timeout is required"))
+				}
+				if p := ports[g.GetEnvoyGrpc().GetClusterName()]; p != grpcPort {
+					errs = append(errs, fmt.Errorf("ext_authz grpc: cluster port %d, want %d", p, grpcPort))
+				}
+			}
+			if h := v.GetHttpService(); h != nil {
+				if h.GetPathPrefix() != "/ext_authz" {
+					errs = append(errs, fmt.Errorf("ext_authz http: path_prefix %q, want /ext_authz", h.GetPathPrefix()))
+				}
+				if h.GetServerUri().GetTimeout().AsDuration() <= 0 {
+					errs = append(errs, errors.New("ext_authz http: a timeout is required"))
+				}
+				if p := ports[h.GetServerUri().GetCluster()]; p != httpPort {
+					errs = append(errs, fmt.Errorf("ext_authz http: cluster port %d, want %d", p, httpPort))
+				}
+			}
+		case *wasmv3.Wasm:
+			if sawAuthz {
+				errs = append(errs, errors.New("wasm: the edge filter must come before ext_authz"))
+			}
+			c := v.GetConfig()
+			if c.GetRootId() != "nexus_edge" || !strings.HasSuffix(c.GetVmConfig().GetCode().GetLocal().GetFilename(), "/plugin.wasm") {
+				errs = append(errs, errors.New("wasm: want root_id nexus_edge loading plugin.wasm"))
+			}
+			if c.GetFailurePolicy() != wasmcfgv3.FailurePolicy_FAIL_CLOSED {
+				errs = append(errs, errors.New("wasm: failure_policy must be FAIL_CLOSED"))
+			}
+			sv := &wrapperspb.StringValue{}
+			if err := c.GetConfiguration().UnmarshalTo(sv); err != nil {
+				errs = append(errs, fmt.Errorf("wasm configuration: %w", err))
+				break
+			}
+			var got map[string]any
+			if err := json.Unmarshal([]byte(sv.GetValue()), &got); err != nil {
+				errs = append(errs, fmt.Errorf("wasm configuration: %w", err))
+			} else if want := pluginConfig(t); !reflect.DeepEqual(got, want) {
+				errs = append(errs, errors.New("wasm: configuration differs from plugin-config.json"))
+			}
+			if cl, _ := got["pdp_cluster"].(string); ports[cl] != adminPort {
+				errs = append(errs, fmt.Errorf("wasm: pdp_cluster %q is not a cluster on the admin port %d", cl, adminPort))
+			}
+		}
+	}
+	if !sawAuthz {
+		errs = append(errs, errors.New("no ext_authz filter"))
+	}
+	return errors.Join(errs...)
+}
+
+// clusterPorts maps each static cluster to the port of its first endpoint.
+func clusterPorts(b *bootstrapv3.Bootstrap) map[string]uint32 {
+	out := map[string]uint32{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		for _, e := range c.GetLoadAssignment().GetEndpoints() {
+			for _, lb := range e.GetLbEndpoints() {
+				if _, ok := out[c.GetName()]; !ok {
+					out[c.GetName()] = lb.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+func meshConfig(t *testing.T) *meshv1alpha1.MeshConfig {
+	t.Helper()
+	mc, err := confcheck.IstiodMeshValues(readFile(t, "istio/istiod-values.yaml"))
+	if err != nil {
+		t.Fatalf("istiod-values.yaml: %v", err)
+	}
+	return mc
+}
+
+// checkMesh validates the istiod values and that its providers point at
+// nexus' ports, fail closed and use the HTTP path prefix.
+func checkMesh(t *testing.T, data []byte) error {
+	t.Helper()
+	mc, err := confcheck.IstiodMeshValues(data)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	kinds := map[string]bool{}
+	for _, p := range mc.GetExtensionProviders() {
+		if g := p.GetEnvoyExtAuthzGrpc(); g != nil {
+			kinds["grpc"] = true
+			if g.GetPort() != grpcPort || g.GetFailOpen() || g.GetTimeout().AsDuration() <= 0 {
+				errs = append(errs, fmt.Errorf("provider %q: want port %d, failOpen false and a timeout", p.GetName(), grpcPort))
+			}
+		}
+		if h := p.GetEnvoyExtAuthzHttp(); h != nil {
+			kinds["http"] = true
+			if h.GetPort() != httpPort || h.GetFailOpen() || h.GetPathPrefix() != "/ext_authz" || h.GetTimeout().AsDuration() <= 0 {
+				errs = append(errs, fmt.Errorf("provider %q: want port %d, pathPrefix /ext_authz, failOpen false and a timeout", p.GetName(), httpPort))
+			}
+		}
+	}
+	if !kinds["grpc"] || !kinds["http"] {
+		errs = append(errs, errors.New("want both an envoyExtAuthzGrpc and an envoyExtAuthzHttp provider"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkAuthzPolicies requires CUSTOM policies naming a provider of the mesh
+// config.
+func checkAuthzPolicies(t *testing.T, objs []confcheck.Object) error {
+	t.Helper()
+	providers := map[string]bool{}
+	for _, p := range meshConfig(t).GetExtensionProviders() {
+		providers[p.GetName()] = true
+	}
+	var errs []error
+	for _, o := range objs {
+		ap, ok := o.Typed.(*securityv1beta1.AuthorizationPolicy)
+		if !ok {
+			continue
+		}
+		if ap.GetAction() != securityv1beta1.AuthorizationPolicy_CUSTOM {
+			errs = append(errs, fmt.Errorf("AuthorizationPolicy %q: action %v, want CUSTOM", o.Name, ap.GetAction()))
+		}
+		if !providers[ap.GetProvider().GetName()] {
+			errs = append(errs, fmt.Errorf("AuthorizationPolicy %q: provider %q is not in istiod-values.yaml", o.Name, ap.GetProvider().GetName()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkWasmPlugin requires the WasmPlugin to carry plugin-config.json, with
+// pdp_cluster the sidecar's outbound cluster of nexus' admin port.
+func checkWasmPlugin(t *testing.T, objs []confcheck.Object) error {
+	t.Helper()
+	var errs []error
+	n := 0
+	for _, o := range objs {
+		wp, ok := o.Typed.(*extensionsv1alpha1.WasmPlugin)
+		if !ok {
+			continue
+		}
+		n++
+		if wp.GetPluginName() != "nexus_edge" || wp.GetPhase() != extensionsv1alpha1.PluginPhase_AUTHN || wp.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
+			errs = append(errs, fmt.Errorf("WasmPlugin %q: want pluginName nexus_edge, phase AUTHN, failStrategy FAIL_CLOSE", o.Name))
+		}
+		j, err := protojson.Marshal(wp.GetPluginConfig())
+		if err != nil {
+			return err
+		}
+		var got map[string]any
+		if err := json.Unmarshal(j, &got); err != nil {
+			return err
+		}
+		if cl, _ := got["pdp_cluster"].(string); !regexp.MustCompile(fmt.Sprintf(`^outbound\|%d\|\|nexus\.`, adminPort)).MatchString(cl) {
+			errs = append(errs, fmt.Errorf("WasmPlugin %q: pdp_cluster %q is not an outbound cluster of nexus' admin port", o.Name, cl))
+		}
+		want := pluginConfig(t)
+		want["pdp_cluster"], got["pdp_cluster"] = nil, nil
+		if !reflect.DeepEqual(got, want) {
+			errs = append(errs, fmt.Errorf("WasmPlugin %q: pluginConfig differs from plugin-config.json", o.Name))
+		}
+	}
+	if n == 0 {
+		errs = append(errs, errors.New("no WasmPlugin"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkCompose validates the compose file in place (its mounts are relative
+// to its folder) or, for a changed copy, in a temporary copy of the folder.
+func checkCompose(t *testing.T, data []byte) error {
+	t.Helper()
+	path := filepath.Join(envoyDir, "docker-compose.yaml")
+	if orig := readFile(t, "docker-compose.yaml"); string(orig) != string(data) {
+		dir := t.TempDir()
+		if err := os.CopyFS(dir, os.DirFS(filepath.Dir(envoyDir))); err != nil {
+			return err
+		}
+		path = filepath.Join(dir, "envoy", "docker-compose.yaml")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return err
+		}
+	}
+	c, err := confcheck.ComposeFile(path)
+	if err != nil {
+		return err
+	}
+	for _, s := range []string{"envoy", "nexus", "upstream"} {
+		if _, ok := c.Services[s]; !ok {
+			return fmt.Errorf("service %q missing", s)
+		}
+	}
+	return nil
+}
+
+// TestDeployFiles validates every deployment file as it is.
+func TestDeployFiles(t *testing.T) {
+	for _, f := range deployFiles() {
+		t.Run(f.name, func(t *testing.T) {
+			if err := f.validate(t, readFile(t, f.name)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestDeployFilesRejectTypos misspells each key of each file in turn and
+// requires the validation to fail, so a typo in any file cannot pass.
+func TestDeployFilesRejectTypos(t *testing.T) {
+	for _, f := range deployFiles() {
+		t.Run(f.name, func(t *testing.T) {
+			typos, err := confcheck.KeyTypos(readFile(t, f.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.validate(t, typos[0].Data); err != nil {
+				t.Fatalf("the re-encoded file does not validate: %v", err)
+			}
+			if len(typos) < 5 {
+				t.Fatalf("only %d keys found", len(typos)-1)
+			}
+			checked := 0
+			for _, ty := range typos[1:] {
+				if f.freeForm != nil && f.freeForm.MatchString(ty.Path) {
+					continue
+				}
+				checked++
+				if err := f.validate(t, ty.Data); err == nil {
+					t.Errorf("misspelt key %s: accepted", ty.Path)
+				}
+			}
+			t.Logf("%d misspelt keys rejected", checked)
+		})
+	}
+}

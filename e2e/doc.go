@@ -1,0 +1,21 @@
+// Package e2e holds nexus' end-to-end and deployment tests. It is a Go
+// module of its own (github.com/nexuspdp/nexus/e2e) so that the heavy
+// dependencies these tests need (go-control-plane's full set of Envoy
+// extensions, istio.io/api, Kubernetes' apiextensions validation) stay out
+// of the main module.
+//
+// Run it from the repository root with `make test`, or alone:
+//
+//	cd e2e && go test -count=1 ./...
+//
+// The deployment tests validate every file under envoy/ offline: Envoy
+// bootstrap files, Istio resources and mesh config, Kubernetes manifests and
+// the docker-compose file; each is then misspelt key by key, and every
+// misspelling must be rejected.
+//
+// # Caveats
+//
+// The first build compiles several hundred generated protobuf packages and
+// takes minutes on a small machine; later runs use the build cache. The
+// docker-compose test needs a Docker engine and skips without one.
+package e2e

@@ -1,0 +1,20 @@
+// Package confcheck validates nexus' deployment files offline, the way the
+// programs that read them would: Envoy bootstrap files against
+// go-control-plane's types and generated validation rules, Istio resources
+// against Istio's CRD schemas and proto types, Kubernetes manifests against
+// k8s.io/api types, and docker-compose files for the files they mount.
+//
+// Every check is strict: an unknown field anywhere, including inside a
+// google.protobuf.Any, is an error.
+//
+//	b, err := confcheck.EnvoyBootstrap(data)
+//	if err != nil { ... } // a typo, an unresolvable typed_config, a rule broken
+//	_ = b
+//
+// # Caveats
+//
+// Only what can be checked without running the program is checked: an
+// Envoy extension that validates its own configuration at load time beyond
+// its proto rules (for example a Wasm module's JSON configuration) is
+// checked here only as far as nexus' own files describe it.
+package confcheck

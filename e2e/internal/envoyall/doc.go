@@ -1,0 +1,3 @@
+//go:generate ./gen.sh
+
+package envoyall
