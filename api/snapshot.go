@@ -19,8 +19,9 @@ const (
 	// ModeRBAC marks a resource type whose permissions are decided by tenant
 	// roles alone: the edge filter may answer it from the snapshot.
 	ModeRBAC = "rbac"
-	// ModeReBAC marks a resource type that needs relationships (or attributes):
-	// the edge filter never answers it and passes the request on.
+	// ModeReBAC marks a resource type where relationships (or attributes) may
+	// also grant access: the edge filter allows on a role grant, and passes
+	// every other request on to the PDP; it never denies such a type.
 	ModeReBAC = "rebac"
 )
 

@@ -27,6 +27,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.Handle("PUT /v1/policy", s.auth(s.handlePutPolicy))
 	mux.Handle("GET /v1/policy", s.auth(s.handleGetPolicy))
 	mux.Handle("POST /v1/check", s.auth(s.handleDebugCheck))
+	mux.Handle("GET /v1/edge/snapshot", s.auth(s.handleEdgeSnapshot))
 	return mux
 }
 

@@ -29,6 +29,7 @@ type Server struct {
 	health *health.Server
 	https  []*http.Server
 
+	edge  edgeCache
 	mu    sync.Mutex
 	addrs map[string]net.Addr
 	errc  chan error

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
@@ -718,4 +719,36 @@ func BenchmarkAllowedHTTP(b *testing.B) {
 			resp.Body.Close()
 		}
 	})
+}
+
+func TestEdgeSnapshot(t *testing.T) {
+	ts := newTestServer(t, nil)
+	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/edge/snapshot", nil)
+	status, h, body := do(t, req)
+	if status != 200 {
+		t.Fatalf("snapshot: %d %s", status, body)
+	}
+	var snap api.EdgeSnapshot
+	if err := json.Unmarshal([]byte(body), &snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Validate(); err != nil {
+		t.Fatalf("served snapshot is invalid: %v", err)
+	}
+	if got := snap.Assignments["alice"]["acme"]; len(got) != 1 || got[0] != "admin" {
+		t.Fatalf("alice's roles = %v", got)
+	}
+	if snap.ResourceTypes["file"] != api.ModeReBAC || !containsStr(snap.Roles["admin"], "file:*") {
+		t.Fatalf("types %v roles %v", snap.ResourceTypes, snap.Roles)
+	}
+	etag := h.Get("ETag")
+	req, _ = http.NewRequest(http.MethodGet, ts.admin+"/v1/edge/snapshot", nil)
+	req.Header.Set("If-None-Match", etag)
+	if status, _, _ := do(t, req); status != http.StatusNotModified {
+		t.Fatalf("unchanged snapshot: %d, want 304", status)
+	}
+	post(t, ts.admin+"/v1/relationships", `{"touches":["tenant:acme#viewer@user:carol"]}`)
+	if status, h2, body := do(t, req); status != 200 || h2.Get("ETag") == etag || !strings.Contains(body, `"carol"`) {
+		t.Fatalf("after a write: %d etag %q body %s", status, h2.Get("ETag"), body)
+	}
 }

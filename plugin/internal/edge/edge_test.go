@@ -184,6 +184,8 @@ func TestSnapshotDecide(t *testing.T) {
 		{"all types one action", "otto", "acme", "file", "read", Allow, ReasonGranted},
 		{"all types other action", "otto", "acme", "file", "write", Deny, ReasonNoGrant},
 		{"rebac type", "alice", "acme", "doc", "read", Pass, ReasonReBAC},
+		{"rebac type allowed by a role", "rita", "acme", "doc", "read", Allow, ReasonGranted},
+		{"rebac type unknown subject", "zed", "acme", "doc", "read", Pass, ReasonReBAC},
 		{"unknown type", "alice", "acme", "video", "read", Pass, ReasonUnknownType},
 		{"unknown subject", "zed", "acme", "file", "read", Pass, ReasonUnknownSubject},
 	}

@@ -153,17 +153,22 @@ func (s *Snapshot) Decide(subject, tenant, typ, action string) (Outcome, string)
 	if !known {
 		return Pass, ReasonUnknownType
 	}
-	if !rbac {
-		return Pass, ReasonReBAC
-	}
 	tenants, ok := s.users[subject]
 	if !ok {
+		if !rbac {
+			return Pass, ReasonReBAC
+		}
 		return Pass, ReasonUnknownSubject
 	}
 	for _, g := range tenants[tenant] {
 		if g.allows(typ, action) {
 			return Allow, ReasonGranted
 		}
+	}
+	if !rbac {
+		// A role grant is sufficient on a ReBAC type, but its absence is
+		// not a denial: relationships may still allow. The PDP decides.
+		return Pass, ReasonReBAC
 	}
 	return Deny, ReasonNoGrant
 }
