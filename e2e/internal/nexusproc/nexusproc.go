@@ -1,0 +1,142 @@
+// Package nexusproc builds the real nexus binary once per test binary and
+// runs it as a child process, the way users and proxies meet it.
+package nexusproc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RepoRoot is the repository root (the parent of e2e/).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+}
+
+var build = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("NEXUS_BIN"); p != "" {
+		return p, nil
+	}
+	dir, err := os.MkdirTemp("", "nexus-e2e-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nexus")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/nexus")
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/nexus: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// Binary returns the path of the built nexus binary ($NEXUS_BIN if set).
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// FreeAddr returns a loopback address with a port free right now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Proc is a running nexus.
+type Proc struct {
+	Cmd       *exec.Cmd
+	Dir       string
+	AdminAddr string
+	Output    *bytes.Buffer
+	done      chan error
+}
+
+// Start runs `nexus args...` in dir (a new temporary directory if empty)
+// and waits until its admin /readyz answers 200. adminAddr is where to
+// poll; it must match the args (or the default 127.0.0.1:8282).
+func Start(t testing.TB, dir, adminAddr string, args ...string) *Proc {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = dir
+	cmd.Stdout = &lockedWriter{w: &out}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{Cmd: cmd, Dir: dir, AdminAddr: adminAddr, Output: &out, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("nexus exited before it was ready: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nexus not ready after 30s\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits for the exit status.
+func (p *Proc) Stop(ctx context.Context) error {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		_ = p.Cmd.Process.Kill()
+		return fmt.Errorf("nexus did not exit after SIGTERM: %w", ctx.Err())
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

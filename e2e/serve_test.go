@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nexuspdp/nexus/e2e/internal/nexusproc"
+)
+
+// readmeExample is one command of the README's quick start with the output
+// the README promises for it.
+type readmeExample struct {
+	line int
+	cmd  string
+	want string
+}
+
+// readmeExamples collects the README's shell examples that have an
+// expected output: a curl or checkclient command followed by a "# ..."
+// line, or with a trailing "# 200" comment.
+func readmeExamples(t *testing.T) []readmeExample {
+	t.Helper()
+	f, err := os.Open(filepath.Join(nexusproc.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []readmeExample
+	var pending *readmeExample
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		isCmd := strings.HasPrefix(line, "curl ") || strings.HasPrefix(line, "go run ./examples/checkclient")
+		switch {
+		case isCmd:
+			cmd, comment, _ := strings.Cut(line, "  # ")
+			ex := readmeExample{line: n, cmd: strings.TrimSpace(cmd)}
+			if comment != "" {
+				ex.want = strings.TrimSpace(comment)
+				out = append(out, ex)
+				pending = nil
+				continue
+			}
+			out = append(out, ex)
+			pending = &out[len(out)-1]
+		case pending != nil && strings.HasPrefix(line, "# "):
+			pending.want = strings.TrimPrefix(line, "# ")
+			pending = nil
+		default:
+			pending = nil
+		}
+	}
+	return out
+}
+
+// TestServeDefaultREADME starts the built binary with no flags, as the
+// README's quick start does, and runs every example of the README against
+// it, in order, checking the output the README shows.
+func TestServeDefaultREADME(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed: the README's examples use it")
+	}
+	examples := readmeExamples(t)
+	if len(examples) < 8 {
+		t.Fatalf("found %d README examples, want at least 8: the parser or the README changed", len(examples))
+	}
+	nexusproc.Binary(t) // build first, so the timing below is the server's
+	start := time.Now()
+	p := nexusproc.Start(t, "", "127.0.0.1:8282", "serve")
+	t.Logf("nexus serve ready after %v (time to first /readyz 200, including process start)", time.Since(start).Round(time.Millisecond))
+
+	for _, ex := range examples {
+		t.Run(strings.ReplaceAll(ex.cmd[:min(len(ex.cmd), 60)], "/", "_"), func(t *testing.T) {
+			cmd := exec.Command("sh", "-c", ex.cmd)
+			cmd.Dir = nexusproc.RepoRoot()
+			outb, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("README line %d: %s: %v\n%s", ex.line, ex.cmd, err, outb)
+			}
+			out := strings.TrimSpace(string(outb))
+			if ex.want == "" {
+				return
+			}
+			switch {
+			case strings.HasPrefix(ex.want, "{"):
+				var got, want any
+				if err := json.Unmarshal([]byte(out), &got); err != nil {
+					t.Fatalf("README line %d: output is not JSON: %s", ex.line, out)
+				}
+				if err := json.Unmarshal([]byte(ex.want), &want); err != nil {
+					t.Fatalf("README line %d: the README's expected output is not JSON: %s", ex.line, ex.want)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("README line %d: %s\n got %s\nwant %s", ex.line, ex.cmd, out, ex.want)
+				}
+			case len(ex.want) == 3 && ex.want[0] >= '1' && ex.want[0] <= '5':
+				first, _, _ := strings.Cut(out, "\n")
+				if !strings.Contains(first, " "+ex.want) {
+					t.Fatalf("README line %d: status line %q, want %s", ex.line, first, ex.want)
+				}
+			default:
+				if out != ex.want {
+					t.Fatalf("README line %d: %s\n got %q\nwant %q", ex.line, ex.cmd, out, ex.want)
+				}
+			}
+		})
+	}
+
+	// SIGTERM: a graceful exit, and what was written is there after a
+	// restart (the README's write gave carol access).
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, p.Output.String())
+	}
+	nexusproc.Start(t, p.Dir, "127.0.0.1:8282", "serve")
+	out, err := exec.Command("curl", "-s", "localhost:8181/allowed", "-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"allow":true`) {
+		t.Fatalf("after a restart carol's relationship is gone: %s %v", out, err)
+	}
+}
