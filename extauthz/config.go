@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
@@ -173,6 +177,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Registerer == nil {
 		reg := prometheus.NewRegistry()
+		reg.MustRegister(
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			collectors.NewGoCollector(),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "nexus_process_peak_resident_memory_bytes",
+				Help: "Peak resident set size of the process (VmHWM), for benchmark reports.",
+			}, peakRSS),
+		)
 		c.Registerer = reg
 		if c.Gatherer == nil {
 			c.Gatherer = reg
@@ -186,4 +198,22 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// peakRSS reads VmHWM from /proc/self/status; 0 where there is no /proc.
+func peakRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				return 0
+			}
+			return kb * 1024
+		}
+	}
+	return 0
 }

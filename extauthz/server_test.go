@@ -574,6 +574,8 @@ func TestMetricsHealthAndDecisionLog(t *testing.T) {
 		`nexus_decision_duration_seconds_count{cache="miss",interface="permit"} 1`,
 		`nexus_decision_duration_seconds_count{cache="hit",interface="permit"} 2`,
 		`nexus_decisions_total{interface="permit",reason="rebac",result="allow"} 3`,
+		`process_cpu_seconds_total`,
+		`nexus_process_peak_resident_memory_bytes`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
