@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestServeConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("grpc_addr: 0.0.0.0:9999\ndata_dir: /var/lib/nexus\ncache_size: 42\ngrpc_tls:\n  cert_file: c.pem\n  key_file: k.pem\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("grpc_adr: 0.0.0.0:9999\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readServeConfig(bad); err == nil || !strings.Contains(err.Error(), "grpc_adr") {
+		t.Fatalf("a misspelt key: err = %v, want one naming grpc_adr", err)
+	}
+
+	cmd := newServeCmd()
+	if err := cmd.ParseFlags([]string{"--data-dir", "/tmp/flag-wins"}); err != nil {
+		t.Fatal(err)
+	}
+	var c serveConfig
+	// The flags' values as cobra parsed them.
+	c.GRPCAddr, _ = cmd.Flags().GetString("grpc-addr")
+	c.DataDir, _ = cmd.Flags().GetString("data-dir")
+	c.CacheSize, _ = cmd.Flags().GetInt("cache-size")
+	file, err := readServeConfig(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mergeFlags(cmd, &c, file)
+	if c.GRPCAddr != "0.0.0.0:9999" || c.CacheSize != 42 || c.GRPCTLS.CertFile != "c.pem" {
+		t.Fatalf("file values not applied: %+v", c)
+	}
+	if c.DataDir != "/tmp/flag-wins" {
+		t.Fatalf("data_dir = %q: a flag set on the command line must override the file", c.DataDir)
+	}
+}
+
+func TestParseLevel(t *testing.T) {
+	if _, err := parseLevel("loud"); err == nil {
+		t.Fatal("an unknown log level was accepted")
+	}
+	if l, err := parseLevel("debug"); err != nil || l.String() != "DEBUG" {
+		t.Fatalf("debug: %v %v", l, err)
+	}
+}
