@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,7 +115,8 @@ func (p *pdp) load(ctx context.Context, b *compiler.Bundle) error {
 }
 
 // withSchema returns data with data.nexus.roles (role to grants) and
-// data.nexus.permissions (type to permission names) from sc.
+// data.nexus.permissions (type to permission names) from sc, and each
+// route rule of data.nexus.routes with its path split into "segments".
 func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, error) {
 	doc := map[string]any{}
 	if len(bytes.TrimSpace(data)) > 0 {
@@ -124,11 +126,23 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 			return nil, nil, fmt.Errorf("extauthz: policy data: %w", err)
 		}
 	}
+	nx, _ := doc["nexus"].(map[string]any)
+	if routes, ok := nx["routes"].([]any); ok {
+		// Split each route's path once here rather than in every evaluation.
+		for _, r := range routes {
+			if m, ok := r.(map[string]any); ok {
+				if p, ok := m["path"].(string); ok {
+					if _, has := m["segments"]; !has {
+						m["segments"] = strings.Split(strings.TrimPrefix(p, "/"), "/")
+					}
+				}
+			}
+		}
+	}
 	if sc == nil {
 		out, err := json.Marshal(doc)
 		return out, nil, err
 	}
-	nx, _ := doc["nexus"].(map[string]any)
 	if nx == nil {
 		nx = map[string]any{}
 		doc["nexus"] = nx

@@ -8,50 +8,48 @@
 #     "<type>:<action>" or "<type>:*" (data.nexus.roles, from the schema), or
 #   - ReBAC: the relationship store says the subject has the permission named
 #     by the action on the resource (folder inheritance and all).
+#
+# The proxied-request policy (envoy.rego) calls decide() with the subject,
+# action and resource its route rules found.
 package nexus.authz
 
 import rego.v1
 
-subject := concat(":", [input.subject.type, input.subject.id])
+decision := decide(input.subject, input.action, input.resource)
 
-resource := concat(":", [input.resource.type, input.resource.id])
+allow := decision.allow
 
-wanted := {concat(":", [input.resource.type, input.action]), concat(":", [input.resource.type, "*"])}
+# decide answers one check: {"allow": bool, "reason": string}.
+decide(subject, action, resource) := {"allow": false, "reason": min(ds)} if {
+	ds := denials(action, resource)
+	count(ds) > 0
+} else := {"allow": true, "reason": "rbac"} if {
+	rbac(concat(":", [subject.type, subject.id]), action, resource)
+} else := {"allow": true, "reason": "rebac"} if {
+	rebac(concat(":", [subject.type, subject.id]), action, resource)
+} else := {"allow": false, "reason": "no_grant"}
 
 # rbac holds when a tenant role of the subject grants the action.
-rbac if {
-	input.resource.tenant != ""
-	some role in nexus.roles(subject, input.resource.tenant)
+rbac(subject, action, resource) if {
+	resource.tenant != ""
+	some role in nexus.roles(subject, resource.tenant)
 	some grant in data.nexus.roles[role]
-	grant in wanted
+	grant in {concat(":", [resource.type, action]), concat(":", [resource.type, "*"])}
 }
 
 # rebac holds when the relationship store grants the permission.
-rebac if {
-	input.resource.id != ""
-	input.action in object.get(data.nexus.permissions, input.resource.type, [])
-	nexus.check(resource, input.action, subject)
+rebac(subject, action, resource) if {
+	resource.id != ""
+	action in object.get(data.nexus.permissions, resource.type, [])
+	nexus.check(concat(":", [resource.type, resource.id]), action, subject)
 }
 
-# denials holds the reasons ABAC conditions (data.nexus.conditions) give to
-# deny: a condition names a resource type, actions, and a resource
+# denials are the reasons the ABAC conditions (data.nexus.conditions) give
+# to deny: a condition names a resource type, actions, and a resource
 # attribute whose value forbids them.
-denials contains c.reason if {
+denials(action, resource) := {c.reason |
 	some c in data.nexus.conditions
-	c.type == input.resource.type
-	input.action in c.actions
-	object.get(input.resource.attributes, c.attribute, null) == c.value
+	c.type == resource.type
+	action in c.actions
+	object.get(object.get(resource, "attributes", {}), c.attribute, null) == c.value
 }
-
-default decision := {"allow": false, "reason": "no_grant"}
-
-decision := {"allow": false, "reason": r} if {
-	count(denials) > 0
-	r := min(denials)
-} else := {"allow": true, "reason": "rbac"} if {
-	rbac
-} else := {"allow": true, "reason": "rebac"} if {
-	rebac
-}
-
-allow := decision.allow

@@ -6,9 +6,11 @@
 # Route rules (data.nexus.routes, in order, first match wins) map the
 # method and path to an action and a resource: a path segment "{id}" names
 # the resource, "{tenant}" its tenant, "*" matches any one segment. The
-# subject comes from the header data.nexus.subject_header (or the "sub" of a
-# JWT verified by Envoy's jwt_authn filter); the tenant from a path segment
-# or the header data.nexus.tenant_header.
+# server adds each route's "segments" (its path split at "/") when it loads
+# the policy; without them the policy splits the path itself. The subject
+# comes from the header data.nexus.subject_header (or the "sub" of a JWT
+# verified by Envoy's jwt_authn filter); the tenant from a path segment or
+# the header data.nexus.tenant_header.
 package nexus.envoy
 
 import rego.v1
@@ -17,28 +19,26 @@ http_request := input.attributes.request.http
 
 headers := object.get(http_request, "headers", {})
 
+segments(r) := r.segments
+
+segments(r) := split(trim_prefix(r.path, "/"), "/") if not r.segments
+
 segment_matches(pattern, _) if pattern in {"*", "{id}", "{tenant}"}
 
 segment_matches(pattern, value) if pattern == value
 
 route_matches(r) if {
 	r.method in {http_request.method, "*"}
-	parts := split(trim_prefix(r.path, "/"), "/")
+	parts := segments(r)
 	count(parts) == count(input.parsed_path)
 	every i, p in parts {
 		segment_matches(p, input.parsed_path[i])
 	}
 }
 
-matching := [r | some r in data.nexus.routes; route_matches(r)]
+route := [r | some r in data.nexus.routes; route_matches(r)][0]
 
-route := matching[0]
-
-var_value(r, name) := input.parsed_path[i] if {
-	parts := split(trim_prefix(r.path, "/"), "/")
-	some i, p in parts
-	p == name
-}
+route_segments := segments(route)
 
 jwt_subjects contains sub if {
 	some _, payload in input.attributes.metadataContext.filterMetadata["envoy.filters.http.jwt_authn"]
@@ -55,27 +55,25 @@ subject_id := s if {
 
 default tenant := ""
 
-tenant := var_value(route, "{tenant}")
+tenant := input.parsed_path[i] if {
+	some i, p in route_segments
+	p == "{tenant}"
+}
 
-tenant := headers[data.nexus.tenant_header] if not var_value(route, "{tenant}")
+tenant := headers[data.nexus.tenant_header] if not "{tenant}" in route_segments
 
 default resource_id := ""
 
-resource_id := var_value(route, "{id}")
-
-check := {
-	"subject": {"type": "user", "id": subject_id},
-	"action": route.action,
-	"resource": {
-		"type": route.type,
-		"id": resource_id,
-		"tenant": tenant,
-	},
+resource_id := input.parsed_path[i] if {
+	some i, p in route_segments
+	p == "{id}"
 }
 
-authz := d if {
-	d := data.nexus.authz.decision with input as check
-}
+authz := data.nexus.authz.decide(
+	{"type": "user", "id": subject_id},
+	route.action,
+	{"type": route.type, "id": resource_id, "tenant": tenant},
+)
 
 default result := {"allowed": false, "http_status": 403, "reason": "no_route", "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}}
 
@@ -99,6 +97,5 @@ result := {
 	"body": concat("", ["{\"error\":\"forbidden\",\"reason\":\"", authz.reason, "\"}"]),
 	"headers": {"content-type": "application/json", "x-nexus-decision": authz.reason},
 } if {
-	subject_id
 	not authz.allow
 }
