@@ -26,7 +26,7 @@ const (
 	DefaultMaxBodyBytes = 1 << 20
 	DefaultMaxBatch     = 1000
 	DefaultCacheSize    = 100_000
-	DefaultEvalTimeout  = 100 * time.Millisecond
+	DefaultEvalTimeout  = 500 * time.Millisecond
 )
 
 // Default entrypoints, those of the embedded default policy.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -147,7 +148,10 @@ func (s *Server) Start(ctx context.Context) error {
 			if l.name == "admin" {
 				h = s.adminHandler()
 			}
-			hs := &http.Server{Handler: h, TLSConfig: l.tls, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+			hs := &http.Server{
+				Handler: h, TLSConfig: l.tls, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+				ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
+			}
 			s.https = append(s.https, hs)
 			go func(l net.Listener, tlsOn bool) {
 				var err error
