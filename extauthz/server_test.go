@@ -90,14 +90,7 @@ func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = store.Close() })
-	sc, err := datastore.ParseSchema(drive.Schema)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := store.WriteSchema(ctx, sc, false); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := store.Import(ctx, bytes.NewReader(drive.Tuples), datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
+	if _, err := drive.Load(ctx, store); err != nil {
 		tb.Fatal(err)
 	}
 	reg := engine.NewRegistry()

@@ -301,19 +301,20 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	cur, err := store.Schema(ctx)
 	switch {
 	case errors.Is(err, datastore.ErrNoSchema):
+		if demo {
+			n, err := drive.Load(ctx, store)
+			if err != nil {
+				return fail(err)
+			}
+			log.Info("wrote the demo schema and relationships", "tuples", n)
+			break
+		}
 		sc, err := datastore.ParseSchema(src)
 		if err != nil {
 			return fail(err)
 		}
 		if _, err := store.WriteSchema(ctx, sc, false); err != nil {
 			return fail(err)
-		}
-		if demo {
-			st, err := store.Import(ctx, bytes.NewReader(drive.Tuples), datastore.ImportOptions{Format: datastore.FormatText})
-			if err != nil {
-				return fail(fmt.Errorf("demo relationships: %w", err))
-			}
-			log.Info("wrote the demo schema and relationships", "tuples", st.Tuples)
 		}
 	case err != nil:
 		return fail(err)

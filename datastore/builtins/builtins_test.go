@@ -1,7 +1,6 @@
 package builtins_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
@@ -57,14 +56,7 @@ func openDrive(t *testing.T) *datastore.BoltStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	sc, err := datastore.ParseSchema(drive.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WriteSchema(ctx, sc, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Import(ctx, bytes.NewReader(drive.Tuples), datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
+	if _, err := drive.Load(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	return s

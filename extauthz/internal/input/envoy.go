@@ -199,8 +199,27 @@ func parseBody(headers map[string]string, body string, rawBody []byte, opts Opti
 }
 
 func appendValues(dst []byte, v url.Values) []byte {
-	keys := make([]string, 0, len(v))
-	for k := range v {
+	return appendSorted(dst, v, func(dst []byte, vs []string) []byte {
+		dst = append(dst, '[')
+		for j, s := range vs {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, s)
+		}
+		return append(dst, ']')
+	})
+}
+
+func appendMap(dst []byte, m map[string]string) []byte {
+	return appendSorted(dst, m, appendString)
+}
+
+// appendSorted appends m as a JSON object with its keys sorted, each value
+// written by val.
+func appendSorted[V any](dst []byte, m map[string]V, val func([]byte, V) []byte) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
@@ -210,14 +229,8 @@ func appendValues(dst []byte, v url.Values) []byte {
 			dst = append(dst, ',')
 		}
 		dst = appendString(dst, k)
-		dst = append(dst, ':', '[')
-		for j, s := range v[k] {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, s)
-		}
-		dst = append(dst, ']')
+		dst = append(dst, ':')
+		dst = val(dst, m[k])
 	}
 	return append(dst, '}')
 }
@@ -390,25 +403,6 @@ func appendHTTP(dst []byte, id, method string, headers map[string]string, path, 
 	o.str("body", body)
 	o.bytes("rawBody", rawBody)
 	return o.close()
-}
-
-func appendMap(dst []byte, m map[string]string) []byte {
-	var stack [64]string
-	keys := stack[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	dst = append(dst, '{')
-	for i, k := range keys {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, k)
-		dst = append(dst, ':')
-		dst = appendString(dst, m[k])
-	}
-	return append(dst, '}')
 }
 
 // appendTimestamp encodes a timestamp as protojson does: RFC 3339 in UTC
