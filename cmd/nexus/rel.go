@@ -362,8 +362,10 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 				)
 			}
 			done := make(chan struct{})
+			stopped := make(chan struct{})
 			ticker := time.NewTicker(interval)
 			go func() {
+				defer close(stopped)
 				var last int64
 				for {
 					select {
@@ -391,6 +393,7 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 			}})
 			ticker.Stop()
 			close(done)
+			<-stopped
 			if bar != nil {
 				_ = bar.Finish()
 				fmt.Fprintln(errOut)
