@@ -144,3 +144,10 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("check after close = %v, want ErrClosed", err)
 	}
 }
+
+// TestConformanceSeekOnly runs the suite with the per-object tuple cache off,
+// so every relation is read with its own seek.
+func TestConformanceSeekOnly(t *testing.T) {
+	defer datastore.SetMaxObjTuples(0)()
+	storetest.Run(t, func(t *testing.T) datastore.Store { return openTemp(t, datastore.Config{}) })
+}
