@@ -1,6 +1,7 @@
 package datastore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -150,4 +151,44 @@ func TestClosed(t *testing.T) {
 func TestConformanceSeekOnly(t *testing.T) {
 	defer datastore.SetMaxObjTuples(0)()
 	storetest.Run(t, func(t *testing.T) datastore.Store { return openTemp(t, datastore.Config{}) })
+}
+
+// TestWatchImport: the change sets of a merged import list every tuple once.
+func TestWatchImport(t *testing.T) {
+	s := openTemp(t, datastore.Config{})
+	storetest.MustDrive(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	from, _ := s.Revision(ctx)
+	var in bytes.Buffer
+	for i := range 10 {
+		fmt.Fprintf(&in, "folder:w%d#viewer@user:w\nfolder:w%d#viewer@user:w\n", i, i) // each twice
+	}
+	st, err := s.Import(ctx, &in, datastore.ImportOptions{Format: datastore.FormatText, BatchSize: 4})
+	if err != nil || st.Tuples != 10 || st.Parsed != 20 {
+		t.Fatalf("Import = %+v, %v", st, err)
+	}
+	seen := map[string]int{}
+	for cs, err := range s.Watch(ctx, from) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs.Changes {
+			if c.Op != datastore.OpTouch {
+				t.Fatalf("change %v", c)
+			}
+			seen[c.Tuple.String()]++
+		}
+		if cs.Revision == st.Revision {
+			break
+		}
+	}
+	if len(seen) != 10 {
+		t.Fatalf("watch saw %d tuples, want 10: %v", len(seen), seen)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s seen %d times", k, n)
+		}
+	}
 }
