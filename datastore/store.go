@@ -193,6 +193,9 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("datastore: open %s: %w", cfg.Path, err)
 	}
+	// Concurrent Writes share a transaction (and an fsync); a lone Write
+	// waits at most this long for company.
+	db.MaxBatchDelay = 2 * time.Millisecond
 	s := &BoltStore{cfg: cfg, log: cfg.Logger, db: db, notify: make(chan struct{})}
 	if !cfg.ReadOnly {
 		err = db.Update(func(tx *bolt.Tx) error {
