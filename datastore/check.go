@@ -229,8 +229,10 @@ func (s *BoltStore) check1(ctx context.Context, objType, objID, perm string, sub
 	if err := sub.Validate(); err != nil {
 		return false, nil, err
 	}
-	if st.schema.types[sub.Type] == nil {
+	if stype := st.schema.types[sub.Type]; stype == nil {
 		return false, nil, fmt.Errorf("%w: subject type %q", ErrUnknown, sub.Type)
+	} else if sub.Relation != "" && stype.members[sub.Relation] == nil {
+		return false, nil, fmt.Errorf("%w: subject %s: type %s has no relation or permission %q", ErrUnknown, sub, sub.Type, sub.Relation)
 	}
 	c := s.pool.Get().(*checker)
 	defer func() { c.reset(); s.pool.Put(c) }()
