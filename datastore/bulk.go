@@ -203,7 +203,7 @@ func (s *BoltStore) Import(ctx context.Context, r io.Reader, opts ImportOptions)
 
 // DefaultMergeChunk is the number of tuples per transaction when an import
 // merges its sorted runs into the store.
-const DefaultMergeChunk = 1_000_000
+const DefaultMergeChunk = 250_000
 
 // run is one sorted batch spilled to two temporary files.
 type run struct {
@@ -285,10 +285,10 @@ func (r *runReader) next() (bool, error) {
 	return err == nil, err
 }
 
-// merger yields the keys of several sorted runs in order, without
-// duplicates.
+// merger yields the keys of several sorted runs in order (a binary heap
+// of the runs' current keys).
 type merger struct {
-	rs   []*runReader
+	rs   []*runReader // heap ordered by cur
 	last []byte
 }
 
@@ -313,37 +313,59 @@ func newMerger(paths []string) (*merger, error) {
 			f.Close()
 		}
 	}
+	for i := len(m.rs)/2 - 1; i >= 0; i-- {
+		m.down(i)
+	}
 	return m, nil
+}
+
+func (m *merger) down(i int) {
+	n := len(m.rs)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		c := l
+		if r := l + 1; r < n && bytes.Compare(m.rs[r].cur, m.rs[l].cur) < 0 {
+			c = r
+		}
+		if bytes.Compare(m.rs[c].cur, m.rs[i].cur) >= 0 {
+			return
+		}
+		m.rs[i], m.rs[c] = m.rs[c], m.rs[i]
+		i = c
+	}
 }
 
 func (m *merger) close() {
 	for _, r := range m.rs {
 		r.f.Close()
 	}
+	m.rs = nil
 }
 
 // next returns the next key (valid until the following call) or nil.
 func (m *merger) next() ([]byte, error) {
-	if len(m.rs) > 0 {
-		lo := 0
-		for i := 1; i < len(m.rs); i++ {
-			if bytes.Compare(m.rs[i].cur, m.rs[lo].cur) < 0 {
-				lo = i
-			}
-		}
-		r := m.rs[lo]
-		m.last = append(m.last[:0], r.cur...)
-		ok, err := r.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			r.f.Close()
-			m.rs = slices.Delete(m.rs, lo, lo+1)
-		}
-		return m.last, nil
+	if len(m.rs) == 0 {
+		return nil, nil
 	}
-	return nil, nil
+	r := m.rs[0]
+	m.last = append(m.last[:0], r.cur...)
+	ok, err := r.next()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		r.f.Close()
+		last := len(m.rs) - 1
+		m.rs[0] = m.rs[last]
+		m.rs = m.rs[:last]
+	}
+	if len(m.rs) > 0 {
+		m.down(0)
+	}
+	return m.last, nil
 }
 
 func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats *ImportStats, progress func(ImportStats)) error {

@@ -106,6 +106,8 @@ type checker struct {
 	// it grows.
 	nodes []node
 	index map[memoKey]int32
+	objs  []objTuples
+	tups  []tupEnt
 	kb    []byte
 	lists [][]target
 	trace bool
@@ -163,6 +165,10 @@ func (c *checker) add(m *member, id string) int {
 func (c *checker) reset() {
 	clear(c.nodes)
 	c.nodes = c.nodes[:0]
+	clear(c.objs)
+	c.objs = c.objs[:0]
+	clear(c.tups)
+	c.tups = c.tups[:0]
 	c.index = nil
 	for i := range c.lists {
 		c.lists[i] = c.lists[i][:0]
@@ -223,8 +229,10 @@ func (s *BoltStore) check1(ctx context.Context, objType, objID, perm string, sub
 	if err := sub.Validate(); err != nil {
 		return false, nil, err
 	}
-	if st.schema.types[sub.Type] == nil {
+	if stype := st.schema.types[sub.Type]; stype == nil {
 		return false, nil, fmt.Errorf("%w: subject type %q", ErrUnknown, sub.Type)
+	} else if sub.Relation != "" && stype.members[sub.Relation] == nil {
+		return false, nil, fmt.Errorf("%w: subject %s: type %s has no relation or permission %q", ErrUnknown, sub, sub.Type, sub.Relation)
 	}
 	c := s.pool.Get().(*checker)
 	defer func() { c.reset(); s.pool.Put(c) }()
@@ -382,9 +390,20 @@ func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (r
 		tr.Children = append(tr.Children, node)
 		defer func() { node.Result = res }()
 	}
+	list := c.list(depth)
+	if o, err := c.object(t.order[0].typeID, id); err != nil {
+		return false, false, err
+	} else if o != nil {
+		for _, te := range c.tups[o.start:o.end] {
+			if te.rel != e.viaID || te.st >= uint64(len(e.targetByID)) || e.targetByID[te.st] == nil {
+				continue
+			}
+			list = append(list, target{e.targetByID[te.st], te.sid})
+		}
+		goto eval
+	}
 	c.kb = appendObjPrefix(c.kb[:0], t.order[0].typeID, id)
 	c.kb = binary.AppendUvarint(c.kb, e.viaID)
-	list := c.list(depth)
 	for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
 		rest := k[len(c.kb):]
 		_, rest, err := uvarint(rest) // subject relation: arrows follow the subject object
@@ -404,6 +423,7 @@ func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (r
 		}
 		list = append(list, target{tm, bstr(sid)})
 	}
+eval:
 	c.lists[depth] = list
 	for i := 0; i < len(list); i++ {
 		r, rc, err := c.member(list[i].m, list[i].id, depth+1, node)
@@ -422,6 +442,13 @@ func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (r
 // userset tuple whose userset contains the subject.
 func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut bool, err error) {
 	typeID, relID := m.typeID, m.relID
+	o, err := c.object(typeID, id)
+	if err != nil {
+		return false, false, err
+	}
+	if o != nil {
+		return c.relationCached(m, o, id, depth, tr)
+	}
 	if c.stKnown && m.accepts(c.sType, c.sRel) {
 		c.kb = appendObjKey(c.kb[:0], ids{ot: typeID, rel: relID, st: c.stID, sr: c.srID}, id, c.sID)
 		if k, _ := c.cur.Seek(c.kb); k != nil && bytes.Equal(k, c.kb) {
@@ -448,6 +475,11 @@ func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut
 		}
 	}
 	c.lists[depth] = list
+	return c.evalUsersets(m, list, id, depth, tr)
+}
+
+// evalUsersets evaluates the userset subjects of m on id.
+func (c *checker) evalUsersets(m *member, list []target, id string, depth int, tr *Trace) (res, cut bool, err error) {
 	for i := 0; i < len(list); i++ {
 		var node *Trace
 		if tr != nil {
@@ -547,4 +579,101 @@ func (s *BoltStore) RolesString(ctx context.Context, subject, tenant string) ([]
 		return nil, err
 	}
 	return s.Roles(ctx, sub, tenant)
+}
+
+// objTuples is the cached tuple list of one small object.
+type objTuples struct {
+	typeID     uint64
+	id         string
+	start, end int32
+	big        bool // more than maxObjTuples tuples: not cached
+}
+
+type tupEnt struct {
+	rel, sr, st uint64
+	sid         string
+}
+
+// maxObjTuples bounds the tuples of one object that a check reads in one
+// range scan instead of one seek per relation and subject type.
+// A variable only so tests can force the seek path (export_test.go).
+var maxObjTuples = 24
+
+// object returns the cached tuples of typeID:id, reading them with one
+// range scan on first use; nil if the object has too many tuples (then
+// the caller seeks per relation).
+func (c *checker) object(typeID uint64, id string) (*objTuples, error) {
+	for i := range c.objs {
+		if o := &c.objs[i]; o.typeID == typeID && o.id == id {
+			if o.big {
+				return nil, nil
+			}
+			return o, nil
+		}
+	}
+	if len(c.objs) >= 64 {
+		return nil, nil // a large walk: stop caching, seek instead
+	}
+	start := len(c.tups)
+	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
+	big := false
+	for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
+		if len(c.tups)-start == maxObjTuples {
+			big = true
+			break
+		}
+		rest := k[len(c.kb):]
+		var te tupEnt
+		var err error
+		if te.rel, rest, err = uvarint(rest); err != nil {
+			return nil, err
+		}
+		if te.sr, rest, err = uvarint(rest); err != nil {
+			return nil, err
+		}
+		if te.st, rest, err = uvarint(rest); err != nil || len(rest) == 0 {
+			return nil, errBadKey
+		}
+		te.sid = bstr(rest)
+		c.tups = append(c.tups, te)
+	}
+	if big {
+		c.tups = c.tups[:start]
+		c.objs = append(c.objs, objTuples{typeID: typeID, id: id, big: true})
+		return nil, nil
+	}
+	c.objs = append(c.objs, objTuples{typeID: typeID, id: id, start: int32(start), end: int32(len(c.tups))})
+	return &c.objs[len(c.objs)-1], nil
+}
+
+// relationCached is relation over an object's cached tuples.
+func (c *checker) relationCached(m *member, o *objTuples, id string, depth int, tr *Trace) (res, cut bool, err error) {
+	start, end := o.start, o.end // o may move when c.objs grows
+	if c.stKnown {
+		for _, te := range c.tups[start:end] {
+			if te.rel == m.relID && te.sr == c.srID && te.st == c.stID && te.sid == c.sID && m.accepts(c.sType, c.sRel) {
+				if tr != nil {
+					tr.Children = append(tr.Children, &Trace{Kind: "tuple", Result: true,
+						Name: api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name, Subject: api.Subject{Type: c.sType, ID: c.sID, Relation: c.sRel}}.String()})
+				}
+				return true, false, nil
+			}
+		}
+	}
+	if !m.hasUserset {
+		return false, false, nil
+	}
+	list := c.list(depth)
+	for _, te := range c.tups[start:end] {
+		if te.rel != m.relID || te.sr == 0 {
+			continue
+		}
+		for _, u := range m.usersets {
+			if u.relID == te.sr && u.typeID == te.st {
+				list = append(list, target{u.m, te.sid})
+			}
+		}
+	}
+	c.lists[depth] = list
+	return c.evalUsersets(m, list, id, depth, tr)
 }

@@ -193,7 +193,19 @@ func reference(types map[string]*refType, tuples []api.Tuple, user string) map[s
 }
 
 func TestDifferentialCheck(t *testing.T) {
-	schemas, datasets := 40, 4
+	// Once with the per-object tuple cache, once with seeks only.
+	for _, cache := range []bool{true, false} {
+		t.Run(fmt.Sprint("objectCache=", cache), func(t *testing.T) {
+			if !cache {
+				defer datastore.SetMaxObjTuples(0)()
+			}
+			testDifferential(t)
+		})
+	}
+}
+
+func testDifferential(t *testing.T) {
+	schemas, datasets := 25, 4
 	allowed, total := 0, 0
 	if testing.Short() {
 		schemas = 15

@@ -65,7 +65,8 @@
 // key encoding is documented in keys.go. Each Write, schema write and
 // import batch is one bbolt transaction, fsynced before it returns, and
 // adds one to the revision. Concurrent Writes are combined into one bbolt
-// transaction (bbolt's Batch) but keep one revision each. The changelog
+// transaction (bbolt's Batch, which waits up to 2 ms to gather them) but
+// keep one revision each. The changelog
 // keeps the last Config.ChangelogRetention revisions for Watch.
 //
 // # Import

@@ -30,7 +30,7 @@ func TestHammer(t *testing.T) {
 		default:
 		}
 	}
-	for range 4 {
+	for range 3 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -66,12 +66,12 @@ func TestHammer(t *testing.T) {
 			}
 		}
 	}()
-	for i := range 200 {
+	for i := range 60 {
 		tu := api.Tuple{Object: api.Object{Type: "folder", ID: fmt.Sprintf("h%d", i)}, Relation: "viewer", Subject: api.Subject{Type: "user", ID: "h"}}
 		if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{tu}}); err != nil {
 			t.Fatal(err)
 		}
-		if i%50 == 0 {
+		if i%20 == 0 {
 			if _, err := s.WriteSchema(ctx, sc, false); err != nil {
 				t.Fatal(err)
 			}

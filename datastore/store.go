@@ -155,6 +155,9 @@ type state struct {
 
 const formatVersion = 1
 
+// initialMmapSize is the address space mapped for the data file at open.
+const initialMmapSize = 8 << 30
+
 var (
 	bMeta = []byte("meta")
 	bDict = []byte("dict")
@@ -182,10 +185,17 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 		FreelistType:   bolt.FreelistMapType,
 		NoGrowSync:     false,
 		NoFreelistSync: false,
+		// Map generously up front: growing the map makes bbolt copy every
+		// dirty node out of the old one, which dominates large imports.
+		// Only address space; pages count as memory once touched.
+		InitialMmapSize: initialMmapSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("datastore: open %s: %w", cfg.Path, err)
 	}
+	// Concurrent Writes share a transaction (and an fsync); a lone Write
+	// waits at most this long for company.
+	db.MaxBatchDelay = 2 * time.Millisecond
 	s := &BoltStore{cfg: cfg, log: cfg.Logger, db: db, notify: make(chan struct{})}
 	if !cfg.ReadOnly {
 		err = db.Update(func(tx *bolt.Tx) error {

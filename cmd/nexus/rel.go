@@ -352,7 +352,7 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 			if fh, ok := errOut.(*os.File); ok && term.IsTerminal(int(fh.Fd())) {
 				bar = progressbar.NewOptions64(size,
 					progressbar.OptionSetWriter(errOut),
-					progressbar.OptionSetDescription("importing"),
+					progressbar.OptionSetDescription("reading"),
 					progressbar.OptionShowBytes(true),
 					progressbar.OptionShowCount(),
 					progressbar.OptionSetPredictTime(true),
@@ -362,9 +362,12 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 				)
 			}
 			done := make(chan struct{})
+			stopped := make(chan struct{})
 			ticker := time.NewTicker(interval)
 			go func() {
+				defer close(stopped)
 				var last int64
+				committing := false
 				for {
 					select {
 					case <-done:
@@ -372,9 +375,30 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 					case <-ticker.C:
 						read := cr.n.Load()
 						if bar != nil {
+							if committing {
+								_ = bar.Set64(tuples.Load())
+								continue
+							}
 							_ = bar.Add64(read - last)
 							last = read
-							bar.Describe(fmt.Sprintf("importing (%d read, %d committed)", parsed.Load(), tuples.Load()))
+							bar.Describe(fmt.Sprintf("reading (%d tuples)", parsed.Load()))
+							if tuples.Load() > 0 && tuples.Load() < parsed.Load() {
+								// Reading is done; a second bar follows the merge.
+								_ = bar.Finish()
+								fmt.Fprintln(errOut)
+								committing = true
+								bar = progressbar.NewOptions64(parsed.Load(),
+									progressbar.OptionSetWriter(errOut),
+									progressbar.OptionSetDescription("committing"),
+									progressbar.OptionShowCount(),
+									progressbar.OptionShowIts(),
+									progressbar.OptionSetItsString("tuples"),
+									progressbar.OptionSetPredictTime(true),
+									progressbar.OptionThrottle(100*time.Millisecond),
+									progressbar.OptionFullWidth(),
+								)
+								_ = bar.Set64(tuples.Load())
+							}
 							continue
 						}
 						el := time.Since(start).Seconds()
@@ -391,6 +415,7 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 			}})
 			ticker.Stop()
 			close(done)
+			<-stopped
 			if bar != nil {
 				_ = bar.Finish()
 				fmt.Fprintln(errOut)

@@ -295,6 +295,7 @@ func testDriveChecks(t *testing.T, s datastore.Store) {
 		{"unknown type", "drive:x", "read", "user:bob", datastore.ErrUnknown},
 		{"unknown permission", "file:x", "print", "user:bob", datastore.ErrUnknown},
 		{"unknown subject type", "file:x", "read", "robot:r2", datastore.ErrUnknown},
+		{"unknown subject relation", "file:x", "read", "group:eng#owner", datastore.ErrUnknown},
 		{"bad object", "file", "read", "user:bob", api.ErrSyntax},
 		{"bad subject", "file:x", "read", "user:b b", api.ErrSyntax},
 	}
