@@ -28,6 +28,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/examples/drive/demo"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
 )
@@ -90,7 +91,7 @@ func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = store.Close() })
-	if _, err := drive.Load(ctx, store); err != nil {
+	if _, err := demo.Load(ctx, store); err != nil {
 		tb.Fatal(err)
 	}
 	reg := engine.NewRegistry()

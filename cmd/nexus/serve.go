@@ -21,6 +21,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/examples/drive/demo"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
 )
@@ -291,18 +292,18 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 		_ = store.Close()
 		return nil, err
 	}
-	src, demo := drive.Schema, true
+	src, isDemo := drive.Schema, true
 	if c.Schema != "" {
 		if src, err = os.ReadFile(c.Schema); err != nil {
 			return fail(fmt.Errorf("schema: %w", err))
 		}
-		demo = false
+		isDemo = false
 	}
 	cur, err := store.Schema(ctx)
 	switch {
 	case errors.Is(err, datastore.ErrNoSchema):
-		if demo {
-			n, err := drive.Load(ctx, store)
+		if isDemo {
+			n, err := demo.Load(ctx, store)
 			if err != nil {
 				return fail(err)
 			}

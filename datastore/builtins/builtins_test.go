@@ -15,7 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/examples/drive/demo"
 )
 
 // examplePolicy uses every relationship builtin.
@@ -56,7 +56,7 @@ func openDrive(t *testing.T) *datastore.BoltStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	if _, err := drive.Load(ctx, s); err != nil {
+	if _, err := demo.Load(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	return s
