@@ -222,6 +222,10 @@ func TestDecisions(t *testing.T) {
 		}
 		check(t, res, wantPass, "")
 	})
+	// Request counts reach the proxy's metrics on the next tick.
+	if err := h.Tick(context.Background(), root); err != nil {
+		t.Fatal(err)
+	}
 	if n, _ := h.Counter("nexus_edge_denied_total"); n != 5 {
 		t.Errorf("denied counter %d, want 5", n)
 	}
@@ -505,6 +509,9 @@ func TestManyRequests(t *testing.T) {
 		t.Fatalf("memory grew from %d to %d bytes over %d requests", before, after, n)
 	}
 	total := warm + n
+	if err := h.Tick(ctx, root); err != nil { // flushes the request counts
+		t.Fatal(err)
+	}
 	if got, _ := h.Counter("nexus_edge_allowed_total"); got != int64((total+2)/3) {
 		t.Errorf("allowed %d, want %d", got, (total+2)/3)
 	}
