@@ -464,38 +464,23 @@ func (h *Host) wasiFuncs() map[string]hostFunc {
 			stack[0] = errnoSuccess
 		},
 		"fd_fdstat_get": func(_ context.Context, m api.Module, stack []uint64) {
-			if uint32(stack[0]) > 2 {
+			// As proxy-wasm-cpp-host: stdout and stderr only, rights FD_WRITE.
+			if fd := uint32(stack[0]); fd != 1 && fd != 2 {
 				stack[0] = errnoBadf
 				return
 			}
 			var st [24]byte
-			st[0] = 2 // character device
-			binary.LittleEndian.PutUint64(st[8:], ^uint64(0))
-			binary.LittleEndian.PutUint64(st[16:], ^uint64(0))
+			binary.LittleEndian.PutUint64(st[8:], 64)
 			m.Memory().Write(uint32(stack[1]), st[:])
 			stack[0] = errnoSuccess
 		},
 		"fd_prestat_get":      badf,
 		"fd_prestat_dir_name": badf,
-		"poll_oneoff": func(_ context.Context, m api.Module, stack []uint64) {
-			// Every subscription fires at once: Envoy cannot suspend a VM, so a
-			// sleeping plugin would only block the worker. The count shows up
-			// in WASICalls.
-			mem := m.Memory()
-			in, out, n := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
-			for i := uint32(0); i < n; i++ {
-				sub, _ := mem.Read(in+48*i, 48)
-				if len(sub) < 48 {
-					stack[0] = 21
-					return
-				}
-				var ev [32]byte
-				copy(ev[:8], sub[:8])
-				ev[10] = sub[8]
-				mem.Write(out+32*i, ev[:])
-			}
-			mem.WriteUint32Le(uint32(stack[3]), n)
-			stack[0] = errnoSuccess
+		"poll_oneoff": func(_ context.Context, _ api.Module, stack []uint64) {
+			// ENOSYS, as Envoy up to 1.38 answers: the Go runtime treats it as
+			// fatal, so a plugin that ever sleeps or waits on a timer dies
+			// here as it would in Envoy. The call is counted in WASICalls.
+			stack[0] = errnoNosys
 		},
 		"proc_exit": func(_ context.Context, _ api.Module, stack []uint64) {
 			panic(fmt.Errorf("harness: plugin called proc_exit(%d)", uint32(stack[0])))
