@@ -523,3 +523,49 @@ func TestManyRequests(t *testing.T) {
 	}
 	t.Logf("memory %d bytes before, %d after; WASI calls in callbacks: %v", before, after, h.WASICalls())
 }
+
+// TestVMsInParallel runs one VM per goroutine, as Envoy runs one per worker
+// thread, all from one compiled module: VMs share nothing but the compiled
+// code.
+func TestVMsInParallel(t *testing.T) {
+	const vms, requests = 4, 2000
+	snap := mustJSON(t, testSnapshot(1))
+	errs := make(chan error, vms)
+	for w := 0; w < vms; w++ {
+		go func() {
+			errs <- func() error {
+				ctx := context.Background()
+				h, err := harness.New(ctx, wasmBytes, harness.Config{Cache: cache})
+				if err != nil {
+					return err
+				}
+				defer h.Close(ctx)
+				root, ok, err := h.StartPlugin(ctx, nil, []byte(testConfig))
+				if err != nil || !ok {
+					return fmt.Errorf("start: ok %v err %v", ok, err)
+				}
+				if err := h.Tick(ctx, root); err != nil {
+					return err
+				}
+				if err := h.Respond(ctx, h.Calls()[0].Token, [][2]string{{":status", "200"}, {"etag", `"r1"`}}, snap); err != nil {
+					return err
+				}
+				for i := 0; i < requests; i++ {
+					res, err := h.Request(ctx, root, req("DELETE", "/t/acme/files/f1", "bob", ""))
+					if err != nil {
+						return err
+					}
+					if res.Local == nil || res.Local.Status != 403 {
+						return fmt.Errorf("request %d: want 403, got %+v", i, res.Local)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for w := 0; w < vms; w++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
