@@ -20,10 +20,12 @@ import (
 )
 
 // wasmBytes is plugin.wasm built by TestMain with the standard toolchain;
-// cache holds its compiled code for every test's VM.
+// cache holds its compiled code for every test's VM, on disk so that later
+// runs (compiling 3.7 MB of Go-built Wasm is the slow part, above all under
+// -race) skip it. Entries are keyed by the module's hash and wazero's version.
 var (
 	wasmBytes []byte
-	cache     = wazero.NewCompilationCache()
+	cache     wazero.CompilationCache
 )
 
 func TestMain(m *testing.M) {
@@ -46,7 +48,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	cache, err = wazero.NewCompilationCacheWithDir(filepath.Join(os.TempDir(), "nexus-plugin-wazero-cache"))
+	if err != nil {
+		cache = wazero.NewCompilationCache()
+	}
+	code := m.Run()
+	cache.Close(context.Background())
+	os.Exit(code)
 }
 
 const testConfig = `{
