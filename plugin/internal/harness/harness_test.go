@@ -47,7 +47,12 @@ func TestRestrictedPhases(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			wasm := buildModule(t, tc.module)
-			cache := wazero.NewCompilationCache()
+			// On disk, shared with later runs: compiling a Go-built module is
+			// the slow part of this test, above all under -race.
+			cache, err := wazero.NewCompilationCacheWithDir(filepath.Join(os.TempDir(), "nexus-plugin-wazero-cache"))
+			if err != nil {
+				cache = wazero.NewCompilationCache()
+			}
 			defer cache.Close(ctx)
 			run := func(lenient bool) (*Host, error) {
 				h, err := New(ctx, wasm, Config{Lenient: lenient, Cache: cache})
