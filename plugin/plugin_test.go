@@ -20,10 +20,12 @@ import (
 )
 
 // wasmBytes is plugin.wasm built by TestMain with the standard toolchain;
-// cache holds its compiled code for every test's VM.
+// cache holds its compiled code for every test's VM, on disk so that later
+// runs (compiling 3.7 MB of Go-built Wasm is the slow part, above all under
+// -race) skip it. Entries are keyed by the module's hash and wazero's version.
 var (
 	wasmBytes []byte
-	cache     = wazero.NewCompilationCache()
+	cache     wazero.CompilationCache
 )
 
 func TestMain(m *testing.M) {
@@ -46,7 +48,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	cache, err = wazero.NewCompilationCacheWithDir(filepath.Join(os.TempDir(), "nexus-plugin-wazero-cache"))
+	if err != nil {
+		cache = wazero.NewCompilationCache()
+	}
+	code := m.Run()
+	cache.Close(context.Background())
+	os.Exit(code)
 }
 
 const testConfig = `{
@@ -222,6 +230,10 @@ func TestDecisions(t *testing.T) {
 		}
 		check(t, res, wantPass, "")
 	})
+	// Request counts reach the proxy's metrics on the next tick.
+	if err := h.Tick(context.Background(), root); err != nil {
+		t.Fatal(err)
+	}
 	if n, _ := h.Counter("nexus_edge_denied_total"); n != 5 {
 		t.Errorf("denied counter %d, want 5", n)
 	}
@@ -505,6 +517,9 @@ func TestManyRequests(t *testing.T) {
 		t.Fatalf("memory grew from %d to %d bytes over %d requests", before, after, n)
 	}
 	total := warm + n
+	if err := h.Tick(ctx, root); err != nil { // flushes the request counts
+		t.Fatal(err)
+	}
 	if got, _ := h.Counter("nexus_edge_allowed_total"); got != int64((total+2)/3) {
 		t.Errorf("allowed %d, want %d", got, (total+2)/3)
 	}
@@ -515,4 +530,50 @@ func TestManyRequests(t *testing.T) {
 		t.Errorf("plugin slept %d times (poll_oneoff)", c)
 	}
 	t.Logf("memory %d bytes before, %d after; WASI calls in callbacks: %v", before, after, h.WASICalls())
+}
+
+// TestVMsInParallel runs one VM per goroutine, as Envoy runs one per worker
+// thread, all from one compiled module: VMs share nothing but the compiled
+// code.
+func TestVMsInParallel(t *testing.T) {
+	const vms, requests = 4, 2000
+	snap := mustJSON(t, testSnapshot(1))
+	errs := make(chan error, vms)
+	for w := 0; w < vms; w++ {
+		go func() {
+			errs <- func() error {
+				ctx := context.Background()
+				h, err := harness.New(ctx, wasmBytes, harness.Config{Cache: cache})
+				if err != nil {
+					return err
+				}
+				defer h.Close(ctx)
+				root, ok, err := h.StartPlugin(ctx, nil, []byte(testConfig))
+				if err != nil || !ok {
+					return fmt.Errorf("start: ok %v err %v", ok, err)
+				}
+				if err := h.Tick(ctx, root); err != nil {
+					return err
+				}
+				if err := h.Respond(ctx, h.Calls()[0].Token, [][2]string{{":status", "200"}, {"etag", `"r1"`}}, snap); err != nil {
+					return err
+				}
+				for i := 0; i < requests; i++ {
+					res, err := h.Request(ctx, root, req("DELETE", "/t/acme/files/f1", "bob", ""))
+					if err != nil {
+						return err
+					}
+					if res.Local == nil || res.Local.Status != 403 {
+						return fmt.Errorf("request %d: want 403, got %+v", i, res.Local)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for w := 0; w < vms; w++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }

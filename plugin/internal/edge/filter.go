@@ -17,7 +17,7 @@ const (
 )
 
 // Stats counts what a root context did. The same counts are exported as
-// proxy metrics named nexus_edge_<field in snake case>_total.
+// proxy counters (metricNames), added on every tick and snapshot reply.
 type Stats struct {
 	Allowed, Denied, Passed uint64 // request decisions
 	SnapshotUpdates         uint64 // new snapshots swapped in (200)
@@ -66,6 +66,7 @@ type rootCtx struct {
 	token        uint32
 	dispatchedAt int64
 	metricIDs    [numMetrics]uint32
+	pending      [numMetrics]int64 // counts not yet added to the proxy's metrics
 	metricsOK    bool
 	stats        Stats
 }
@@ -187,8 +188,21 @@ func (f *Filter) count(r *rootCtx, m int) {
 	case mCalls:
 		st.CallsDispatched++
 	}
-	if r.metricsOK {
-		_ = f.host.IncrementCounter(r.metricIDs[m], 1)
+	r.pending[m]++
+}
+
+// flush adds the pending counts to the proxy's metrics. Requests only count in
+// memory (a host call per request would cost more than the decision); the
+// counts reach the proxy on the next tick or snapshot reply.
+func (f *Filter) flush(r *rootCtx) {
+	for m, n := range r.pending {
+		if n == 0 {
+			continue
+		}
+		r.pending[m] = 0
+		if r.metricsOK {
+			_ = f.host.IncrementCounter(r.metricIDs[m], n)
+		}
 	}
 }
 
@@ -199,6 +213,7 @@ func (f *Filter) OnTick(rootID uint32) {
 	if r == nil || r.cfg == nil {
 		return
 	}
+	defer f.flush(r)
 	now := f.host.Now()
 	if r.inflight {
 		if now-r.dispatchedAt < 2*int64(r.cfg.CallTimeoutMS)*1e6 {
@@ -236,9 +251,11 @@ func (f *Filter) OnHTTPCallResponse(rootID, token uint32, numHeaders, bodySize, 
 	if r == nil || r.cfg == nil || !r.inflight || token != r.token {
 		if r != nil {
 			f.count(r, mStaleReplies)
+			f.flush(r)
 		}
 		return
 	}
+	defer f.flush(r)
 	r.inflight = false
 	if numHeaders == 0 {
 		f.count(r, mFetchFailures)

@@ -115,10 +115,18 @@ func nextSegment(p string) (seg, rest string, ok bool) {
 // percent-encoding and no backslash. Anything else could be normalised by the
 // upstream into a path the route rules did not see, so it is passed on.
 func cleanPath(p string) (string, bool) {
-	if i := strings.IndexAny(p, "?#"); i >= 0 {
-		p = p[:i]
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '?', '#':
+			p = p[:i]
+		case '%', '\\':
+			return "", false
+		default:
+			continue
+		}
+		break
 	}
-	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "%\\") {
+	if len(p) == 0 || p[0] != '/' {
 		return "", false
 	}
 	rest := p

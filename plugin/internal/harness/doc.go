@@ -28,8 +28,9 @@
 //     preopened files; stdout and stderr go to the log; ENOSYS for files),
 //     implemented here rather than with wazero's full wasi_snapshot_preview1,
 //     so the harness can refuse calls by phase as Envoy does. poll_oneoff
-//     returns at once and is counted (WASICalls), since a sleeping plugin
-//     would block an Envoy worker.
+//     fails with ENOSYS as in Envoy up to 1.38, which the Go runtime turns
+//     into a fatal error: a plugin that sleeps or waits on a timer fails
+//     its test as it would fail in Envoy.
 //   - The wall clock is fake (Advance moves it); the monotonic clock is real.
 //   - One Host is one VM on one goroutine; it is not safe for concurrent use.
 package harness

@@ -57,6 +57,7 @@ type LocalResponse struct {
 	Details string
 	Body    []byte
 	Headers [][2]string
+	raw     []byte // Headers as the plugin encoded them
 }
 
 // Header returns the first value of name in the response's headers.
@@ -149,6 +150,9 @@ type Host struct {
 
 	vmConfig, pluginConfig []byte
 	callResp               *callReply
+	lastLocal              *LocalResponse
+	stack                  []uint64  // CallWithStack stack of callbacks
+	mstack                 [1]uint64 // and of proxy_on_memory_allocate
 
 	initCalls  map[string]int // host calls made during _initialize
 	allocCalls map[string]int // host calls made during proxy_on_memory_allocate
@@ -300,25 +304,28 @@ func (h *Host) TickPeriod(root uint32) uint32 { return h.tick[root] }
 // Calls returns the HTTP calls made and not yet answered.
 func (h *Host) Calls() []HTTPCall { return append([]HTTPCall(nil), h.calls...) }
 
-func (h *Host) enter(cb callback, ctxID uint32) func() {
-	prevCB, prevCtx, prevPhase := h.cb, h.cbCtx, h.phase
-	h.cb, h.cbCtx, h.phase = cb, ctxID, phaseCallback
-	return func() { h.cb, h.cbCtx, h.phase = prevCB, prevCtx, prevPhase }
-}
-
+// call runs callback f of context ctxID with params, recording which
+// callback runs so host calls are served (or refused) as Envoy would.
 func (h *Host) call(ctx context.Context, cb callback, ctxID uint32, f api.Function, name string, params ...uint64) (uint64, error) {
 	if f == nil {
 		return 0, fmt.Errorf("harness: plugin does not export %s", name)
 	}
-	defer h.enter(cb, ctxID)()
-	res, err := f.Call(ctx, params...)
+	prevCB, prevCtx, prevPhase := h.cb, h.cbCtx, h.phase
+	h.cb, h.cbCtx, h.phase = cb, ctxID, phaseCallback
+	stack := append(h.stack[:0], params...)
+	if len(stack) == 0 {
+		stack = append(stack, 0)
+	}
+	err := f.CallWithStack(ctx, stack)
+	h.stack = stack
+	h.cb, h.cbCtx, h.phase = prevCB, prevCtx, prevPhase
 	if err != nil {
 		return 0, fmt.Errorf("harness: %s: %w", name, err)
 	}
-	if len(res) == 0 {
+	if len(f.Definition().ResultTypes()) == 0 {
 		return 0, nil
 	}
-	return res[0], nil
+	return stack[0], nil
 }
 
 // StartPlugin creates a root context, starts the VM with vmConfig and
@@ -483,12 +490,13 @@ func (h *Host) ReplayHeaders(ctx context.Context, id uint32) (proxywasm.Action, 
 func (h *Host) allocate(ctx context.Context, data []byte) (uint32, error) {
 	prev := h.phase
 	h.phase = phaseAlloc
-	res, err := h.malloc.Call(ctx, uint64(len(data)))
+	h.mstack[0] = uint64(len(data))
+	err := h.malloc.CallWithStack(ctx, h.mstack[:])
 	h.phase = prev
 	if err != nil {
 		return 0, fmt.Errorf("proxy_on_memory_allocate: %w", err)
 	}
-	addr := uint32(res[0])
+	addr := uint32(h.mstack[0])
 	if addr == 0 || !h.mod.Memory().Write(addr, data) {
 		return 0, fmt.Errorf("proxy_on_memory_allocate(%d) returned bad address %#x", len(data), addr)
 	}
