@@ -123,7 +123,7 @@ spec:
 `
 	const entry = `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
-metadata: { name: e }
+metadata: { name: e, namespace: ns }
 spec:
   hosts: [a.local]
   ports: [ { name: grpc, number: 9191, protocol: GRPC } ]
@@ -131,7 +131,7 @@ spec:
 `
 	const deploy = `apiVersion: apps/v1
 kind: Deployment
-metadata: { name: d }
+metadata: { name: d, namespace: ns }
 spec:
   selector: { matchLabels: { app: a } }
   template:
@@ -147,7 +147,7 @@ spec:
 ---
 apiVersion: v1
 kind: Service
-metadata: { name: s }
+metadata: { name: s, namespace: ns }
 spec:
   selector: { app: a }
   ports: [ { name: http-admin, port: 8282, targetPort: admin } ]
@@ -170,6 +170,9 @@ spec:
 		{name: "probe on an undeclared port", in: strings.Replace(deploy, "path: /readyz, port: admin", "path: /readyz, port: admn", 1), wantErr: ErrReference},
 		{name: "service selects nothing", in: strings.Replace(deploy, "selector: { app: a }", "selector: { app: z }", 1), wantErr: ErrReference},
 		{name: "non-standard resource name", in: strings.Replace(deploy, "limits: { memory: 1Mi }", "limits: { memory: 1Mi, gpu: 1 }", 1), wantErr: ErrInvalid},
+		{name: "name that is no DNS subdomain", in: strings.Replace(policy, "name: p,", "name: P_1,", 1), wantErr: ErrInvalid},
+		{name: "label value too long", in: strings.Replace(deploy, "metadata: { name: d, namespace: ns }", "metadata: { name: d, namespace: ns, labels: { a: "+strings.Repeat("x", 64)+" } }", 1), wantErr: ErrInvalid},
+		{name: "no namespace", in: strings.Replace(entry, ", namespace: ns", "", 1), wantErr: ErrInvalid},
 		{name: "kind nobody knows", in: strings.Replace(policy, "kind: AuthorizationPolicy", "kind: AuthorisationPolicy", 1), wantErr: ErrReference},
 	}
 	for _, tt := range tests {
