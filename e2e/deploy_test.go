@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	wasmcfgv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -149,7 +152,7 @@ func checkEnvoy(t *testing.T, data []byte) error {
 	}
 	ports := clusterPorts(b)
 	var errs []error
-	sawAuthz := false
+	sawAuthz, sawWasm := false, false
 	for _, m := range confcheck.EnvoyAnys(b) {
 		switch v := m.(type) {
 		case *extauthzv3.ExtAuthz:
@@ -177,6 +180,7 @@ func checkEnvoy(t *testing.T, data []byte) error {
 				}
 			}
 		case *wasmv3.Wasm:
+			sawWasm = true
 			if sawAuthz {
 				errs = append(errs, errors.New("wasm: the edge filter must come before ext_authz"))
 			}
@@ -206,7 +210,62 @@ func checkEnvoy(t *testing.T, data []byte) error {
 	if !sawAuthz {
 		errs = append(errs, errors.New("no ext_authz filter"))
 	}
+	if sawWasm {
+		errs = append(errs, checkEdgeSkip(t, b)...)
+	}
 	return errors.Join(errs...)
+}
+
+// checkEdgeSkip checks how a local allow of the edge filter skips ext_authz
+// safely: only routes that require decision_header == "allow" (or the
+// health route) disable ext_authz, and the header is removed before the
+// first route is chosen (early_header_mutation) and before the upstream.
+func checkEdgeSkip(t *testing.T, b *bootstrapv3.Bootstrap) []error {
+	t.Helper()
+	hdr, _ := pluginConfig(t)["decision_header"].(string)
+	if hdr == "" {
+		return []error{errors.New("plugin-config.json: decision_header missing")}
+	}
+	var errs []error
+	for _, m := range confcheck.EnvoyAnys(b) {
+		hcm, ok := m.(*hcmv3.HttpConnectionManager)
+		if !ok {
+			continue
+		}
+		removedEarly := false
+		for _, ext := range hcm.GetEarlyHeaderMutationExtensions() {
+			hm := &earlyv3.HeaderMutation{}
+			if ext.GetTypedConfig().UnmarshalTo(hm) != nil {
+				continue
+			}
+			for _, mu := range hm.GetMutations() {
+				removedEarly = removedEarly || mu.GetRemove() == hdr
+			}
+		}
+		if !removedEarly {
+			errs = append(errs, fmt.Errorf("edge: %s is not removed by early_header_mutation: a client could skip ext_authz", hdr))
+		}
+		if !slices.Contains(hcm.GetRouteConfig().GetRequestHeadersToRemove(), hdr) {
+			errs = append(errs, fmt.Errorf("edge: %s is not removed before the upstream", hdr))
+		}
+		for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				pf := &extauthzv3.ExtAuthzPerRoute{}
+				a := r.GetTypedPerFilterConfig()["envoy.filters.http.ext_authz"]
+				if a == nil || a.UnmarshalTo(pf) != nil || !pf.GetDisabled() {
+					continue
+				}
+				gated := false
+				for _, h := range r.GetMatch().GetHeaders() {
+					gated = gated || (h.GetName() == hdr && h.GetStringMatch().GetExact() == "allow" && !h.GetInvertMatch())
+				}
+				if !gated && r.GetMatch().GetPath() != "/healthz" {
+					errs = append(errs, fmt.Errorf("edge: route %v disables ext_authz without requiring %s: allow", r.GetMatch(), hdr))
+				}
+			}
+		}
+	}
+	return errs
 }
 
 // clusterPorts maps each static cluster to the port of its first endpoint.
@@ -322,6 +381,32 @@ func checkWasmPlugin(t *testing.T, objs []confcheck.Object) error {
 	if n == 0 {
 		errs = append(errs, errors.New("no WasmPlugin"))
 	}
+	// The AuthorizationPolicy that goes with the filter skips ext_authz only
+	// for what the filter allowed.
+	hdr, _ := pluginConfig(t)["decision_header"].(string)
+	policies := 0
+	for _, o := range objs {
+		ap, ok := o.Typed.(*securityv1beta1.AuthorizationPolicy)
+		if !ok {
+			continue
+		}
+		policies++
+		for _, r := range ap.GetRules() {
+			gated := false
+			for _, c := range r.GetWhen() {
+				gated = gated || (c.GetKey() == "request.headers["+hdr+"]" && slices.Equal(c.GetNotValues(), []string{"allow"}))
+			}
+			if !gated {
+				errs = append(errs, fmt.Errorf("AuthorizationPolicy %q: a rule does not skip requests with %s: allow", o.Name, hdr))
+			}
+		}
+	}
+	if policies == 0 {
+		errs = append(errs, errors.New("no AuthorizationPolicy next to the WasmPlugin"))
+	}
+	if err := checkAuthzPolicies(t, objs); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -389,6 +474,55 @@ func TestDeployFilesRejectTypos(t *testing.T) {
 				}
 			}
 			t.Logf("%d misspelt keys rejected", checked)
+		})
+	}
+}
+
+// TestDeployFilesRejectMistakes makes one well-formed but wrong change to a
+// real file and requires the validation to fail: the checks beyond the
+// schemas hold.
+func TestDeployFilesRejectMistakes(t *testing.T) {
+	files := map[string]deployFile{}
+	for _, f := range deployFiles() {
+		files[f.name] = f
+	}
+	tests := []struct {
+		name, file, old, new string
+	}{
+		{name: "fail open", file: "envoy-ext-authz-grpc.yaml", old: "failure_mode_allow: false", new: "failure_mode_allow: true"},
+		{name: "no check timeout", file: "envoy-ext-authz-grpc.yaml", old: "                timeout: 0.25s\n", new: "\n"},
+		{name: "wrong gRPC port", file: "envoy-ext-authz-grpc.yaml", old: "port_value: 9191", new: "port_value: 9192"},
+		{name: "wrong HTTP path prefix", file: "envoy-ext-authz-http.yaml", old: "path_prefix: /ext_authz", new: "path_prefix: /authz"},
+		{name: "undefined cluster", file: "envoy-ext-authz-http.yaml", old: "cluster: nexus_http\n", new: "cluster: nexus\n"},
+		{name: "plugin config drifted", file: "envoy-wasm.yaml", old: `"refresh_ms": 5000`, new: `"refresh_ms": 5001`},
+		{name: "client may set the edge header", file: "envoy-wasm.yaml", old: "- remove: x-nexus-edge", new: "- remove: x-nexus-other"},
+		{name: "ext_authz skipped without the edge header", file: "envoy-wasm.yaml", old: "string_match: { exact: allow }", new: "string_match: { exact: allowed }"},
+		{name: "plugin config names the gRPC cluster", file: "envoy-wasm.yaml", old: "pdp_cluster\": \"nexus_admin", new: "pdp_cluster\": \"nexus_grpc"},
+		{name: "mesh provider fails open", file: "istio/istiod-values.yaml", old: "failOpen: false", new: "failOpen: true"},
+		{name: "policy not CUSTOM", file: "istio/authorization-policy.yaml", old: "action: CUSTOM", new: "action: ALLOW"},
+		{name: "unknown provider", file: "istio/authorization-policy.yaml", old: "name: nexus-grpc", new: "name: nexus-rpc"},
+		{name: "WasmPlugin config drifted", file: "istio/wasm-plugin.yaml", old: "refresh_ms: 5000", new: "refresh_ms: 5001"},
+		{name: "edge policy skips ext_authz always", file: "istio/wasm-plugin.yaml", old: `notValues: ["allow"]`, new: `notValues: ["deny"]`},
+		{name: "selector misses pods", file: "kubernetes/nexus.yaml", old: "    matchLabels:\n      app.kubernetes.io/name: nexus\n  strategy", new: "    matchLabels:\n      app.kubernetes.io/name: nexux\n  strategy"},
+		{name: "probe on a missing port", file: "kubernetes/sidecar.yaml", old: "path: /readyz\n            port: admin", new: "path: /readyz\n            port: http-admin"},
+		{name: "compose mounts a missing file", file: "docker-compose.yaml", old: "./envoy-ext-authz-http.yaml:", new: "./envoy-ext-authz-https.yaml:"},
+		{name: "compose builds a missing stage", file: "docker-compose.yaml", old: "target: nexus", new: "target: nexus-server"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, ok := files[tt.file]
+			if !ok {
+				t.Fatalf("no file %s", tt.file)
+			}
+			orig := string(readFile(t, tt.file))
+			if !strings.Contains(orig, tt.old) {
+				t.Fatalf("%q is not in %s", tt.old, tt.file)
+			}
+			err := f.validate(t, []byte(strings.Replace(orig, tt.old, tt.new, 1)))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			t.Logf("rejected: %v", err)
 		})
 	}
 }

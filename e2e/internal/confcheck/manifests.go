@@ -15,11 +15,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -108,6 +110,24 @@ func decodeObject(ctx context.Context, doc []byte, crds *CRDs) (Object, error) {
 	}
 	if o.Name == "" {
 		return o, fmt.Errorf("%w: %s without metadata.name", ErrInvalid, gvk.Kind)
+	}
+
+	// Name, labels and annotations as kube-apiserver validates them.
+	var meta struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(j, &meta); err != nil {
+		return o, fmt.Errorf("%w: %s %q: metadata: %w", ErrInvalid, gvk.Kind, o.Name, err)
+	}
+	nameFn := apivalidation.NameIsDNSSubdomain
+	if gvk.Kind == "Service" || gvk.Kind == "Namespace" {
+		nameFn = apivalidation.NameIsDNS1035Label
+	}
+	// Every namespaced object names its namespace, so that applying the
+	// file puts it where the other files expect it.
+	namespaced := gvk.Kind != "Namespace"
+	if errs := apivalidation.ValidateObjectMeta(&meta.Metadata, namespaced, nameFn, field.NewPath("metadata")); len(errs) > 0 {
+		return o, fmt.Errorf("%w: %s %q: %s", ErrInvalid, gvk.Kind, o.Name, errs.ToAggregate().Error())
 	}
 
 	if mk := k8sKinds[gvk]; mk != nil {

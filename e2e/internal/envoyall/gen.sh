@@ -14,7 +14,10 @@ mod=github.com/envoyproxy/go-control-plane/envoy
 	echo 'package envoyall'
 	echo
 	echo 'import ('
-	go list "$mod/..." | grep -v "^$mod\$" | sed 's/.*/\t_ "&"/'
+	dir=$(go list -m -f '{{.Dir}}' "$mod")
+	# Every folder below the module root with a non-test Go file is a package.
+	(cd "$dir" && find . -mindepth 2 -name '*.go' ! -name '*_test.go' -printf '%h\n') |
+		sort -u | sed "s#^\\.#$mod#; s/.*/\t_ \"&\"/"
 	echo ')'
 } >all.go
 gofmt -w all.go

@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// forwardAuth stands in for nexus' HTTP forward-auth listener until the
+// live tests drive the real binary: it follows the same contract (path
+// prefix /ext_authz/, original method and URI in X-Original-* or
+// X-Forwarded-* headers, 2xx allows, headers of the allow go upstream), and
+// decides with a fixed rule so the proxies' configuration can be tested:
+// no subject is 401, user:alice may GET, everything else is 403.
+func forwardAuth(t *testing.T, calls *atomic.Int64) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if !strings.HasPrefix(r.URL.Path, "/ext_authz/") {
+			http.Error(w, "not under /ext_authz/: "+r.URL.Path, http.StatusNotFound)
+			return
+		}
+		method := first(r.Header.Get("X-Original-Method"), r.Header.Get("X-Forwarded-Method"))
+		uri := first(r.Header.Get("X-Original-URI"), r.Header.Get("X-Forwarded-Uri"))
+		switch {
+		case r.Header.Get("X-Nexus-Subject") == "":
+			w.WriteHeader(http.StatusUnauthorized)
+		case r.Header.Get("X-Nexus-Subject") == "user:alice" && method == http.MethodGet:
+			if !strings.HasPrefix(uri, "/nodecision") {
+				w.Header().Set("X-Nexus-Decision", "allow "+method+" "+uri)
+			}
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.WriteHeader(http.StatusForbidden)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// echo is the upstream: it answers with the request headers it got.
+func echo(t *testing.T) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(r.Header)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func hostPort(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+func TestProxies(t *testing.T) {
+	var calls atomic.Int64
+	pdp := forwardAuth(t, &calls)
+	up := echo(t)
+	// A port nothing listens on: nexus down.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+
+	type request struct {
+		name       string
+		method     string
+		path       string
+		subject    string
+		spoof      string // a client's own X-Nexus-Decision
+		wantStatus int
+		wantHeader string // X-Nexus-Decision seen by the upstream
+	}
+	requests := []request{
+		{name: "allowed GET", method: "GET", path: "/api/files/1?v=2", subject: "user:alice", wantStatus: 200, wantHeader: "allow GET /api/files/1?v=2"},
+		{name: "denied DELETE", method: "DELETE", path: "/api/files/1", subject: "user:alice", wantStatus: 403},
+		{name: "denied subject", method: "GET", path: "/api/files/1", subject: "user:mallory", wantStatus: 403},
+		{name: "no subject", method: "GET", path: "/api/files/1", wantStatus: 401},
+		{name: "spoofed header dropped", method: "GET", path: "/nodecision", subject: "user:alice", spoof: "allow everything", wantStatus: 200, wantHeader: ""},
+	}
+	for _, kind := range Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			if _, err := Binary(kind); err != nil {
+				t.Fatal(err)
+			}
+			p := Start(t, Config{Kind: kind, Nexus: hostPort(pdp), Upstream: hostPort(up), UpstreamHeaders: []string{"X-Nexus-Decision"}})
+			for _, rq := range requests {
+				t.Run(rq.name, func(t *testing.T) {
+					before := calls.Load()
+					req, err := http.NewRequest(rq.method, p.URL+rq.path, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rq.subject != "" {
+						req.Header.Set("X-Nexus-Subject", rq.subject)
+					}
+					if rq.spoof != "" {
+						req.Header.Set("X-Nexus-Decision", rq.spoof)
+					}
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer resp.Body.Close()
+					if resp.StatusCode != rq.wantStatus {
+						t.Fatalf("status %d, want %d", resp.StatusCode, rq.wantStatus)
+					}
+					if calls.Load() == before {
+						t.Fatal("the proxy did not ask the PDP")
+					}
+					if rq.wantStatus != 200 {
+						return
+					}
+					var seen http.Header
+					if err := json.NewDecoder(resp.Body).Decode(&seen); err != nil {
+						t.Fatalf("upstream answer: %v", err)
+					}
+					if got := seen.Get("X-Nexus-Decision"); got != rq.wantHeader {
+						t.Fatalf("upstream saw X-Nexus-Decision %q, want %q", got, rq.wantHeader)
+					}
+				})
+			}
+			t.Run("PDP down fails closed", func(t *testing.T) {
+				p := Start(t, Config{Kind: kind, Nexus: down, Upstream: hostPort(up)})
+				req, err := http.NewRequest("GET", p.URL+"/api/files/1", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Nexus-Subject", "user:alice")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode < 400 {
+					t.Fatalf("status %d with the PDP down, want a 4xx or 5xx", resp.StatusCode)
+				}
+			})
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr bool
+	}{
+		{name: "complete", cfg: Config{Kind: Nginx, Nexus: "127.0.0.1:1", Upstream: "127.0.0.1:2"}},
+		{name: "unknown kind", cfg: Config{Kind: "traefik", Nexus: "a:1", Upstream: "b:2"}, wantErr: true},
+		{name: "no upstream", cfg: Config{Kind: Caddy, Nexus: "a:1"}, wantErr: true},
+		{name: "header that would inject configuration", cfg: Config{Kind: HAProxy, Nexus: "a:1", Upstream: "b:2", UpstreamHeaders: []string{"X-A; daemon on"}}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Validate() = %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil && tt.cfg.StartTimeout == 0 {
+				t.Fatal("StartTimeout default not filled")
+			}
+		})
+	}
+}
