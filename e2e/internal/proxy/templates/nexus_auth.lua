@@ -16,10 +16,14 @@ core.register_action("nexus_auth", { "http-req" }, function(txn)
 		["x-original-uri"] = { path },
 		["x-forwarded-for"] = { txn.sf:src() },
 	}
-	local req = txn.http:req_get_headers()
-	for _, name in ipairs({ "host", "authorization", "cookie", "x-nexus-subject", "x-nexus-tenant" }) do
-		if req[name] ~= nil and req[name][0] ~= nil then
-			headers[name] = { req[name][0] }
+	-- Pass the client's headers on, as nginx's auth_request does, except
+	-- the ones that describe the (empty) check request's own body and
+	-- connection.
+	local skip = { ["content-length"] = true, ["transfer-encoding"] = true, ["connection"] = true,
+		["x-original-method"] = true, ["x-original-uri"] = true, ["x-forwarded-for"] = true }
+	for name, vals in pairs(txn.http:req_get_headers()) do
+		if not skip[name] and vals[0] ~= nil then
+			headers[name] = { vals[0] }
 		end
 	end
 	local ok, res = pcall(function()
