@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need=()
-for prog in nginx caddy haproxy; do
+for prog in nginx caddy haproxy curl; do
 	command -v "$prog" >/dev/null 2>&1 || [ -x "/usr/sbin/$prog" ] || need+=("$prog")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
