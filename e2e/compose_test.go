@@ -32,6 +32,9 @@ func TestComposeEnvoy(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if err := exec.CommandContext(ctx, "docker", "compose", "version").Run(); err != nil {
+		t.Skip("no docker compose plugin (docker compose version fails)")
+	}
 	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
 		t.Skipf("no Docker engine: %s", lastLine(out))
 	}
@@ -108,4 +111,21 @@ func lastLine(b []byte) string {
 		return "no output"
 	}
 	return fmt.Sprintf("%.200s", s)
+}
+
+// TestComposeConfig has docker compose itself validate the compose file
+// against the Compose specification, where the compose plugin is installed
+// (it needs no engine).
+func TestComposeConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("no docker client on PATH")
+	}
+	if err := exec.CommandContext(ctx, "docker", "compose", "version").Run(); err != nil {
+		t.Skip("no docker compose plugin (docker compose version fails)")
+	}
+	if out, err := dockerCompose(ctx, "config", "--quiet"); err != nil {
+		t.Fatalf("docker compose config: %v\n%s", err, out)
+	}
 }

@@ -11,7 +11,9 @@
 // The deployment tests validate every file under envoy/ offline: Envoy
 // bootstrap files, Istio resources and mesh config, Kubernetes manifests and
 // the docker-compose file; each is then misspelt key by key, and every
-// misspelling must be rejected.
+// misspelling must be rejected. internal/confcheck holds the validators,
+// internal/proxy starts nginx, Caddy and HAProxy from Debian in front of
+// nexus' forward-auth listener.
 //
 // # Caveats
 //
