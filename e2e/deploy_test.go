@@ -79,6 +79,13 @@ func istioCRDs(t *testing.T) *confcheck.CRDs {
 	return crds
 }
 
+// edgeHeader and edgeValue are what the edge filter (plugin/internal/edge)
+// sets on a request it allows; a client's own copy is removed.
+const (
+	edgeHeader = "x-nexus-decision"
+	edgeValue  = "edge-allow"
+)
+
 // pluginConfig is envoy/plugin-config.json, the one source of the edge
 // filter's configuration.
 func pluginConfig(t *testing.T) map[string]any {
@@ -87,7 +94,7 @@ func pluginConfig(t *testing.T) map[string]any {
 	if err := json.Unmarshal(readFile(t, "plugin-config.json"), &m); err != nil {
 		t.Fatalf("plugin-config.json: %v", err)
 	}
-	for _, k := range []string{"pdp_cluster", "snapshot_path", "refresh_ms", "max_age_ms", "subject_header", "routes", "on_no_snapshot"} {
+	for _, k := range []string{"pdp_cluster", "snapshot_path", "refresh_period_ms", "max_age_ms", "subject", "routes", "on_no_snapshot"} {
 		if _, ok := m[k]; !ok {
 			t.Fatalf("plugin-config.json: %q missing", k)
 		}
@@ -217,15 +224,12 @@ func checkEnvoy(t *testing.T, data []byte) error {
 }
 
 // checkEdgeSkip checks how a local allow of the edge filter skips ext_authz
-// safely: only routes that require decision_header == "allow" (or the
+// safely: only routes that require x-nexus-decision == "edge-allow" (or the
 // health route) disable ext_authz, and the header is removed before the
 // first route is chosen (early_header_mutation) and before the upstream.
 func checkEdgeSkip(t *testing.T, b *bootstrapv3.Bootstrap) []error {
 	t.Helper()
-	hdr, _ := pluginConfig(t)["decision_header"].(string)
-	if hdr == "" {
-		return []error{errors.New("plugin-config.json: decision_header missing")}
-	}
+	hdr := edgeHeader
 	var errs []error
 	for _, m := range confcheck.EnvoyAnys(b) {
 		hcm, ok := m.(*hcmv3.HttpConnectionManager)
@@ -257,7 +261,7 @@ func checkEdgeSkip(t *testing.T, b *bootstrapv3.Bootstrap) []error {
 				}
 				gated := false
 				for _, h := range r.GetMatch().GetHeaders() {
-					gated = gated || (h.GetName() == hdr && h.GetStringMatch().GetExact() == "allow" && !h.GetInvertMatch())
+					gated = gated || (h.GetName() == hdr && h.GetStringMatch().GetExact() == edgeValue && !h.GetInvertMatch())
 				}
 				if !gated && r.GetMatch().GetPath() != "/healthz" {
 					errs = append(errs, fmt.Errorf("edge: route %v disables ext_authz without requiring %s: allow", r.GetMatch(), hdr))
@@ -383,7 +387,7 @@ func checkWasmPlugin(t *testing.T, objs []confcheck.Object) error {
 	}
 	// The AuthorizationPolicy that goes with the filter skips ext_authz only
 	// for what the filter allowed.
-	hdr, _ := pluginConfig(t)["decision_header"].(string)
+	hdr := edgeHeader
 	policies := 0
 	for _, o := range objs {
 		ap, ok := o.Typed.(*securityv1beta1.AuthorizationPolicy)
@@ -394,10 +398,10 @@ func checkWasmPlugin(t *testing.T, objs []confcheck.Object) error {
 		for _, r := range ap.GetRules() {
 			gated := false
 			for _, c := range r.GetWhen() {
-				gated = gated || (c.GetKey() == "request.headers["+hdr+"]" && slices.Equal(c.GetNotValues(), []string{"allow"}))
+				gated = gated || (c.GetKey() == "request.headers["+hdr+"]" && slices.Equal(c.GetNotValues(), []string{edgeValue}))
 			}
 			if !gated {
-				errs = append(errs, fmt.Errorf("AuthorizationPolicy %q: a rule does not skip requests with %s: allow", o.Name, hdr))
+				errs = append(errs, fmt.Errorf("AuthorizationPolicy %q: a rule does not skip requests with %s: %s", o.Name, hdr, edgeValue))
 			}
 		}
 	}
@@ -494,15 +498,15 @@ func TestDeployFilesRejectMistakes(t *testing.T) {
 		{name: "wrong gRPC port", file: "envoy-ext-authz-grpc.yaml", old: "port_value: 9191", new: "port_value: 9192"},
 		{name: "wrong HTTP path prefix", file: "envoy-ext-authz-http.yaml", old: "path_prefix: /ext_authz", new: "path_prefix: /authz"},
 		{name: "undefined cluster", file: "envoy-ext-authz-http.yaml", old: "cluster: nexus_http\n", new: "cluster: nexus\n"},
-		{name: "plugin config drifted", file: "envoy-wasm.yaml", old: `"refresh_ms": 5000`, new: `"refresh_ms": 5001`},
-		{name: "client may set the edge header", file: "envoy-wasm.yaml", old: "- remove: x-nexus-edge", new: "- remove: x-nexus-other"},
-		{name: "ext_authz skipped without the edge header", file: "envoy-wasm.yaml", old: "string_match: { exact: allow }", new: "string_match: { exact: allowed }"},
+		{name: "plugin config drifted", file: "envoy-wasm.yaml", old: `"refresh_period_ms": 5000`, new: `"refresh_period_ms": 5001`},
+		{name: "client may set the edge header", file: "envoy-wasm.yaml", old: "- remove: x-nexus-decision", new: "- remove: x-nexus-other"},
+		{name: "ext_authz skipped without the edge header", file: "envoy-wasm.yaml", old: "string_match: { exact: edge-allow }", new: "string_match: { exact: edge-allowed }"},
 		{name: "plugin config names the gRPC cluster", file: "envoy-wasm.yaml", old: "pdp_cluster\": \"nexus_admin", new: "pdp_cluster\": \"nexus_grpc"},
 		{name: "mesh provider fails open", file: "istio/istiod-values.yaml", old: "failOpen: false", new: "failOpen: true"},
 		{name: "policy not CUSTOM", file: "istio/authorization-policy.yaml", old: "action: CUSTOM", new: "action: ALLOW"},
 		{name: "unknown provider", file: "istio/authorization-policy.yaml", old: "name: nexus-grpc", new: "name: nexus-rpc"},
-		{name: "WasmPlugin config drifted", file: "istio/wasm-plugin.yaml", old: "refresh_ms: 5000", new: "refresh_ms: 5001"},
-		{name: "edge policy skips ext_authz always", file: "istio/wasm-plugin.yaml", old: `notValues: ["allow"]`, new: `notValues: ["deny"]`},
+		{name: "WasmPlugin config drifted", file: "istio/wasm-plugin.yaml", old: "refresh_period_ms: 5000", new: "refresh_period_ms: 5001"},
+		{name: "edge policy skips ext_authz always", file: "istio/wasm-plugin.yaml", old: `notValues: ["edge-allow"]`, new: `notValues: ["deny"]`},
 		{name: "selector misses pods", file: "kubernetes/nexus.yaml", old: "    matchLabels:\n      app.kubernetes.io/name: nexus\n  strategy", new: "    matchLabels:\n      app.kubernetes.io/name: nexux\n  strategy"},
 		{name: "probe on a missing port", file: "kubernetes/sidecar.yaml", old: "path: /readyz\n            port: admin", new: "path: /readyz\n            port: http-admin"},
 		{name: "compose mounts a missing file", file: "docker-compose.yaml", old: "./envoy-ext-authz-http.yaml:", new: "./envoy-ext-authz-https.yaml:"},

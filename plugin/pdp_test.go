@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -140,5 +141,25 @@ func TestSnapshotFromPDP(t *testing.T) {
 	check(t, send("GET", "/tenants/acme/files/report.pdf", "carol"), wantAllow, "")
 	if status, _, _ := fetchSnapshot(t, admin, etag2); status != "304" {
 		t.Fatalf("unchanged snapshot: %s, want 304", status)
+	}
+}
+
+// TestShippedConfigLoads starts the built filter with the configuration
+// users copy (envoy/plugin-config.json): the plugin must accept it.
+func TestShippedConfigLoads(t *testing.T) {
+	cfg, err := os.ReadFile(filepath.Join("..", "envoy", "plugin-config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, root := newPlugin(t, string(cfg))
+	if calls := h.Calls(); len(calls) != 0 {
+		t.Fatalf("calls before the first tick: %v", calls)
+	}
+	if err := h.Tick(context.Background(), root); err != nil {
+		t.Fatal(err)
+	}
+	calls := h.Calls()
+	if len(calls) != 1 || calls[0].Cluster != "nexus_admin" || calls[0].Header(":path") != "/v1/edge/snapshot" {
+		t.Fatalf("snapshot call %+v", calls)
 	}
 }
