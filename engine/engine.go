@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
 
@@ -174,8 +175,10 @@ func (e *Engine) Eval(ctx context.Context, entrypoint string, input []byte, dst 
 	if !ok {
 		return dst, fmt.Errorf("%w: %q", ErrUnknownEntrypoint, entrypoint)
 	}
-	if len(input) > 0 && !json.Valid(input) {
-		return dst, &EvalError{Code: CodeInvalidInput, Entrypoint: entrypoint, Message: "input is not valid JSON"}
+	if len(input) > 0 && (!json.Valid(input) || !utf8.Valid(input)) {
+		// JSON text is UTF-8 (RFC 8259); OPA's Wasm runtime aborts on
+		// anything else, so it is rejected here with a precise error.
+		return dst, &EvalError{Code: CodeInvalidInput, Entrypoint: entrypoint, Message: "input is not valid JSON (UTF-8)"}
 	}
 	if err := ctx.Err(); err != nil {
 		return dst, classify(ctx, entrypoint, err)

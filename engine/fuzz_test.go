@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
@@ -97,7 +98,7 @@ func FuzzEvalInput(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, input []byte) {
 		blank := len(bytes.TrimSpace(input)) == 0
-		valid := !blank && json.Valid(input)
+		valid := !blank && json.Valid(input) && utf8.Valid(input)
 		var in any
 		if valid {
 			dec := json.NewDecoder(bytes.NewReader(input))
