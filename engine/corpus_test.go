@@ -266,12 +266,17 @@ func newCorpusOracleGroup(ctx context.Context, c *corpusCase) *corpusOracleGroup
 	return g
 }
 
+// corpusQuery is the Rego query of an entrypoint: test/p is data.test.p.
+func corpusQuery(entrypoint string) string {
+	return "data." + strings.ReplaceAll(entrypoint, "/", ".")
+}
+
 // corpusOracle evaluates a case with OPA's topdown evaluator.
 func corpusOracle(ctx context.Context, g *corpusOracleGroup, c *corpusCase) corpusOracleResult {
 	if g.err != nil {
 		return corpusOracleResult{err: g.err}
 	}
-	query := "data." + strings.ReplaceAll(c.Query, "/", ".")
+	query := corpusQuery(c.Query)
 	var captured *ast.Term
 	opts := []func(*rego.Rego){
 		rego.Query(query),
