@@ -19,6 +19,8 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCmd(),
+		newCompileCmd(),
+		newEvalCmd(),
 	)
 	return root
 }
