@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -138,6 +139,12 @@ func FuzzDifferential(f *testing.F) {
 				res = corpusEngineResult{undefined: true}
 			}
 			want := ft.oracle(ctx, decoded, hasInput)
+			if want.err != nil && strings.Contains(want.err.Error(), "invalid number") {
+				// OPA's evaluator refuses numbers beyond a binary exponent
+				// of 1e5 (ast.validateNumber); the engine does not. The
+				// corpus case number_beyond_opa_limit tracks this.
+				t.Skipf("OPA rejects a number in the input: %v", want.err)
+			}
 			if diff := corpusCompare(want, res); diff != "" {
 				t.Fatalf("%s %s: input %s\n%s", ft.policy, ft.entrypoint, input, diff)
 			}
