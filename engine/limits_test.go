@@ -72,3 +72,35 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatalf("after memory limit: %s, %v", out, err)
 	}
 }
+
+func TestOversizedInstanceDiscarded(t *testing.T) {
+	const pol = `package grow
+
+big := count([x | some x in numbers.range(1, 200000)])
+
+small := 1
+`
+	b := compileModules(t, map[string]string{"grow.rego": pol}, nil, "grow/big", "grow/small")
+	e := newEngine(t, engine.Config{MaxInstances: 1, MaxInstanceBytes: 4 << 20}, b)
+	ctx := context.Background()
+	if out, err := e.Eval(ctx, "grow/small", nil, nil); err != nil || string(out) != "1" {
+		t.Fatalf("small = %s, %v", out, err)
+	}
+	if st := e.Stats(); st.InstancesOversized != 0 {
+		t.Fatalf("small evaluation discarded its instance: %+v", st)
+	}
+	out, err := e.Eval(ctx, "grow/big", nil, nil)
+	if err != nil || string(out) != "200000" {
+		t.Fatalf("big = %s, %v", out, err)
+	}
+	st := e.Stats()
+	if st.InstancesOversized != 1 || st.InstancesDiscarded != 1 {
+		t.Fatalf("after a big evaluation: %+v, want one oversized instance discarded", st)
+	}
+	if out, err := e.Eval(ctx, "grow/small", nil, nil); err != nil || string(out) != "1" {
+		t.Fatalf("small after discard = %s, %v", out, err)
+	}
+	if st := e.Stats(); st.InstancesCreated != 1 {
+		t.Fatalf("instances created = %d, want 1 (from the snapshot)", st.InstancesCreated)
+	}
+}
