@@ -46,6 +46,9 @@ type Options struct {
 	OptimizationLevel int
 	// RegoV0 parses modules as Rego v0 instead of v1.
 	RegoV0 bool
+	// EnablePrint keeps print() calls in the policy (OPA removes them by
+	// default); the engine writes their output to engine.Config.Print.
+	EnablePrint bool
 	// Builtins declares further host builtins (besides NexusBuiltins) that
 	// the engine's registry will provide.
 	Builtins []HostBuiltin
@@ -156,6 +159,7 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 		WithOptimizationLevel(opts.OptimizationLevel).
 		WithRevision(opts.Revision).
 		WithRoots(roots...).
+		WithEnablePrintStatements(opts.EnablePrint).
 		WithBundle(ob)
 	if err := c.Build(ctx); err != nil {
 		return nil, buildErrors(err)

@@ -46,7 +46,8 @@ type policy struct {
 	stats     *counters
 	refs      atomic.Int64
 
-	loadTime time.Duration
+	loadTime  time.Duration
+	printHook printWriter
 }
 
 // counters are the engine's instance statistics, shared by its bundles.
@@ -60,7 +61,7 @@ func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, cache wazero.Co
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	p := &policy{cfg: cfg, revision: b.Manifest.Revision, instances: live, stats: stats}
+	p := &policy{cfg: cfg, revision: b.Manifest.Revision, instances: live, stats: stats, printHook: printWriter{cfg.Print}}
 	p.refs.Store(1)
 	p.runtime = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().
 		// Deadlines are enforced by the engine's watchdog through the

@@ -19,6 +19,7 @@ func newCompileCmd() *cobra.Command {
 		roots       []string
 		optimize    int
 		regoV0      bool
+		withPrint   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "compile [-o bundle.tar.gz] [-e ENTRYPOINT]... PATH...",
@@ -39,6 +40,7 @@ printed as file:line:col: message.`,
 				Roots:             roots,
 				OptimizationLevel: optimize,
 				RegoV0:            regoV0,
+				EnablePrint:       withPrint,
 			})
 			if err != nil {
 				return err
@@ -75,5 +77,6 @@ printed as file:line:col: message.`,
 	f.StringArrayVar(&roots, "root", nil, "bundle root (repeatable; default: the packages and top-level data keys)")
 	f.IntVarP(&optimize, "optimize", "O", 0, "OPA optimisation level (0-2)")
 	f.BoolVar(&regoV0, "v0-compatible", false, "parse policies as Rego v0")
+	f.BoolVar(&withPrint, "enable-print", false, "keep print() calls (nexus eval shows their output on stderr)")
 	return cmd
 }

@@ -57,7 +57,7 @@ builtins are not available here: they need the datastore of nexus serve.`,
 			if err != nil {
 				return fmt.Errorf("eval: input: %w", err)
 			}
-			e, err := engine.New(ctx, engine.Config{MaxInstances: 1, PrintOutput: true})
+			e, err := engine.New(ctx, engine.Config{MaxInstances: 1, Print: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
