@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nexuspdp/nexus/engine"
@@ -115,8 +116,10 @@ func FuzzDifferential(f *testing.F) {
 			}
 		}
 	}
-	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, input []byte) {
+		// A generous deadline: a runaway evaluation is a finding, not a hang.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		hasInput := len(input) > 0
 		valid := json.Valid(input) && utf8.Valid(input)
 		var decoded any
