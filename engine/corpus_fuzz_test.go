@@ -142,6 +142,11 @@ func FuzzDifferential(f *testing.F) {
 				res = corpusEngineResult{undefined: true}
 			}
 			want := ft.oracle(ctx, decoded, hasInput)
+			if err != nil && strings.Contains(err.Error(), "opa_number_to_bf: invalid number") {
+				// A number beyond libmpdec's exponent range aborts OPA's
+				// Wasm runtime (corpus case number_tiny_exponent_compare).
+				t.Skipf("OPA's Wasm runtime cannot represent a number in the input: %v", err)
+			}
 			if want.err != nil && strings.Contains(want.err.Error(), "invalid number") {
 				// OPA's evaluator refuses numbers beyond a binary exponent
 				// of 1e5 (ast.validateNumber); the engine does not. The
