@@ -132,8 +132,13 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	}
 	if len(opts.DataJSON) > 0 {
 		var extra map[string]any
-		if err := json.Unmarshal(opts.DataJSON, &extra); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(opts.DataJSON))
+		dec.UseNumber() // keep big numbers exact
+		if err := dec.Decode(&extra); err != nil {
 			return nil, Errors{{Code: CodeLoad, Message: fmt.Sprintf("data JSON: %v", err)}}
+		}
+		if dec.More() {
+			return nil, Errors{{Code: CodeLoad, Message: "data JSON: trailing data after the object"}}
 		}
 		deepMerge(data, extra)
 	}

@@ -146,6 +146,17 @@ func TestBundleRoundTrip(t *testing.T) {
 	if !strings.Contains(string(got.Data), "12345678901234567890") {
 		t.Fatalf("big number lost: %s", got.Data)
 	}
+	fromJSON, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules:     map[string]string{"authz.rego": policy},
+		DataJSON:    []byte(`{"big": 112345678901234567890}`),
+		Entrypoints: []string{"nexus/authz/allow"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(fromJSON.Data), "112345678901234567890") {
+		t.Fatalf("big number from DataJSON lost: %s", fromJSON.Data)
+	}
 }
 
 func TestReadBundleErrors(t *testing.T) {

@@ -166,7 +166,7 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *compiler.Bundl
 	if !inst.mem.Write(raw, data) {
 		return fmt.Errorf("%w: data does not fit in memory", ErrInvalidBundle)
 	}
-	addr, err := inst.call1(ctx, inst.fJSONParse, uint64(raw), uint64(len(data)))
+	addr, err := inst.call1(ctx, inst.fValueParse, uint64(raw), uint64(len(data)))
 	if err != nil {
 		return fmt.Errorf("%w: parse data: %w", ErrInvalidBundle, err)
 	}
