@@ -193,6 +193,11 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32) []*ast.Term {
 	terms := make([]*ast.Term, len(args))
 	for i, a := range args {
+		if t, err := in.readTerm(a, 0); err == nil {
+			terms[i] = t
+			continue
+		}
+		// Fall back to OPA's own serialisation.
 		s, err := in.call1(ctx, in.fValueDump, uint64(a))
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: err})
@@ -211,12 +216,16 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 }
 
 func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term) uint32 {
-	raw := t.String()
+	raw, err := appendValue(in.buf[:0], t.Value)
+	if err != nil {
+		raw = append(in.buf[:0], t.String()...)
+	}
+	in.buf = raw
 	a, err := in.malloc(ctx, uint32(len(raw)))
 	if err != nil {
 		panic(err)
 	}
-	in.mem.WriteString(a, raw)
+	in.mem.Write(a, raw)
 	v, err := in.call1(ctx, in.fValueParse, uint64(a), uint64(len(raw)))
 	if err != nil {
 		panic(&builtinPanic{name: hb.name, err: err})
