@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -102,5 +103,26 @@ small := 1
 	}
 	if st := e.Stats(); st.InstancesCreated != 1 {
 		t.Fatalf("instances created = %d, want 1 (from the snapshot)", st.InstancesCreated)
+	}
+}
+
+func TestInvalidResultJSON(t *testing.T) {
+	// OPA's Wasm runtime turns to_number(".") into a number it prints as
+	// ".": the engine must not pass that on as JSON.
+	b := compileModules(t, map[string]string{"n.rego": "package n\n\nx := to_number(input.s)\n"}, nil, "n/x")
+	e := newEngine(t, engine.Config{}, b)
+	out, err := e.Eval(context.Background(), "n/x", []byte(`{"s":"."}`), nil)
+	if err == nil {
+		if !json.Valid(out) {
+			t.Fatalf("invalid JSON result %q passed on", out)
+		}
+	} else {
+		var ee *engine.EvalError
+		if !errors.As(err, &ee) || ee.Code != engine.CodeInvalidResult {
+			t.Fatalf("err = %v, want %s", err, engine.CodeInvalidResult)
+		}
+	}
+	if out, err := e.Eval(context.Background(), "n/x", []byte(`{"s":"1.5"}`), nil); err != nil || string(out) != "1.5" {
+		t.Fatalf("to_number(1.5) = %s, %v", out, err)
 	}
 }
