@@ -41,11 +41,14 @@ type Options struct {
 	// smallest set of prefixes covering every package and every top-level
 	// data key.
 	Roots []string
-	// OptimizationLevel is OPA's optimisation level (0, 1 or 2). 0, the
-	// default, keeps data-reading rules as written.
+	// OptimizationLevel is OPA's optimisation level (0, 1 or 2). Data is
+	// never folded into the module at any level (see the package doc).
 	OptimizationLevel int
 	// RegoV0 parses modules as Rego v0 instead of v1.
 	RegoV0 bool
+	// EnablePrint keeps print() calls in the policy (OPA removes them by
+	// default); the engine writes their output to engine.Config.Print.
+	EnablePrint bool
 	// Builtins declares further host builtins (besides NexusBuiltins) that
 	// the engine's registry will provide.
 	Builtins []HostBuiltin
@@ -129,8 +132,13 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	}
 	if len(opts.DataJSON) > 0 {
 		var extra map[string]any
-		if err := json.Unmarshal(opts.DataJSON, &extra); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(opts.DataJSON))
+		dec.UseNumber() // keep big numbers exact
+		if err := dec.Decode(&extra); err != nil {
 			return nil, Errors{{Code: CodeLoad, Message: fmt.Sprintf("data JSON: %v", err)}}
+		}
+		if dec.More() {
+			return nil, Errors{{Code: CodeLoad, Message: "data JSON: trailing data after the object"}}
 		}
 		deepMerge(data, extra)
 	}
@@ -143,9 +151,14 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	if len(roots) == 0 {
 		roots = defaultRoots(files, data)
 	}
-	ob := &bundle.Bundle{Data: data, Modules: files}
+	// OPA's compiler sees the policy only: roots are the packages and the
+	// data stays out, so that the optimiser (levels 1 and 2) treats every
+	// data reference outside the packages as unknown and never folds data
+	// into the module. The manifest records the full roots.
+	policyRoots := defaultRoots(files, nil)
+	ob := &bundle.Bundle{Data: map[string]any{}, Modules: files}
 	ob.SetRegoVersion(regoVersion)
-	ob.Manifest.Roots = &roots
+	ob.Manifest.Roots = &policyRoots
 	ob.Manifest.Init()
 
 	c := compile.New().
@@ -155,7 +168,8 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 		WithEntrypoints(opts.Entrypoints...).
 		WithOptimizationLevel(opts.OptimizationLevel).
 		WithRevision(opts.Revision).
-		WithRoots(roots...).
+		WithRoots(policyRoots...).
+		WithEnablePrintStatements(opts.EnablePrint).
 		WithBundle(ob)
 	if err := c.Build(ctx); err != nil {
 		return nil, buildErrors(err)

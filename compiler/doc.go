@@ -22,11 +22,12 @@
 // # Caveats
 //
 //   - Policies are parsed as Rego v1 unless [Options.RegoV0] is set.
-//   - The default optimisation level is 0: OPA's optimiser partially evaluates
-//     rules against data under the bundle roots, which would fold data into
-//     the module; level 0 keeps data-reading rules as they are so that data
-//     can change without a recompile. Higher levels treat data under
-//     [Options.Roots] as known.
+//   - Optimisation (levels 1 and 2) never folds data into the module: OPA's
+//     compiler is given the policy alone, with the packages as its roots, so
+//     every data reference outside the packages' paths stays a runtime
+//     lookup and data.json can change without a recompile. Keep base data
+//     out of the packages' own paths (data.<package>.x that is not a rule)
+//     when optimising: that data would be read as empty.
 //   - Bundles are not signed yet.
 //   - [ReadBundle] reads at most [MaxBundleBytes] of uncompressed content.
 package compiler

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime"
 )
@@ -33,8 +34,10 @@ type Config struct {
 	// Builtins holds the host builtins policies may call besides OPA's. Nil
 	// means none (OPA's builtins are always there).
 	Builtins *Registry
-	// PrintOutput, if true, logs print() calls of policies at Info level.
-	PrintOutput bool
+	// Print receives the output of policies' print() calls, one line each
+	// (policies must be compiled with compiler.Options.EnablePrint). Nil
+	// discards. Writes are serialised.
+	Print io.Writer
 }
 
 // Validate fills defaults and rejects nonsense.

@@ -20,14 +20,17 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/util"
 	"go.yaml.in/yaml/v3"
@@ -225,16 +228,23 @@ func corpusModules(mods []string) map[string]string {
 	return m
 }
 
-// corpusOracle evaluates a case with OPA's topdown evaluator.
-func corpusOracle(ctx context.Context, c *corpusCase) corpusOracleResult {
-	query := "data." + strings.ReplaceAll(c.Query, "/", ".")
-	var captured *ast.Term
-	opts := []func(*rego.Rego){
-		rego.Query(query),
-		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) {
-			captured = t
-			return nil, nil
-		}),
+// corpusOracleGroup is OPA's compiled form of a group's modules and data,
+// shared by the group's cases so that the modules are compiled once.
+type corpusOracleGroup struct {
+	compiler *ast.Compiler
+	store    storage.Store
+	err      error // the modules or data do not load
+}
+
+func newCorpusOracleGroup(ctx context.Context, c *corpusCase) *corpusOracleGroup {
+	g := &corpusOracleGroup{store: inmem.New()}
+	if c.dataJSON != nil {
+		var data map[string]any
+		if err := util.UnmarshalJSON(c.dataJSON, &data); err != nil {
+			g.err = fmt.Errorf("data: %w", err)
+			return g
+		}
+		g.store = inmem.NewFromObject(data)
 	}
 	mods := corpusModules(c.Modules)
 	names := make([]string, 0, len(mods))
@@ -242,15 +252,40 @@ func corpusOracle(ctx context.Context, c *corpusCase) corpusOracleResult {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	opts := []func(*rego.Rego){
+		rego.Query("true"),
+		rego.Store(g.store),
+		rego.CompilerHook(func(c *ast.Compiler) { g.compiler = c }),
+	}
 	for _, n := range names {
 		opts = append(opts, rego.Module(n, mods[n]))
 	}
-	if c.dataJSON != nil {
-		var data map[string]any
-		if err := util.UnmarshalJSON(c.dataJSON, &data); err != nil {
-			return corpusOracleResult{err: fmt.Errorf("data: %w", err)}
-		}
-		opts = append(opts, rego.Store(inmem.NewFromObject(data)))
+	if _, err := rego.New(opts...).PrepareForEval(ctx); err != nil {
+		g.err = err
+	}
+	return g
+}
+
+// corpusQuery is the Rego query of an entrypoint: test/p is data.test.p.
+func corpusQuery(entrypoint string) string {
+	return "data." + strings.ReplaceAll(entrypoint, "/", ".")
+}
+
+// corpusOracle evaluates a case with OPA's topdown evaluator.
+func corpusOracle(ctx context.Context, g *corpusOracleGroup, c *corpusCase) corpusOracleResult {
+	if g.err != nil {
+		return corpusOracleResult{err: g.err}
+	}
+	query := corpusQuery(c.Query)
+	var captured *ast.Term
+	opts := []func(*rego.Rego){
+		rego.Query(query),
+		rego.Compiler(g.compiler),
+		rego.Store(g.store),
+		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) {
+			captured = t
+			return nil, nil
+		}),
 	}
 	if c.inputJSON != nil {
 		var input any
@@ -399,9 +434,9 @@ func groupCorpus(cases []*corpusCase) []*corpusGroup {
 }
 
 // corpusEngine compiles modules and data for the entrypoints and loads the
-// bundle into a new engine.
-func corpusEngine(ctx context.Context, t testing.TB, c *corpusCase, entrypoints []string) (*engine.Engine, error) {
-	t.Helper()
+// bundle into a new engine, which the caller closes. Safe to call from any
+// goroutine.
+func corpusEngine(ctx context.Context, c *corpusCase, entrypoints []string) (*engine.Engine, error) {
 	b, err := compiler.Compile(ctx, compiler.Options{
 		Modules:     corpusModules(c.Modules),
 		DataJSON:    c.dataJSON,
@@ -412,13 +447,52 @@ func corpusEngine(ctx context.Context, t testing.TB, c *corpusCase, entrypoints 
 	}
 	e, err := engine.New(ctx, engine.Config{MaxInstances: 1})
 	if err != nil {
-		t.Fatalf("engine.New: %v", err)
+		return nil, fmt.Errorf("engine.New: %w", err)
 	}
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	if err := e.Load(ctx, b); err != nil {
+		_ = e.Close(ctx)
 		return nil, fmt.Errorf("load: %w", err)
 	}
 	return e, nil
+}
+
+// corpusBuilt is a group made ready: OPA's compiled modules and the engine
+// with the group's bundle loaded (or why it could not be).
+type corpusBuilt struct {
+	entrypoints []string
+	oracle      *corpusOracleGroup
+	engine      *engine.Engine
+	err         error
+}
+
+// buildCorpus compiles every group for OPA and for the engine, a few at a
+// time (compiling and loading dominate the run time, evaluating is quick).
+func buildCorpus(ctx context.Context, groups []*corpusGroup) []*corpusBuilt {
+	built := make([]*corpusBuilt, len(groups))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		var eps []string
+		seen := map[string]bool{}
+		for _, c := range g.cases {
+			if !seen[c.Query] {
+				seen[c.Query] = true
+				eps = append(eps, c.Query)
+			}
+		}
+		built[i] = &corpusBuilt{entrypoints: eps}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			b := built[i]
+			b.oracle = newCorpusOracleGroup(ctx, g.cases[0])
+			b.engine, b.err = corpusEngine(ctx, g.cases[0], eps)
+		}()
+	}
+	wg.Wait()
+	return built
 }
 
 // corpusEngineResult is the engine's answer for one case.
@@ -441,7 +515,7 @@ func (r corpusEngineResult) String() string {
 
 // corpusCompare says how the engine's answer differs from the oracle's;
 // "" means they agree.
-func corpusCompare(c *corpusCase, want corpusOracleResult, got corpusEngineResult) string {
+func corpusCompare(want corpusOracleResult, got corpusEngineResult) string {
 	switch {
 	case want.err != nil && got.err != nil:
 		return ""
@@ -466,30 +540,25 @@ func corpusCompare(c *corpusCase, want corpusOracleResult, got corpusEngineResul
 // the same answer, except for the cases with an allowed_difference, which are
 // listed in the log with their reason.
 func TestCorpus(t *testing.T) {
-	cases := loadCorpus(t)
 	ctx := context.Background()
+	groups := groupCorpus(loadCorpus(t))
+	built := buildCorpus(ctx, groups)
 	var allowed []string
-	for _, g := range groupCorpus(cases) {
-		var eps []string
-		seen := map[string]bool{}
-		for _, c := range g.cases {
-			if !seen[c.Query] {
-				seen[c.Query] = true
-				eps = append(eps, c.Query)
-			}
-		}
-		shared, sharedErr := corpusEngine(ctx, t, g.cases[0], eps)
+	for gi, g := range groups {
+		b := built[gi]
 		for _, c := range g.cases {
 			t.Run(c.Name, func(t *testing.T) {
-				want := corpusOracle(ctx, c)
+				want := corpusOracle(ctx, b.oracle, c)
 				if c.WantError != (want.err != nil) {
 					t.Fatalf("%s: oracle answered %v, the case says want_error=%v", c.file, want, c.WantError)
 				}
-				e, err := shared, sharedErr
-				if err != nil && len(eps) > 1 {
+				e, err := b.engine, b.err
+				if err != nil && len(b.entrypoints) > 1 {
 					// One entrypoint may be what fails to compile: try this
 					// case on its own.
-					e, err = corpusEngine(ctx, t, c, []string{c.Query})
+					if e, err = corpusEngine(ctx, c, []string{c.Query}); err == nil {
+						defer func() { _ = e.Close(ctx) }()
+					}
 				}
 				var got corpusEngineResult
 				if err != nil {
@@ -500,7 +569,7 @@ func TestCorpus(t *testing.T) {
 						got.undefined, got.err = true, nil
 					}
 				}
-				diff := corpusCompare(c, want, got)
+				diff := corpusCompare(want, got)
 				switch {
 				case diff != "" && c.AllowedDifference != "":
 					allowed = append(allowed, fmt.Sprintf("%s: %s", c.Name, c.AllowedDifference))
@@ -511,6 +580,9 @@ func TestCorpus(t *testing.T) {
 					t.Errorf("%s: allowed_difference %q is stale: the engine agrees with OPA (%v); remove it", c.file, c.AllowedDifference, want)
 				}
 			})
+		}
+		if b.engine != nil {
+			_ = b.engine.Close(ctx)
 		}
 	}
 	sort.Strings(allowed)
@@ -523,25 +595,27 @@ func TestCorpus(t *testing.T) {
 // answers every case as the case says it should (a value, undefined, or an
 // error). A case that OPA answers unexpectedly tests nothing.
 func TestCorpusLoads(t *testing.T) {
-	cases := loadCorpus(t)
 	ctx := context.Background()
-	for _, c := range cases {
-		t.Run(c.Name, func(t *testing.T) {
-			r := corpusOracle(ctx, c)
-			switch {
-			case c.WantError && r.err == nil:
-				t.Errorf("%s: want an error from OPA, got %v", c.file, r)
-			case !c.WantError && r.err != nil:
-				t.Errorf("%s: OPA failed: %v", c.file, r.err)
-			case c.WantUndefined && !r.undefined:
-				t.Errorf("%s: want undefined from OPA, got %v", c.file, r)
-			case !c.WantUndefined && r.undefined:
-				t.Errorf("%s: OPA says undefined; mark the case want_undefined if that is intended", c.file)
-			}
-			if testing.Verbose() {
-				line, _, _ := strings.Cut(r.String(), "\n")
-				t.Logf("oracle: %s", line)
-			}
-		})
+	for _, g := range groupCorpus(loadCorpus(t)) {
+		oracle := newCorpusOracleGroup(ctx, g.cases[0])
+		for _, c := range g.cases {
+			t.Run(c.Name, func(t *testing.T) {
+				r := corpusOracle(ctx, oracle, c)
+				switch {
+				case c.WantError && r.err == nil:
+					t.Errorf("%s: want an error from OPA, got %v", c.file, r)
+				case !c.WantError && r.err != nil:
+					t.Errorf("%s: OPA failed: %v", c.file, r.err)
+				case c.WantUndefined && !r.undefined:
+					t.Errorf("%s: want undefined from OPA, got %v", c.file, r)
+				case !c.WantUndefined && r.undefined:
+					t.Errorf("%s: OPA says undefined; mark the case want_undefined if that is intended", c.file)
+				}
+				if testing.Verbose() {
+					line, _, _ := strings.Cut(r.String(), "\n")
+					t.Logf("oracle: %s", line)
+				}
+			})
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
 
@@ -24,6 +25,7 @@ type Engine struct {
 	stop   chan struct{}
 	done   chan struct{}
 	cache  wazero.CompilationCache // shared by the bundles' runtimes
+	stats  counters
 }
 
 // watchdogInterval is how often deadlines of running evaluations are
@@ -71,7 +73,7 @@ func (e *Engine) Load(ctx context.Context, b *compiler.Bundle) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	p, err := newPolicy(ctx, &e.cfg, &e.live, e.cache, b)
+	p, err := newPolicy(ctx, &e.cfg, &e.live, e.cache, &e.stats, b)
 	if err != nil {
 		return err
 	}
@@ -130,15 +132,19 @@ type Stats struct {
 	InstanceBytes uint64
 	// SnapshotBytes is the part of it copied into each new instance.
 	SnapshotBytes int
+	// InstancesCreated counts instances made from snapshots (all bundles);
+	// InstancesDiscarded those dropped after an error or for size, of
+	// which InstancesOversized for size.
+	InstancesCreated, InstancesDiscarded, InstancesOversized int64
 }
 
-// Stats reports on the loaded bundle; the zero value if none.
+// Stats reports on the loaded bundle and the engine's instances.
 func (e *Engine) Stats() Stats {
-	p := e.cur.Load()
-	if p == nil {
-		return Stats{}
+	st := Stats{InstancesCreated: e.stats.created.Load(), InstancesDiscarded: e.stats.discarded.Load(), InstancesOversized: e.stats.oversized.Load()}
+	if p := e.cur.Load(); p != nil {
+		st.Revision, st.LoadNanos, st.InstanceBytes, st.SnapshotBytes = p.revision, p.loadTime.Nanoseconds(), p.instanceBytes(), len(p.snapshot)
 	}
-	return Stats{Revision: p.revision, LoadNanos: p.loadTime.Nanoseconds(), InstanceBytes: p.instanceBytes(), SnapshotBytes: len(p.snapshot)}
+	return st
 }
 
 func (e *Engine) acquire() (*policy, error) {
@@ -174,8 +180,10 @@ func (e *Engine) Eval(ctx context.Context, entrypoint string, input []byte, dst 
 	if !ok {
 		return dst, fmt.Errorf("%w: %q", ErrUnknownEntrypoint, entrypoint)
 	}
-	if len(input) > 0 && !json.Valid(input) {
-		return dst, &EvalError{Code: CodeInvalidInput, Entrypoint: entrypoint, Message: "input is not valid JSON"}
+	if len(input) > 0 && (!json.Valid(input) || !utf8.Valid(input)) {
+		// JSON text is UTF-8 (RFC 8259); OPA's Wasm runtime aborts on
+		// anything else, so it is rejected here with a precise error.
+		return dst, &EvalError{Code: CodeInvalidInput, Entrypoint: entrypoint, Message: "input is not valid JSON (UTF-8)"}
 	}
 	if err := ctx.Err(); err != nil {
 		return dst, classify(ctx, entrypoint, err)

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -79,5 +80,25 @@ func TestEvalBasic(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestPrint(t *testing.T) {
+	b, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules:     map[string]string{"p.rego": "package p\n\nallow if {\n\tprint(\"user\", input.user)\n\tinput.user == \"bob\"\n}\n"},
+		Entrypoints: []string{"p/allow"},
+		EnablePrint: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	e := newEngine(t, engine.Config{Print: &out, MaxInstances: 1}, b)
+	got, err := e.Eval(context.Background(), "p/allow", []byte(`{"user":"bob"}`), nil)
+	if err != nil || string(got) != "true" {
+		t.Fatalf("eval = %s, %v", got, err)
+	}
+	if out.String() != "user bob\n" {
+		t.Fatalf("print output %q", out.String())
 	}
 }

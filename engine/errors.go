@@ -45,6 +45,10 @@ const (
 	CodeAbort = "abort"
 	// CodeBuiltin: a host builtin failed with an error that halts evaluation.
 	CodeBuiltin = "builtin_error"
+	// CodeInvalidResult: the module produced a result that is not valid
+	// JSON (OPA's Wasm runtime can, e.g. to_number(".")); it is not passed
+	// on.
+	CodeInvalidResult = "invalid_result"
 	// CodeTrap: the module trapped (a bug in the module or runtime).
 	CodeTrap = "trap"
 )

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -20,6 +22,9 @@ import (
 )
 
 var i32 = api.ValueTypeI32
+
+// printMu serialises writes of print() output.
+var printMu sync.Mutex
 
 // instantiateHost registers the "env" host module the policy imports its
 // functions from (its memory is defined by the module itself, see wasmbin).
@@ -69,7 +74,7 @@ func (p *policy) hostAbort(_ context.Context, mod api.Module, stack []uint64) {
 }
 
 func (p *policy) hostPrintln(_ context.Context, mod api.Module, stack []uint64) {
-	if !p.cfg.PrintOutput {
+	if p.cfg.Print == nil {
 		return
 	}
 	in := p.instanceOf(mod)
@@ -77,7 +82,11 @@ func (p *policy) hostPrintln(_ context.Context, mod api.Module, stack []uint64) 
 		return
 	}
 	if b, ok := in.cstring(uint32(stack[0])); ok {
-		p.cfg.Logger.Info("policy print", "msg", string(b))
+		line := make([]byte, 0, len(b)+1)
+		line = append(append(line, b...), '\n')
+		printMu.Lock()
+		_, _ = p.cfg.Print.Write(line)
+		printMu.Unlock()
 	}
 }
 
@@ -160,7 +169,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		if in.bstate == nil {
 			in.bstate = &builtinState{}
 		}
-		bctx := in.bstate.context(ctx)
+		bctx := in.bstate.context(ctx, p.printHook)
 		var out *ast.Term
 		err := p.topdown[id](*bctx, terms, func(t *ast.Term) error {
 			out = t
@@ -184,6 +193,11 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32) []*ast.Term {
 	terms := make([]*ast.Term, len(args))
 	for i, a := range args {
+		if t, err := in.readTerm(a, 0); err == nil {
+			terms[i] = t
+			continue
+		}
+		// Fall back to OPA's own serialisation.
 		s, err := in.call1(ctx, in.fValueDump, uint64(a))
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: err})
@@ -202,12 +216,16 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 }
 
 func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term) uint32 {
-	raw := t.String()
+	raw, err := appendValue(in.buf[:0], t.Value)
+	if err != nil {
+		raw = append(in.buf[:0], t.String()...)
+	}
+	in.buf = raw
 	a, err := in.malloc(ctx, uint32(len(raw)))
 	if err != nil {
 		panic(err)
 	}
-	in.mem.WriteString(a, raw)
+	in.mem.Write(a, raw)
 	v, err := in.call1(ctx, in.fValueParse, uint64(a), uint64(len(raw)))
 	if err != nil {
 		panic(&builtinPanic{name: hb.name, err: err})
@@ -275,7 +293,7 @@ type builtinState struct {
 	stop   chan struct{}
 }
 
-func (s *builtinState) context(ctx context.Context) *topdown.BuiltinContext {
+func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.BuiltinContext {
 	if s.bctx != nil {
 		return s.bctx
 	}
@@ -287,7 +305,7 @@ func (s *builtinState) context(ctx context.Context) *topdown.BuiltinContext {
 		Time:         ast.NumberTerm(jsonNumber(time.Now().UnixNano())),
 		Cancel:       s.cancel,
 		Cache:        make(builtins.Cache),
-		PrintHook:    discardPrint{},
+		PrintHook:    hook,
 		Capabilities: compiler.Capabilities(),
 	}
 	if ctx.Done() != nil {
@@ -311,6 +329,15 @@ func (s *builtinState) done() {
 	*s = builtinState{}
 }
 
-type discardPrint struct{}
+// printWriter is the print hook of OPA's print builtin: one line per call.
+type printWriter struct{ w io.Writer }
 
-func (discardPrint) Print(print.Context, string) error { return nil }
+func (p printWriter) Print(_ print.Context, msg string) error {
+	if p.w == nil {
+		return nil
+	}
+	printMu.Lock()
+	defer printMu.Unlock()
+	_, err := io.WriteString(p.w, msg+"\n")
+	return err
+}

@@ -112,7 +112,20 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, input
 	if !bytes.HasPrefix(b, resultPrefix) || !bytes.HasSuffix(b, resultSuffix) || len(b) < len(resultPrefix)+len(resultSuffix) {
 		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unexpected result shape"}
 	}
-	return append(dst, b[len(resultPrefix):len(b)-len(resultSuffix)]...), nil
+	val := b[len(resultPrefix) : len(b)-len(resultSuffix)]
+	if !validResult(val) {
+		return dst, &EvalError{Code: CodeInvalidResult, Entrypoint: entrypoint, Message: "policy result is not valid JSON"}
+	}
+	return append(dst, val...), nil
+}
+
+// validResult checks the result JSON; the common results skip the scan.
+func validResult(b []byte) bool {
+	switch string(b) {
+	case "true", "false", "null", "{}", "[]":
+		return true
+	}
+	return json.Valid(b)
 }
 
 // abortPanic is raised by opa_abort.

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -70,5 +71,58 @@ func TestMemoryLimit(t *testing.T) {
 	out, err := e.Eval(context.Background(), "limits/ok", nil, nil)
 	if err != nil || string(out) != "true" {
 		t.Fatalf("after memory limit: %s, %v", out, err)
+	}
+}
+
+func TestOversizedInstanceDiscarded(t *testing.T) {
+	const pol = `package grow
+
+big := count([x | some x in numbers.range(1, 200000)])
+
+small := 1
+`
+	b := compileModules(t, map[string]string{"grow.rego": pol}, nil, "grow/big", "grow/small")
+	e := newEngine(t, engine.Config{MaxInstances: 1, MaxInstanceBytes: 4 << 20}, b)
+	ctx := context.Background()
+	if out, err := e.Eval(ctx, "grow/small", nil, nil); err != nil || string(out) != "1" {
+		t.Fatalf("small = %s, %v", out, err)
+	}
+	if st := e.Stats(); st.InstancesOversized != 0 {
+		t.Fatalf("small evaluation discarded its instance: %+v", st)
+	}
+	out, err := e.Eval(ctx, "grow/big", nil, nil)
+	if err != nil || string(out) != "200000" {
+		t.Fatalf("big = %s, %v", out, err)
+	}
+	st := e.Stats()
+	if st.InstancesOversized != 1 || st.InstancesDiscarded != 1 {
+		t.Fatalf("after a big evaluation: %+v, want one oversized instance discarded", st)
+	}
+	if out, err := e.Eval(ctx, "grow/small", nil, nil); err != nil || string(out) != "1" {
+		t.Fatalf("small after discard = %s, %v", out, err)
+	}
+	if st := e.Stats(); st.InstancesCreated != 1 {
+		t.Fatalf("instances created = %d, want 1 (from the snapshot)", st.InstancesCreated)
+	}
+}
+
+func TestInvalidResultJSON(t *testing.T) {
+	// OPA's Wasm runtime turns to_number(".") into a number it prints as
+	// ".": the engine must not pass that on as JSON.
+	b := compileModules(t, map[string]string{"n.rego": "package n\n\nx := to_number(input.s)\n"}, nil, "n/x")
+	e := newEngine(t, engine.Config{}, b)
+	out, err := e.Eval(context.Background(), "n/x", []byte(`{"s":"."}`), nil)
+	if err == nil {
+		if !json.Valid(out) {
+			t.Fatalf("invalid JSON result %q passed on", out)
+		}
+	} else {
+		var ee *engine.EvalError
+		if !errors.As(err, &ee) || ee.Code != engine.CodeInvalidResult {
+			t.Fatalf("err = %v, want %s", err, engine.CodeInvalidResult)
+		}
+	}
+	if out, err := e.Eval(context.Background(), "n/x", []byte(`{"s":"1.5"}`), nil); err != nil || string(out) != "1.5" {
+		t.Fatalf("to_number(1.5) = %s, %v", out, err)
 	}
 }

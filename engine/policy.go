@@ -43,18 +43,25 @@ type policy struct {
 
 	idle      chan *instance // nil entries are free slots
 	instances *sync.Map      // api.Module -> *instance, shared by the engine
+	stats     *counters
 	refs      atomic.Int64
 
-	loadTime time.Duration
+	loadTime  time.Duration
+	printHook printWriter
 }
 
-func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, cache wazero.CompilationCache, b *compiler.Bundle) (_ *policy, err error) {
+// counters are the engine's instance statistics, shared by its bundles.
+type counters struct {
+	created, discarded, oversized atomic.Int64
+}
+
+func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, cache wazero.CompilationCache, stats *counters, b *compiler.Bundle) (_ *policy, err error) {
 	start := time.Now()
 	mod, err := wasmbin.Rewrite(b.Wasm, cfg.MemoryLimitPages)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	p := &policy{cfg: cfg, revision: b.Manifest.Revision, instances: live}
+	p := &policy{cfg: cfg, revision: b.Manifest.Revision, instances: live, stats: stats, printHook: printWriter{cfg.Print}}
 	p.refs.Store(1)
 	p.runtime = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().
 		// Deadlines are enforced by the engine's watchdog through the
@@ -159,7 +166,7 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *compiler.Bundl
 	if !inst.mem.Write(raw, data) {
 		return fmt.Errorf("%w: data does not fit in memory", ErrInvalidBundle)
 	}
-	addr, err := inst.call1(ctx, inst.fJSONParse, uint64(raw), uint64(len(data)))
+	addr, err := inst.call1(ctx, inst.fValueParse, uint64(raw), uint64(len(data)))
 	if err != nil {
 		return fmt.Errorf("%w: parse data: %w", ErrInvalidBundle, err)
 	}
@@ -239,6 +246,7 @@ func (p *policy) newInstance() (*instance, error) {
 		_ = inst.mod.Close(ctx)
 		return nil, fmt.Errorf("engine: snapshot does not fit")
 	}
+	p.stats.created.Add(1)
 	return inst, nil
 }
 
@@ -268,6 +276,7 @@ func (p *policy) get(ctx context.Context) (*instance, error) {
 func (p *policy) put(inst *instance) {
 	if uint64(inst.mem.Size()) > p.cfg.MaxInstanceBytes {
 		p.cfg.Logger.Info("engine: discarding oversized instance", "bytes", inst.mem.Size(), "limit", p.cfg.MaxInstanceBytes)
+		p.stats.oversized.Add(1)
 		p.discard(inst)
 		return
 	}
@@ -275,6 +284,7 @@ func (p *policy) put(inst *instance) {
 }
 
 func (p *policy) discard(inst *instance) {
+	p.stats.discarded.Add(1)
 	p.instances.Delete(inst.mod)
 	_ = inst.mod.Close(context.Background())
 	p.idle <- nil

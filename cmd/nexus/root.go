@@ -21,6 +21,8 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newServeCmd(),
 		newRelCmd(),
+		newCompileCmd(),
+		newEvalCmd(),
 	)
 	return root
 }

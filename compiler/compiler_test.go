@@ -1,0 +1,219 @@
+package compiler_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nexuspdp/nexus/compiler"
+)
+
+const policy = `package nexus.authz
+
+default allow := false
+
+allow if data.roles[input.user] == "admin"
+`
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCompilePaths(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "policy", "authz.rego"), policy)
+	writeFile(t, filepath.Join(dir, "policy", "extra", "data.yaml"), "limits:\n  max: 3\n")
+	writeFile(t, filepath.Join(dir, "roles.json"), `{"roles": {"bob": "admin"}}`)
+	b, err := compiler.Compile(context.Background(), compiler.Options{
+		Paths:       []string{filepath.Join(dir, "policy"), filepath.Join(dir, "roles.json")},
+		Entrypoints: []string{"nexus/authz/allow"},
+		Revision:    "v7",
+	})
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	if b.Manifest.Revision != "v7" || !slices.Equal(b.Manifest.Entrypoints, []string{"nexus/authz/allow"}) {
+		t.Fatalf("manifest = %+v", b.Manifest)
+	}
+	if !slices.Equal(b.Manifest.Roots, []string{"extra", "nexus/authz", "roles"}) {
+		t.Fatalf("roots = %v", b.Manifest.Roots)
+	}
+	if !bytes.HasPrefix(b.Wasm, []byte("\x00asm")) {
+		t.Fatal("wasm lacks the magic number")
+	}
+	for _, want := range []string{`"roles":{"bob":"admin"}`, `"extra":{"limits":{"max":3}}`} {
+		if !strings.Contains(string(b.Data), want) {
+			t.Fatalf("data %s lacks %s", b.Data, want)
+		}
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		modules  map[string]string
+		eps      []string
+		wantCode string
+		wantErr  error
+		want     []string // substrings of the message
+	}{
+		{name: "no entrypoint", modules: map[string]string{"a.rego": policy}, wantErr: compiler.ErrNoEntrypoint},
+		{name: "no policy", eps: []string{"a/b"}, wantErr: compiler.ErrNoPolicy},
+		{name: "parse error", modules: map[string]string{"bad.rego": "package p\n\nallow if {\n  x := \n}\n"}, eps: []string{"p/allow"},
+			wantCode: compiler.CodeParse, want: []string{"bad.rego:5:1: "}},
+		{name: "type error", modules: map[string]string{"t.rego": "package p\n\nallow if {\n\tcount(1) > 0\n}\n"}, eps: []string{"p/allow"},
+			wantCode: compiler.CodeType, want: []string{"t.rego:4:2: ", "count"}},
+		{name: "unsupported builtins in one error", modules: map[string]string{"u.rego": "package p\n\nallow if {\n\tfoo.bar(1)\n\tbaz(2)\n\tx := qux(3)\n}\n"}, eps: []string{"p/allow"},
+			wantCode: compiler.CodeUnsupportedBuiltin, want: []string{"u.rego:5:2: ", "baz, foo.bar, qux"}},
+		{name: "user functions are not builtins", modules: map[string]string{"f.rego": "package p\n\nf(x) := x + 1\n\nallow if f(1) == 2\n"}, eps: []string{"p/allow"}},
+		{name: "unknown entrypoint", modules: map[string]string{"a.rego": policy}, eps: []string{"nexus/authz/nope"}, wantCode: compiler.CodeCompile, want: []string{"nope"}},
+		{name: "safety error", modules: map[string]string{"s.rego": "package p\n\nallow if x > 1\n"}, eps: []string{"p/allow"}, wantCode: compiler.CodeCompile, want: []string{"s.rego:3:"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := compiler.Compile(context.Background(), compiler.Options{Modules: tc.modules, Entrypoints: tc.eps})
+			switch {
+			case tc.wantErr != nil:
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			case tc.wantCode == "":
+				if err != nil {
+					t.Fatalf("err = %v, want none", err)
+				}
+				return
+			}
+			var errs compiler.Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("err = %T %v, want compiler.Errors", err, err)
+			}
+			if errs.Code() != tc.wantCode {
+				t.Fatalf("code = %s, want %s (%v)", errs.Code(), tc.wantCode, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestBundleRoundTrip(t *testing.T) {
+	b, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules:     map[string]string{"authz.rego": policy},
+		Data:        map[string]any{"roles": map[string]any{"bob": "admin"}, "big": json.Number("12345678901234567890")},
+		Entrypoints: []string{"nexus/authz/allow"},
+		Revision:    "r1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := b.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var again bytes.Buffer
+	if err := b.Write(&again); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), again.Bytes()) {
+		t.Fatal("bundle output is not deterministic")
+	}
+	got, err := compiler.ReadBundle(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if !bytes.Equal(got.Wasm, b.Wasm) || !bytes.Equal(got.Data, b.Data) {
+		t.Fatal("wasm or data changed in the round trip")
+	}
+	if got.Manifest.Revision != "r1" || !slices.Equal(got.Manifest.Entrypoints, b.Manifest.Entrypoints) || !slices.Equal(got.Manifest.Roots, b.Manifest.Roots) {
+		t.Fatalf("manifest %+v, want %+v", got.Manifest, b.Manifest)
+	}
+	if !strings.Contains(string(got.Data), "12345678901234567890") {
+		t.Fatalf("big number lost: %s", got.Data)
+	}
+	fromJSON, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules:     map[string]string{"authz.rego": policy},
+		DataJSON:    []byte(`{"big": 112345678901234567890}`),
+		Entrypoints: []string{"nexus/authz/allow"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(fromJSON.Data), "112345678901234567890") {
+		t.Fatalf("big number from DataJSON lost: %s", fromJSON.Data)
+	}
+}
+
+func TestReadBundleErrors(t *testing.T) {
+	valid := func() *compiler.Bundle {
+		return &compiler.Bundle{Manifest: compiler.Manifest{Entrypoints: []string{"a/b"}}, Wasm: []byte("\x00asm\x01\x00\x00\x00"), Data: []byte(`{}`)}
+	}
+	encode := func(b *compiler.Bundle) []byte {
+		var buf bytes.Buffer
+		if err := b.Write(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	noEP := valid()
+	noEP.Manifest.Entrypoints = nil
+	badWasm := valid()
+	badWasm.Wasm = []byte("not wasm")
+	badData := valid()
+	badData.Data = []byte(`[1,2]`)
+	tests := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{name: "empty", in: nil, want: compiler.ErrInvalidBundle},
+		{name: "not gzip", in: []byte("hello"), want: compiler.ErrInvalidBundle},
+		{name: "no entrypoints", in: encode(noEP), want: compiler.ErrInvalidBundle},
+		{name: "not wasm", in: encode(badWasm), want: compiler.ErrInvalidBundle},
+		{name: "data not an object", in: encode(badData), want: compiler.ErrInvalidBundle},
+		{name: "truncated", in: encode(valid())[:40], want: compiler.ErrInvalidBundle},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := compiler.ReadBundle(bytes.NewReader(tc.in)); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := compiler.ReadBundle(bytes.NewReader(encode(valid()))); err != nil {
+		t.Fatalf("valid minimal bundle: %v", err)
+	}
+}
+
+func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
+	caps := compiler.Capabilities()
+	have := map[string]bool{}
+	for _, b := range caps.Builtins {
+		have[b.Name] = true
+	}
+	for _, hb := range compiler.NexusBuiltins {
+		if !have[hb.Name] {
+			t.Errorf("capabilities lack %s", hb.Name)
+		}
+	}
+	for _, name := range []string{"sprintf", "time.now_ns", "io.jwt.decode", "crypto.sha256", "regex.match"} {
+		if !have[name] {
+			t.Errorf("capabilities lack OPA builtin %s", name)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+// Package engine evaluates compiled policy bundles (see package compiler)
+// under wazero, in process, in microseconds.
+//
+// One bundle is one wazero runtime and one compiled module, shared by a
+// bounded pool of instances; an instance is used by one evaluation at a
+// time. The bundle's data is parsed once, into the heap of a first
+// instance; its memory is then snapshot and copied into every new instance,
+// so no instance parses data again. Evaluation uses the single-call
+// opa_eval export of OPA's Wasm ABI and resets the heap pointer each time,
+// so an instance's memory does not grow from one evaluation to the next. In
+// steady state an evaluation allocates nothing on the Go heap.
+//
+// Host builtins: every builtin OPA's Wasm runtime leaves to the host
+// (sprintf, time.*, io.jwt.*, crypto.*, ...) is backed by OPA's Go
+// implementation; other packages add builtins through a Registry, with a
+// fast path for functions of strings returning a boolean or strings
+// (nexus.check, nexus.roles) that reads the arguments straight from the
+// instance's memory.
+//
+// Example:
+//
+//	reg := engine.NewRegistry()
+//	_ = reg.Register("nexus.check", 0, engine.Predicate3(store.Check))
+//	e, err := engine.New(ctx, engine.Config{Builtins: reg})
+//	if err != nil {
+//		return err
+//	}
+//	defer e.Close(ctx)
+//	if err := e.Load(ctx, bundle); err != nil {
+//		return err
+//	}
+//	out, err := e.Eval(ctx, "nexus/authz/allow", input, buf[:0])
+//	switch {
+//	case errors.Is(err, engine.ErrUndefined): // deny
+//	case err != nil: // deny, with err's Code as the reason
+//	}
+//
+// # Caveats
+//
+//   - Deadlines: the module is rewritten so every loop checks an interrupt
+//     flag, which a watchdog raises (about every millisecond) for
+//     evaluations whose context is done; the instance is then discarded. A
+//     host builtin running at that time must honour its context itself.
+//   - Builtins are resolved when a bundle is loaded: register them before
+//     Load.
+//   - Errors returned by registered builtins abort the evaluation
+//     (CodeBuiltin), while errors of OPA's builtins make the call
+//     undefined, as in OPA.
+//   - OPA's Wasm runtime, not this package, computes most values: where it
+//     differs from OPA's evaluator (set order in JSON, float formatting) the
+//     engine differs too; the differential corpus lists those cases.
+//   - Input must be UTF-8 JSON; anything else is an *EvalError with
+//     CodeInvalidInput.
+package engine
