@@ -7,7 +7,6 @@ import (
 	"testing"
 )
 
-
 func TestCompileAndEval(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
