@@ -161,6 +161,9 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	ob.Manifest.Roots = &policyRoots
 	ob.Manifest.Init()
 
+	// Before OPA's build, which rewrites the parsed modules.
+	paths, inputKnown := inputPaths(files, caps)
+
 	c := compile.New().
 		WithTarget(compile.TargetWasm).
 		WithCapabilities(caps).
@@ -186,8 +189,22 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiler: encode data: %w", err)
 	}
+	man := Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
+	if inputKnown {
+		// Recorded as JSON-shaped values so that it survives Write and
+		// ReadBundle unchanged.
+		list := make([]any, len(paths))
+		for i, p := range paths {
+			segs := make([]any, len(p))
+			for j, s := range p {
+				segs[j] = s
+			}
+			list[i] = segs
+		}
+		man.Metadata = map[string]any{MetadataInputPaths: list}
+	}
 	return &Bundle{
-		Manifest: Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps},
+		Manifest: man,
 		Wasm:     out.WasmModules[0].Raw,
 		Data:     raw,
 	}, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz/internal/decisionlog"
+	"github.com/nexuspdp/nexus/extauthz/internal/prune"
 	"github.com/nexuspdp/nexus/extauthz/internal/result"
 )
 
@@ -41,6 +42,7 @@ type pdp struct {
 	ready  atomic.Bool
 	types  atomic.Pointer[map[string]bool] // resource types of the schema
 	policy atomic.Pointer[string]          // revision of the loaded policy
+	prune  atomic.Pointer[prune.Tree]      // input paths the policy reads (nil: all)
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -104,6 +106,11 @@ func (p *pdp) load(ctx context.Context, b *compiler.Bundle) error {
 	}
 	p.base = b
 	p.types.Store(&types)
+	if paths, ok := b.Manifest.InputPaths(); ok {
+		p.prune.Store(prune.New(paths))
+	} else {
+		p.prune.Store(nil)
+	}
 	rev := b.Manifest.Revision
 	p.policy.Store(&rev)
 	p.gen.Add(1)
@@ -220,6 +227,22 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 	d := decision{cache: cacheDisabled}
 	if !p.ready.Load() {
 		return d, ErrNotReady
+	}
+	if t := p.prune.Load(); t != nil {
+		// Only what the policy reads goes to the module and into the
+		// cache key.
+		pb := p.bufs.Get().(*[]byte)
+		pruned, err := t.Append((*pb)[:0], input)
+		defer func() {
+			if cap(pruned) <= 64<<10 {
+				*pb = pruned[:0]
+				p.bufs.Put(pb)
+			}
+		}()
+		if err != nil {
+			return d, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
+		}
+		input = pruned
 	}
 	var key string
 	if p.cache != nil {

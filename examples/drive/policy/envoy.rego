@@ -15,9 +15,13 @@ package nexus.envoy
 
 import rego.v1
 
-http_request := input.attributes.request.http
+# Only the fields the policy names are read: nexus passes a policy just the
+# parts of the input document it refers to.
+method := input.attributes.request.http.method
 
-headers := object.get(http_request, "headers", {})
+default headers := {}
+
+headers := input.attributes.request.http.headers
 
 segments(r) := r.segments
 
@@ -28,7 +32,7 @@ segment_matches(pattern, _) if pattern in {"*", "{id}", "{tenant}"}
 segment_matches(pattern, value) if pattern == value
 
 route_matches(r) if {
-	r.method in {http_request.method, "*"}
+	r.method in {method, "*"}
 	parts := segments(r)
 	count(parts) == count(input.parsed_path)
 	every i, p in parts {

@@ -1,0 +1,58 @@
+package compiler_test
+
+import (
+	"bytes"
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nexuspdp/nexus/compiler"
+)
+
+func TestInputPaths(t *testing.T) {
+	tests := []struct {
+		name   string
+		module string
+		want   []string // joined with "."; nil with known=false
+		known  bool
+	}{
+		{"fields", "package p\nimport rego.v1\nallow if { input.user == \"a\"; input.req.method == \"GET\" }\n", []string{"req.method", "user"}, true},
+		{"import", "package p\nimport rego.v1\nimport input.attributes.request.http\nallow if http.method == \"GET\"\n", []string{"attributes.request.http.method"}, true},
+		{"dynamic-key", "package p\nimport rego.v1\nallow if input.headers[data.h] == \"x\"\n", []string{"headers"}, true},
+		{"key-from-input", "package p\nimport rego.v1\nallow if input.m[input.k] == 1\n", []string{"k", "m"}, true},
+		{"whole-input", "package p\nimport rego.v1\nallow if count(input) > 1\n", nil, false},
+		{"iterate-input", "package p\nimport rego.v1\nallow if { some k; input[k] == 1 }\n", nil, false},
+		{"with", "package p\nimport rego.v1\nq if input.a\nallow if q with input as {\"a\": true}\n", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := compiler.Compile(context.Background(), compiler.Options{Modules: map[string]string{"p.rego": tt.module}, Entrypoints: []string{"p/allow"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := b.Write(&buf); err != nil {
+				t.Fatal(err)
+			}
+			rb, err := compiler.ReadBundle(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paths, known := rb.Manifest.InputPaths()
+			if known != tt.known {
+				t.Fatalf("known = %v, want %v (%v)", known, tt.known, paths)
+			}
+			var got []string
+			for _, p := range paths {
+				got = append(got, strings.Join(p, "."))
+			}
+			slices.Sort(got)
+			got = slices.Compact(got)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("paths = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
