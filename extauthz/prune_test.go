@@ -1,0 +1,68 @@
+package extauthz_test
+
+import (
+	"context"
+	"testing"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/examples/drive/policy"
+	"github.com/nexuspdp/nexus/extauthz/internal/input"
+	"github.com/nexuspdp/nexus/extauthz/internal/prune"
+)
+
+// TestPrunedInputSameDecision evaluates the default policy on the full
+// input document and on the pruned one: the results must be identical.
+func TestPrunedInputSameDecision(t *testing.T) {
+	ts := newTestServer(t, nil)
+	ctx := context.Background()
+	b, err := defaultBundle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, ok := b.Manifest.InputPaths()
+	if !ok {
+		t.Fatal("the default policy's input paths are unknown: it would not be pruned")
+	}
+	tree := prune.New(paths)
+	reg := engine.NewRegistry()
+	if err := builtins.Register(reg, ts.store); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close(ctx) })
+	if err := eng.Load(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []*authv3.CheckRequest{
+		envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}),
+		envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}),
+		envoyRequest("PUT", "/files/report.pdf", map[string]string{"x-user": "bob"}),
+		envoyRequest("GET", "/files/anything", map[string]string{"x-user": "erin", "x-tenant": "acme"}),
+		envoyRequest("GET", "/files/report.pdf", nil),
+		envoyRequest("GET", "/nowhere?x=1", map[string]string{"x-user": "alice"}),
+	}
+	for _, r := range reqs {
+		full, err := input.AppendEnvoy(nil, r, input.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pruned, err := tree.Append(nil, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pruned) >= len(full) {
+			t.Fatalf("pruning kept %d of %d bytes", len(pruned), len(full))
+		}
+		a, errA := eng.Eval(ctx, policy.EnvoyEntrypoint, full, nil)
+		p, errP := eng.Eval(ctx, policy.EnvoyEntrypoint, pruned, nil)
+		if string(a) != string(p) || (errA == nil) != (errP == nil) {
+			t.Fatalf("%s %s: full input gives %s (%v), pruned gives %s (%v)", r.Attributes.Request.Http.Method, r.Attributes.Request.Http.Path, a, errA, p, errP)
+		}
+	}
+}
