@@ -125,25 +125,7 @@ func oracle(t *testing.T, s *datastore.BoltStore, input map[string]any) any {
 func TestBuiltinsThroughEngine(t *testing.T) {
 	ctx := context.Background()
 	s := openDrive(t)
-	reg := engine.NewRegistry()
-	if err := builtins.Register(reg, s); err != nil {
-		t.Fatal(err)
-	}
-	b, err := compiler.Compile(ctx, compiler.Options{
-		Modules:     map[string]string{"example.rego": examplePolicy},
-		Entrypoints: []string{"example/result"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(ctx, engine.Config{Builtins: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close(ctx) })
-	if err := e.Load(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t, s, "example.rego", examplePolicy, "example/result")
 	tests := []struct {
 		name        string
 		user, file  string
@@ -185,14 +167,28 @@ func TestBuiltinsThroughEngine(t *testing.T) {
 func TestBuiltinErrorFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	s := openDrive(t)
+	e := newEngine(t, s, "p.rego", "package p\nimport rego.v1\nallow if nexus.check(input.o, input.p, input.s)\n", "p/allow")
+	for _, in := range []string{
+		`{"o":"file:report.pdf","p":"no_such_permission","s":"user:bob"}`,
+		`{"o":"not-an-object","p":"read","s":"user:bob"}`,
+	} {
+		out, err := e.Eval(ctx, "p/allow", []byte(in), nil)
+		if err == nil {
+			t.Fatalf("%s: got %s, want an error", in, out)
+		}
+	}
+}
+
+// newEngine compiles one module and loads it into an engine whose registry
+// holds the relationship builtins over s.
+func newEngine(t *testing.T, s *datastore.BoltStore, file, module, entrypoint string) *engine.Engine {
+	t.Helper()
+	ctx := context.Background()
 	reg := engine.NewRegistry()
 	if err := builtins.Register(reg, s); err != nil {
 		t.Fatal(err)
 	}
-	b, err := compiler.Compile(ctx, compiler.Options{
-		Modules:     map[string]string{"p.rego": "package p\nimport rego.v1\nallow if nexus.check(input.o, input.p, input.s)\n"},
-		Entrypoints: []string{"p/allow"},
-	})
+	b, err := compiler.Compile(ctx, compiler.Options{Modules: map[string]string{file: module}, Entrypoints: []string{entrypoint}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +200,7 @@ func TestBuiltinErrorFailsClosed(t *testing.T) {
 	if err := e.Load(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for _, in := range []string{
-		`{"o":"file:report.pdf","p":"no_such_permission","s":"user:bob"}`,
-		`{"o":"not-an-object","p":"read","s":"user:bob"}`,
-	} {
-		out, err := e.Eval(ctx, "p/allow", []byte(in), nil)
-		if err == nil {
-			t.Fatalf("%s: got %s, want an error", in, out)
-		}
-	}
+	return e
 }
 
 func mustJSON(v any) string {
