@@ -33,7 +33,11 @@ type pdp struct {
 	eng   *engine.Engine
 	store *datastore.BoltStore
 	cache *otter.Cache[string, result.Decision]
-	log   *decisionlog.Logger
+	// results memoises result.Parse by the result document's bytes: most
+	// results repeat (a reason, a subject), and parsing an object costs
+	// more than the lookup. Decisions are never modified once parsed.
+	results *otter.Cache[string, result.Decision]
+	log     *decisionlog.Logger
 	m     *metrics
 
 	mu     sync.Mutex // serialises policy loads
@@ -72,6 +76,11 @@ func newPDP(cfg *Config) (*pdp, error) {
 		}
 		p.cache = c
 	}
+	results, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: 10_000})
+	if err != nil {
+		return nil, fmt.Errorf("extauthz: result cache: %w", err)
+	}
+	p.results = results
 	p.log = decisionlog.New(decisionlog.Config{Out: cfg.DecisionLog, QueueSize: cfg.DecisionLogQueue, Logger: cfg.Logger})
 	m, err := newMetrics(cfg.Registerer,
 		func() float64 { return float64(p.log.Emitted()) },
@@ -270,7 +279,7 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 	bp := p.bufs.Get().(*[]byte)
 	out, err := p.eng.Eval(ctx, entrypoint, input, (*bp)[:0])
 	if err == nil {
-		d.Decision, err = result.Parse(out)
+		d.Decision, err = p.parseResult(out)
 	}
 	if cap(out) <= 64<<10 {
 		*bp = out[:0]
@@ -283,4 +292,19 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 		p.cache.Set(key, d.Decision)
 	}
 	return d, nil
+}
+
+// parseResult is result.Parse through the memo of parsed results.
+func (p *pdp) parseResult(out []byte) (result.Decision, error) {
+	if len(out) > 4096 {
+		return result.Parse(out)
+	}
+	if d, ok := p.results.GetIfPresent(string(out)); ok {
+		return d, nil
+	}
+	d, err := result.Parse(out)
+	if err == nil {
+		p.results.Set(string(out), d)
+	}
+	return d, err
 }
