@@ -38,7 +38,7 @@ type pdp struct {
 	// more than the lookup. Decisions are never modified once parsed.
 	results *otter.Cache[string, result.Decision]
 	log     *decisionlog.Logger
-	m     *metrics
+	m       *metrics
 
 	mu     sync.Mutex // serialises policy loads
 	base   *compiler.Bundle
