@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,49 @@ func TestParseLevel(t *testing.T) {
 	}
 	if l, err := parseLevel("debug"); err != nil || l.String() != "DEBUG" {
 		t.Fatalf("debug: %v %v", l, err)
+	}
+}
+
+func TestLoadPolicy(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	rego := "package nexus.authz\nimport rego.v1\ndecision := {\"allow\": input.subject.id == \"root\", \"reason\": \"custom\"}\n"
+	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte(rego), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := serveConfig{Policy: dir, Entrypoints: []string{"nexus/authz/decision"}}
+	b, err := loadPolicy(ctx, c)
+	if err != nil {
+		t.Fatalf("policy directory: %v", err)
+	}
+	bundlePath := filepath.Join(t.TempDir(), "b.tar.gz")
+	f, err := os.Create(bundlePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b2, err := loadPolicy(ctx, serveConfig{Policy: bundlePath})
+	if err != nil {
+		t.Fatalf("policy bundle: %v", err)
+	}
+	if len(b2.Manifest.Entrypoints) != 1 || b2.Manifest.Entrypoints[0] != "nexus/authz/decision" {
+		t.Fatalf("entrypoints %v", b2.Manifest.Entrypoints)
+	}
+	if _, err := loadPolicy(ctx, serveConfig{Policy: filepath.Join(dir, "missing")}); err == nil {
+		t.Fatal("a missing policy path was accepted")
+	}
+	bad := filepath.Join(t.TempDir(), "bad.tar.gz")
+	if err := os.WriteFile(bad, []byte("not a bundle"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadPolicy(ctx, serveConfig{Policy: bad}); err == nil || !strings.Contains(err.Error(), "bad.tar.gz") {
+		t.Fatalf("a corrupt bundle: err = %v, want one naming the file", err)
+	}
+	def, err := loadPolicy(ctx, serveConfig{EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision"})
+	if err != nil || !slices.Contains(def.Manifest.Entrypoints, "nexus/envoy/result") || !slices.Contains(def.Manifest.Entrypoints, "nexus/authz/decision") {
+		t.Fatalf("embedded default: entrypoints %v, err %v", def.Manifest.Entrypoints, err)
 	}
 }
