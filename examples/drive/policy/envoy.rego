@@ -19,9 +19,10 @@ import rego.v1
 # parts of the input document it refers to.
 method := input.attributes.request.http.method
 
-default headers := {}
+# The subject and tenant headers, named in data.
+subject_header := input.attributes.request.http.headers[data.nexus.subject_header]
 
-headers := input.attributes.request.http.headers
+tenant_header := input.attributes.request.http.headers[data.nexus.tenant_header]
 
 segments(r) := r.segments
 
@@ -49,10 +50,10 @@ jwt_subjects contains sub if {
 	sub := payload.sub
 }
 
-subject_id := headers[data.nexus.subject_header]
+subject_id := subject_header
 
 subject_id := s if {
-	not headers[data.nexus.subject_header]
+	not subject_header
 	count(jwt_subjects) == 1
 	some s in jwt_subjects
 }
@@ -64,7 +65,7 @@ tenant := input.parsed_path[i] if {
 	p == "{tenant}"
 }
 
-tenant := headers[data.nexus.tenant_header] if not "{tenant}" in route_segments
+tenant := tenant_header if not "{tenant}" in route_segments
 
 default resource_id := ""
 
