@@ -38,7 +38,7 @@ The store is locked while a command runs: stop a running server first.`,
 	}
 	def := os.Getenv("NEXUS_DATA_DIR")
 	if def == "" {
-		def = "data"
+		def = "./nexus-data"
 	}
 	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", def, "data directory (env NEXUS_DATA_DIR)")
 	cmd.AddCommand(

@@ -284,7 +284,7 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, "nexus.db"), Logger: log})
+	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, relDataFile), Logger: log})
 	if err != nil {
 		return nil, err
 	}
