@@ -24,6 +24,10 @@ type Engine struct {
 	live   sync.Map // api.Module -> *instance, every instance of every bundle
 	stop   chan struct{}
 	done   chan struct{}
+	// busy counts evaluations running; wake tells an idle watchdog that
+	// one started, so an idle engine keeps no ticker running.
+	busy atomic.Int64
+	wake chan struct{}
 	cache  wazero.CompilationCache // shared by the bundles' runtimes
 	stats  counters
 }
@@ -39,7 +43,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	_ = ctx
-	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}), cache: wazero.NewCompilationCache()}
+	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), cache: wazero.NewCompilationCache()}
 	go e.watchdog()
 	return e, nil
 }
@@ -49,6 +53,17 @@ func (e *Engine) watchdog() {
 	t := time.NewTicker(watchdogInterval)
 	defer t.Stop()
 	for {
+		if e.busy.Load() == 0 {
+			// Nothing runs: sleep until an evaluation starts, without
+			// a ticker waking the process every millisecond.
+			t.Stop()
+			select {
+			case <-e.stop:
+				return
+			case <-e.wake:
+			}
+			t.Reset(watchdogInterval)
+		}
 		select {
 		case <-e.stop:
 			return
@@ -195,7 +210,14 @@ func (e *Engine) Eval(ctx context.Context, entrypoint string, input []byte, dst 
 		}
 		return dst, err
 	}
+	if e.busy.Add(1) == 1 {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
 	out, err := in.eval(ctx, entrypoint, id, input, dst)
+	e.busy.Add(-1)
 	if err != nil && err != ErrUndefined {
 		p.discard(in)
 		return out, err
