@@ -21,6 +21,8 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newServeCmd(),
 		newRelCmd(),
+		newBenchCmd(),
+		newGateCmd(),
 	)
 	return root
 }
