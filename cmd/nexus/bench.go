@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -31,6 +32,29 @@ Latency is measured from each request's scheduled send time (no
 coordinated omission). See BENCHMARKS.md for the latest figures.`,
 	}
 	cmd.AddCommand(newBenchGenCmd(), newBenchLatencyCmd(), newBenchCapacityCmd(), newBenchRunCmd())
+	var cpuProfile string
+	var stop func()
+	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to this file")
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		stop = func() { pprof.StopCPUProfile(); f.Close() }
+		return nil
+	}
+	cmd.PersistentPostRun = func(*cobra.Command, []string) {
+		if stop != nil {
+			stop()
+		}
+	}
 	return cmd
 }
 
@@ -210,6 +234,7 @@ step's rate.`,
 	f.DurationVar(&cfg.Limit, "limit", 0, "P99 limit of a passing step (default from --profile)")
 	f.StringVar(&profile, "profile", "rbac", "check profile of the gate file, for the default limit: rbac (30 ms) or rebacN (40 ms)")
 	f.IntVar(&cfg.MaxSteps, "max-steps", 60, "stop after so many steps")
+	f.DurationVar(&cfg.Warmup, "warmup", 5*time.Second, "unjudged window at the start rate before the first step (negative: none)")
 	return cmd
 }
 
@@ -350,6 +375,7 @@ counted, not kept).`,
 	f.Float64Var(&cfg.Capacity.Factor, "factor", bench.DefaultStepFactor, "capacity: rate growth per step")
 	f.DurationVar(&cfg.Capacity.Step, "step", bench.DefaultStep, "capacity: length of a step")
 	f.IntVar(&cfg.Capacity.MaxInFlight, "capacity-in-flight", bench.DefaultCapInFlight, "capacity: most requests in flight")
+	f.DurationVar(&cfg.Capacity.Warmup, "capacity-warmup", 5*time.Second, "capacity: unjudged window at the start rate before the first step (negative: none)")
 	f.BoolVar(&cfg.SkipLatency, "skip-latency", false, "no latency runs")
 	f.BoolVar(&cfg.SkipCapacity, "skip-capacity", false, "no capacity runs")
 	f.StringArrayVar(&notes, "note", nil, "a note for the report (repeatable)")

@@ -70,7 +70,7 @@ func (s *inproc) Stop(ctx context.Context) error {
 // startInproc starts a server on the data set in dataDir (imported into a
 // fresh store), with the default policy or, for the baseline, the
 // allow-only one on an empty store.
-func startInproc(t *testing.T, dataDir string, baseline bool) *inproc {
+func startInproc(t testing.TB, dataDir string, baseline bool) *inproc {
 	t.Helper()
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "nexus.db")

@@ -73,6 +73,9 @@ type LatencyResult struct {
 func Latency(ctx context.Context, t *Target, reqs []Request, cfg LatencyConfig) (LatencyResult, error) {
 	cfg.defaults()
 	lc := LoadConfig{Rate: cfg.Rate, MaxInFlight: cfg.MaxInFlight, Expect: cfg.Expect, Seed: cfg.Seed}
+	if err := t.Warm(ctx, reqs); err != nil {
+		return LatencyResult{}, err
+	}
 	if cfg.Warmup > 0 {
 		lc.Duration = cfg.Warmup
 		if _, err := Load(ctx, t, reqs, lc); err != nil {
@@ -131,6 +134,10 @@ type CapacityConfig struct {
 	MaxDropped float64
 	// MaxSteps stops the run after so many steps; zero means 60.
 	MaxSteps int
+	// Warmup is a window at StartRate before the first step, not judged
+	// (connections, caches, the Go runtime); zero means 5 s, negative
+	// none.
+	Warmup time.Duration
 	// Expect, Seed, MetricsURL: see LatencyConfig.
 	Expect     bool
 	Seed       uint64
@@ -157,6 +164,9 @@ func (c *CapacityConfig) defaults() error {
 	}
 	if c.MaxSteps == 0 {
 		c.MaxSteps = 60
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 5 * time.Second
 	}
 	if !(c.StartRate > 0) || !(c.Factor > 1) || c.Step < 0 || c.MaxDropped < 0 || c.MaxSteps < 0 {
 		return fmt.Errorf("%w: capacity needs a positive start rate and a factor above 1", ErrConfig)
@@ -205,6 +215,14 @@ func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig
 		return CapacityResult{}, err
 	}
 	res := CapacityResult{LimitMS: float64(cfg.Limit) / float64(time.Millisecond)}
+	if err := t.Warm(ctx, reqs); err != nil {
+		return res, err
+	}
+	if cfg.Warmup > 0 {
+		if _, err := Load(ctx, t, reqs, LoadConfig{Rate: cfg.StartRate, MaxInFlight: cfg.MaxInFlight, Duration: cfg.Warmup, Seed: cfg.Seed + 1000}); err != nil {
+			return res, err
+		}
+	}
 	rate := cfg.StartRate
 	for i := 0; i < cfg.MaxSteps; i++ {
 		var st Step
