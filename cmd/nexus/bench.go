@@ -90,7 +90,7 @@ func newBenchGenCmd() *cobra.Command {
 
 type loadFlags struct {
 	target, iface, file, metrics, jsonOut string
-	inFlight                              int
+	inFlight, conns                       int
 	seed                                  uint64
 	baseline                              bool
 }
@@ -103,6 +103,7 @@ func (l *loadFlags) register(cmd *cobra.Command, inFlight int) {
 	f.StringVar(&l.metrics, "metrics", "", "the server's /metrics URL for server-side figures (e.g. http://127.0.0.1:8282/metrics)")
 	f.StringVar(&l.jsonOut, "json", "", "also write the result as JSON to this file")
 	f.IntVar(&l.inFlight, "in-flight", inFlight, "most requests in flight; more arrivals are dropped")
+	f.IntVar(&l.conns, "conns", 0, "connections: gRPC (default 1) or the HTTP idle pool (default 256)")
 	f.Uint64Var(&l.seed, "seed", 1, "seed of the random draw of checks")
 	f.BoolVar(&l.baseline, "baseline", false, "the target allows everything: do not count wrong decisions as failures")
 	_ = cmd.MarkFlagRequired("file")
@@ -113,7 +114,7 @@ func (l *loadFlags) prepare() (*bench.Target, []bench.Request, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := bench.NewTarget(bench.TargetConfig{Interface: l.iface, Addr: l.target})
+	t, err := bench.NewTarget(bench.TargetConfig{Interface: l.iface, Addr: l.target, Conns: l.conns})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -376,6 +377,7 @@ counted, not kept).`,
 	f.DurationVar(&cfg.Capacity.Step, "step", bench.DefaultStep, "capacity: length of a step")
 	f.IntVar(&cfg.Capacity.MaxInFlight, "capacity-in-flight", bench.DefaultCapInFlight, "capacity: most requests in flight")
 	f.DurationVar(&cfg.Capacity.Warmup, "capacity-warmup", 5*time.Second, "capacity: unjudged window at the start rate before the first step (negative: none)")
+	f.IntVar(&cfg.Conns, "conns", 0, "connections per target: gRPC (default 1) or the HTTP idle pool (default 256)")
 	f.BoolVar(&cfg.SkipLatency, "skip-latency", false, "no latency runs")
 	f.BoolVar(&cfg.SkipCapacity, "skip-capacity", false, "no capacity runs")
 	f.StringArrayVar(&notes, "note", nil, "a note for the report (repeatable)")

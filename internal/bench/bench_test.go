@@ -37,6 +37,7 @@ func BenchmarkTargetSend(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()
+			b.SetParallelism(16)
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {

@@ -29,6 +29,11 @@ type LoadConfig struct {
 	Expect bool
 	// Seed draws the checks; the same seed draws the same sequence.
 	Seed uint64
+	// Tick is the shortest sleep of the dispatcher: arrivals due within
+	// it are sent together when it ends (their latency still counts from
+	// their own scheduled time). Zero means 1 ms; negative means sleep
+	// until each arrival.
+	Tick time.Duration
 }
 
 func (c LoadConfig) validate() error {
@@ -109,6 +114,9 @@ func Load(ctx context.Context, t *Target, reqs []Request, cfg LoadConfig) (LoadR
 		return LoadResult{}, fmt.Errorf("%w: no requests", ErrConfig)
 	}
 	res := LoadResult{OfferedRate: cfg.Rate}
+	if cfg.Tick == 0 {
+		cfg.Tick = time.Millisecond
+	}
 	var (
 		mu                                                  sync.Mutex
 		hist                                                = newHistogram()
@@ -189,6 +197,9 @@ dispatch:
 			break
 		}
 		wait := time.Until(start.Add(time.Duration(float64(next) * interval)))
+		if wait > 0 && cfg.Tick > 0 {
+			wait = max(wait, cfg.Tick)
+		}
 		if wait > 0 {
 			timer := time.NewTimer(wait)
 			select {

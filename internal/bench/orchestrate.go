@@ -99,6 +99,8 @@ type RunConfig struct {
 	// MetricsURL are set per target).
 	Latency  LatencyConfig
 	Capacity CapacityConfig
+	// Conns is TargetConfig.Conns of every target.
+	Conns int
 	// SkipLatency, SkipCapacity leave a kind of run out.
 	SkipLatency, SkipCapacity bool
 	// Servers starts the servers; Baseline nil skips the baseline.
@@ -188,7 +190,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 			tgts = append(tgts, tgt{"baseline", ps[0], base})
 		}
 		for _, tg := range tgts {
-			t, err := NewTarget(TargetConfig{Interface: iface, Addr: addr(tg.srv, iface)})
+			t, err := NewTarget(TargetConfig{Interface: iface, Addr: addr(tg.srv, iface), Conns: cfg.Conns})
 			if err != nil {
 				return rep, err
 			}
