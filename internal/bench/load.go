@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,13 @@ func percentiles(h *hdrhistogram.Histogram) Percentiles {
 		Max: ms(h.Max()),
 	}
 }
+
+// spinBelow is the interval from which the dispatcher wakes spinEarly
+// before each arrival and spins to it.
+const (
+	spinBelow = 2 * time.Millisecond
+	spinEarly = 1500 * time.Microsecond
+)
 
 type job struct {
 	sched time.Time
@@ -196,9 +204,18 @@ dispatch:
 		if next >= total {
 			break
 		}
-		wait := time.Until(start.Add(time.Duration(float64(next) * interval)))
+		at := start.Add(time.Duration(float64(next) * interval))
+		wait := time.Until(at)
 		if wait > 0 && cfg.Tick > 0 {
 			wait = max(wait, cfg.Tick)
+		}
+		// Go's timers may fire up to a millisecond late when the process
+		// is idle (the poller sleeps in whole milliseconds). At low rates
+		// wake early and spin to the scheduled time, so that the
+		// generator's own lateness does not show as latency.
+		spin := interval >= float64(spinBelow) && wait > 0
+		if spin {
+			wait -= spinEarly
 		}
 		if wait > 0 {
 			timer := time.NewTimer(wait)
@@ -212,6 +229,11 @@ dispatch:
 		} else if ctx.Err() != nil {
 			err = ctx.Err()
 			break
+		}
+		if spin {
+			for time.Now().Before(at) {
+				runtime.Gosched()
+			}
 		}
 	}
 	close(jobs)
