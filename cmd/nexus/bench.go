@@ -235,6 +235,7 @@ step's rate.`,
 	f.DurationVar(&cfg.Limit, "limit", 0, "P99 limit of a passing step (default from --profile)")
 	f.StringVar(&profile, "profile", "rbac", "check profile of the gate file, for the default limit: rbac (30 ms) or rebacN (40 ms)")
 	f.IntVar(&cfg.MaxSteps, "max-steps", 60, "stop after so many steps")
+	f.IntVar(&cfg.MaxFails, "max-fails", 2, "stop after so many failing steps in a row")
 	f.DurationVar(&cfg.Warmup, "warmup", 5*time.Second, "unjudged window at the start rate before the first step (negative: none)")
 	return cmd
 }

@@ -134,6 +134,10 @@ type CapacityConfig struct {
 	MaxDropped float64
 	// MaxSteps stops the run after so many steps; zero means 60.
 	MaxSteps int
+	// MaxFails stops the run after so many failing steps in a row; zero
+	// means 2 (one failing step may be a transient on a shared machine;
+	// capacity is the highest passing step either way).
+	MaxFails int
 	// Warmup is a window at StartRate before the first step, not judged
 	// (connections, caches, the Go runtime); zero means 5 s, negative
 	// none.
@@ -167,6 +171,9 @@ func (c *CapacityConfig) defaults() error {
 	}
 	if c.Warmup == 0 {
 		c.Warmup = 5 * time.Second
+	}
+	if c.MaxFails == 0 {
+		c.MaxFails = 2
 	}
 	if !(c.StartRate > 0) || !(c.Factor > 1) || c.Step < 0 || c.MaxDropped < 0 || c.MaxSteps < 0 {
 		return fmt.Errorf("%w: capacity needs a positive start rate and a factor above 1", ErrConfig)
@@ -209,7 +216,7 @@ type CapacityResult struct {
 	Best *Step `json:"best,omitempty"`
 }
 
-// Capacity runs steps until one fails (or MaxSteps).
+// Capacity runs steps until MaxFails fail in a row (or MaxSteps).
 func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig) (CapacityResult, error) {
 	if err := cfg.defaults(); err != nil {
 		return CapacityResult{}, err
@@ -224,6 +231,7 @@ func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig
 		}
 	}
 	rate := cfg.StartRate
+	fails := 0
 	for i := 0; i < cfg.MaxSteps; i++ {
 		var st Step
 		err := measured(ctx, cfg.MetricsURL, t.Interface(), &st.Server, func() error {
@@ -240,18 +248,19 @@ func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig
 			cfg.Progress(st)
 		}
 		if !st.Passed {
-			break
+			fails++
+			if fails >= cfg.MaxFails {
+				break
+			}
+		} else {
+			fails = 0
+			res.Capacity = rate
 		}
-		res.Capacity = rate
-		res.Best = &res.Steps[len(res.Steps)-1]
 		rate *= cfg.Factor
 	}
-	if res.Best != nil {
-		// res.Steps may have grown after Best was taken; point at the copy.
-		for i := range res.Steps {
-			if res.Steps[i].Passed && res.Steps[i].Load.OfferedRate == res.Capacity {
-				res.Best = &res.Steps[i]
-			}
+	for i := range res.Steps {
+		if res.Steps[i].Passed && res.Steps[i].Load.OfferedRate == res.Capacity {
+			res.Best = &res.Steps[i]
 		}
 	}
 	return res, nil
