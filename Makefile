@@ -9,7 +9,7 @@ PKGS      ?= ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-go deps check bench bench-large plugin clean
+.PHONY: all build test test-go deps check bench bench-large bench-go plugin clean
 
 all: build
 
@@ -31,8 +31,26 @@ check:
 	$(GO) mod tidy
 	@git diff --exit-code -- go.mod go.sum || (echo "go mod tidy changed go.mod/go.sum"; exit 1)
 
-bench:
+# bench-go runs the Go benchmarks beside the code.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# bench runs the anchor's benchmark method on the small data set (gen,
+# gate, latency and capacity for RBAC and ReBAC depth 0-3 over gRPC, RBAC
+# and depth 3 over /allowed and AuthZEN, each next to an allow-only
+# baseline) with short windows: about 13 minutes on 2 cores. The report
+# lands in $(BENCH_OUT)/report.md and report.json (see BENCHMARKS.md).
+BENCH_OUT       ?= bench-out
+BENCH_LARGE_OUT ?= bench-out-large
+BENCH_FLAGS     ?= --warmup 3s --duration 20s --step 3s --start-rate 1000
+
+bench: build
+	$(BIN) bench run --profile small --seed 1 --out $(BENCH_OUT) $(BENCH_FLAGS)
+
+# bench-large does the same on the 20-million-tuple data set (generated
+# and imported once into $(BENCH_LARGE_OUT); about 1 GB of disk).
+bench-large: build
+	$(BIN) bench run --profile large --seed 1 --out $(BENCH_LARGE_OUT) $(BENCH_FLAGS)
 
 # plugin builds the proxy-wasm edge filter with the standard Go toolchain as a
 # WASI reactor (no TinyGo); its tests build their own copy.
@@ -40,4 +58,4 @@ plugin:
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o plugin/plugin.wasm ./plugin
 
 clean:
-	rm -rf bin plugin/plugin.wasm
+	rm -rf bin plugin/plugin.wasm $(BENCH_OUT) $(BENCH_LARGE_OUT)

@@ -46,7 +46,7 @@ type metrics struct {
 
 // latencyBuckets are sized for microseconds: 5 µs to 100 ms.
 var latencyBuckets = []float64{
-	5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+	5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 150e-6, 200e-6, 250e-6, 500e-6,
 	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
 }
 

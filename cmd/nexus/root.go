@@ -23,6 +23,8 @@ func newRootCmd() *cobra.Command {
 		newRelCmd(),
 		newCompileCmd(),
 		newEvalCmd(),
+		newBenchCmd(),
+		newGateCmd(),
 	)
 	return root
 }

@@ -1,0 +1,386 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark nexus with the anchor's published method (data, gate, latency, capacity)",
+		Long: `Reproduce the anchor's benchmark (DESIGN.md, "Benchmark profiles").
+
+  gen       writes a deterministic drive data set and a gate file per profile
+  latency   constant arrival rate (56/s, at most 10 in flight), warm-up then a measured window
+  capacity  open-model steps growing x1.25 until P99, failures or drops fail a step
+  run       all of it: starts nexus and an allow-only baseline, gates, measures, reports
+
+Latency is measured from each request's scheduled send time (no
+coordinated omission). See BENCHMARKS.md for the latest figures.`,
+	}
+	cmd.AddCommand(newBenchGenCmd(), newBenchLatencyCmd(), newBenchCapacityCmd(), newBenchRunCmd())
+	var cpuProfile string
+	var stop func()
+	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to this file")
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		stop = func() { pprof.StopCPUProfile(); f.Close() }
+		return nil
+	}
+	cmd.PersistentPostRun = func(*cobra.Command, []string) {
+		if stop != nil {
+			stop()
+		}
+	}
+	return cmd
+}
+
+func newBenchGenCmd() *cobra.Command {
+	var profile, out string
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "gen --profile small|large --seed N --out DIR",
+		Short: "Write a deterministic drive data set (schema, tuples, gate files)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, ok := bench.Profiles[profile]
+			if !ok {
+				return fmt.Errorf("profile %q: want small or large", profile)
+			}
+			start := time.Now()
+			m, err := bench.Generate(cmd.Context(), bench.GenConfig{Profile: p, Seed: seed, Out: out})
+			if err != nil {
+				return err
+			}
+			c := m.Counts
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s in %v: %d tuples (%d parent, %d tenant roles, %d viewer grants, %d group members), %d users, %d resource instances, %d tenants; gate files for %s\n",
+				out, time.Since(start).Round(time.Millisecond), c.Tuples, c.ParentTuples, c.TenantRoles, c.ViewerGrants, c.GroupMembers,
+				c.Users, c.ResourceInstances, c.Tenants, strings.Join(bench.GateProfiles, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&profile, "profile", "small", "small or large")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed: the same seed writes the same files")
+	cmd.Flags().StringVar(&out, "out", "bench-data", "output directory")
+	return cmd
+}
+
+type loadFlags struct {
+	target, iface, file, metrics, jsonOut string
+	inFlight, conns                       int
+	seed                                  uint64
+	baseline                              bool
+}
+
+func (l *loadFlags) register(cmd *cobra.Command, inFlight int) {
+	f := cmd.Flags()
+	f.StringVar(&l.target, "target", "127.0.0.1:9191", "server address: the gRPC listener (grpc) or the HTTP listener (allowed, authzen)")
+	f.StringVar(&l.iface, "interface", bench.InterfaceGRPC, "grpc, allowed or authzen")
+	f.StringVar(&l.file, "file", "", "gate file whose checks are drawn at random")
+	f.StringVar(&l.metrics, "metrics", "", "the server's /metrics URL for server-side figures (e.g. http://127.0.0.1:8282/metrics)")
+	f.StringVar(&l.jsonOut, "json", "", "also write the result as JSON to this file")
+	f.IntVar(&l.inFlight, "in-flight", inFlight, "most requests in flight; more arrivals are dropped")
+	f.IntVar(&l.conns, "conns", 0, "connections: gRPC (default 1) or the HTTP idle pool (default 256)")
+	f.Uint64Var(&l.seed, "seed", 1, "seed of the random draw of checks")
+	f.BoolVar(&l.baseline, "baseline", false, "the target allows everything: do not count wrong decisions as failures")
+	_ = cmd.MarkFlagRequired("file")
+}
+
+func (l *loadFlags) prepare() (*bench.Target, []bench.Request, error) {
+	checks, err := bench.ReadChecksFile(l.file)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := bench.NewTarget(bench.TargetConfig{Interface: l.iface, Addr: l.target, Conns: l.conns})
+	if err != nil {
+		return nil, nil, err
+	}
+	reqs, err := t.Prepare(checks)
+	if err != nil {
+		_ = t.Close()
+		return nil, nil, err
+	}
+	return t, reqs, nil
+}
+
+func writeJSONFile(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func printLoad(w io.Writer, what string, r bench.LoadResult, s *bench.ServerStats) {
+	fmt.Fprintf(w, "%s: offered %.0f/s, achieved %.0f/s; %d scheduled, %d sent, %d dropped, %d failed, %d wrong; 4xx %d, 5xx %d, gRPC errors %d\n",
+		what, r.OfferedRate, r.AchievedRate, r.Scheduled, r.Sent, r.Dropped, r.Failed, r.Wrong, r.HTTP4xx, r.HTTP5xx, r.GRPCErrors)
+	fmt.Fprintf(w, "  client P50 %.3f ms, P95 %.3f ms, P99 %.3f ms, max %.3f ms\n", r.Client.P50, r.Client.P95, r.Client.P99, r.Client.Max)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "  first failure: %s\n", r.FirstError)
+	}
+	if s != nil {
+		fmt.Fprintf(w, "  server P50 %.3f ms, P95 %.3f ms, P99 %.3f ms over %d decisions; cache hits %.0f%%; CPU %.2f s (%.1f µs/check); peak RSS %.0f MiB; decision log %.0f emitted, %.0f dropped\n",
+			s.Latency.P50, s.Latency.P95, s.Latency.P99, s.Latency.Count, 100*s.CacheHitRatio, s.CPUSeconds, s.CPUPerCheckMicros, s.PeakRSSBytes/(1<<20), s.LogEmitted, s.LogDropped)
+		for _, c := range []string{"hit", "miss", "disabled"} {
+			if p, ok := s.ByCache[c]; ok {
+				fmt.Fprintf(w, "    cache %s: %d decisions, P50 %.3f ms, P95 %.3f ms, P99 %.3f ms\n", c, p.Count, p.P50, p.P95, p.P99)
+			}
+		}
+	}
+}
+
+func newBenchLatencyCmd() *cobra.Command {
+	var l loadFlags
+	var cfg bench.LatencyConfig
+	cmd := &cobra.Command{
+		Use:   "latency --target ADDR --file GATE",
+		Short: "Constant arrival rate: warm-up, then a measured window",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, reqs, err := l.prepare()
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			cfg.Expect, cfg.Seed, cfg.MetricsURL, cfg.MaxInFlight = !l.baseline, l.seed, l.metrics, l.inFlight
+			if cfg.Warmup == 0 {
+				cfg.Warmup = -1
+			}
+			res, err := bench.Latency(cmd.Context(), t, reqs, cfg)
+			if err != nil {
+				return err
+			}
+			printLoad(cmd.OutOrStdout(), "latency", res.Load, res.Server)
+			return writeJSONFile(l.jsonOut, res)
+		},
+	}
+	l.register(cmd, bench.DefaultLatencyInFlight)
+	cmd.Flags().Float64Var(&cfg.Rate, "rate", bench.DefaultLatencyRate, "arrivals per second")
+	cmd.Flags().DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "warm-up window (0: none)")
+	cmd.Flags().DurationVar(&cfg.Duration, "duration", bench.DefaultMeasure, "measured window")
+	return cmd
+}
+
+func newBenchCapacityCmd() *cobra.Command {
+	var l loadFlags
+	var cfg bench.CapacityConfig
+	var profile string
+	cmd := &cobra.Command{
+		Use:   "capacity --target ADDR --file GATE",
+		Short: "Open-model arrivals growing x1.25 per step; capacity is the highest passing step",
+		Long: `Offer checks at --start-rate, then x--factor per step of --step. A step
+passes with the client-side P99 under --limit (default: 30 ms for the rbac
+profile, 40 ms otherwise), no failed request and at most 1% of the
+arrivals dropped (not sent because --in-flight requests were outstanding).
+The run stops at the first failing step; capacity is the highest passing
+step's rate.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, reqs, err := l.prepare()
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			cfg.Expect, cfg.Seed, cfg.MetricsURL, cfg.MaxInFlight = !l.baseline, l.seed, l.metrics, l.inFlight
+			if cfg.Limit == 0 {
+				cfg.Limit = bench.LimitFor(profile)
+			}
+			out := cmd.OutOrStdout()
+			cfg.Progress = func(s bench.Step) {
+				verdict := "pass"
+				if !s.Passed {
+					verdict = "FAIL: " + s.Reason
+				}
+				printLoad(out, "step "+verdict, s.Load, s.Server)
+			}
+			res, err := bench.Capacity(cmd.Context(), t, reqs, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "capacity: %.0f checks/s (P99 limit %.0f ms)\n", res.Capacity, res.LimitMS)
+			return writeJSONFile(l.jsonOut, res)
+		},
+	}
+	l.register(cmd, bench.DefaultCapInFlight)
+	f := cmd.Flags()
+	f.Float64Var(&cfg.StartRate, "start-rate", 100, "rate of the first step (checks/s)")
+	f.Float64Var(&cfg.Factor, "factor", bench.DefaultStepFactor, "rate growth per step")
+	f.DurationVar(&cfg.Step, "step", bench.DefaultStep, "length of a step")
+	f.DurationVar(&cfg.Limit, "limit", 0, "P99 limit of a passing step (default from --profile)")
+	f.StringVar(&profile, "profile", "rbac", "check profile of the gate file, for the default limit: rbac (30 ms) or rebacN (40 ms)")
+	f.IntVar(&cfg.MaxSteps, "max-steps", 60, "stop after so many steps")
+	f.IntVar(&cfg.MaxFails, "max-fails", 2, "stop after so many failing steps in a row")
+	f.DurationVar(&cfg.Warmup, "warmup", 5*time.Second, "unjudged window at the start rate before the first step (negative: none)")
+	return cmd
+}
+
+func newBenchRunCmd() *cobra.Command {
+	var (
+		profile, out, data, decisionLog string
+		seed                            uint64
+		cfg                             bench.RunConfig
+		noBaseline, noCache             bool
+		notes                           []string
+	)
+	cmd := &cobra.Command{
+		Use:   "run --profile small|large --out DIR",
+		Short: "Generate, import, start nexus and an allow-only baseline, gate, measure latency and capacity, report",
+		Long: `The whole benchmark: generate the data set (unless --data names one),
+import it into a fresh store, start nexus (this binary, default policy)
+and an allow-only baseline (examples/allowall) on loopback, run every gate,
+then latency and capacity for each profile over each interface, and write
+report.json and report.md into --out. The table is printed at the end next
+to the anchor's published figures.
+
+The servers log to DIR/nexus.log and DIR/baseline.log. The decision log of
+both goes to --decision-log (default /dev/null: events are encoded and
+counted, not kept).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			errOut := cmd.ErrOrStderr()
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			if data == "" {
+				data = filepath.Join(out, "data")
+			}
+			if _, err := bench.ReadManifest(data); err != nil {
+				p, ok := bench.Profiles[profile]
+				if !ok {
+					return fmt.Errorf("profile %q: want small or large", profile)
+				}
+				fmt.Fprintf(errOut, "generating the %s data set (seed %d) into %s\n", profile, seed, data)
+				if _, err := bench.Generate(ctx, bench.GenConfig{Profile: p, Seed: seed, Out: data}); err != nil {
+					return err
+				}
+			}
+			man, err := bench.ReadManifest(data)
+			if err != nil {
+				return err
+			}
+			nexusDir := filepath.Join(out, "nexus-data")
+			if err := os.RemoveAll(nexusDir); err != nil {
+				return err
+			}
+			start := time.Now()
+			fmt.Fprintf(errOut, "importing %d tuples into %s\n", man.Counts.Tuples, nexusDir)
+			var last time.Time
+			st, err := bench.ImportData(ctx, data, filepath.Join(nexusDir, relDataFile), func(s datastore.ImportStats) {
+				if time.Since(last) > 10*time.Second {
+					last = time.Now()
+					fmt.Fprintf(errOut, "  import: %d read, %d committed\n", s.Parsed, s.Tuples)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(errOut, "imported %d tuples in %v\n", st.Tuples, time.Since(start).Round(time.Millisecond))
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			schema := filepath.Join(data, bench.SchemaFile)
+			common := []string{"--schema", schema, "--decision-log", decisionLog, "--log-level", "info"}
+			if noCache {
+				common = append(common, "--no-cache")
+			}
+			var logs []*os.File
+			defer func() {
+				for _, f := range logs {
+					_ = f.Close()
+				}
+			}()
+			starter := func(name string, args ...string) func(context.Context) (bench.Server, error) {
+				return func(ctx context.Context) (bench.Server, error) {
+					f, err := os.Create(filepath.Join(out, name+".log"))
+					if err != nil {
+						return nil, err
+					}
+					logs = append(logs, f)
+					return bench.StartProcess(ctx, bench.ProcessConfig{Exe: exe, Args: append(append([]string{}, common...), args...), Log: f})
+				}
+			}
+			cfg.Servers.Nexus = starter("nexus", "--data-dir", nexusDir)
+			if !noBaseline {
+				baseDir := filepath.Join(out, "baseline-data")
+				if err := os.RemoveAll(baseDir); err != nil {
+					return err
+				}
+				pol, err := bench.WriteAllowAll(filepath.Join(out, "allowall"))
+				if err != nil {
+					return err
+				}
+				cfg.Servers.Baseline = starter("baseline", "--data-dir", baseDir, "--policy", pol)
+			}
+			cfg.Data = data
+			cfg.Log = errOut
+			cfg.Command = "nexus " + strings.Join(os.Args[1:], " ")
+			if cfg.Latency.Warmup == 0 {
+				cfg.Latency.Warmup = -1
+			}
+			rep, runErr := bench.Run(ctx, cfg)
+			if rep == nil {
+				return runErr
+			}
+			rep.Notes = append(rep.Notes, notes...)
+			if err := rep.WriteFiles(out); err != nil {
+				return err
+			}
+			rep.Markdown(cmd.OutOrStdout())
+			fmt.Fprintf(errOut, "wrote %s and %s\n", filepath.Join(out, "report.json"), filepath.Join(out, "report.md"))
+			return runErr
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&profile, "profile", "small", "data set: small or large")
+	f.Uint64Var(&seed, "seed", 1, "data set seed")
+	f.StringVar(&out, "out", "bench-out", "output directory (report, logs, data)")
+	f.StringVar(&data, "data", "", "a generated data set to use (default: generate into OUT/data, reused when present)")
+	f.StringVar(&decisionLog, "decision-log", "/dev/null", "decision log of the servers")
+	f.BoolVar(&noCache, "no-cache", false, "run nexus with its decision cache off")
+	f.BoolVar(&noBaseline, "no-baseline", false, "skip the allow-only baseline")
+	f.StringSliceVar(&cfg.Profiles, "profiles", nil, "check profiles over gRPC (default: rbac, rebac0, rebac1, rebac2, rebac3)")
+	f.StringSliceVar(&cfg.HTTPProfiles, "http-profiles", nil, "check profiles over the HTTP interfaces (default: rbac, rebac3)")
+	f.StringSliceVar(&cfg.Interfaces, "interfaces", nil, "interfaces (default: grpc, allowed, authzen)")
+	f.Float64Var(&cfg.Latency.Rate, "rate", bench.DefaultLatencyRate, "latency: arrivals per second")
+	f.IntVar(&cfg.Latency.MaxInFlight, "latency-in-flight", bench.DefaultLatencyInFlight, "latency: most requests in flight")
+	f.DurationVar(&cfg.Latency.Warmup, "warmup", bench.DefaultWarmup, "latency: warm-up window (0: none)")
+	f.DurationVar(&cfg.Latency.Duration, "duration", bench.DefaultMeasure, "latency: measured window")
+	f.Float64Var(&cfg.Capacity.StartRate, "start-rate", 500, "capacity: rate of the first step")
+	f.Float64Var(&cfg.Capacity.Factor, "factor", bench.DefaultStepFactor, "capacity: rate growth per step")
+	f.DurationVar(&cfg.Capacity.Step, "step", bench.DefaultStep, "capacity: length of a step")
+	f.IntVar(&cfg.Capacity.MaxInFlight, "capacity-in-flight", bench.DefaultCapInFlight, "capacity: most requests in flight")
+	f.DurationVar(&cfg.Capacity.Warmup, "capacity-warmup", 5*time.Second, "capacity: unjudged window at the start rate before the first step (negative: none)")
+	f.IntVar(&cfg.Conns, "conns", 0, "connections per target: gRPC (default 1) or the HTTP idle pool (default 256)")
+	f.BoolVar(&cfg.SkipLatency, "skip-latency", false, "no latency runs")
+	f.BoolVar(&cfg.SkipCapacity, "skip-capacity", false, "no capacity runs")
+	f.StringArrayVar(&notes, "note", nil, "a note for the report (repeatable)")
+	return cmd
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nexuspdp/nexus/internal/bench"
+)
+
+func newGateCmd() *cobra.Command {
+	var target, iface, file string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "gate --target ADDR --file GATE",
+		Short: "Run a gate file of checks against a server; fail unless every decision is right",
+		Long: `Send every check of a gate file (NDJSON, written by nexus bench gen) to a
+running server and compare each decision with the expected one. Exits
+non-zero and lists the wrong checks unless all are right.
+
+--interface grpc sends Envoy-shaped CheckRequests to the ext_authz gRPC
+listener (GET/PUT/DELETE /tenants/{tenant}/files/{id} with the x-user
+header); allowed and authzen POST to the HTTP listener.`,
+		Example: `  nexus gate --target 127.0.0.1:9191 --file bench-data/gate-rebac3.ndjson
+  nexus gate --target 127.0.0.1:8181 --interface authzen --file bench-data/gate-rbac.ndjson`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			checks, err := bench.ReadChecksFile(file)
+			if err != nil {
+				return err
+			}
+			t, err := bench.NewTarget(bench.TargetConfig{Interface: iface, Addr: target, Timeout: timeout})
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			res, err := bench.Gate(cmd.Context(), t, checks)
+			out := cmd.OutOrStdout()
+			for _, w := range res.Wrong {
+				c := w.Check
+				if w.Error != "" {
+					fmt.Fprintf(out, "line %d: %s %s %s:%s in %s: error: %s\n", w.Line, c.User, c.Action, c.Type, c.ID, c.Tenant, w.Error)
+					continue
+				}
+				fmt.Fprintf(out, "line %d: %s %s %s:%s in %s: got allow=%v, want %v\n", w.Line, c.User, c.Action, c.Type, c.ID, c.Tenant, w.Got, c.Allow)
+			}
+			if err != nil && !errors.Is(err, bench.ErrGateFailed) {
+				return err
+			}
+			fmt.Fprintf(out, "gate %s over %s: %d/%d right\n", file, iface, res.Right, res.Checks)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&target, "target", "127.0.0.1:9191", "server address: the gRPC listener (grpc) or the HTTP listener (allowed, authzen)")
+	f.StringVar(&iface, "interface", bench.InterfaceGRPC, "grpc, allowed or authzen")
+	f.StringVar(&file, "file", "", "gate file (NDJSON)")
+	f.DurationVar(&timeout, "timeout", 5*time.Second, "timeout of one check")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}

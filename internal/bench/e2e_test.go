@@ -1,0 +1,341 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/examples/allowall"
+	"github.com/nexuspdp/nexus/examples/drive/policy"
+	"github.com/nexuspdp/nexus/extauthz"
+)
+
+func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.Bundle, error) {
+	mods := map[string]string{}
+	var dataJSON []byte
+	for _, f := range files {
+		b, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		if f == data {
+			dataJSON = b
+			continue
+		}
+		mods[f] = string(b)
+	}
+	return compiler.Compile(context.Background(), compiler.Options{
+		Modules: mods, DataJSON: dataJSON, Revision: rev,
+		Entrypoints: []string{extauthz.DefaultEnvoyEntrypoint, extauthz.DefaultAuthzEntrypoint},
+	})
+}
+
+var (
+	defaultBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+		return compileFS(policy.FS, []string{"authz.rego", "envoy.rego", "data.json"}, "data.json", "default")
+	})
+	allowBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+		return compileFS(allowall.FS, []string{"authz.rego", "envoy.rego"}, "", "allowall")
+	})
+)
+
+// inproc is a real extauthz server in the test process.
+type inproc struct {
+	srv   *extauthz.Server
+	store *datastore.BoltStore
+	eng   *engine.Engine
+}
+
+func (s *inproc) GRPCAddr() string   { return s.srv.Addr("grpc").String() }
+func (s *inproc) HTTPAddr() string   { return s.srv.Addr("http").String() }
+func (s *inproc) MetricsURL() string { return "http://" + s.srv.Addr("admin").String() + "/metrics" }
+func (s *inproc) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return errors.Join(s.srv.Shutdown(ctx), s.eng.Close(ctx), s.store.Close())
+}
+
+// startInproc starts a server on the data set in dataDir (imported into a
+// fresh store), with the default policy or, for the baseline, the
+// allow-only one on an empty store.
+func startInproc(t testing.TB, dataDir string, baseline bool) *inproc {
+	t.Helper()
+	ctx := context.Background()
+	db := filepath.Join(t.TempDir(), "nexus.db")
+	var b *compiler.Bundle
+	var err error
+	if baseline {
+		b, err = allowBundle()
+	} else {
+		b, err = defaultBundle()
+		if err == nil {
+			_, err = ImportData(ctx, dataDir, db, nil)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := datastore.Open(ctx, datastore.Config{Path: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := engine.NewRegistry()
+	if err := builtins.Register(reg, store); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := extauthz.New(ctx, extauthz.Config{
+		Engine: eng, Store: store, Policy: b,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+		// generous: the test machine is shared and -race is slow
+		EvalTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := &inproc{srv: srv, store: store, eng: eng}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s
+}
+
+var smallData = sync.OnceValues(func() (string, error) {
+	dir, err := tempDirOutsideTest()
+	if err != nil {
+		return "", err
+	}
+	_, err = Generate(context.Background(), GenConfig{Profile: Profiles["small"], Seed: 1, Out: dir})
+	return dir, err
+})
+
+// TestGateSmallAgainstServer verifies every expected decision of the
+// small data set's gate files against the real server and the real
+// default policy, over every interface.
+func TestGateSmallAgainstServer(t *testing.T) {
+	dir, err := smallData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := startInproc(t, dir, false)
+	for _, iface := range Interfaces {
+		profiles := GateProfiles
+		if iface != InterfaceGRPC {
+			profiles = []string{"rbac", "rebac3"}
+			if raceEnabled {
+				profiles = profiles[:1]
+			}
+		}
+		for _, p := range profiles {
+			t.Run(iface+"/"+p, func(t *testing.T) {
+				checks, err := ReadChecksFile(filepath.Join(dir, GateFile(p)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				addr := srv.HTTPAddr()
+				if iface == InterfaceGRPC {
+					addr = srv.GRPCAddr()
+				}
+				tg, err := NewTarget(TargetConfig{Interface: iface, Addr: addr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tg.Close()
+				res, err := Gate(context.Background(), tg, checks)
+				if err != nil {
+					t.Fatalf("%v; first wrong: %+v", err, res.Wrong[:min(3, len(res.Wrong))])
+				}
+				if res.Right != GateChecks {
+					t.Fatalf("right = %d, want %d", res.Right, GateChecks)
+				}
+			})
+		}
+	}
+	t.Run("dropped", func(t *testing.T) { loadDropped(t, dir, srv) })
+	t.Run("capacity stops after two failing steps", func(t *testing.T) {
+		checks, err := ReadChecksFile(filepath.Join(dir, GateFile("rbac")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tg, err := NewTarget(TargetConfig{Interface: InterfaceGRPC, Addr: srv.GRPCAddr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tg.Close()
+		reqs, err := tg.Prepare(checks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// no answer comes back within a nanosecond: every step fails
+		res, err := Capacity(context.Background(), tg, reqs, CapacityConfig{StartRate: 50, Step: 200 * time.Millisecond, Warmup: -1, Limit: time.Nanosecond, Expect: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Steps) != 2 || res.Capacity != 0 || res.Best != nil || res.Steps[1].Load.OfferedRate != 62.5 {
+			t.Fatalf("steps %d, capacity %v, best %v", len(res.Steps), res.Capacity, res.Best)
+		}
+	})
+	// a wrong expectation fails the gate and is listed
+	checks, err := ReadChecksFile(filepath.Join(dir, GateFile("rbac")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks = checks[:10]
+	checks[3].Allow = !checks[3].Allow
+	tg, err := NewTarget(TargetConfig{Interface: InterfaceGRPC, Addr: srv.GRPCAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	res, err := Gate(context.Background(), tg, checks)
+	if !errors.Is(err, ErrGateFailed) || len(res.Wrong) != 1 || res.Wrong[0].Line != 4 {
+		t.Fatalf("gate with one wrong expectation: err %v, wrong %+v", err, res.Wrong)
+	}
+}
+
+// TestRun runs the whole orchestration against in-process servers with
+// very short windows and checks the report.
+func TestRun(t *testing.T) {
+	dir, err := smallData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	cfg := RunConfig{
+		Data: dir, Profiles: []string{"rbac", "rebac3"}, HTTPProfiles: []string{"rbac"},
+		Interfaces: []string{InterfaceGRPC, InterfaceAllowed},
+		Latency:    LatencyConfig{Rate: 100, Warmup: 200 * time.Millisecond, Duration: time.Second},
+		Capacity:   CapacityConfig{StartRate: 100, Step: 400 * time.Millisecond, MaxSteps: 2},
+		Servers: Servers{
+			Nexus:    func(context.Context) (Server, error) { return startInproc(t, dir, false), nil },
+			Baseline: func(context.Context) (Server, error) { return startInproc(t, dir, true), nil },
+		},
+		Log: &log, Command: "test",
+	}
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if len(rep.Results) != 5 {
+		t.Fatalf("results = %d, want 5 (grpc: rbac, rebac3, baseline; allowed: rbac, baseline)", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		name := r.Interface + "/" + r.Target + "/" + r.Profile
+		if r.Target == "nexus" && (r.Gate == nil || !r.Gate.Passed()) {
+			t.Errorf("%s: gate %+v", name, r.Gate)
+		}
+		l := r.Latency
+		if l == nil || l.Server == nil {
+			t.Fatalf("%s: no latency or server figures", name)
+		}
+		if l.Load.Completed < 90 || l.Load.Failed != 0 || l.Load.Client.P50 <= 0 || l.Load.Client.P99 < l.Load.Client.P50 {
+			t.Errorf("%s: latency load %+v", name, l.Load)
+		}
+		if l.Server.Decisions < float64(l.Load.Completed) || l.Server.Latency.Count == 0 || l.Server.Latency.P99 <= 0 {
+			t.Errorf("%s: server figures %+v for %d completed", name, l.Server, l.Load.Completed)
+		}
+		if _, ok := l.Server.ByCache["miss"]; !ok && r.Interface == InterfaceGRPC {
+			t.Errorf("%s: no cache-miss split: %+v", name, l.Server.ByCache)
+		}
+		if l.Server.CPUSeconds <= 0 || l.Server.PeakRSSBytes <= 0 {
+			t.Errorf("%s: CPU %v s, peak RSS %v", name, l.Server.CPUSeconds, l.Server.PeakRSSBytes)
+		}
+		// the machine is shared: a step may fail, but the run must be consistent
+		c := r.Capacity
+		switch {
+		case c == nil || len(c.Steps) == 0:
+			t.Errorf("%s: no capacity steps", name)
+		case c.Steps[0].Passed && (c.Capacity < 100 || c.Best == nil):
+			t.Errorf("%s: first step passed, capacity %v", name, c.Capacity)
+		case !c.Steps[0].Passed && c.Steps[0].Reason == "":
+			t.Errorf("%s: first step failed (%q) yet capacity %v and %d steps", name, c.Steps[0].Reason, c.Capacity, len(c.Steps))
+		case len(c.Steps) == 2 && c.Steps[1].Load.OfferedRate != 125:
+			t.Errorf("%s: second step at %v/s, want 125", name, c.Steps[1].Load.OfferedRate)
+		}
+		if r.Interface == InterfaceGRPC && l.Server.CacheHitRatio != 0 {
+			t.Errorf("%s: cache hits %v with a fresh x-request-id per request", name, l.Server.CacheHitRatio)
+		}
+		if r.Interface == InterfaceAllowed && r.Target == "nexus" && l.Server.CacheHitRatio == 0 {
+			t.Errorf("%s: no cache hits for repeated application checks", name)
+		}
+	}
+	var md strings.Builder
+	rep.Markdown(&md)
+	for _, want := range []string{"| rbac | nexus | 1000/1000 |", "allow-only", "Against the anchor", "| rebac3 | 9.00-11.0 |", "Goals of issue 7"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if err := rep.WriteFiles(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadDropped: with one request in flight and arrivals far faster than
+// the server answers, arrivals are dropped and counted, and every arrival
+// is either sent or dropped.
+func loadDropped(t *testing.T, dir string, srv *inproc) {
+	t.Helper()
+	checks, err := ReadChecksFile(filepath.Join(dir, GateFile("rebac3")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := NewTarget(TargetConfig{Interface: InterfaceGRPC, Addr: srv.GRPCAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	reqs, err := tg.Prepare(checks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Load(context.Background(), tg, reqs, LoadConfig{Rate: 20000, MaxInFlight: 1, Duration: 300 * time.Millisecond, Expect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Scheduled != 6000 || res.Sent+res.Dropped != res.Scheduled || res.Completed != res.Sent {
+		t.Fatalf("scheduled %d, sent %d, dropped %d, completed %d", res.Scheduled, res.Sent, res.Dropped, res.Completed)
+	}
+	if res.Dropped == 0 || res.Failed != 0 || res.Wrong != 0 {
+		t.Fatalf("dropped %d, failed %d, wrong %d", res.Dropped, res.Failed, res.Wrong)
+	}
+	if ok, _ := Judge(res, time.Second, DefaultMaxDropped); ok {
+		t.Fatalf("a step with %.0f%% dropped passed", 100*res.DroppedRatio())
+	}
+}
+
+func TestRequestIDSuffix(t *testing.T) {
+	c := Check{User: "u1", Action: "write", Type: "file", ID: "f9", Tenant: "t2"}
+	base, err := proto.Marshal(envoyRequest(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := requestIDSuffix(append([]byte{}, base...), "bench-42")
+	var req authv3.CheckRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	h := req.GetAttributes().GetRequest().GetHttp()
+	if h.GetId() != "bench-42" || h.GetHeaders()["x-request-id"] != "bench-42" {
+		t.Fatalf("id %q, x-request-id %q", h.GetId(), h.GetHeaders()["x-request-id"])
+	}
+	if h.GetHeaders()["x-user"] != "u1" || h.GetMethod() != "PUT" || h.GetPath() != "/tenants/t2/files/f9" || h.GetHeaders()[":authority"] == "" {
+		t.Fatalf("merged request lost fields: %v", h)
+	}
+}
