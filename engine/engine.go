@@ -26,10 +26,10 @@ type Engine struct {
 	done   chan struct{}
 	// busy counts evaluations running; wake tells an idle watchdog that
 	// one started, so an idle engine keeps no ticker running.
-	busy atomic.Int64
-	wake chan struct{}
-	cache  wazero.CompilationCache // shared by the bundles' runtimes
-	stats  counters
+	busy  atomic.Int64
+	wake  chan struct{}
+	cache wazero.CompilationCache // shared by the bundles' runtimes
+	stats counters
 }
 
 // watchdogInterval is how often deadlines of running evaluations are
