@@ -61,6 +61,9 @@ type meta struct {
 type decision struct {
 	result.Decision
 	cache string
+	// rev is the data revision the decision was cached under (0 when the
+	// cache is off).
+	rev datastore.Revision
 }
 
 func newPDP(cfg *Config) (*pdp, error) {
@@ -204,7 +207,10 @@ func (p *pdp) decide(ctx context.Context, iface, entrypoint string, input []byte
 	}
 	p.m.obs[[2]string{iface, d.cache}].Observe(elapsed.Seconds())
 	if p.log.Enabled() {
-		rev, _ := p.store.Revision(ctx)
+		rev := d.rev
+		if p.cache == nil {
+			rev, _ = p.store.Revision(ctx)
+		}
 		ev := decisionlog.Event{
 			DecisionID:     p.idPrefix + strconv.FormatUint(p.idSeq.Add(1), 10),
 			Time:           start.UTC(),
@@ -260,6 +266,7 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 		if err != nil {
 			return d, fmt.Errorf("extauthz: data revision: %w", err)
 		}
+		d.rev = rev
 		kb := make([]byte, 0, len(entrypoint)+len(input)+24)
 		kb = strconv.AppendUint(kb, p.gen.Load(), 36)
 		kb = append(kb, '/')
