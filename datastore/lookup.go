@@ -33,48 +33,18 @@ func (s *BoltStore) LookupResources(ctx context.Context, subject api.Subject, pe
 	}
 	var cands []string
 	err := s.db.View(func(tx *bolt.Tx) error {
-		type node struct {
-			t  uint64
-			id string
-		}
 		stID, ok := st.dict.id(subject.Type)
 		if !ok {
 			return nil
 		}
 		rtID, _ := st.dict.id(resourceType)
-		seen := map[node]bool{{stID, subject.ID}: true}
-		queue := []node{{stID, subject.ID}}
-		if stID == rtID {
-			cands = append(cands, subject.ID)
-		}
-		cur := tx.Bucket(bSubj).Cursor()
-		for len(queue) > 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			n := queue[0]
-			queue = queue[1:]
-			prefix := appendSubjPrefix(nil, n.t, n.id)
-			for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+		var err error
+		cands, err = walk(ctx, tx.Bucket(bSubj).Cursor(), lookupNode{stID, subject.ID}, rtID, appendSubjPrefix,
+			func(k []byte) (lookupNode, error) {
 				ids, oid, _, err := decodeSubjKey(k)
-				if err != nil {
-					return err
-				}
-				o := node{ids.ot, string(oid)}
-				if seen[o] {
-					continue
-				}
-				if len(seen) >= DefaultLookupLimit {
-					return fmt.Errorf("datastore: lookup visits more than %d objects", DefaultLookupLimit)
-				}
-				seen[o] = true
-				queue = append(queue, o)
-				if o.t == rtID {
-					cands = append(cands, o.id)
-				}
-			}
-		}
-		return nil
+				return lookupNode{ids.ot, string(oid)}, err
+			})
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -104,45 +74,15 @@ func (s *BoltStore) LookupSubjects(ctx context.Context, object api.Object, permi
 	}
 	var cands []string
 	err := s.db.View(func(tx *bolt.Tx) error {
-		type node struct {
-			t  uint64
-			id string
-		}
 		otID, _ := st.dict.id(object.Type)
 		sID, _ := st.dict.id(subjectType)
-		seen := map[node]bool{{otID, object.ID}: true}
-		queue := []node{{otID, object.ID}}
-		if otID == sID {
-			cands = append(cands, object.ID)
-		}
-		cur := tx.Bucket(bObj).Cursor()
-		for len(queue) > 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			n := queue[0]
-			queue = queue[1:]
-			prefix := appendObjPrefix(nil, n.t, n.id)
-			for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+		var err error
+		cands, err = walk(ctx, tx.Bucket(bObj).Cursor(), lookupNode{otID, object.ID}, sID, appendObjPrefix,
+			func(k []byte) (lookupNode, error) {
 				ids, _, sid, err := decodeObjKey(k)
-				if err != nil {
-					return err
-				}
-				o := node{ids.st, string(sid)}
-				if seen[o] {
-					continue
-				}
-				if len(seen) >= DefaultLookupLimit {
-					return fmt.Errorf("datastore: lookup visits more than %d objects", DefaultLookupLimit)
-				}
-				seen[o] = true
-				queue = append(queue, o)
-				if o.t == sID {
-					cands = append(cands, o.id)
-				}
-			}
-		}
-		return nil
+				return lookupNode{ids.st, string(sid)}, err
+			})
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -166,4 +106,49 @@ func (s *BoltStore) filterChecks(ctx context.Context, cands []string, req func(s
 		}
 	}
 	return out, nil
+}
+
+// lookupNode is an object or subject reached by a lookup walk.
+type lookupNode struct {
+	t  uint64
+	id string
+}
+
+// walk visits, breadth first, every node reachable from start through one
+// index (prefix builds a node's key prefix, next decodes the node a key
+// leads to) and returns the IDs of those of type want, start included.
+func walk(ctx context.Context, cur *bolt.Cursor, start lookupNode, want uint64,
+	prefix func([]byte, uint64, string) []byte, next func([]byte) (lookupNode, error)) ([]string, error) {
+	var cands []string
+	if start.t == want {
+		cands = append(cands, start.id)
+	}
+	seen := map[lookupNode]bool{start: true}
+	queue := []lookupNode{start}
+	for len(queue) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n := queue[0]
+		queue = queue[1:]
+		p := prefix(nil, n.t, n.id)
+		for k, _ := cur.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = cur.Next() {
+			o, err := next(k)
+			if err != nil {
+				return nil, err
+			}
+			if seen[o] {
+				continue
+			}
+			if len(seen) >= DefaultLookupLimit {
+				return nil, fmt.Errorf("datastore: lookup visits more than %d objects", DefaultLookupLimit)
+			}
+			seen[o] = true
+			queue = append(queue, o)
+			if o.t == want {
+				cands = append(cands, o.id)
+			}
+		}
+	}
+	return cands, nil
 }
