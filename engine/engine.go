@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
@@ -21,21 +20,10 @@ type Engine struct {
 	cur    atomic.Pointer[policy]
 	mu     sync.Mutex // serialises Load and Close
 	closed atomic.Bool
-	live   sync.Map // api.Module -> *instance, every instance of every bundle
-	stop   chan struct{}
-	done   chan struct{}
-	// busy counts evaluations running; wake tells an idle watchdog that
-	// one started, so an idle engine keeps no ticker running.
-	busy  atomic.Int64
-	wake  chan struct{}
-	cache wazero.CompilationCache // shared by the bundles' runtimes
-	stats counters
+	wd     *watchdog
+	cache  wazero.CompilationCache // shared by the bundles' runtimes
+	stats  counters
 }
-
-// watchdogInterval is how often deadlines of running evaluations are
-// checked: a runaway evaluation stops within about this much of its
-// deadline.
-const watchdogInterval = time.Millisecond
 
 // New returns an engine with no bundle loaded.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
@@ -43,37 +31,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	_ = ctx
-	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1), cache: wazero.NewCompilationCache()}
-	go e.watchdog()
+	e := &Engine{cfg: cfg, wd: newWatchdog(), cache: wazero.NewCompilationCache()}
+	go e.wd.run()
 	return e, nil
-}
-
-func (e *Engine) watchdog() {
-	defer close(e.done)
-	t := time.NewTicker(watchdogInterval)
-	defer t.Stop()
-	for {
-		if e.busy.Load() == 0 {
-			// Nothing runs: sleep until an evaluation starts, without
-			// a ticker waking the process every millisecond.
-			t.Stop()
-			select {
-			case <-e.stop:
-				return
-			case <-e.wake:
-			}
-			t.Reset(watchdogInterval)
-		}
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			e.live.Range(func(_, v any) bool {
-				v.(*instance).watch()
-				return true
-			})
-		}
-	}
 }
 
 // Load compiles b's module, parses its data once and makes it the bundle
@@ -88,7 +48,7 @@ func (e *Engine) Load(ctx context.Context, b *compiler.Bundle) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	p, err := newPolicy(ctx, &e.cfg, &e.live, e.cache, &e.stats, b)
+	p, err := newPolicy(ctx, &e.cfg, e.wd, e.cache, &e.stats, b)
 	if err != nil {
 		return err
 	}
@@ -96,7 +56,7 @@ func (e *Engine) Load(ctx context.Context, b *compiler.Bundle) error {
 	e.cfg.Logger.Info("engine: bundle loaded", "revision", p.revision, "entrypoints", len(p.entrypoints),
 		"load_time", p.loadTime, "instance_bytes", p.instanceBytes())
 	if old != nil {
-		old.release()
+		old.retire()
 	}
 	return nil
 }
@@ -108,11 +68,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	close(e.stop)
-	<-e.done
+	e.wd.close()
 	defer e.cache.Close(ctx)
 	if old := e.cur.Swap(nil); old != nil {
-		old.release()
+		old.retire()
 	}
 	return nil
 }
@@ -162,23 +121,6 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-func (e *Engine) acquire() (*policy, error) {
-	for {
-		p := e.cur.Load()
-		if p == nil {
-			if e.closed.Load() {
-				return nil, ErrClosed
-			}
-			return nil, ErrNoBundle
-		}
-		if p.acquire() {
-			return p, nil
-		}
-		// p was retired between the load and the acquire; the next load
-		// sees its successor.
-	}
-}
-
 // Eval evaluates entrypoint ("nexus/authz/allow") against input (JSON; nil
 // or empty means no input) and appends the JSON of the result to dst. It
 // returns ErrUndefined when the result is undefined and an *EvalError when
@@ -186,42 +128,42 @@ func (e *Engine) acquire() (*policy, error) {
 // builtin error). With a dst of sufficient capacity and builtins that do
 // not allocate, a steady-state evaluation allocates nothing.
 func (e *Engine) Eval(ctx context.Context, entrypoint string, input []byte, dst []byte) ([]byte, error) {
-	p, err := e.acquire()
-	if err != nil {
-		return dst, err
-	}
-	defer p.release()
-	id, ok := p.entrypoints[entrypoint]
-	if !ok {
-		return dst, fmt.Errorf("%w: %q", ErrUnknownEntrypoint, entrypoint)
-	}
 	if len(input) > 0 && (!json.Valid(input) || !utf8.Valid(input)) {
 		// JSON text is UTF-8 (RFC 8259); OPA's Wasm runtime aborts on
 		// anything else, so it is rejected here with a precise error.
 		return dst, &EvalError{Code: CodeInvalidInput, Entrypoint: entrypoint, Message: "input is not valid JSON (UTF-8)"}
 	}
-	if err := ctx.Err(); err != nil {
-		return dst, classify(ctx, entrypoint, err)
-	}
-	in, err := p.get(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
+	for {
+		p := e.cur.Load()
+		if p == nil {
+			if e.closed.Load() {
+				return dst, ErrClosed
+			}
+			return dst, ErrNoBundle
+		}
+		id, ok := p.entrypoints[entrypoint]
+		if !ok {
+			return dst, fmt.Errorf("%w: %q", ErrUnknownEntrypoint, entrypoint)
+		}
+		if err := ctx.Err(); err != nil {
 			return dst, classify(ctx, entrypoint, err)
 		}
-		return dst, err
-	}
-	if e.busy.Add(1) == 1 {
-		select {
-		case e.wake <- struct{}{}:
-		default:
+		in, err := p.get(ctx)
+		if err == errRetired {
+			continue // a new bundle was loaded meanwhile: use it
 		}
-	}
-	out, err := in.eval(ctx, entrypoint, id, input, dst)
-	e.busy.Add(-1)
-	if err != nil && err != ErrUndefined {
-		p.discard(in)
+		if err != nil {
+			if ctx.Err() != nil {
+				return dst, classify(ctx, entrypoint, err)
+			}
+			return dst, err
+		}
+		out, err := in.eval(ctx, entrypoint, id, input, dst)
+		if err != nil && err != ErrUndefined {
+			p.discard(in)
+			return out, err
+		}
+		p.put(in)
 		return out, err
 	}
-	p.put(in)
-	return out, err
 }

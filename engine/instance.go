@@ -16,9 +16,10 @@ import (
 
 // instance is one module instance; never used by two goroutines at once.
 type instance struct {
-	p   *policy
-	mod api.Module
-	mem api.Memory
+	p    *policy
+	slot int // the pool slot it belongs to
+	mod  api.Module
+	mem  api.Memory
 
 	fEval, fMalloc, fJSONParse, fJSONDump, fValueDump, fValueParse api.Function
 
@@ -74,6 +75,7 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, input
 		in.wmu.Lock()
 		in.wctx = ctx
 		in.wmu.Unlock()
+		p.wd.started()
 	}
 	err := in.fEval.CallWithStack(ctx, s)
 	if watched {
@@ -149,14 +151,16 @@ func (e *interruptError) Error() string { return "interrupted: " + e.err.Error()
 func (e *interruptError) Unwrap() error { return e.err }
 
 // watch is called by the watchdog: it raises the interrupt flag if the
-// evaluation in progress has a done context.
-func (in *instance) watch() {
+// evaluation in progress has a done context, and reports whether a watched
+// evaluation is in progress.
+func (in *instance) watch() bool {
 	in.wmu.Lock()
+	defer in.wmu.Unlock()
 	if in.wctx != nil && !in.fired && in.wctx.Err() != nil {
 		in.interrupt.Set(1)
 		in.fired = true
 	}
-	in.wmu.Unlock()
+	return in.wctx != nil
 }
 
 func classify(ctx context.Context, entrypoint string, err error) error {

@@ -22,7 +22,8 @@ const pageSize = 65536
 
 // policy is one loaded bundle: its runtime, compiled module, the snapshot of
 // an instance's memory after the data was parsed, and the pool of
-// instances. It is reference counted; the last release closes it.
+// instances. Its runtime is closed once it is retired and its last
+// instance is closed.
 type policy struct {
 	cfg      *Config
 	revision string
@@ -41,10 +42,10 @@ type policy struct {
 	trueAddr    uint32
 	falseAddr   uint32
 
-	idle      chan *instance // nil entries are free slots
-	instances *sync.Map      // api.Module -> *instance, shared by the engine
+	pool
+	wd        *watchdog
+	instances *sync.Map // api.Module -> *instance, shared by the engine
 	stats     *counters
-	refs      atomic.Int64
 
 	loadTime  time.Duration
 	printHook printWriter
@@ -55,14 +56,13 @@ type counters struct {
 	created, discarded, oversized atomic.Int64
 }
 
-func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, cache wazero.CompilationCache, stats *counters, b *compiler.Bundle) (_ *policy, err error) {
+func newPolicy(ctx context.Context, cfg *Config, wd *watchdog, cache wazero.CompilationCache, stats *counters, b *compiler.Bundle) (_ *policy, err error) {
 	start := time.Now()
 	mod, err := wasmbin.Rewrite(b.Wasm, cfg.MemoryLimitPages)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	p := &policy{cfg: cfg, revision: b.Manifest.Revision, instances: live, stats: stats, printHook: printWriter{cfg.Print}}
-	p.refs.Store(1)
+	p := &policy{cfg: cfg, revision: b.Manifest.Revision, wd: wd, instances: &wd.live, stats: stats, printHook: printWriter{cfg.Print}}
 	p.runtime = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().
 		// Deadlines are enforced by the engine's watchdog through the
 		// interrupt flag wasmbin adds, not by wazero's per-call goroutine.
@@ -90,11 +90,9 @@ func newPolicy(ctx context.Context, cfg *Config, live *sync.Map, cache wazero.Co
 		_ = inst.mod.Close(context.Background())
 		return nil, err
 	}
-	p.idle = make(chan *instance, cfg.MaxInstances)
-	p.idle <- inst
-	for i := 1; i < cfg.MaxInstances; i++ {
-		p.idle <- nil
-	}
+	p.pool.init(cfg.MaxInstances)
+	p.slots[0].v.Store(inst)
+	p.refs.Add(1)
 	p.loadTime = time.Since(start)
 	return p, nil
 }
@@ -228,7 +226,7 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 }
 
 // newInstance creates an instance from the snapshot: no data parsing.
-func (p *policy) newInstance() (*instance, error) {
+func (p *policy) newInstance(slot int) (*instance, error) {
 	ctx := context.Background()
 	inst, err := p.instantiate(ctx)
 	if err != nil {
@@ -246,82 +244,9 @@ func (p *policy) newInstance() (*instance, error) {
 		_ = inst.mod.Close(ctx)
 		return nil, fmt.Errorf("engine: snapshot does not fit")
 	}
+	inst.slot = slot
 	p.stats.created.Add(1)
 	return inst, nil
-}
-
-// get takes an instance from the pool, creating one in a free slot.
-func (p *policy) get(ctx context.Context) (*instance, error) {
-	var inst *instance
-	select {
-	case inst = <-p.idle:
-	default:
-		select {
-		case inst = <-p.idle:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if inst != nil {
-		return inst, nil
-	}
-	inst, err := p.newInstance()
-	if err != nil {
-		p.idle <- nil
-		return nil, err
-	}
-	return inst, nil
-}
-
-func (p *policy) put(inst *instance) {
-	if uint64(inst.mem.Size()) > p.cfg.MaxInstanceBytes {
-		p.cfg.Logger.Info("engine: discarding oversized instance", "bytes", inst.mem.Size(), "limit", p.cfg.MaxInstanceBytes)
-		p.stats.oversized.Add(1)
-		p.discard(inst)
-		return
-	}
-	p.idle <- inst
-}
-
-func (p *policy) discard(inst *instance) {
-	p.stats.discarded.Add(1)
-	p.instances.Delete(inst.mod)
-	_ = inst.mod.Close(context.Background())
-	p.idle <- nil
-}
-
-// acquire takes a reference; false if the policy is already retired.
-func (p *policy) acquire() bool {
-	for {
-		n := p.refs.Load()
-		if n <= 0 {
-			return false
-		}
-		if p.refs.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-func (p *policy) release() {
-	if p.refs.Add(-1) == 0 {
-		p.close()
-	}
-}
-
-func (p *policy) close() {
-	for {
-		select {
-		case inst := <-p.idle:
-			if inst != nil {
-				p.instances.Delete(inst.mod)
-				_ = inst.mod.Close(context.Background())
-			}
-		default:
-			_ = p.runtime.Close(context.Background())
-			return
-		}
-	}
 }
 
 // instanceBytes is the memory of a fresh instance.
