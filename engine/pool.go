@@ -36,7 +36,7 @@ type hint struct{ i int }
 
 type pool struct {
 	slots   []slot
-	hints   sync.Pool // *hint: the slot this processor used last
+	hints   sync.Pool     // *hint: the slot this processor used last
 	waiters atomic.Int32  // evaluations waiting for an instance
 	ready   chan struct{} // a slot was filled while someone waited
 	gone    chan struct{} // closed when the bundle is retired
