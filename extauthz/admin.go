@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,13 @@ func (s *Server) adminHandler() http.Handler {
 	mux.Handle("GET /v1/policy", s.auth(s.handleGetPolicy))
 	mux.Handle("POST /v1/check", s.auth(s.handleDebugCheck))
 	mux.Handle("GET /v1/edge/snapshot", s.auth(s.handleEdgeSnapshot))
+	if s.cfg.Profiling {
+		mux.Handle("GET /debug/pprof/", s.auth(pprof.Index))
+		mux.Handle("GET /debug/pprof/cmdline", s.auth(pprof.Cmdline))
+		mux.Handle("GET /debug/pprof/profile", s.auth(pprof.Profile))
+		mux.Handle("GET /debug/pprof/symbol", s.auth(pprof.Symbol))
+		mux.Handle("GET /debug/pprof/trace", s.auth(pprof.Trace))
+	}
 	return mux
 }
 

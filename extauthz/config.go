@@ -77,6 +77,9 @@ type Config struct {
 	AdminToken string
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
+	// Profiling serves Go's profiles under /debug/pprof/ on the admin
+	// listener, behind AdminToken like the rest of the admin API.
+	Profiling bool
 
 	// EnvoyEntrypoint answers ext_authz and forward-auth requests; ""
 	// means DefaultEnvoyEntrypoint. Its result is a boolean or an

@@ -792,3 +792,28 @@ func processCPU() int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// TestAdminProfiling: /debug/pprof/ is served only when enabled, and only
+// with the admin token.
+func TestAdminProfiling(t *testing.T) {
+	get := func(url, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		status, _, _ := do(t, req)
+		return status
+	}
+	off := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret" })
+	if status := get(off.admin+"/debug/pprof/", "s3cret"); status != http.StatusNotFound {
+		t.Fatalf("pprof when disabled: %d, want 404", status)
+	}
+	on := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret"; c.Profiling = true })
+	if status := get(on.admin+"/debug/pprof/", ""); status != http.StatusUnauthorized {
+		t.Fatalf("pprof without token: %d, want 401", status)
+	}
+	if status := get(on.admin+"/debug/pprof/goroutine?debug=1", "s3cret"); status != http.StatusOK {
+		t.Fatalf("pprof with token: %d, want 200", status)
+	}
+}

@@ -48,6 +48,7 @@ type serveConfig struct {
 	EvalTimeout      time.Duration `yaml:"eval_timeout"`
 	MaxBodyBytes     int64         `yaml:"max_body_bytes"`
 	Reflection       bool          `yaml:"reflection"`
+	Profiling        bool          `yaml:"profiling"`
 	LogLevel         string        `yaml:"log_level"`
 	ShutdownGrace    time.Duration `yaml:"shutdown_grace"`
 	MaxInstances     int           `yaml:"max_instances"`
@@ -117,6 +118,7 @@ conditions), compiled from embedded Rego.`,
 	f.DurationVar(&c.EvalTimeout, "eval-timeout", extauthz.DefaultEvalTimeout, "deadline of one evaluation")
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", extauthz.DefaultMaxBodyBytes, "largest request body accepted")
 	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
+	f.BoolVar(&c.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the admin listener")
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
 	f.IntVar(&c.MaxInstances, "max-instances", 0, "policy instances (evaluations at once); 0 means GOMAXPROCS")
@@ -182,6 +184,9 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	}
 	if !set("grpc-reflection") && file.Reflection {
 		c.Reflection = true
+	}
+	if !set("pprof") && file.Profiling {
+		c.Profiling = true
 	}
 	if !set("shutdown-grace") && file.ShutdownGrace != 0 {
 		c.ShutdownGrace = file.ShutdownGrace
@@ -251,7 +256,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
-		AdminToken: c.AdminToken, Reflection: c.Reflection,
+		AdminToken: c.AdminToken, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
