@@ -1,13 +1,19 @@
 package compiler
 
 import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 )
 
 // MetadataInputPaths is the manifest metadata key under which Compile
 // records the paths of the input document the policy reads (see
-// Manifest.InputPaths).
+// Manifest.InputPaths). Each path is a list of segments: a string is a key;
+// an object {"data": ["a", "b"]} is a key the policy takes from the string
+// at data.a.b (input.headers[data.nexus.subject_header]).
 const MetadataInputPaths = "nexus_input_paths"
 
 // InputPaths returns the paths under input that the policy reads, as
@@ -15,24 +21,55 @@ const MetadataInputPaths = "nexus_input_paths"
 // whole subtree under it may be read; unknown (false) means the policy may
 // read anything (a bundle built elsewhere, or a policy that reads input as a
 // whole, iterates over its keys or replaces it with `with`).
-func (m *Manifest) InputPaths() ([][]string, bool) {
+//
+// Keys the policy takes from data are resolved against data, the bundle's
+// data document as the engine loads it (JSON): a key that is a string there
+// becomes a segment; a path whose key is absent is dropped (the policy's
+// reference is undefined); any other value keeps the path up to that key.
+func (m *Manifest) InputPaths(data []byte) ([][]string, bool) {
 	raw, ok := m.Metadata[MetadataInputPaths].([]any)
 	if !ok {
 		return nil, false
 	}
+	var doc any
+	decoded := false
 	out := make([][]string, 0, len(raw))
+paths:
 	for _, r := range raw {
 		segs, ok := r.([]any)
-		if !ok {
+		if !ok || len(segs) == 0 {
 			return nil, false
 		}
 		p := make([]string, 0, len(segs))
 		for _, s := range segs {
-			str, ok := s.(string)
-			if !ok {
+			switch s := s.(type) {
+			case string:
+				p = append(p, s)
+				continue
+			case map[string]any:
+				ref, ok := stringList(s["data"])
+				if !ok || len(s) != 1 {
+					return nil, false
+				}
+				if !decoded {
+					decoded = true
+					dec := json.NewDecoder(bytes.NewReader(data))
+					dec.UseNumber()
+					if err := dec.Decode(&doc); err != nil {
+						doc = nil
+					}
+				}
+				v, found := lookup(doc, ref)
+				if !found {
+					continue paths // undefined: this reference reads nothing
+				}
+				if key, ok := v.(string); ok {
+					p = append(p, key)
+				}
+			default:
 				return nil, false
 			}
-			p = append(p, str)
+			break // a data key ends the path
 		}
 		if len(p) == 0 {
 			return nil, false
@@ -42,12 +79,46 @@ func (m *Manifest) InputPaths() ([][]string, bool) {
 	return out, true
 }
 
+func stringList(v any) ([]string, bool) {
+	l, ok := v.([]any)
+	if !ok || len(l) == 0 {
+		return nil, false
+	}
+	out := make([]string, len(l))
+	for i, x := range l {
+		s, ok := x.(string)
+		if !ok {
+			return nil, false
+		}
+		out[i] = s
+	}
+	return out, true
+}
+
+func lookup(doc any, path []string) (any, bool) {
+	for _, k := range path {
+		m, ok := doc.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if doc, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return doc, true
+}
+
+// dataKey is a path segment taken from the string at a data path.
+type dataKey []string
+
 // inputPaths analyses the modules (imports resolved) for the references to
-// input: for each, the longest prefix of constant string keys. It returns
-// ok=false when some reference has no such prefix (input itself, or
-// input[x]), when input is replaced with `with`, or when the modules do not
-// compile on their own.
-func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]string, bool) {
+// input: for each, the longest prefix of constant string keys, extended by
+// one key taken from base data (input.headers[data.nexus.subject_header])
+// when no rule defines that part of data. It returns ok=false when some
+// reference has no such prefix (input itself, or input[x]), when input is
+// replaced with `with`, or when the modules do not compile on their own.
+// Each path's segments are strings or dataKeys.
+func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]any, bool) {
 	mods := make(map[string]*ast.Module, len(files))
 	for _, f := range files {
 		mods[f.Path] = f.Parsed.Copy()
@@ -57,8 +128,29 @@ func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]string, 
 	if c.Failed() {
 		return nil, false
 	}
-	var paths [][]string
+	keys := dataKeys(c)
+	var paths [][]any
 	all := false
+	// path returns the constant prefix of an input reference.
+	path := func(r ast.Ref) []any {
+		var p []any
+		for _, t := range r[1:] {
+			switch v := t.Value.(type) {
+			case ast.String:
+				p = append(p, string(v))
+				continue
+			case ast.Var:
+				if k, ok := keys[v]; ok {
+					p = append(p, k)
+				}
+			}
+			break
+		}
+		if len(p) == 0 {
+			all = true
+		}
+		return p
+	}
 	for _, m := range c.Modules {
 		vis := ast.NewGenericVisitor(func(x any) bool {
 			switch x := x.(type) {
@@ -70,35 +162,13 @@ func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]string, 
 				if !x[0].Equal(ast.InputRootDocument) {
 					return false
 				}
-				var p []string
-				for _, t := range x[1:] {
-					s, ok := t.Value.(ast.String)
-					if !ok {
-						break
-					}
-					p = append(p, string(s))
-				}
-				if len(p) == 0 {
-					all = true
-				}
-				paths = append(paths, p)
+				paths = append(paths, path(x))
 				// Terms inside the ref (input.a[input.b]) are visited
 				// below; the head is not a bare use of input.
 				for _, t := range x[1:] {
 					ast.NewGenericVisitor(func(y any) bool {
 						if r, ok := y.(ast.Ref); ok && r[0].Equal(ast.InputRootDocument) {
-							var q []string
-							for _, t := range r[1:] {
-								s, ok := t.Value.(ast.String)
-								if !ok {
-									break
-								}
-								q = append(q, string(s))
-							}
-							if len(q) == 0 {
-								all = true
-							}
-							paths = append(paths, q)
+							paths = append(paths, path(r))
 							return true
 						}
 						if v, ok := y.(ast.Var); ok && v.Equal(ast.InputRootDocument.Value) {
@@ -121,4 +191,64 @@ func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]string, 
 		return nil, false
 	}
 	return paths, true
+}
+
+// dataKeys finds the compiler's local variables bound to a constant path
+// of base data (`__local1__ = data.nexus.subject_header`, which the
+// compiler writes for a data reference nested in an input reference). A
+// variable bound twice, a path some rule defines (virtual documents are not
+// in the bundle's data) and any policy that replaces data with `with` are
+// left out, so the key stays unknown.
+func dataKeys(c *ast.Compiler) map[ast.Var]dataKey {
+	keys := map[ast.Var]dataKey{}
+	twice := map[ast.Var]bool{}
+	withData := false
+	for _, m := range c.Modules {
+		ast.NewGenericVisitor(func(x any) bool {
+			switch x := x.(type) {
+			case *ast.With:
+				if r, ok := x.Target.Value.(ast.Ref); ok && r.HasPrefix(ast.DefaultRootRef) {
+					withData = true
+				}
+			case *ast.Expr:
+				if !x.IsEquality() {
+					return false
+				}
+				ts := x.Operands()
+				for i := range 2 {
+					v, ok := ts[i].Value.(ast.Var)
+					if !ok || !strings.HasPrefix(string(v), "__local") {
+						continue
+					}
+					r, ok := ts[1-i].Value.(ast.Ref)
+					if !ok || !r.HasPrefix(ast.DefaultRootRef) || len(r) < 2 || len(c.GetRules(r)) > 0 {
+						continue
+					}
+					k := make(dataKey, 0, len(r)-1)
+					for _, t := range r[1:] {
+						s, ok := t.Value.(ast.String)
+						if !ok {
+							break
+						}
+						k = append(k, string(s))
+					}
+					if len(k) != len(r)-1 {
+						continue
+					}
+					if _, seen := keys[v]; seen {
+						twice[v] = true
+					}
+					keys[v] = k
+				}
+			}
+			return false
+		}).Walk(m)
+	}
+	if withData {
+		return nil
+	}
+	for v := range twice {
+		delete(keys, v)
+	}
+	return keys
 }

@@ -118,7 +118,7 @@ func (p *pdp) load(ctx context.Context, b *compiler.Bundle) error {
 	}
 	p.base = b
 	p.types.Store(&types)
-	if paths, ok := b.Manifest.InputPaths(); ok {
+	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
 		p.prune.Store(prune.New(paths))
 	} else {
 		p.prune.Store(nil)

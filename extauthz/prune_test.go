@@ -1,6 +1,7 @@
 package extauthz_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestPrunedInputSameDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paths, ok := b.Manifest.InputPaths()
+	paths, ok := b.Manifest.InputPaths(b.Data)
 	if !ok {
 		t.Fatal("the default policy's input paths are unknown: it would not be pruned")
 	}
@@ -41,7 +42,7 @@ func TestPrunedInputSameDecision(t *testing.T) {
 	}
 	reqs := []*authv3.CheckRequest{
 		envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}),
-		envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}),
+		envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-request-id": "5f0c1e2a"}),
 		envoyRequest("PUT", "/files/report.pdf", map[string]string{"x-user": "bob"}),
 		envoyRequest("GET", "/files/anything", map[string]string{"x-user": "erin", "x-tenant": "acme"}),
 		envoyRequest("GET", "/files/report.pdf", nil),
@@ -55,6 +56,14 @@ func TestPrunedInputSameDecision(t *testing.T) {
 		pruned, err := tree.Append(nil, full)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The headers the policy names in data are kept, no others: a
+		// request id must not make every request a new cache key.
+		if bytes.Contains(full, []byte("x-request-id")) && bytes.Contains(pruned, []byte("x-request-id")) {
+			t.Fatalf("pruned input keeps a header the policy does not read: %s", pruned)
+		}
+		if bytes.Contains(full, []byte(`"x-user"`)) && !bytes.Contains(pruned, []byte(`"x-user"`)) {
+			t.Fatalf("pruned input lost the subject header: %s", pruned)
 		}
 		if len(pruned) >= len(full) {
 			t.Fatalf("pruning kept %d of %d bytes", len(pruned), len(full))
