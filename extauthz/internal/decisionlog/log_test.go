@@ -98,3 +98,32 @@ func TestDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAppendEventMatchesEncodingJSON: the hand-written encoder writes the
+// document encoding/json writes for the same event.
+func TestAppendEventMatchesEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 11, 30, 1, 2, 3, 450000000, time.UTC)
+	events := []Event{
+		{Type: "policy.decision", DecisionID: "n-1", Time: at, Interface: "grpc", Allowed: true, Reason: "rbac", PolicyRevision: "r1", DataRevision: 7, LatencyMicros: 3.25, Cache: "hit"},
+		{Type: "policy.decision", DecisionID: "n-2", Time: at.Add(time.Nanosecond), Interface: "authzen", Subject: "user:<ünï>", Action: "read\n", Resource: "file:\"q\"\\", Reason: "", LatencyMicros: 1e-7, Cache: "miss", Input: json.RawMessage(`{"a":1}`)},
+		{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 3600)), LatencyMicros: 1e22, Subject: "\xff\u2028"},
+	}
+	for _, e := range events {
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendEvent(nil, &e); string(got) != string(want)+"\n" {
+			t.Fatalf("appendEvent:\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+func BenchmarkAppendEvent(b *testing.B) {
+	e := Event{Type: "policy.decision", DecisionID: "n-1", Time: time.Now(), Interface: "grpc", Subject: "user:alice", Action: "GET", Resource: "/files/report.pdf", Allowed: true, Reason: "rbac", PolicyRevision: "r1", DataRevision: 7, LatencyMicros: 3.25, Cache: "hit"}
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = appendEvent(buf[:0], &e)
+	}
+}
