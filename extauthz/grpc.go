@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/extauthz/internal/input"
+	"github.com/nexuspdp/nexus/extauthz/internal/prune"
 	"github.com/nexuspdp/nexus/extauthz/internal/result"
 )
 
@@ -30,28 +31,14 @@ var okStatus = &rpcstatus.Status{Code: int32(codes.OK)}
 // (fail closed) with the reason in the body and x-nexus-reason, as Envoy
 // expects; only a canceled request returns an error.
 func (s *authServer) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	bp := s.p.bufs.Get().(*[]byte)
-	in, err := input.AppendEnvoy((*bp)[:0], req, input.Options{})
-	defer func() {
-		if cap(in) <= 64<<10 {
-			*bp = in[:0]
-			s.p.bufs.Put(bp)
-		}
-	}()
 	h := req.GetAttributes().GetRequest().GetHttp()
 	md := meta{action: h.GetMethod(), resource: h.GetPath()}
-	var d decision
-	if err == nil {
-		if int64(len(in)) > s.p.cfg.MaxBodyBytes*2 {
-			err = ErrTooLarge
-		} else {
-			d, err = s.p.decide(ctx, ifaceGRPC, s.p.cfg.EnvoyEntrypoint, in, md)
+	d, err := s.p.decideBuilt(ctx, ifaceGRPC, s.p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
+		if int64(len(h.GetBody())+len(h.GetRawBody())) > s.p.cfg.MaxBodyBytes {
+			return dst, ErrTooLarge
 		}
-	} else {
-		code, _, _ := classify(err)
-		s.p.m.errors.WithLabelValues(ifaceGRPC, code).Inc()
-		s.p.m.decisions.WithLabelValues(ifaceGRPC, "deny", code).Inc()
-	}
+		return input.AppendEnvoy(dst, req, input.Options{Keep: keep})
+	})
 	if err != nil {
 		return errorResponse(err), nil
 	}

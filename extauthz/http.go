@@ -10,6 +10,7 @@ import (
 
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/input"
+	"github.com/nexuspdp/nexus/extauthz/internal/prune"
 )
 
 // forwardAuthPrefix is where HTTP ext_authz and forward-auth requests
@@ -98,20 +99,9 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		ID: r.Header.Get("X-Request-Id"), Method: method, Headers: hdrs, Path: uri, Host: host,
 		Scheme: scheme, Size: r.ContentLength, Protocol: r.Proto, Body: string(body),
 	}
-	bp := s.p.bufs.Get().(*[]byte)
-	in, err := input.AppendHTTP((*bp)[:0], &req, r.RemoteAddr, input.Options{})
-	defer func() {
-		if cap(in) <= 64<<10 {
-			*bp = in[:0]
-			s.p.bufs.Put(bp)
-		}
-	}()
-	if err != nil {
-		s.countError(ifaceHTTP, err)
-		s.denyHTTP(w, err)
-		return
-	}
-	d, err := s.p.decide(r.Context(), ifaceHTTP, s.cfg.EnvoyEntrypoint, in, meta{action: method, resource: uri})
+	d, err := s.p.decideBuilt(r.Context(), ifaceHTTP, s.cfg.EnvoyEntrypoint, meta{action: method, resource: uri}, func(dst []byte, keep *prune.Tree) ([]byte, error) {
+		return input.AppendHTTP(dst, &req, r.RemoteAddr, input.Options{Keep: keep})
+	})
 	if err != nil {
 		s.denyHTTP(w, err)
 		return
@@ -137,11 +127,7 @@ func (s *Server) denyHTTP(w http.ResponseWriter, err error) {
 	writeError(w, err)
 }
 
-func (s *Server) countError(iface string, err error) {
-	code, _, _ := classify(err)
-	s.p.m.errors.WithLabelValues(iface, code).Inc()
-	s.p.m.decisions.WithLabelValues(iface, "deny", code).Inc()
-}
+func (s *Server) countError(iface string, err error) { s.p.countError(iface, err) }
 
 // check runs one application check through the authz entrypoint.
 func (s *Server) check(ctx context.Context, iface string, c *checkapi.Check) (decision, error) {

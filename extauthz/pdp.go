@@ -46,7 +46,7 @@ type pdp struct {
 	ready  atomic.Bool
 	types  atomic.Pointer[map[string]bool] // resource types of the schema
 	policy atomic.Pointer[string]          // revision of the loaded policy
-	prune  atomic.Pointer[prune.Tree]      // input paths the policy reads (nil: all)
+	view   atomic.Pointer[inputView]       // what the loaded policy reads of the input
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -56,7 +56,22 @@ type pdp struct {
 // meta describes a check for the decision log.
 type meta struct {
 	subject, action, resource string
+	// view, if set, is the view the input was written for (already
+	// pruned); otherwise decide prunes the input itself.
+	view *inputView
 }
+
+// inputView is the part of the input the loaded policy reads. Every load
+// stores a new one after the engine swapped bundles, so a decision whose
+// view is still the loaded one after evaluation was evaluated by the
+// policy its input was pruned for.
+type inputView struct {
+	keep *prune.Tree // nil: the whole input
+}
+
+// errStale reports a policy load during a decision: its input was pruned
+// for another policy. Callers build the input again.
+var errStale = fmt.Errorf("%w: the policy changed during the decision", ErrNotReady)
 
 type decision struct {
 	result.Decision
@@ -118,11 +133,11 @@ func (p *pdp) load(ctx context.Context, b *compiler.Bundle) error {
 	}
 	p.base = b
 	p.types.Store(&types)
+	v := &inputView{}
 	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
-		p.prune.Store(prune.New(paths))
-	} else {
-		p.prune.Store(nil)
+		v.keep = prune.New(paths)
 	}
+	p.view.Store(v)
 	rev := b.Manifest.Revision
 	p.policy.Store(&rev)
 	p.gen.Add(1)
@@ -191,7 +206,13 @@ func (p *pdp) knownType(typ string) bool {
 // decide evaluates entrypoint on input, through the decision cache.
 func (p *pdp) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (decision, error) {
 	start := time.Now()
-	d, err := p.decideUncounted(ctx, entrypoint, input)
+	d, err := p.decideUncounted(ctx, entrypoint, input, md.view)
+	for i := 0; err == errStale && md.view == nil && i < 2; i++ {
+		d, err = p.decideUncounted(ctx, entrypoint, input, nil)
+	}
+	if err == errStale && md.view != nil {
+		return d, err // the caller builds the input again
+	}
 	elapsed := time.Since(start)
 	if err != nil {
 		code, _, _ := classify(err)
@@ -238,27 +259,84 @@ func (p *pdp) policyRev() *string {
 	return &empty
 }
 
-func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []byte) (decision, error) {
-	d := decision{cache: cacheDisabled}
+// decideBuilt decides the input build writes with what the loaded policy
+// reads (build gets the selection; nil means everything). If a policy is
+// loaded meanwhile it builds again, so that the policy deciding always
+// gets the input pruned for it. Build errors are counted as decisions.
+func (p *pdp) decideBuilt(ctx context.Context, iface, entrypoint string, md meta, build func([]byte, *prune.Tree) ([]byte, error)) (decision, error) {
+	bp := p.bufs.Get().(*[]byte)
+	buf := (*bp)[:0]
+	defer func() {
+		if cap(buf) <= 64<<10 {
+			*bp = buf[:0]
+			p.bufs.Put(bp)
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		v := p.view.Load()
+		var keep *prune.Tree
+		if v != nil {
+			keep = v.keep
+		}
+		var err error
+		if buf, err = build(buf[:0], keep); err != nil {
+			p.countError(iface, err)
+			return decision{}, err
+		}
+		md.view = v
+		d, err := p.decide(ctx, iface, entrypoint, buf, md)
+		if err != errStale {
+			return d, err
+		}
+		if attempt == 2 {
+			p.countError(iface, err)
+			return d, err
+		}
+	}
+}
+
+// countError counts a denial that did not reach decide.
+func (p *pdp) countError(iface string, err error) {
+	code, _, _ := classify(err)
+	p.m.errors.WithLabelValues(iface, code).Inc()
+	p.m.decisions.WithLabelValues(iface, "deny", code).Inc()
+}
+
+// decideUncounted decides input. With a view, input was written for it;
+// without, the loaded view prunes it here. It returns errStale if the
+// view is no longer the loaded one when the decision is made.
+func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []byte, v *inputView) (d decision, err error) {
+	d = decision{cache: cacheDisabled}
 	if !p.ready.Load() {
 		return d, ErrNotReady
 	}
-	if t := p.prune.Load(); t != nil {
-		// Only what the policy reads goes to the module and into the
-		// cache key.
-		pb := p.bufs.Get().(*[]byte)
-		pruned, err := t.Append((*pb)[:0], input)
-		defer func() {
-			if cap(pruned) <= 64<<10 {
-				*pb = pruned[:0]
-				p.bufs.Put(pb)
-			}
-		}()
-		if err != nil {
-			return d, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
+	if v == nil {
+		v = p.view.Load()
+		if v == nil {
+			return d, ErrNotReady
 		}
-		input = pruned
+		if t := v.keep; t != nil {
+			// Only what the policy reads goes to the module and into the
+			// cache key.
+			pb := p.bufs.Get().(*[]byte)
+			pruned, err := t.Append((*pb)[:0], input)
+			defer func() {
+				if cap(pruned) <= 64<<10 {
+					*pb = pruned[:0]
+					p.bufs.Put(pb)
+				}
+			}()
+			if err != nil {
+				return d, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
+			}
+			input = pruned
+		}
 	}
+	defer func() {
+		if err == nil && p.view.Load() != v {
+			d, err = decision{cache: d.cache}, errStale
+		}
+	}()
 	var key string
 	if p.cache != nil {
 		d.cache = cacheMiss

@@ -817,3 +817,40 @@ func TestAdminProfiling(t *testing.T) {
 		t.Fatalf("pprof with token: %d, want 200", status)
 	}
 }
+
+// TestPolicyLoadDuringDecision: an input pruned for a policy that was
+// replaced before the decision is built again for the new one.
+func TestPolicyLoadDuringDecision(t *testing.T) {
+	ts := newTestServer(t, nil)
+	allowed, builds, err := ts.srv.CheckReloadingOnce(context.Background(), envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}))
+	if err != nil || !allowed {
+		t.Fatalf("decision = %v, %v; want allowed", allowed, err)
+	}
+	if builds != 2 {
+		t.Fatalf("input built %d times, want 2 (again after the load)", builds)
+	}
+}
+
+// TestGRPCBodyTooLarge: a body over MaxBodyBytes is denied with too_large
+// whether or not the policy reads it.
+func TestGRPCBodyTooLarge(t *testing.T) {
+	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 1024 })
+	req := envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
+	req.Attributes.Request.Http.Body = strings.Repeat("x", 2048)
+	resp, err := ts.grpc.Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if codes.Code(resp.GetStatus().GetCode()) != codes.InvalidArgument {
+		t.Fatalf("status = %v, want InvalidArgument", resp.GetStatus())
+	}
+	var reason string
+	for _, h := range resp.GetDeniedResponse().GetHeaders() {
+		if h.GetHeader().GetKey() == "x-nexus-reason" {
+			reason = h.GetHeader().GetValue()
+		}
+	}
+	if reason != extauthz.CodeTooLarge {
+		t.Fatalf("x-nexus-reason = %q, want %q", reason, extauthz.CodeTooLarge)
+	}
+}

@@ -15,9 +15,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/nexuspdp/nexus/extauthz/internal/prune"
 )
 
 // ErrInvalidUTF8 reports a string field that is not valid UTF-8.
@@ -33,6 +36,11 @@ var ErrInvalidBody = errors.New("input: invalid request body")
 type Options struct {
 	// SkipBody leaves parsed_body null even for JSON and form bodies.
 	SkipBody bool
+	// Keep, if not nil, is the part of the document the policy reads: the
+	// document is written already pruned, the same bytes as Keep.Append
+	// of the whole document, without writing what would be dropped.
+	// Validation (UTF-8, path, body) is the same either way.
+	Keep *prune.Tree
 }
 
 // HTTP is the part of an HTTP request that becomes the input document.
@@ -58,18 +66,53 @@ var protoMarshal = protojson.MarshalOptions{}
 // sorted so that equal requests give equal bytes.
 func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, error) {
 	a := req.GetAttributes()
-	var o obj
+	if opts.Keep != nil && rare(a) {
+		// Fields spliced from protojson are pruned from the whole
+		// document.
+		whole, err := AppendEnvoy(nil, req, Options{SkipBody: opts.SkipBody})
+		if err != nil {
+			return dst, err
+		}
+		out, err := opts.Keep.Append(dst, whole)
+		if err != nil {
+			return dst, fmt.Errorf("input: %w", err)
+		}
+		return out, nil
+	}
+	o := obj{sel: opts.Keep}
 	o.open(dst)
 	if a != nil {
-		o.key("attributes")
-		var err error
-		o.buf, err = appendAttributes(o.buf, a)
-		if err != nil {
+		if c, ok := o.member("attributes"); ok {
+			var err error
+			o.buf, err = appendAttributes(o.buf, c, a)
+			if err != nil {
+				return dst, err
+			}
+		} else if err := validAttributes(a); err != nil {
 			return dst, err
 		}
 	}
 	h := a.GetRequest().GetHttp()
 	return appendParsed(&o, h.GetPath(), h.GetHeaders(), h.GetBody(), h.GetRawBody(), opts)
+}
+
+// rare reports whether a has fields that AppendEnvoy splices from
+// protojson's encoding.
+func rare(a *authv3.AttributeContext) bool {
+	if a.GetMetadataContext() != nil || a.GetRouteMetadataContext() != nil || a.GetTlsSession() != nil {
+		return true
+	}
+	h := a.GetRequest().GetHttp()
+	if h.GetQuery() != "" || h.GetFragment() != "" || h.GetHeaderMap() != nil {
+		return true
+	}
+	return !simpleAddress(a.GetSource().GetAddress()) || !simpleAddress(a.GetDestination().GetAddress())
+}
+
+// validAttributes validates what appendAttributes would write.
+func validAttributes(a *authv3.AttributeContext) error {
+	_, err := appendAttributes(nil, &prune.Tree{}, a)
+	return err
 }
 
 // AppendHTTP appends the input document for a request that did not come
@@ -82,25 +125,29 @@ func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error
 	if err := validMap(h.Headers); err != nil {
 		return dst, err
 	}
-	var o obj
+	o := obj{sel: opts.Keep}
 	o.open(dst)
-	o.key("attributes")
-	var a obj
-	a.open(o.buf)
-	if source != "" {
-		a.key("source")
-		var s obj
-		s.open(a.buf)
-		s.buf = appendSocketAddress(&s, source)
-		a.buf = s.close()
+	if ac, ok := o.member("attributes"); ok {
+		a := obj{sel: ac}
+		a.open(o.buf)
+		if source != "" {
+			if sc, ok := a.member("source"); ok {
+				s := obj{sel: sc}
+				s.open(a.buf)
+				s.buf = appendSocketAddress(&s, source)
+				a.buf = s.close()
+			}
+		}
+		if rc, ok := a.member("request"); ok {
+			r := obj{sel: rc}
+			r.open(a.buf)
+			if hc, ok := r.member("http"); ok {
+				r.buf = appendHTTP(r.buf, hc, h.ID, h.Method, h.Headers, h.Path, h.Host, h.Scheme, h.Size, h.Protocol, h.Body, h.RawBody)
+			}
+			a.buf = r.close()
+		}
+		o.buf = a.close()
 	}
-	a.key("request")
-	var r obj
-	r.open(a.buf)
-	r.key("http")
-	r.buf = appendHTTP(r.buf, h.ID, h.Method, h.Headers, h.Path, h.Host, h.Scheme, h.Size, h.Protocol, h.Body, h.RawBody)
-	a.buf = r.close()
-	o.buf = a.close()
 	return appendParsed(&o, h.Path, h.Headers, h.Body, h.RawBody, opts)
 }
 
@@ -111,15 +158,24 @@ func appendSocketAddress(o *obj, hostport string) []byte {
 			host, port = strings.Trim(hostport[:i], "[]"), p
 		}
 	}
-	o.key("address")
-	var ad obj
+	return appendAddress(o, host, uint32(port))
+}
+
+// appendAddress writes the member "address" of a peer.
+func appendAddress(o *obj, host string, port uint32) []byte {
+	adc, ok := o.member("address")
+	if !ok {
+		return o.buf
+	}
+	ad := obj{sel: adc}
 	ad.open(o.buf)
-	ad.key("socketAddress")
-	var sa obj
-	sa.open(ad.buf)
-	sa.str("address", host)
-	sa.uint32("portValue", uint32(port))
-	ad.buf = sa.close()
+	if sac, ok := ad.member("socketAddress"); ok {
+		sa := obj{sel: sac}
+		sa.open(ad.buf)
+		sa.str("address", host)
+		sa.uint32("portValue", port)
+		ad.buf = sa.close()
+	}
 	return ad.close()
 }
 
@@ -131,38 +187,51 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 	if err != nil {
 		return o.buf, fmt.Errorf("%w: %q: %w", ErrInvalidPath, truncate(path), err)
 	}
-	o.key("parsed_path")
-	o.buf = append(o.buf, '[')
-	for i, seg := range strings.Split(strings.TrimLeft(u.Path, "/"), "/") {
-		if i > 0 {
-			o.buf = append(o.buf, ',')
+	if _, ok := o.member("parsed_path"); ok {
+		o.buf = append(o.buf, '[')
+		p := strings.TrimLeft(u.Path, "/")
+		for i := 0; ; i++ {
+			if i > 0 {
+				o.buf = append(o.buf, ',')
+			}
+			seg, rest, more := strings.Cut(p, "/")
+			o.buf = appendString(o.buf, seg)
+			if !more {
+				break
+			}
+			p = rest
 		}
-		o.buf = appendString(o.buf, seg)
+		o.buf = append(o.buf, ']')
 	}
-	o.buf = append(o.buf, ']')
-	o.key("parsed_query")
-	o.buf = appendValues(o.buf, u.Query())
-
-	parsed, truncated, err := parseBody(headers, body, rawBody, opts)
+	if _, ok := o.member("parsed_query"); ok {
+		o.buf = appendValues(o.buf, u.Query())
+	}
+	_, wantBody := o.sel.Child("parsed_body")
+	parsed, truncated, err := parseBody(headers, body, rawBody, opts, wantBody)
 	if err != nil {
 		return o.buf, err
 	}
-	o.key("parsed_body")
-	if parsed == nil {
-		o.buf = append(o.buf, "null"...)
-	} else {
-		o.buf = append(o.buf, parsed...)
+	if _, ok := o.member("parsed_body"); ok {
+		if parsed == nil {
+			o.buf = append(o.buf, "null"...)
+		} else {
+			o.buf = append(o.buf, parsed...)
+		}
 	}
-	o.key("truncated_body")
-	o.buf = strconv.AppendBool(o.buf, truncated)
-	o.raw("version", []byte(`{"encoding":"protojson","ext_authz":"v3"}`))
+	if _, ok := o.member("truncated_body"); ok {
+		o.buf = strconv.AppendBool(o.buf, truncated)
+	}
+	if _, ok := o.member("version"); ok {
+		o.buf = append(o.buf, `{"encoding":"protojson","ext_authz":"v3"}`...)
+	}
 	return o.close(), nil
 }
 
 // parseBody returns the body as compact JSON when it is a JSON or form
 // body, nil when it is neither, and truncated when Envoy sent less of the
 // body than its Content-Length announced.
-func parseBody(headers map[string]string, body string, rawBody []byte, opts Options) (js []byte, truncated bool, err error) {
+// With !want a valid body is only checked, not compacted.
+func parseBody(headers map[string]string, body string, rawBody []byte, opts Options, want bool) (js []byte, truncated bool, err error) {
 	if opts.SkipBody {
 		return nil, false, nil
 	}
@@ -185,6 +254,14 @@ func parseBody(headers map[string]string, body string, rawBody []byte, opts Opti
 		}
 	}
 	if isJSON {
+		if !want {
+			if !json.Valid([]byte(body)) {
+				var v any
+				err := json.Unmarshal([]byte(body), &v)
+				return nil, false, fmt.Errorf("%w: JSON: %w", ErrInvalidBody, err)
+			}
+			return nil, false, nil
+		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, []byte(body)); err != nil {
 			return nil, false, fmt.Errorf("%w: JSON: %w", ErrInvalidBody, err)
@@ -211,8 +288,28 @@ func appendValues(dst []byte, v url.Values) []byte {
 	})
 }
 
-func appendMap(dst []byte, m map[string]string) []byte {
-	return appendSorted(dst, m, appendString)
+// appendMap appends m as a JSON object with its keys sorted, only the keys
+// of sel if it is not nil.
+func appendMap(dst []byte, sel *prune.Tree, m map[string]string) []byte {
+	if sel == nil {
+		return appendSorted(dst, m, appendString)
+	}
+	dst = append(dst, '{')
+	first := true
+	for _, k := range sel.Keys() {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = appendString(dst, k)
+		dst = append(dst, ':')
+		dst = appendString(dst, v)
+	}
+	return append(dst, '}')
 }
 
 // appendSorted appends m as a JSON object with its keys sorted, each value
@@ -235,60 +332,69 @@ func appendSorted[V any](dst []byte, m map[string]V, val func([]byte, V) []byte)
 	return append(dst, '}')
 }
 
-func appendAttributes(dst []byte, a *authv3.AttributeContext) ([]byte, error) {
-	var o obj
+func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext) ([]byte, error) {
+	o := obj{sel: sel}
 	o.open(dst)
 	var err error
 	if a.Source != nil {
-		o.key("source")
-		if o.buf, err = appendPeer(o.buf, a.Source); err != nil {
+		if o.buf, err = appendPeer(&o, "source", a.Source); err != nil {
 			return dst, err
 		}
 	}
 	if a.Destination != nil {
-		o.key("destination")
-		if o.buf, err = appendPeer(o.buf, a.Destination); err != nil {
+		if o.buf, err = appendPeer(&o, "destination", a.Destination); err != nil {
 			return dst, err
 		}
 	}
 	if r := a.Request; r != nil {
-		o.key("request")
-		var ro obj
-		ro.open(o.buf)
 		if r.Time != nil {
 			if err := r.Time.CheckValid(); err != nil {
 				return dst, fmt.Errorf("input: request time: %w", err)
 			}
-			ro.key("time")
-			ro.buf = appendTimestamp(ro.buf, r.Time.Seconds, r.Time.Nanos)
 		}
-		if h := r.Http; h != nil {
+		h := r.Http
+		if h != nil {
 			if err := validStrings(h.Id, h.Method, h.Path, h.Host, h.Scheme, h.Query, h.Fragment, h.Protocol, h.Body); err != nil {
 				return dst, err
 			}
 			if err := validMap(h.Headers); err != nil {
 				return dst, err
 			}
-			ro.key("http")
-			ro.buf = appendHTTP(ro.buf, h.Id, h.Method, h.Headers, h.Path, h.Host, h.Scheme, h.Size, h.Protocol, h.Body, h.RawBody)
-			if h.Query != "" || h.Fragment != "" || h.HeaderMap != nil {
-				// Rare fields: splice protojson's own encoding of them.
-				ro.buf = ro.buf[:len(ro.buf)-1]
-				extra := &authv3.AttributeContext_HttpRequest{Query: h.Query, Fragment: h.Fragment, HeaderMap: h.HeaderMap}
-				if ro.buf, err = spliceMembers(ro.buf, extra); err != nil {
-					return dst, err
-				}
-				ro.buf = append(ro.buf, '}')
-			}
 		}
-		o.buf = ro.close()
+		if rc, ok := o.member("request"); ok {
+			ro := obj{sel: rc}
+			ro.open(o.buf)
+			if r.Time != nil {
+				if _, ok := ro.member("time"); ok {
+					ro.buf = appendTimestamp(ro.buf, r.Time.Seconds, r.Time.Nanos)
+				}
+			}
+			if h != nil {
+				if hc, ok := ro.member("http"); ok {
+					ro.buf = appendHTTP(ro.buf, hc, h.Id, h.Method, h.Headers, h.Path, h.Host, h.Scheme, h.Size, h.Protocol, h.Body, h.RawBody)
+					if h.Query != "" || h.Fragment != "" || h.HeaderMap != nil {
+						// Rare fields: splice protojson's own encoding
+						// of them (AppendEnvoy prunes such documents
+						// whole).
+						ro.buf = ro.buf[:len(ro.buf)-1]
+						extra := &authv3.AttributeContext_HttpRequest{Query: h.Query, Fragment: h.Fragment, HeaderMap: h.HeaderMap}
+						if ro.buf, err = spliceMembers(ro.buf, extra); err != nil {
+							return dst, err
+						}
+						ro.buf = append(ro.buf, '}')
+					}
+				}
+			}
+			o.buf = ro.close()
+		}
 	}
 	if len(a.ContextExtensions) > 0 {
 		if err := validMap(a.ContextExtensions); err != nil {
 			return dst, err
 		}
-		o.key("contextExtensions")
-		o.buf = appendMap(o.buf, a.ContextExtensions)
+		if c, ok := o.member("contextExtensions"); ok {
+			o.buf = appendMap(o.buf, c, a.ContextExtensions)
+		}
 	}
 	if a.MetadataContext != nil || a.RouteMetadataContext != nil || a.TlsSession != nil {
 		extra := &authv3.AttributeContext{MetadataContext: a.MetadataContext, RouteMetadataContext: a.RouteMetadataContext, TlsSession: a.TlsSession}
@@ -344,56 +450,67 @@ func marshalCompact(m proto.Message) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func appendPeer(dst []byte, p *authv3.AttributeContext_Peer) ([]byte, error) {
+// simpleAddress reports whether ad is nil or a socket address that
+// appendPeer writes itself.
+func simpleAddress(ad *corev3.Address) bool {
+	if ad == nil {
+		return true
+	}
+	sa := ad.GetSocketAddress()
+	return sa != nil && sa.GetNamedPort() == "" && sa.GetResolverName() == "" && !sa.GetIpv4Compat() && sa.GetNetworkNamespaceFilepath() == "" && sa.Protocol == 0
+}
+
+// appendPeer validates p and writes it as member name of parent.
+func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer) ([]byte, error) {
 	if err := validStrings(p.Service, p.Principal, p.Certificate); err != nil {
-		return dst, err
+		return parent.buf, err
 	}
 	if err := validMap(p.Labels); err != nil {
-		return dst, err
+		return parent.buf, err
 	}
-	var o obj
-	o.open(dst)
+	if ad := p.Address; ad != nil && simpleAddress(ad) {
+		if err := validStrings(ad.GetSocketAddress().GetAddress()); err != nil {
+			return parent.buf, err
+		}
+	}
+	sel, ok := parent.member(name)
+	if !ok {
+		return parent.buf, nil
+	}
+	o := obj{sel: sel}
+	o.open(parent.buf)
 	if ad := p.Address; ad != nil {
-		if sa := ad.GetSocketAddress(); sa != nil && sa.GetNamedPort() == "" && sa.GetResolverName() == "" && !sa.GetIpv4Compat() && sa.GetNetworkNamespaceFilepath() == "" && sa.Protocol == 0 {
-			if err := validStrings(sa.Address); err != nil {
-				return dst, err
-			}
-			o.key("address")
-			var a obj
-			a.open(o.buf)
-			a.key("socketAddress")
-			var s obj
-			s.open(a.buf)
-			s.str("address", sa.Address)
-			s.uint32("portValue", sa.GetPortValue())
-			a.buf = s.close()
-			o.buf = a.close()
-		} else {
+		if simpleAddress(ad) {
+			sa := ad.GetSocketAddress()
+			o.buf = appendAddress(&o, sa.Address, sa.GetPortValue())
+		} else if _, ok := o.member("address"); ok {
 			js, err := marshalCompact(ad)
 			if err != nil {
-				return dst, err
+				return parent.buf, err
 			}
-			o.raw("address", js)
+			o.buf = append(o.buf, js...)
 		}
 	}
 	o.str("service", p.Service)
 	if len(p.Labels) > 0 {
-		o.key("labels")
-		o.buf = appendMap(o.buf, p.Labels)
+		if c, ok := o.member("labels"); ok {
+			o.buf = appendMap(o.buf, c, p.Labels)
+		}
 	}
 	o.str("principal", p.Principal)
 	o.str("certificate", p.Certificate)
 	return o.close(), nil
 }
 
-func appendHTTP(dst []byte, id, method string, headers map[string]string, path, host, scheme string, size int64, protocol, body string, rawBody []byte) []byte {
-	var o obj
+func appendHTTP(dst []byte, sel *prune.Tree, id, method string, headers map[string]string, path, host, scheme string, size int64, protocol, body string, rawBody []byte) []byte {
+	o := obj{sel: sel}
 	o.open(dst)
 	o.str("id", id)
 	o.str("method", method)
 	if len(headers) > 0 {
-		o.key("headers")
-		o.buf = appendMap(o.buf, headers)
+		if c, ok := o.member("headers"); ok {
+			o.buf = appendMap(o.buf, c, headers)
+		}
 	}
 	o.str("path", path)
 	o.str("host", host)

@@ -4,8 +4,10 @@
 package prune
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 )
 
 // ErrMalformed reports input that is not a well-formed JSON object.
@@ -17,6 +19,32 @@ type Tree struct {
 	// children are the keys read under this node; a node without children
 	// is read whole.
 	children map[string]*Tree
+	keys     []string // the children's keys, sorted
+}
+
+// Child returns the node of key under t and whether key is kept at all. A
+// nil node (from a nil t, or for a key kept whole) keeps everything under
+// it.
+func (t *Tree) Child(key string) (*Tree, bool) {
+	if t == nil {
+		return nil, true
+	}
+	c, ok := t.children[key]
+	if !ok {
+		return nil, false
+	}
+	if c.children == nil {
+		return nil, true
+	}
+	return c, true
+}
+
+// Keys lists the keys kept under t, sorted; nil when t keeps everything.
+func (t *Tree) Keys() []string {
+	if t == nil {
+		return nil
+	}
+	return t.keys
 }
 
 // New builds the tree of paths (each a list of object keys from the root
@@ -40,7 +68,20 @@ func New(paths [][]string) *Tree {
 			}
 		}
 	}
+	root.sortKeys()
 	return root
+}
+
+func (t *Tree) sortKeys() {
+	if t.children == nil {
+		return
+	}
+	t.keys = make([]string, 0, len(t.children))
+	for k, c := range t.children {
+		t.keys = append(t.keys, k)
+		c.sortKeys()
+	}
+	slices.Sort(t.keys)
 }
 
 // Append appends src (a JSON object) with only the paths of t to dst. A nil
@@ -78,7 +119,7 @@ func (t *Tree) object(dst, src []byte, i int) ([]byte, int, error) {
 		if err != nil {
 			return dst, 0, err
 		}
-		key, err := keyOf(src[ks:ke])
+		child, kept, err := t.lookup(src[ks:ke])
 		if err != nil {
 			return dst, 0, err
 		}
@@ -91,7 +132,7 @@ func (t *Tree) object(dst, src []byte, i int) ([]byte, int, error) {
 		if err != nil {
 			return dst, 0, err
 		}
-		if child, ok := t.children[key]; ok {
+		if kept {
 			if !first {
 				dst = append(dst, ',')
 			}
@@ -121,18 +162,20 @@ func (t *Tree) object(dst, src []byte, i int) ([]byte, int, error) {
 	}
 }
 
-func keyOf(quoted []byte) (string, error) {
+// lookup finds the child of the quoted key; only a key with escapes is
+// decoded (and allocated).
+func (t *Tree) lookup(quoted []byte) (*Tree, bool, error) {
 	raw := quoted[1 : len(quoted)-1]
-	for _, c := range raw {
-		if c == '\\' {
-			var s string
-			if err := json.Unmarshal(quoted, &s); err != nil {
-				return "", ErrMalformed
-			}
-			return s, nil
-		}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		c, ok := t.children[string(raw)]
+		return c, ok, nil
 	}
-	return string(raw), nil
+	var s string
+	if err := json.Unmarshal(quoted, &s); err != nil {
+		return nil, false, ErrMalformed
+	}
+	c, ok := t.children[s]
+	return c, ok, nil
 }
 
 func skipSpace(b []byte, i int) int {

@@ -1,0 +1,152 @@
+package input
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nexuspdp/nexus/extauthz/internal/prune"
+)
+
+// keepTrees are selections a policy could make: the default policy's,
+// deep and whole paths, keys that are absent, and nothing at all.
+var keepTrees = map[string][][]string{
+	"default-policy": {{"attributes", "request", "http", "method"}, {"attributes", "request", "http", "headers", "x-user"}, {"attributes", "request", "http", "headers", "x-tenant"}, {"parsed_path"}, {"attributes", "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn"}},
+	"whole-attributes": {{"attributes"}, {"parsed_query"}},
+	"peers":            {{"attributes", "source", "principal"}, {"attributes", "destination", "address", "socketAddress", "portValue"}, {"attributes", "source", "labels", "app"}, {"attributes", "contextExtensions"}},
+	"http-whole":       {{"attributes", "request", "http"}, {"attributes", "request", "time"}},
+	"body":             {{"parsed_body"}, {"truncated_body"}, {"version"}, {"attributes", "request", "http", "body"}, {"attributes", "request", "http", "rawBody"}},
+	"absent":           {{"attributes", "nope", "x"}, {"attributes", "request", "http", "headers", "not-sent"}, {"missing"}},
+	"nothing":          {},
+}
+
+func keepRequests() map[string]*authv3.CheckRequest {
+	plain := istioRequest()
+	plain.Attributes.MetadataContext = nil
+	plain.Attributes.TlsSession = nil
+	bare := proto.Clone(plain).(*authv3.CheckRequest)
+	bare.Attributes.Request.Http.Headers = nil
+	bare.Attributes.Source = nil
+	noHTTP := proto.Clone(plain).(*authv3.CheckRequest)
+	noHTTP.Attributes.Request.Http = nil
+	pipe := proto.Clone(plain).(*authv3.CheckRequest)
+	pipe.Attributes.Source.Address = &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "/run/sock"}}}
+	return map[string]*authv3.CheckRequest{
+		"empty": {}, "istio": istioRequest(), "plain": plain, "bare": bare, "no-http": noHTTP, "pipe": pipe,
+	}
+}
+
+// TestKeepEqualsPrunedWhole: a document written with Keep is byte for byte
+// the whole document pruned by the same tree.
+func TestKeepEqualsPrunedWhole(t *testing.T) {
+	for rn, req := range keepRequests() {
+		whole, err := AppendEnvoy(nil, req, Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", rn, err)
+		}
+		for tn, paths := range keepTrees {
+			tree := prune.New(paths)
+			want, err := tree.Append(nil, whole)
+			if err != nil {
+				t.Fatalf("%s/%s: prune: %v", rn, tn, err)
+			}
+			got, err := AppendEnvoy([]byte("prefix"), req, Options{Keep: tree})
+			if err != nil {
+				t.Fatalf("%s/%s: %v", rn, tn, err)
+			}
+			if !bytes.Equal(got, append([]byte("prefix"), want...)) {
+				t.Fatalf("%s/%s:\n got %s\nwant prefix%s", rn, tn, got, want)
+			}
+		}
+	}
+}
+
+// TestKeepValidatesWhatItDrops: input the policy never reads is still
+// rejected, as without Keep.
+func TestKeepValidatesWhatItDrops(t *testing.T) {
+	nothing := prune.New(nil)
+	withHTTP := func(h *authv3.AttributeContext_HttpRequest) *authv3.CheckRequest {
+		return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: h}}}
+	}
+	for _, tt := range []struct {
+		name string
+		req  *authv3.CheckRequest
+		want error
+	}{
+		{"bad-utf8-header", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"x": "\xff"}}), ErrInvalidUTF8},
+		{"bad-path", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/a%zz"}), ErrInvalidPath},
+		{"bad-json-body", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json"}, Body: "{"}), ErrInvalidBody},
+		{"bad-utf8-principal", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Principal: "\xfe"}}}, ErrInvalidUTF8},
+	} {
+		if _, err := AppendEnvoy(nil, tt.req, Options{Keep: nothing}); !errors.Is(err, tt.want) {
+			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+// FuzzKeep: for random requests the kept document equals the pruned whole
+// one, and both succeed or fail together.
+func FuzzKeep(f *testing.F) {
+	f.Add("/folders/d1?x=1", "GET", "x-user", "alice", `{"a":1}`, "application/json", "spiffe://a")
+	f.Add("/", "POST", "x-tenant", "\xff", "a=b&c", "application/x-www-form-urlencoded", "")
+	f.Fuzz(func(t *testing.T, path, method, hk, hv, body, ct, principal string) {
+		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+			Source: &authv3.AttributeContext_Peer{Principal: principal},
+			Request: &authv3.AttributeContext_Request{
+				Http: &authv3.AttributeContext_HttpRequest{Path: path, Method: method, Headers: map[string]string{hk: hv, "content-type": ct}, Body: body},
+			},
+		}}
+		whole, werr := AppendEnvoy(nil, req, Options{})
+		for tn, paths := range keepTrees {
+			tree := prune.New(paths)
+			got, err := AppendEnvoy(nil, req, Options{Keep: tree})
+			if (err == nil) != (werr == nil) {
+				t.Fatalf("%s: with Keep err = %v, whole err = %v", tn, err, werr)
+			}
+			if err != nil {
+				continue
+			}
+			want, err := tree.Append(nil, whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s:\n got %s\nwant %s", tn, got, want)
+			}
+		}
+	})
+}
+
+func BenchmarkAppendEnvoyKeep(b *testing.B) {
+	req := istioRequest()
+	req.Attributes.MetadataContext = nil
+	req.Attributes.TlsSession = nil
+	tree := prune.New(keepTrees["default-policy"])
+	buf := make([]byte, 0, 4096)
+	b.Run("keep", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			if buf, err = AppendEnvoy(buf[:0], req, Options{Keep: tree}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("whole-then-prune", func(b *testing.B) {
+		b.ReportAllocs()
+		out := make([]byte, 0, 4096)
+		for b.Loop() {
+			var err error
+			if buf, err = AppendEnvoy(buf[:0], req, Options{}); err != nil {
+				b.Fatal(err)
+			}
+			if out, err = tree.Append(out[:0], buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
