@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/maypok86/otter/v2"
 
@@ -345,16 +346,25 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 			return d, fmt.Errorf("extauthz: data revision: %w", err)
 		}
 		d.rev = rev
-		kb := make([]byte, 0, len(entrypoint)+len(input)+24)
-		kb = strconv.AppendUint(kb, p.gen.Load(), 36)
+		kp := p.bufs.Get().(*[]byte)
+		kb := strconv.AppendUint((*kp)[:0], p.gen.Load(), 36)
 		kb = append(kb, '/')
 		kb = strconv.AppendUint(kb, uint64(rev), 36)
 		kb = append(kb, '/')
 		kb = append(kb, entrypoint...)
 		kb = append(kb, 0)
 		kb = append(kb, input...)
-		key = string(kb)
-		if r, ok := p.cache.GetIfPresent(key); ok {
+		// The lookup does not keep its key, so it reads the buffer in
+		// place; only a miss copies the key, to insert it.
+		r, hit := p.cache.GetIfPresent(unsafe.String(unsafe.SliceData(kb), len(kb)))
+		if !hit {
+			key = string(kb)
+		}
+		if cap(kb) <= 64<<10 {
+			*kp = kb[:0]
+			p.bufs.Put(kp)
+		}
+		if hit {
 			d.Decision, d.cache = r, cacheHit
 			return d, nil
 		}
