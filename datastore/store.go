@@ -145,6 +145,10 @@ type BoltStore struct {
 	snap    atomic.Pointer[snapshot]
 	snapMu  sync.Mutex
 	writers int
+
+	// rev is the committed revision: every check reads it (for its cache
+	// key), so it is kept here rather than read in a transaction.
+	rev atomic.Uint64
 }
 
 // state is the schema and name dictionary in force.
@@ -231,6 +235,7 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 			return err
 		}
 		s.state.Store(st)
+		s.rev.Store(uint64(readRev(tx)))
 		return nil
 	})
 	if err != nil {
@@ -335,12 +340,19 @@ func (s *BoltStore) Revision(ctx context.Context) (Revision, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	var r Revision
-	err := s.db.View(func(tx *bolt.Tx) error {
-		r = readRev(tx)
-		return nil
-	})
-	return r, err
+	return Revision(s.rev.Load()), nil
+}
+
+// committed records rev once its transaction has committed. Commit
+// handlers run after bbolt's write lock is released, so two may run out
+// of order: the revision only moves forward.
+func (s *BoltStore) committed(rev Revision) {
+	for {
+		cur := s.rev.Load()
+		if uint64(rev) <= cur || s.rev.CompareAndSwap(cur, uint64(rev)) {
+			return
+		}
+	}
 }
 
 func readRev(tx *bolt.Tx) Revision {
@@ -359,6 +371,7 @@ func (s *BoltStore) bumpRev(tx *bolt.Tx, cs *ChangeSet, encoded []byte) (Revisio
 	if err := m.Put(kRev, be64(uint64(rev))); err != nil {
 		return 0, err
 	}
+	tx.OnCommit(func() { s.committed(rev) })
 	cs.Revision = rev
 	lb := tx.Bucket(bLog)
 	if err := lb.Put(be64(uint64(rev)), encoded); err != nil {
