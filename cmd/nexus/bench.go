@@ -89,10 +89,10 @@ func newBenchGenCmd() *cobra.Command {
 }
 
 type loadFlags struct {
-	target, iface, file, metrics, jsonOut string
-	inFlight, conns                       int
-	seed                                  uint64
-	baseline                              bool
+	target, iface, file, metrics, jsonOut, client string
+	inFlight, conns                               int
+	seed                                          uint64
+	baseline                                      bool
 }
 
 func (l *loadFlags) register(cmd *cobra.Command, inFlight int) {
@@ -104,6 +104,7 @@ func (l *loadFlags) register(cmd *cobra.Command, inFlight int) {
 	f.StringVar(&l.jsonOut, "json", "", "also write the result as JSON to this file")
 	f.IntVar(&l.inFlight, "in-flight", inFlight, "most requests in flight; more arrivals are dropped")
 	f.IntVar(&l.conns, "conns", 0, "connections: gRPC (default 1) or the HTTP idle pool (default 256)")
+	f.StringVar(&l.client, "grpc-client", bench.ClientLean, "gRPC client of the load generator: lean (its own HTTP/2 client) or grpc-go")
 	f.Uint64Var(&l.seed, "seed", 1, "seed of the random draw of checks")
 	f.BoolVar(&l.baseline, "baseline", false, "the target allows everything: do not count wrong decisions as failures")
 	_ = cmd.MarkFlagRequired("file")
@@ -114,7 +115,7 @@ func (l *loadFlags) prepare() (*bench.Target, []bench.Request, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := bench.NewTarget(bench.TargetConfig{Interface: l.iface, Addr: l.target, Conns: l.conns})
+	t, err := bench.NewTarget(bench.TargetConfig{Interface: l.iface, Addr: l.target, Conns: l.conns, Client: l.client})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -379,6 +380,7 @@ counted, not kept).`,
 	f.IntVar(&cfg.Capacity.MaxInFlight, "capacity-in-flight", bench.DefaultCapInFlight, "capacity: most requests in flight")
 	f.DurationVar(&cfg.Capacity.Warmup, "capacity-warmup", 5*time.Second, "capacity: unjudged window at the start rate before the first step (negative: none)")
 	f.IntVar(&cfg.Conns, "conns", 0, "connections per target: gRPC (default 1) or the HTTP idle pool (default 256)")
+	f.StringVar(&cfg.Client, "grpc-client", bench.ClientLean, "gRPC client of the load generator: lean (its own HTTP/2 client) or grpc-go")
 	f.BoolVar(&cfg.SkipLatency, "skip-latency", false, "no latency runs")
 	f.BoolVar(&cfg.SkipCapacity, "skip-capacity", false, "no capacity runs")
 	f.StringArrayVar(&notes, "note", nil, "a note for the report (repeatable)")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nexuspdp/nexus/compiler"
@@ -340,5 +342,74 @@ func TestRequestIDSuffix(t *testing.T) {
 	}
 	if h.GetHeaders()["x-user"] != "u1" || h.GetMethod() != "PUT" || h.GetPath() != "/tenants/t2/files/f9" || h.GetHeaders()[":authority"] == "" {
 		t.Fatalf("merged request lost fields: %v", h)
+	}
+}
+
+// TestLeanClient: the generator's own HTTP/2 client gives the same
+// decisions as grpc-go's, carries gRPC errors with their codes, and gives
+// up at the call's deadline.
+func TestLeanClient(t *testing.T) {
+	dir, err := smallData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := startInproc(t, dir, false)
+	checks, err := ReadChecksFile(filepath.Join(dir, GateFile("rebac3")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks = checks[:200]
+	for _, client := range []string{ClientLean, ClientGRPCGo} {
+		tg, err := NewTarget(TargetConfig{Interface: InterfaceGRPC, Addr: srv.GRPCAddr(), Client: client, Conns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs, err := tg.Prepare(checks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		got := make([]bool, len(reqs))
+		errs := make([]error, len(reqs))
+		for i := range reqs {
+			wg.Go(func() {
+				o := tg.Send(context.Background(), &reqs[i])
+				got[i], errs[i] = o.Allowed, o.Err
+			})
+		}
+		wg.Wait()
+		tg.Close()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: check %d: %v", client, i, err)
+			}
+			if got[i] != checks[i].Allow {
+				t.Fatalf("%s: check %d allowed=%v, want %v", client, i, got[i], checks[i].Allow)
+			}
+		}
+	}
+
+	ctx := context.Background()
+	c, err := dialH2(ctx, srv.GRPCAddr(), "/no.Such/Method")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if _, err := c.call(ctx, [2][]byte{nil, nil}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("unknown method: %v, want Unimplemented", err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	c2, err := dialH2(ctx, srv.GRPCAddr(), checkMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.close()
+	if _, err := c2.call(done, [2][]byte{nil, nil}); status.Code(err) != codes.Canceled {
+		t.Fatalf("canceled call: %v, want Canceled", err)
+	}
+	c2.close()
+	if _, err := c2.call(ctx, [2][]byte{nil, nil}); err == nil {
+		t.Fatal("a call on a closed connection succeeded")
 	}
 }

@@ -101,6 +101,8 @@ type RunConfig struct {
 	Capacity CapacityConfig
 	// Conns is TargetConfig.Conns of every target.
 	Conns int
+	// Client is TargetConfig.Client of every gRPC target.
+	Client string
 	// SkipLatency, SkipCapacity leave a kind of run out.
 	SkipLatency, SkipCapacity bool
 	// Servers starts the servers; Baseline nil skips the baseline.
@@ -190,7 +192,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 			tgts = append(tgts, tgt{"baseline", ps[0], base})
 		}
 		for _, tg := range tgts {
-			t, err := NewTarget(TargetConfig{Interface: iface, Addr: addr(tg.srv, iface), Conns: cfg.Conns})
+			t, err := NewTarget(TargetConfig{Interface: iface, Addr: addr(tg.srv, iface), Conns: cfg.Conns, Client: cfg.Client})
 			if err != nil {
 				return rep, err
 			}

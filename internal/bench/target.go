@@ -63,7 +63,18 @@ type TargetConfig struct {
 	Conns int
 	// Timeout bounds one request; zero means 5 s.
 	Timeout time.Duration
+	// Client is the gRPC client: ClientLean (the default) or ClientGRPCGo.
+	Client string
 }
+
+// gRPC clients of the load generator.
+const (
+	// ClientLean is the generator's own HTTP/2 client (h2conn): a
+	// fraction of grpc-go's CPU per call.
+	ClientLean = "lean"
+	// ClientGRPCGo is grpc-go's client, for comparison.
+	ClientGRPCGo = "grpc-go"
+)
 
 // Validate fills defaults and rejects nonsense.
 func (c *TargetConfig) Validate() error {
@@ -74,6 +85,13 @@ func (c *TargetConfig) Validate() error {
 	}
 	if c.Addr == "" {
 		return fmt.Errorf("%w: a target address is required", ErrConfig)
+	}
+	switch c.Client {
+	case "":
+		c.Client = ClientLean
+	case ClientLean, ClientGRPCGo:
+	default:
+		return fmt.Errorf("%w: gRPC client %q: want lean or grpc-go", ErrConfig, c.Client)
 	}
 	if c.Conns < 0 || c.Timeout < 0 {
 		return fmt.Errorf("%w: negative connections or timeout", ErrConfig)
@@ -96,6 +114,7 @@ func (c *TargetConfig) Validate() error {
 type Target struct {
 	cfg   TargetConfig
 	conns []*grpc.ClientConn
+	h2    []*h2conn
 	next  atomic.Uint64
 	http  *http.Client
 	url   string
@@ -114,6 +133,17 @@ func NewTarget(cfg TargetConfig) (*Target, error) {
 	switch cfg.Interface {
 	case InterfaceGRPC:
 		for range cfg.Conns {
+			if cfg.Client == ClientLean {
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+				c, err := dialH2(ctx, cfg.Addr, checkMethod)
+				cancel()
+				if err != nil {
+					_ = t.Close()
+					return nil, err
+				}
+				t.h2 = append(t.h2, c)
+				continue
+			}
 			c, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				_ = t.Close()
@@ -148,6 +178,9 @@ func (t *Target) Close() error {
 	for _, c := range t.conns {
 		errs = append(errs, c.Close())
 	}
+	for _, c := range t.h2 {
+		errs = append(errs, c.close())
+	}
 	if t.http != nil {
 		t.http.CloseIdleConnections()
 	}
@@ -160,7 +193,7 @@ func (t *Target) Warm(ctx context.Context, reqs []Request) error {
 	if len(reqs) == 0 {
 		return nil
 	}
-	n := 4 * len(t.conns)
+	n := 4 * (len(t.conns) + len(t.h2))
 	if n == 0 {
 		n = 16
 	}
@@ -341,6 +374,18 @@ func statusCode(b []byte) (int32, bool, error) {
 	return 0, false, nil
 }
 
+// grpcOutcome is the decision a CheckResponse's status code carries.
+func grpcOutcome(code int32) Outcome {
+	switch codes.Code(code) {
+	case codes.OK:
+		return Outcome{Allowed: true}
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return Outcome{}
+	default:
+		return Outcome{Err: fmt.Errorf("bench: check status %v", codes.Code(code))}
+	}
+}
+
 var checkMethod = "/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check"
 
 var httpBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -353,20 +398,27 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 	if t.cfg.Interface == InterfaceGRPC {
 		var idb [48]byte
 		id := strconv.AppendUint(append(idb[:0], t.idPrefix...), seq, 36)
-		m := &rawMsg{parts: [2][]byte{r.body, requestIDSuffix(make([]byte, 0, 64), string(id))}}
+		var sb [160]byte
+		parts := [2][]byte{r.body, requestIDSuffix(sb[:0], string(id))}
+		if len(t.h2) > 0 {
+			cl, err := t.h2[t.next.Add(1)%uint64(len(t.h2))].call(ctx, parts)
+			if err != nil {
+				return Outcome{Err: err, GRPCCode: status.Code(err)}
+			}
+			code, _, err := statusCode(cl.resp)
+			cl.release()
+			if err != nil {
+				return Outcome{Err: err}
+			}
+			return grpcOutcome(code)
+		}
+		m := &rawMsg{parts: parts}
 		conn := t.conns[t.next.Add(1)%uint64(len(t.conns))]
 		err := conn.Invoke(ctx, checkMethod, m, m, grpc.ForceCodecV2(rawCodec{}))
 		if err != nil {
 			return Outcome{Err: err, GRPCCode: status.Code(err)}
 		}
-		switch codes.Code(m.code) {
-		case codes.OK:
-			return Outcome{Allowed: true}
-		case codes.PermissionDenied, codes.Unauthenticated:
-			return Outcome{}
-		default:
-			return Outcome{Err: fmt.Errorf("bench: check status %v", codes.Code(m.code))}
-		}
+		return grpcOutcome(m.code)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(r.body))
 	if err != nil {
