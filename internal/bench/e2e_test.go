@@ -252,12 +252,6 @@ func TestRun(t *testing.T) {
 		if l.Server.Decisions < float64(l.Load.Completed) || l.Server.Latency.Count == 0 || l.Server.Latency.P99 <= 0 {
 			t.Errorf("%s: server figures %+v for %d completed", name, l.Server, l.Load.Completed)
 		}
-		// The allow-only baseline reads no input, so the server passes it
-		// an empty (pruned) input and answers it from the decision cache;
-		// nexus' policy reads the headers, x-request-id among them.
-		if _, ok := l.Server.ByCache["miss"]; !ok && r.Interface == InterfaceGRPC && r.Target == "nexus" {
-			t.Errorf("%s: no cache-miss split: %+v", name, l.Server.ByCache)
-		}
 		if l.Server.CPUSeconds <= 0 || l.Server.PeakRSSBytes <= 0 {
 			t.Errorf("%s: CPU %v s, peak RSS %v", name, l.Server.CPUSeconds, l.Server.PeakRSSBytes)
 		}
@@ -273,11 +267,12 @@ func TestRun(t *testing.T) {
 		case len(c.Steps) == 2 && c.Steps[1].Load.OfferedRate != 125:
 			t.Errorf("%s: second step at %v/s, want 125", name, c.Steps[1].Load.OfferedRate)
 		}
-		if r.Interface == InterfaceGRPC && r.Target == "nexus" && l.Server.CacheHitRatio != 0 {
-			t.Errorf("%s: cache hits %v with a fresh x-request-id per request", name, l.Server.CacheHitRatio)
-		}
-		if r.Interface == InterfaceAllowed && r.Target == "nexus" && l.Server.CacheHitRatio == 0 {
-			t.Errorf("%s: no cache hits for repeated application checks", name)
+		// The gate asked every check already; the policy reads neither
+		// the request ID, fresh in every gRPC request, nor the other
+		// headers the generator sends, so repeated checks hit the cache
+		// on every interface.
+		if r.Target == "nexus" && l.Server.CacheHitRatio == 0 {
+			t.Errorf("%s: no cache hits for repeated checks", name)
 		}
 	}
 	var md strings.Builder
