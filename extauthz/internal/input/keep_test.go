@@ -15,7 +15,7 @@ import (
 // keepTrees are selections a policy could make: the default policy's,
 // deep and whole paths, keys that are absent, and nothing at all.
 var keepTrees = map[string][][]string{
-	"default-policy": {{"attributes", "request", "http", "method"}, {"attributes", "request", "http", "headers", "x-user"}, {"attributes", "request", "http", "headers", "x-tenant"}, {"parsed_path"}, {"attributes", "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn"}},
+	"default-policy":   {{"attributes", "request", "http", "method"}, {"attributes", "request", "http", "headers", "x-user"}, {"attributes", "request", "http", "headers", "x-tenant"}, {"parsed_path"}, {"attributes", "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn"}},
 	"whole-attributes": {{"attributes"}, {"parsed_query"}},
 	"peers":            {{"attributes", "source", "principal"}, {"attributes", "destination", "address", "socketAddress", "portValue"}, {"attributes", "source", "labels", "app"}, {"attributes", "contextExtensions"}},
 	"http-whole":       {{"attributes", "request", "http"}, {"attributes", "request", "time"}},
