@@ -5,6 +5,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/extauthz/internal/input"
 	"github.com/nexuspdp/nexus/extauthz/internal/prune"
 )
@@ -29,4 +30,12 @@ func (s *Server) CheckReloadingOnce(ctx context.Context, req *authv3.CheckReques
 		return out, err
 	})
 	return d.Allowed, builds, err
+}
+
+// PolicyData is the data the server loads a policy with: data plus the
+// schema's roles and permissions, the route rules' split paths and their
+// index.
+func PolicyData(data []byte, sc *datastore.Schema) ([]byte, error) {
+	d, _, err := withSchema(data, sc)
+	return d, err
 }

@@ -173,6 +173,11 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 				}
 			}
 		}
+		if _, has := nx["route_index"]; !has {
+			if idx, ok := routeIndex(routes); ok {
+				nx["route_index"] = idx
+			}
+		}
 	}
 	if sc == nil {
 		out, err := json.Marshal(doc)
@@ -195,6 +200,35 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 		return nil, nil, fmt.Errorf("extauthz: policy data: %w", err)
 	}
 	return out, types, nil
+}
+
+// routeIndex lists the positions of the route rules by the number of
+// segments of their path and by method ("*" included), in data order, so
+// that the default policy matches a request against its candidates only.
+// It gives up (false) on a rule without a string method and segments.
+func routeIndex(routes []any) ([]map[string][]int, bool) {
+	var idx []map[string][]int
+	for i, r := range routes {
+		m, _ := r.(map[string]any)
+		method, ok := m["method"].(string)
+		if !ok {
+			return nil, false
+		}
+		var n int
+		switch segs := m["segments"].(type) {
+		case []string:
+			n = len(segs)
+		case []any:
+			n = len(segs)
+		default:
+			return nil, false
+		}
+		for len(idx) <= n {
+			idx = append(idx, map[string][]int{})
+		}
+		idx[n][method] = append(idx[n][method], i)
+	}
+	return idx, true
 }
 
 // knownType reports whether the schema declares typ (true when there is

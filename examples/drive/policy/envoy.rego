@@ -10,7 +10,8 @@
 # the policy; without them the policy splits the path itself. The subject
 # comes from the header data.nexus.subject_header (or the "sub" of a JWT
 # verified by Envoy's jwt_authn filter); the tenant from a path segment or
-# the header data.nexus.tenant_header.
+# the header data.nexus.tenant_header. The server also indexes the route rules
+# (data.nexus.route_index, below).
 package nexus.envoy
 
 import rego.v1
@@ -28,20 +29,43 @@ segments(r) := r.segments
 
 segments(r) := split(trim_prefix(r.path, "/"), "/") if not r.segments
 
-segment_matches(pattern, _) if pattern in {"*", "{id}", "{tenant}"}
+wildcards := {"*", "{id}", "{tenant}"}
+
+path_length := count(input.parsed_path)
+
+segment_matches(pattern, _) if wildcards[pattern]
 
 segment_matches(pattern, value) if pattern == value
 
+method_matches(m) if m == method
+
+method_matches("*")
+
 route_matches(r) if {
-	r.method in {method, "*"}
+	method_matches(r.method)
 	parts := segments(r)
-	count(parts) == count(input.parsed_path)
+	count(parts) == path_length
 	every i, p in parts {
 		segment_matches(p, input.parsed_path[i])
 	}
 }
 
-route := [r | some r in data.nexus.routes; route_matches(r)][0]
+# The candidates are the rules whose path has as many segments as the
+# request's and whose method is the request's or "*". The server indexes the
+# rules so when it loads the policy (data.nexus.route_index: by segment count,
+# then method, the rules' positions); without the index every rule is a
+# candidate. The first matching rule in data order wins.
+candidates contains i if {
+	some m in [method, "*"]
+	some i in data.nexus.route_index[path_length][m]
+}
+
+candidates contains i if {
+	not data.nexus.route_index
+	some i, _ in data.nexus.routes
+}
+
+route := data.nexus.routes[min({i | some i in candidates; route_matches(data.nexus.routes[i])})]
 
 route_segments := segments(route)
 
