@@ -38,7 +38,7 @@ bench-go:
 # bench runs the anchor's benchmark method on the small data set (gen,
 # gate, latency and capacity for RBAC and ReBAC depth 0-3 over gRPC, RBAC
 # and depth 3 over /allowed and AuthZEN, each next to an allow-only
-# baseline) with short windows: about 13 minutes on 2 cores. The report
+# baseline) with short windows: 13 to 15 minutes on 2 cores. The report
 # lands in $(BENCH_OUT)/report.md and report.json (see BENCHMARKS.md).
 BENCH_OUT       ?= bench-out
 BENCH_LARGE_OUT ?= bench-out-large

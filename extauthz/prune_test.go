@@ -7,6 +7,8 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
@@ -28,18 +30,7 @@ func TestPrunedInputSameDecision(t *testing.T) {
 		t.Fatal("the default policy's input paths are unknown: it would not be pruned")
 	}
 	tree := prune.New(paths)
-	reg := engine.NewRegistry()
-	if err := builtins.Register(reg, ts.store); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = eng.Close(ctx) })
-	if err := eng.Load(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	eng := loadedEngine(t, ts.store, b)
 	reqs := []*authv3.CheckRequest{
 		envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}),
 		envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-request-id": "5f0c1e2a"}),
@@ -74,4 +65,28 @@ func TestPrunedInputSameDecision(t *testing.T) {
 			t.Fatalf("%s %s: full input gives %s (%v), pruned gives %s (%v)", r.Attributes.Request.Http.Method, r.Attributes.Request.Http.Path, a, errA, p, errP)
 		}
 	}
+}
+
+// loadedEngine is a new engine with b loaded, its relationship builtins
+// reading store.
+func loadedEngine(t *testing.T, store *datastore.BoltStore, b *compiler.Bundle) *engine.Engine {
+	t.Helper()
+	eng := storeEngine(t, store)
+	if err := eng.Load(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// storeEngine is a new engine whose relationship builtins read store,
+// closed when the test ends.
+func storeEngine(tb testing.TB, store *datastore.BoltStore) *engine.Engine {
+	tb.Helper()
+	ctx := context.Background()
+	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = eng.Close(ctx) })
+	return eng
 }

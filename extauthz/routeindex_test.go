@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/extauthz/internal/input"
@@ -61,19 +59,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	eval := func(data []byte) func([]byte) string {
-		reg := engine.NewRegistry()
-		if err := builtins.Register(reg, ts.store); err != nil {
-			t.Fatal(err)
-		}
-		eng, err := engine.New(ctx, engine.Config{Builtins: reg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = eng.Close(ctx) })
-		nb := compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data}
-		if err := eng.Load(ctx, &nb); err != nil {
-			t.Fatal(err)
-		}
+		eng := loadedEngine(t, ts.store, &compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
 		return func(in []byte) string {
 			out, err := eng.Eval(ctx, policy.EnvoyEntrypoint, in, nil)
 			if err != nil {

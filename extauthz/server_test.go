@@ -25,8 +25,6 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/examples/drive"
 	"github.com/nexuspdp/nexus/examples/drive/demo"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
@@ -94,15 +92,7 @@ func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 	if _, err := demo.Load(ctx, store); err != nil {
 		tb.Fatal(err)
 	}
-	reg := engine.NewRegistry()
-	if err := builtins.Register(reg, store); err != nil {
-		tb.Fatal(err)
-	}
-	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = eng.Close(ctx) })
+	eng := storeEngine(tb, store)
 	b, err := defaultBundle()
 	if err != nil {
 		tb.Fatal(err)

@@ -33,11 +33,7 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 	if _, err := demo.Load(ctx, store); err != nil {
 		t.Fatal(err)
 	}
-	reg := engine.NewRegistry()
-	if err := builtins.Register(reg, store); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
+	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

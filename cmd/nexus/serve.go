@@ -224,11 +224,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 			log.Error("closing the store", "err", err)
 		}
 	}()
-	reg := engine.NewRegistry()
-	if err := builtins.Register(reg, store); err != nil {
-		return err
-	}
-	eng, err := engine.New(ctx, engine.Config{Logger: log, Builtins: reg, MaxInstances: c.MaxInstances})
+	eng, err := builtins.NewEngine(ctx, store, engine.Config{Logger: log, MaxInstances: c.MaxInstances})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,10 @@
 // registers nexus' host builtins (declared in compiler.NexusBuiltins) with
 // an engine's registry, backed by a datastore.Store.
 //
+//	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
+//
+// or, to add builtins of one's own to the same registry:
+//
 //	reg := engine.NewRegistry()
 //	if err := builtins.Register(reg, store); err != nil { ... }
 //	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
@@ -30,6 +34,19 @@ import (
 // roleAppender is the allocation-free form of Roles that *BoltStore has.
 type roleAppender interface {
 	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
+}
+
+// NewEngine returns an engine whose policies can call the relationship
+// builtins over s, besides those cfg.Builtins already holds (a new registry
+// if nil).
+func NewEngine(ctx context.Context, s datastore.Store, cfg engine.Config) (*engine.Engine, error) {
+	if cfg.Builtins == nil {
+		cfg.Builtins = engine.NewRegistry()
+	}
+	if err := Register(cfg.Builtins, s); err != nil {
+		return nil, err
+	}
+	return engine.New(ctx, cfg)
 }
 
 // Register adds nexus.check, nexus.roles, nexus.relations,

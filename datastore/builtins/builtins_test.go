@@ -184,15 +184,11 @@ func TestBuiltinErrorFailsClosed(t *testing.T) {
 func newEngine(t *testing.T, s *datastore.BoltStore, file, module, entrypoint string) *engine.Engine {
 	t.Helper()
 	ctx := context.Background()
-	reg := engine.NewRegistry()
-	if err := builtins.Register(reg, s); err != nil {
-		t.Fatal(err)
-	}
 	b, err := compiler.Compile(ctx, compiler.Options{Modules: map[string]string{file: module}, Entrypoints: []string{entrypoint}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(ctx, engine.Config{Builtins: reg})
+	e, err := builtins.NewEngine(ctx, s, engine.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,11 +93,7 @@ func startInproc(t testing.TB, dataDir string, baseline bool) *inproc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := engine.NewRegistry()
-	if err := builtins.Register(reg, store); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(ctx, engine.Config{Builtins: reg})
+	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
