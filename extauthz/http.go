@@ -127,17 +127,15 @@ func (s *Server) denyHTTP(w http.ResponseWriter, err error) {
 	writeError(w, err)
 }
 
-func (s *Server) countError(iface string, err error) { s.p.countError(iface, err) }
-
 // check runs one application check through the authz entrypoint.
 func (s *Server) check(ctx context.Context, iface string, c *checkapi.Check) (decision, error) {
 	if s.cfg.AuthzEntrypoint == DefaultAuthzEntrypoint && !s.p.knownType(c.Resource.Type) {
 		err := errorf(errUnknownType, "resource.type %q is not a type of the schema", c.Resource.Type)
-		s.countError(iface, err)
+		s.p.countError(iface, err)
 		return decision{}, err
 	}
 	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
-	return s.p.decide(ctx, iface, s.cfg.AuthzEntrypoint, c.Input(), md)
+	return s.p.decideDocument(ctx, iface, s.cfg.AuthzEntrypoint, c.Input(), md)
 }
 
 func (s *Server) handleAuthZEN(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +146,7 @@ func (s *Server) handleAuthZEN(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := checkapi.ReadAuthZEN(strings.NewReader(string(body)))
 	if err != nil {
-		s.countError(ifaceAuthZEN, err)
+		s.p.countError(ifaceAuthZEN, err)
 		writeError(w, err)
 		return
 	}
@@ -176,7 +174,7 @@ func (s *Server) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	cs, sem, err := checkapi.ReadAuthZENBatch(strings.NewReader(string(body)), s.cfg.MaxBatch)
 	if err != nil {
-		s.countError(ifaceAuthZEN, err)
+		s.p.countError(ifaceAuthZEN, err)
 		writeError(w, err)
 		return
 	}
@@ -214,7 +212,7 @@ func (s *Server) handleAllowed(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := checkapi.ReadPermit(strings.NewReader(string(body)))
 	if err != nil {
-		s.countError(ifacePermit, err)
+		s.p.countError(ifacePermit, err)
 		writeError(w, err)
 		return
 	}
@@ -234,7 +232,7 @@ func (s *Server) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
 	}
 	cs, err := checkapi.ReadPermitBulk(strings.NewReader(string(body)), s.cfg.MaxBatch)
 	if err != nil {
-		s.countError(ifacePermit, err)
+		s.p.countError(ifacePermit, err)
 		writeError(w, err)
 		return
 	}

@@ -57,8 +57,7 @@ type pdp struct {
 // meta describes a check for the decision log.
 type meta struct {
 	subject, action, resource string
-	// view, if set, is the view the input was written for (already
-	// pruned); otherwise decide prunes the input itself.
+	// view is the view the input was written (pruned) for.
 	view *inputView
 }
 
@@ -242,17 +241,12 @@ func (p *pdp) knownType(typ string) bool {
 func (p *pdp) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (decision, error) {
 	start := time.Now()
 	d, err := p.decideUncounted(ctx, entrypoint, input, md.view)
-	for i := 0; err == errStale && md.view == nil && i < 2; i++ {
-		d, err = p.decideUncounted(ctx, entrypoint, input, nil)
-	}
-	if err == errStale && md.view != nil {
+	if err == errStale {
 		return d, err // the caller builds the input again
 	}
 	elapsed := time.Since(start)
 	if err != nil {
-		code, _, _ := classify(err)
-		p.m.errors.WithLabelValues(iface, code).Inc()
-		p.m.decisions.WithLabelValues(iface, "deny", reasonLabel(code)).Inc()
+		code := p.countError(iface, err)
 		d.Reason = code
 	} else {
 		res := "deny"
@@ -299,14 +293,9 @@ func (p *pdp) policyRev() *string {
 // loaded meanwhile it builds again, so that the policy deciding always
 // gets the input pruned for it. Build errors are counted as decisions.
 func (p *pdp) decideBuilt(ctx context.Context, iface, entrypoint string, md meta, build func([]byte, *prune.Tree) ([]byte, error)) (decision, error) {
-	bp := p.bufs.Get().(*[]byte)
-	buf := (*bp)[:0]
-	defer func() {
-		if cap(buf) <= 64<<10 {
-			*bp = buf[:0]
-			p.bufs.Put(bp)
-		}
-	}()
+	bp := p.buf()
+	buf := *bp
+	defer func() { p.putBuf(bp, buf) }()
 	for attempt := 0; ; attempt++ {
 		v := p.view.Load()
 		var keep *prune.Tree
@@ -330,42 +319,47 @@ func (p *pdp) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 	}
 }
 
-// countError counts a denial that did not reach decide.
-func (p *pdp) countError(iface string, err error) {
-	code, _, _ := classify(err)
-	p.m.errors.WithLabelValues(iface, code).Inc()
-	p.m.decisions.WithLabelValues(iface, "deny", code).Inc()
+// decideDocument decides a whole input document (an application check):
+// it is pruned to what the loaded policy reads.
+func (p *pdp) decideDocument(ctx context.Context, iface, entrypoint string, doc []byte, md meta) (decision, error) {
+	return p.decideBuilt(ctx, iface, entrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
+		if keep == nil {
+			return append(dst, doc...), nil
+		}
+		out, err := keep.Append(dst, doc)
+		if err != nil {
+			return out, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
+		}
+		return out, nil
+	})
 }
 
-// decideUncounted decides input. With a view, input was written for it;
-// without, the loaded view prunes it here. It returns errStale if the
-// view is no longer the loaded one when the decision is made.
+// countError counts a denial for err and returns its code.
+func (p *pdp) countError(iface string, err error) string {
+	code, _, _ := classify(err)
+	p.m.errors.WithLabelValues(iface, code).Inc()
+	p.m.decisions.WithLabelValues(iface, "deny", reasonLabel(code)).Inc()
+	return code
+}
+
+// buf takes a buffer from the pool; putBuf returns it with b, its grown
+// contents, unless b grew too big to keep.
+func (p *pdp) buf() *[]byte { return p.bufs.Get().(*[]byte) }
+
+func (p *pdp) putBuf(bp *[]byte, b []byte) {
+	if cap(b) <= 64<<10 {
+		*bp = b[:0]
+		p.bufs.Put(bp)
+	}
+}
+
+// decideUncounted decides input, written for view v (nil before a policy
+// is loaded). It returns errStale if v is no longer the loaded view when
+// the decision is made.
 func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []byte, v *inputView) (d decision, err error) {
 	d = decision{cache: cacheDisabled}
 	if !p.ready.Load() {
 		return d, ErrNotReady
-	}
-	if v == nil {
-		v = p.view.Load()
-		if v == nil {
-			return d, ErrNotReady
-		}
-		if t := v.keep; t != nil {
-			// Only what the policy reads goes to the module and into the
-			// cache key.
-			pb := p.bufs.Get().(*[]byte)
-			pruned, err := t.Append((*pb)[:0], input)
-			defer func() {
-				if cap(pruned) <= 64<<10 {
-					*pb = pruned[:0]
-					p.bufs.Put(pb)
-				}
-			}()
-			if err != nil {
-				return d, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
-			}
-			input = pruned
-		}
 	}
 	defer func() {
 		if err == nil && p.view.Load() != v {
@@ -380,7 +374,7 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 			return d, fmt.Errorf("extauthz: data revision: %w", err)
 		}
 		d.rev = rev
-		kp := p.bufs.Get().(*[]byte)
+		kp := p.buf()
 		kb := strconv.AppendUint((*kp)[:0], p.gen.Load(), 36)
 		kb = append(kb, '/')
 		kb = strconv.AppendUint(kb, uint64(rev), 36)
@@ -394,10 +388,7 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 		if !hit {
 			key = string(kb)
 		}
-		if cap(kb) <= 64<<10 {
-			*kp = kb[:0]
-			p.bufs.Put(kp)
-		}
+		p.putBuf(kp, kb)
 		if hit {
 			d.Decision, d.cache = r, cacheHit
 			return d, nil
@@ -405,15 +396,12 @@ func (p *pdp) decideUncounted(ctx context.Context, entrypoint string, input []by
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.EvalTimeout)
 	defer cancel()
-	bp := p.bufs.Get().(*[]byte)
+	bp := p.buf()
 	out, err := p.eng.Eval(ctx, entrypoint, input, (*bp)[:0])
 	if err == nil {
 		d.Decision, err = p.parseResult(out)
 	}
-	if cap(out) <= 64<<10 {
-		*bp = out[:0]
-		p.bufs.Put(bp)
-	}
+	p.putBuf(bp, out)
 	if err != nil {
 		return d, err
 	}
