@@ -48,7 +48,7 @@ func (p *policy) instantiateHost(ctx context.Context) error {
 
 // instanceOf finds the instance a host function was called from.
 func (p *policy) instanceOf(mod api.Module) *instance {
-	if v, ok := p.instances.Load(mod); ok {
+	if v, ok := p.wd.live.Load(mod); ok {
 		return v.(*instance)
 	}
 	return nil
@@ -290,7 +290,7 @@ func appendJSONString(b []byte, s string) []byte {
 type builtinState struct {
 	bctx   *topdown.BuiltinContext
 	cancel topdown.Cancel
-	stop   chan struct{}
+	stop   func() bool // stops the cancellation of cancel
 }
 
 func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.BuiltinContext {
@@ -309,14 +309,7 @@ func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.Bu
 		Capabilities: compiler.Capabilities(),
 	}
 	if ctx.Done() != nil {
-		s.stop = make(chan struct{})
-		go func(cancel topdown.Cancel, stop chan struct{}) {
-			select {
-			case <-ctx.Done():
-				cancel.Cancel()
-			case <-stop:
-			}
-		}(s.cancel, s.stop)
+		s.stop = context.AfterFunc(ctx, s.cancel.Cancel)
 	}
 	return s.bctx
 }
@@ -324,7 +317,7 @@ func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.Bu
 // done ends the evaluation's builtin state.
 func (s *builtinState) done() {
 	if s.stop != nil {
-		close(s.stop)
+		s.stop()
 	}
 	*s = builtinState{}
 }

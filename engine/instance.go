@@ -102,12 +102,10 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, input
 	if res == 0 || res >= size {
 		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Err: errNoResult}
 	}
-	b, _ := in.mem.Read(res, size-res)
-	n := bytes.IndexByte(b, 0)
-	if n < 0 {
+	b, ok := in.cstring(res)
+	if !ok {
 		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unterminated result"}
 	}
-	b = b[:n]
 	if len(b) == 2 && b[0] == '[' && b[1] == ']' {
 		return dst, ErrUndefined
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +42,7 @@ type policy struct {
 	falseAddr   uint32
 
 	pool
-	wd        *watchdog
-	instances *sync.Map // api.Module -> *instance, shared by the engine
+	wd        *watchdog // its live map holds every instance of the engine
 	stats     *counters
 
 	loadTime  time.Duration
@@ -62,7 +60,7 @@ func newPolicy(ctx context.Context, cfg *Config, wd *watchdog, cache wazero.Comp
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	p := &policy{cfg: cfg, revision: b.Manifest.Revision, wd: wd, instances: &wd.live, stats: stats, printHook: printWriter{cfg.Print}}
+	p := &policy{cfg: cfg, revision: b.Manifest.Revision, wd: wd, stats: stats, printHook: printWriter{cfg.Print}}
 	p.runtime = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().
 		// Deadlines are enforced by the engine's watchdog through the
 		// interrupt flag wasmbin adds, not by wazero's per-call goroutine.
@@ -86,8 +84,7 @@ func newPolicy(ctx context.Context, cfg *Config, wd *watchdog, cache wazero.Comp
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrInvalidBundle, err)
 	}
 	if err := p.initFrom(ctx, inst, b); err != nil {
-		p.instances.Delete(inst.mod)
-		_ = inst.mod.Close(context.Background())
+		p.drop(inst)
 		return nil, err
 	}
 	p.pool.init(cfg.MaxInstances)
@@ -221,7 +218,7 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("%w: module lacks the interrupt flag", ErrInvalidBundle)
 	}
 	inst.interrupt = g
-	p.instances.Store(mod, inst)
+	p.wd.live.Store(mod, inst)
 	return inst, nil
 }
 
@@ -234,14 +231,12 @@ func (p *policy) newInstance(slot int) (*instance, error) {
 	}
 	if cur := inst.mem.Size() / pageSize; cur < p.pages {
 		if _, ok := inst.mem.Grow(p.pages - cur); !ok {
-			p.instances.Delete(inst.mod)
-			_ = inst.mod.Close(ctx)
+			p.drop(inst)
 			return nil, &EvalError{Code: CodeMemory, Message: "cannot grow a new instance to the snapshot size"}
 		}
 	}
 	if !inst.mem.Write(0, p.snapshot) {
-		p.instances.Delete(inst.mod)
-		_ = inst.mod.Close(ctx)
+		p.drop(inst)
 		return nil, fmt.Errorf("engine: snapshot does not fit")
 	}
 	inst.slot = slot

@@ -163,10 +163,16 @@ func (p *policy) signal() {
 	}
 }
 
+// closeInstance closes an instance the pool counted.
 func (p *policy) closeInstance(inst *instance) {
-	p.instances.Delete(inst.mod)
-	_ = inst.mod.Close(context.Background())
+	p.drop(inst)
 	p.unref()
+}
+
+// drop forgets and closes inst.
+func (p *policy) drop(inst *instance) {
+	p.wd.live.Delete(inst.mod)
+	_ = inst.mod.Close(context.Background())
 }
 
 // retire stops handing out instances, closes the idle ones and drops the
