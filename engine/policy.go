@@ -42,8 +42,8 @@ type policy struct {
 	falseAddr   uint32
 
 	pool
-	wd        *watchdog // its live map holds every instance of the engine
-	stats     *counters
+	wd    *watchdog // its live map holds every instance of the engine
+	stats *counters
 
 	loadTime  time.Duration
 	printHook printWriter
