@@ -99,7 +99,6 @@ type checker struct {
 
 	sType, sID, sRel string
 	stID, srID       uint64
-	stKnown          bool
 
 	// nodes memoises results (and marks evaluations in progress) within
 	// one check: a short slice scanned linearly, indexed by a map once
@@ -110,7 +109,6 @@ type checker struct {
 	tups  []tupEnt
 	kb    []byte
 	lists [][]target
-	trace bool
 }
 
 type node struct {
@@ -174,10 +172,7 @@ func (c *checker) reset() {
 		c.lists[i] = c.lists[i][:0]
 	}
 	c.st = nil
-	c.trace = false
 }
-
-var errCheckDepth = fmt.Errorf("%w", ErrDepthExceeded)
 
 // Check evaluates req; see Store.
 func (s *BoltStore) Check(ctx context.Context, req CheckRequest) (CheckResult, error) {
@@ -239,11 +234,10 @@ func (s *BoltStore) check1(ctx context.Context, objType, objID, perm string, sub
 	c.st = st
 	c.maxDepth = s.cfg.MaxDepth
 	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
-	var ok1, ok2 bool
-	c.stID, ok1 = st.dict.id(sub.Type)
-	c.srID, ok2 = st.dict.id(sub.Relation)
-	c.stKnown = ok1 && ok2
-	c.trace = trace
+	// The schema's type and member names are all in the dictionary (and
+	// "" always is), and the subject was checked against the schema above.
+	c.stID, _ = st.dict.id(sub.Type)
+	c.srID, _ = st.dict.id(sub.Relation)
 	sn, own, err := s.acquire()
 	if err != nil {
 		return false, nil, err
@@ -280,7 +274,7 @@ func (c *checker) list(depth int) []target {
 // on a cycle cut (then it is not memoised).
 func (c *checker) member(m *member, id string, depth int, tr *Trace) (res, cut bool, err error) {
 	if depth > c.maxDepth {
-		return false, false, errCheckDepth
+		return false, false, ErrDepthExceeded
 	}
 	var node *Trace
 	if tr != nil {
@@ -442,14 +436,18 @@ eval:
 // userset tuple whose userset contains the subject.
 func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut bool, err error) {
 	typeID, relID := m.typeID, m.relID
+	direct := m.accepts(c.sType, c.sRel)
+	if !direct && !m.hasUserset {
+		return false, false, nil // nothing stored here can hold the subject
+	}
 	o, err := c.object(typeID, id)
 	if err != nil {
 		return false, false, err
 	}
 	if o != nil {
-		return c.relationCached(m, o, id, depth, tr)
+		return c.relationCached(m, o, id, depth, direct, tr)
 	}
-	if c.stKnown && m.accepts(c.sType, c.sRel) {
+	if direct {
 		c.kb = appendObjKey(c.kb[:0], ids{ot: typeID, rel: relID, st: c.stID, sr: c.srID}, id, c.sID)
 		if k, _ := c.cur.Seek(c.kb); k != nil && bytes.Equal(k, c.kb) {
 			if tr != nil {
@@ -647,11 +645,12 @@ func (c *checker) object(typeID uint64, id string) (*objTuples, error) {
 }
 
 // relationCached is relation over an object's cached tuples.
-func (c *checker) relationCached(m *member, o *objTuples, id string, depth int, tr *Trace) (res, cut bool, err error) {
+// direct is whether m accepts the subject's type.
+func (c *checker) relationCached(m *member, o *objTuples, id string, depth int, direct bool, tr *Trace) (res, cut bool, err error) {
 	start, end := o.start, o.end // o may move when c.objs grows
-	if c.stKnown {
+	if direct {
 		for _, te := range c.tups[start:end] {
-			if te.rel == m.relID && te.sr == c.srID && te.st == c.stID && te.sid == c.sID && m.accepts(c.sType, c.sRel) {
+			if te.rel == m.relID && te.sr == c.srID && te.st == c.stID && te.sid == c.sID {
 				if tr != nil {
 					tr.Children = append(tr.Children, &Trace{Kind: "tuple", Result: true,
 						Name: api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name, Subject: api.Subject{Type: c.sType, ID: c.sID, Relation: c.sRel}}.String()})

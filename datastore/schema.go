@@ -44,20 +44,17 @@ type typeDef struct {
 	order   []*member
 }
 
-// member is a relation or a permission of a type; idx numbers it within the
-// type (for memo keys).
+// member is a relation or a permission of a type.
 type member struct {
 	typ     *typeDef
 	name    string
-	idx     int
 	perm    bool
 	allowed []SubjectType // relations
 	expr    *expr         // permissions
 	src     string        // permission source text
 	line    int
 	col     int
-	// compiled for relations: does it accept direct subjects / usersets?
-	hasDirect  bool
+	// compiled for relations: does it accept usersets?
 	hasUserset bool
 
 	// bound to a store's dictionary by bind
@@ -217,7 +214,7 @@ func (p *schemaParser) addMember(t *typeDef, key *yaml.Node) *member {
 		p.errf(key, t.name, name, "declared twice (relations and permissions share one namespace)")
 		return nil
 	}
-	m := &member{typ: t, name: name, idx: len(t.order), line: key.Line, col: key.Column}
+	m := &member{typ: t, name: name, line: key.Line, col: key.Column}
 	t.members[name] = m
 	t.order = append(t.order, m)
 	return m
@@ -395,8 +392,6 @@ func (p *schemaParser) resolve() {
 						p.errf(nil, t.name, m.name, "subject type %s: type %s has no relation or permission %q (line %d)", st, st.Type, st.Relation, m.line)
 					}
 					m.hasUserset = true
-				} else {
-					m.hasDirect = true
 				}
 			}
 		}

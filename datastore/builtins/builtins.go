@@ -52,12 +52,13 @@ func NewEngine(ctx context.Context, s datastore.Store, cfg engine.Config) (*engi
 // Register adds nexus.check, nexus.roles, nexus.relations,
 // nexus.lookup_resources and nexus.lookup_subjects to reg.
 func Register(reg *engine.Registry, s datastore.Store) error {
+	ra, appends := s.(roleAppender)
 	roles := func(ctx context.Context, dst []string, subject, tenant string) ([]string, error) {
 		sub, err := api.ParseSubject(subject)
 		if err != nil {
 			return dst, fmt.Errorf("nexus.roles: %w", err)
 		}
-		if ra, ok := s.(roleAppender); ok {
+		if appends {
 			return ra.AppendRoles(ctx, dst, sub, tenant)
 		}
 		rs, err := s.Roles(ctx, sub, tenant)
