@@ -322,7 +322,7 @@ func TestRequestIDSuffix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := requestIDSuffix(append([]byte{}, base...), "bench-42")
+	b := requestIDSuffix(append([]byte{}, base...), []byte("bench-42"))
 	var req authv3.CheckRequest
 	if err := proto.Unmarshal(b, &req); err != nil {
 		t.Fatal(err)

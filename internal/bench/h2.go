@@ -119,11 +119,23 @@ func (c *h2conn) call(ctx context.Context, parts [2][]byte) (*h2call, error) {
 	}
 
 	c.mu.Lock()
-	for c.err == nil && (c.window < size || c.streamWd < size) {
-		c.cond.Wait()
+	if c.err == nil && (c.window < size || c.streamWd < size) {
+		// Wait for the server's window, or for ctx.
+		stop := context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			c.cond.Broadcast()
+			c.mu.Unlock()
+		})
+		for c.err == nil && ctx.Err() == nil && (c.window < size || c.streamWd < size) {
+			c.cond.Wait()
+		}
+		stop()
 	}
-	if c.err != nil {
+	if c.err != nil || ctx.Err() != nil {
 		err := c.err
+		if err == nil {
+			err = status.FromContextError(ctx.Err()).Err()
+		}
 		c.mu.Unlock()
 		h2calls.Put(cl)
 		return nil, err
@@ -215,6 +227,7 @@ func (c *h2conn) writeLoop() {
 
 func (c *h2conn) readLoop() {
 	fr := http2.NewFramer(nil, bufio.NewReaderSize(c.conn, 64<<10))
+	fr.SetReuseFrames() // DATA is copied out before the next frame
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.MaxHeaderListSize = 1 << 20
 	var consumed int64
@@ -252,7 +265,8 @@ func (c *h2conn) readLoop() {
 				c.mu.Unlock()
 			}
 		case *http2.DataFrame:
-			if consumed += int64(len(f.Data())); consumed > recvWindow/2 {
+			// Flow control counts the whole payload, padding included.
+			if consumed += int64(f.Header().Length); consumed > recvWindow/2 {
 				b := appendFrameHeader(nil, 4, http2.FrameWindowUpdate, 0, 0)
 				c.queue(binary.BigEndian.AppendUint32(b, uint32(consumed)))
 				consumed = 0

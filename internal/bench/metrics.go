@@ -32,7 +32,6 @@ type bucketHist struct {
 	upper []float64 // upper bounds, ascending, +Inf last
 	cum   []float64
 	count float64
-	sum   float64
 }
 
 // Snapshot is the part of a server's /metrics a report needs.
@@ -102,7 +101,7 @@ func snapshotOf(fams map[string]*dto.MetricFamily) *Snapshot {
 			if h == nil {
 				continue
 			}
-			bh := &bucketHist{count: float64(h.GetSampleCount()), sum: h.GetSampleSum()}
+			bh := &bucketHist{count: float64(h.GetSampleCount())}
 			for _, b := range h.GetBucket() {
 				bh.upper = append(bh.upper, b.GetUpperBound())
 				bh.cum = append(bh.cum, float64(b.GetCumulativeCount()))
@@ -189,7 +188,7 @@ func Diff(before, after *Snapshot, iface string) ServerStats {
 }
 
 func (h *bucketHist) minus(o *bucketHist) *bucketHist {
-	d := &bucketHist{upper: h.upper, cum: append([]float64(nil), h.cum...), count: h.count, sum: h.sum}
+	d := &bucketHist{upper: h.upper, cum: append([]float64(nil), h.cum...), count: h.count}
 	if o == nil || len(o.cum) != len(h.cum) {
 		return d
 	}
@@ -197,12 +196,11 @@ func (h *bucketHist) minus(o *bucketHist) *bucketHist {
 		d.cum[i] -= o.cum[i]
 	}
 	d.count -= o.count
-	d.sum -= o.sum
 	return d
 }
 
 func (h *bucketHist) plus(o *bucketHist) *bucketHist {
-	d := &bucketHist{upper: h.upper, cum: append([]float64(nil), h.cum...), count: h.count + o.count, sum: h.sum + o.sum}
+	d := &bucketHist{upper: h.upper, cum: append([]float64(nil), h.cum...), count: h.count + o.count}
 	for i := range d.cum {
 		if i < len(o.cum) {
 			d.cum[i] += o.cum[i]

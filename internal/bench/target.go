@@ -265,22 +265,27 @@ func envoyRequest(c Check) *authv3.CheckRequest {
 // Appended to a marshalled CheckRequest it merges into it (protobuf
 // concatenation is a merge), so each send carries a fresh request ID, as
 // Envoy's do, without re-marshalling the request.
-func requestIDSuffix(dst []byte, id string) []byte {
-	var entry, httpMsg, req, attrs []byte
-	entry = protowire.AppendTag(entry, 1, protowire.BytesType)
-	entry = protowire.AppendString(entry, "x-request-id")
-	entry = protowire.AppendTag(entry, 2, protowire.BytesType)
-	entry = protowire.AppendString(entry, id)
-	httpMsg = protowire.AppendTag(httpMsg, 1, protowire.BytesType) // HttpRequest.id
-	httpMsg = protowire.AppendString(httpMsg, id)
-	httpMsg = protowire.AppendTag(httpMsg, 3, protowire.BytesType) // HttpRequest.headers
-	httpMsg = protowire.AppendBytes(httpMsg, entry)
-	req = protowire.AppendTag(req, 2, protowire.BytesType) // Request.http
-	req = protowire.AppendBytes(req, httpMsg)
-	attrs = protowire.AppendTag(attrs, 4, protowire.BytesType) // AttributeContext.request
-	attrs = protowire.AppendBytes(attrs, req)
+func requestIDSuffix(dst []byte, id []byte) []byte {
+	const header = "x-request-id"
+	// Sizes of the nested messages, innermost first (every tag is one byte).
+	entry := 1 + protowire.SizeBytes(len(header)) + 1 + protowire.SizeBytes(len(id))
+	httpMsg := 1 + protowire.SizeBytes(len(id)) + 1 + protowire.SizeBytes(entry)
+	req := 1 + protowire.SizeBytes(httpMsg)
+	attrs := 1 + protowire.SizeBytes(req)
 	dst = protowire.AppendTag(dst, 1, protowire.BytesType) // CheckRequest.attributes
-	return protowire.AppendBytes(dst, attrs)
+	dst = protowire.AppendVarint(dst, uint64(attrs))
+	dst = protowire.AppendTag(dst, 4, protowire.BytesType) // AttributeContext.request
+	dst = protowire.AppendVarint(dst, uint64(req))
+	dst = protowire.AppendTag(dst, 2, protowire.BytesType) // Request.http
+	dst = protowire.AppendVarint(dst, uint64(httpMsg))
+	dst = protowire.AppendTag(dst, 1, protowire.BytesType) // HttpRequest.id
+	dst = protowire.AppendBytes(dst, id)
+	dst = protowire.AppendTag(dst, 3, protowire.BytesType) // HttpRequest.headers entry
+	dst = protowire.AppendVarint(dst, uint64(entry))
+	dst = protowire.AppendTag(dst, 1, protowire.BytesType) // key
+	dst = protowire.AppendString(dst, header)
+	dst = protowire.AppendTag(dst, 2, protowire.BytesType) // value
+	return protowire.AppendBytes(dst, id)
 }
 
 // Outcome is the result of sending one check.
@@ -398,9 +403,9 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 	if t.cfg.Interface == InterfaceGRPC {
 		var idb [48]byte
 		id := strconv.AppendUint(append(idb[:0], t.idPrefix...), seq, 36)
-		var sb [160]byte
-		parts := [2][]byte{r.body, requestIDSuffix(sb[:0], string(id))}
 		if len(t.h2) > 0 {
+			var sb [160]byte
+			parts := [2][]byte{r.body, requestIDSuffix(sb[:0], id)}
 			cl, err := t.h2[t.next.Add(1)%uint64(len(t.h2))].call(ctx, parts)
 			if err != nil {
 				return Outcome{Err: err, GRPCCode: status.Code(err)}
@@ -412,7 +417,7 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 			}
 			return grpcOutcome(code)
 		}
-		m := &rawMsg{parts: parts}
+		m := &rawMsg{parts: [2][]byte{r.body, requestIDSuffix(nil, id)}}
 		conn := t.conns[t.next.Add(1)%uint64(len(t.conns))]
 		err := conn.Invoke(ctx, checkMethod, m, m, grpc.ForceCodecV2(rawCodec{}))
 		if err != nil {
