@@ -195,18 +195,7 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 		// ReadBundle unchanged.
 		list := make([]any, len(paths))
 		for i, p := range paths {
-			segs := make([]any, len(p))
-			for j, s := range p {
-				if k, ok := s.(dataKey); ok {
-					ref := make([]any, len(k))
-					for n, x := range k {
-						ref[n] = x
-					}
-					s = map[string]any{"data": ref}
-				}
-				segs[j] = s
-			}
-			list[i] = segs
+			list[i] = p
 		}
 		man.Metadata = map[string]any{MetadataInputPaths: list}
 	}

@@ -108,16 +108,13 @@ func lookup(doc any, path []string) (any, bool) {
 	return doc, true
 }
 
-// dataKey is a path segment taken from the string at a data path.
-type dataKey []string
-
 // inputPaths analyses the modules (imports resolved) for the references to
 // input: for each, the longest prefix of constant string keys, extended by
 // one key taken from base data (input.headers[data.nexus.subject_header])
 // when no rule defines that part of data. It returns ok=false when some
 // reference has no such prefix (input itself, or input[x]), when input is
 // replaced with `with`, or when the modules do not compile on their own.
-// Each path's segments are strings or dataKeys.
+// Each path's segments are JSON-shaped, as the manifest records them.
 func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]any, bool) {
 	mods := make(map[string]*ast.Module, len(files))
 	for _, f := range files {
@@ -199,8 +196,10 @@ func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]any, boo
 // variable bound twice, a path some rule defines (virtual documents are not
 // in the bundle's data) and any policy that replaces data with `with` are
 // left out, so the key stays unknown.
-func dataKeys(c *ast.Compiler) map[ast.Var]dataKey {
-	keys := map[ast.Var]dataKey{}
+//
+// Each key is the segment the manifest records: {"data": [path...]}.
+func dataKeys(c *ast.Compiler) map[ast.Var]map[string]any {
+	keys := map[ast.Var]map[string]any{}
 	twice := map[ast.Var]bool{}
 	withData := false
 	for _, m := range c.Modules {
@@ -224,7 +223,7 @@ func dataKeys(c *ast.Compiler) map[ast.Var]dataKey {
 					if !ok || !r.HasPrefix(ast.DefaultRootRef) || len(r) < 2 || len(c.GetRules(r)) > 0 {
 						continue
 					}
-					k := make(dataKey, 0, len(r)-1)
+					k := make([]any, 0, len(r)-1)
 					for _, t := range r[1:] {
 						s, ok := t.Value.(ast.String)
 						if !ok {
@@ -238,7 +237,7 @@ func dataKeys(c *ast.Compiler) map[ast.Var]dataKey {
 					if _, seen := keys[v]; seen {
 						twice[v] = true
 					}
-					keys[v] = k
+					keys[v] = map[string]any{"data": k}
 				}
 			}
 			return false
