@@ -16,23 +16,16 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
-// Default listener addresses and limits.
+// Default listener addresses and limits. The decision core's defaults
+// (entrypoints, cache, evaluation deadline, body size) are pdp's.
 const (
-	DefaultGRPCAddr     = "127.0.0.1:9191"
-	DefaultHTTPAddr     = "127.0.0.1:8181"
-	DefaultAdminAddr    = "127.0.0.1:8282"
-	DefaultMaxBodyBytes = 1 << 20
-	DefaultMaxBatch     = 1000
-	DefaultCacheSize    = 100_000
-	DefaultEvalTimeout  = 500 * time.Millisecond
-)
-
-// Default entrypoints, those of the embedded default policy.
-const (
-	DefaultEnvoyEntrypoint = "nexus/envoy/result"
-	DefaultAuthzEntrypoint = "nexus/authz/decision"
+	DefaultGRPCAddr  = "127.0.0.1:9191"
+	DefaultHTTPAddr  = "127.0.0.1:8181"
+	DefaultAdminAddr = "127.0.0.1:8282"
+	DefaultMaxBatch  = 1000
 )
 
 // TLS configures TLS on one listener. The zero value means plain text.
@@ -53,7 +46,7 @@ type Config struct {
 	// builtins (datastore/builtins) for policies that use them.
 	Engine *engine.Engine
 	// Store is the relationship store.
-	Store *datastore.BoltStore
+	Store datastore.Store
 	// Policy is the compiled policy. The server adds the schema's tenant
 	// roles (data.nexus.roles: role to grants) and each type's permissions
 	// (data.nexus.permissions) to its data before loading it, and again
@@ -82,23 +75,24 @@ type Config struct {
 	Profiling bool
 
 	// EnvoyEntrypoint answers ext_authz and forward-auth requests; ""
-	// means DefaultEnvoyEntrypoint. Its result is a boolean or an
+	// means pdp.DefaultEnvoyEntrypoint; pdp.Disabled turns
+	// these checks off. Its result is a boolean or an
 	// opa-envoy-plugin result object.
 	EnvoyEntrypoint string
 	// AuthzEntrypoint answers AuthZEN and Permit checks; "" means
-	// DefaultAuthzEntrypoint. Its result is a boolean or an object with
+	// pdp.DefaultAuthzEntrypoint (pdp.Disabled: off). Its result is a boolean or an object with
 	// "allow" (or "allowed") and "reason".
 	AuthzEntrypoint string
 
-	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
+	// MaxBodyBytes bounds request bodies; zero means pdp.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxBatch bounds the checks in one batch request; zero means
 	// DefaultMaxBatch.
 	MaxBatch int
-	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
+	// EvalTimeout bounds one evaluation; zero means pdp.DefaultEvalTimeout.
 	EvalTimeout time.Duration
 	// CacheSize bounds the decision cache (entries); zero means
-	// DefaultCacheSize.
+	// pdp.DefaultCacheSize.
 	CacheSize int
 	// CacheDisabled turns the decision cache off.
 	CacheDisabled bool
@@ -145,17 +139,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("extauthz: %s TLS needs both a certificate and a key file", name)
 		}
 	}
-	if c.EnvoyEntrypoint == "" {
-		c.EnvoyEntrypoint = DefaultEnvoyEntrypoint
-	}
-	if c.AuthzEntrypoint == "" {
-		c.AuthzEntrypoint = DefaultAuthzEntrypoint
-	}
 	switch {
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("extauthz: MaxBodyBytes %d is negative", c.MaxBodyBytes)
 	case c.MaxBodyBytes == 0:
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+		c.MaxBodyBytes = pdp.DefaultMaxBodyBytes
 	}
 	switch {
 	case c.MaxBatch < 0:
@@ -163,20 +151,12 @@ func (c *Config) Validate() error {
 	case c.MaxBatch == 0:
 		c.MaxBatch = DefaultMaxBatch
 	}
-	switch {
-	case c.EvalTimeout < 0:
-		return fmt.Errorf("extauthz: EvalTimeout %v is negative", c.EvalTimeout)
-	case c.EvalTimeout == 0:
-		c.EvalTimeout = DefaultEvalTimeout
-	}
-	switch {
-	case c.CacheSize < 0:
-		return fmt.Errorf("extauthz: CacheSize %d is negative", c.CacheSize)
-	case c.CacheSize == 0:
-		c.CacheSize = DefaultCacheSize
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	pc := c.pdpConfig()
+	if err := pc.Validate(); err != nil {
+		return fmt.Errorf("extauthz: %w", err)
 	}
 	if c.Registerer == nil {
 		reg := prometheus.NewRegistry()
@@ -219,4 +199,16 @@ func peakRSS() float64 {
 		}
 	}
 	return 0
+}
+
+// pdpConfig is the decision core's part of c.
+func (c *Config) pdpConfig() pdp.Config {
+	return pdp.Config{
+		Engine: c.Engine, Store: c.Store, Policy: c.Policy,
+		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
+		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
+		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
+		DecisionLog: c.DecisionLog, DecisionLogQueue: c.DecisionLogQueue,
+		Logger: c.Logger, Registerer: c.Registerer,
+	}
 }

@@ -20,18 +20,24 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/nexuspdp/nexus/extauthz/internal/admin"
+	"github.com/nexuspdp/nexus/extauthz/internal/appapi"
+	"github.com/nexuspdp/nexus/extauthz/internal/envoygrpc"
+	"github.com/nexuspdp/nexus/extauthz/internal/forwardauth"
+	"github.com/nexuspdp/nexus/extauthz/internal/wire"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // Server is nexus' decision server: ext_authz gRPC, the HTTP APIs and the
 // admin API over one decision core.
 type Server struct {
 	cfg    Config
-	p      *pdp
+	p      *pdp.PDP
 	grpc   *grpc.Server
 	health *health.Server
 	https  []*http.Server
 
-	edge  edgeCache
 	mu    sync.Mutex
 	addrs map[string]net.Addr
 	errc  chan error
@@ -44,14 +50,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, addrs: map[string]net.Addr{}, errc: make(chan error, 3)}
-	p, err := newPDP(&s.cfg)
+	p, err := pdp.New(ctx, cfg.pdpConfig())
 	if err != nil {
 		return nil, err
 	}
 	s.p = p
-	if err := p.load(ctx, nil); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -64,7 +67,7 @@ func (s *Server) Addr(name string) net.Addr {
 }
 
 // Reload reloads the current policy with the current schema.
-func (s *Server) Reload(ctx context.Context) error { return s.p.load(ctx, nil) }
+func (s *Server) Reload(ctx context.Context) error { return s.p.Load(ctx, nil) }
 
 func loadTLS(t TLS) (*tls.Config, error) {
 	if !t.enabled() {
@@ -135,7 +138,7 @@ func (s *Server) Start(ctx context.Context) error {
 				opts = append(opts, grpc.Creds(credentials.NewTLS(l.tls)))
 			}
 			s.grpc = grpc.NewServer(opts...)
-			authv3.RegisterAuthorizationServer(s.grpc, &authServer{p: s.p})
+			authv3.RegisterAuthorizationServer(s.grpc, &envoygrpc.Server{PDP: s.p})
 			s.health = health.NewServer()
 			healthpb.RegisterHealthServer(s.grpc, s.health)
 			s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -203,7 +206,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	if err := s.p.log.Close(ctx); err != nil {
+	if err := s.p.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -233,4 +236,29 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 // per check by about a tenth. Streams beyond them get a goroutine each.
 func streamWorkers() uint32 {
 	return uint32(8 * runtime.GOMAXPROCS(0))
+}
+
+// httpHandler serves the proxies' and applications' listener.
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	(&forwardauth.Handler{PDP: s.p, MaxBodyBytes: s.cfg.MaxBodyBytes}).Register(mux)
+	(&appapi.API{PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.cfg.MaxBodyBytes, MaxBatch: s.cfg.MaxBatch}).Register(mux)
+	s.probes(mux)
+	return mux
+}
+
+// adminHandler serves the admin listener.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	(&admin.API{
+		PDP: s.p, Store: s.cfg.Store, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
+		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes,
+	}).Register(mux)
+	s.probes(mux)
+	return mux
+}
+
+func (s *Server) probes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", wire.Healthz)
+	mux.HandleFunc("GET /readyz", wire.Readyz(s.p))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,30 +25,10 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/examples/drive"
-	"github.com/nexuspdp/nexus/examples/drive/demo"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/pdp"
 )
-
-// defaultBundle compiles the embedded default policy once per test binary.
-var defaultBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
-	mods := map[string]string{}
-	for _, f := range []string{"authz.rego", "envoy.rego"} {
-		b, err := policy.FS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		mods[f] = string(b)
-	}
-	data, err := policy.FS.ReadFile("data.json")
-	if err != nil {
-		return nil, err
-	}
-	return compiler.Compile(context.Background(), compiler.Options{
-		Modules: mods, DataJSON: data, Revision: "test",
-		Entrypoints: []string{policy.EnvoyEntrypoint, policy.AuthzEntrypoint},
-	})
-})
 
 type testServer struct {
 	srv   *extauthz.Server
@@ -84,19 +63,9 @@ func (s *syncBuffer) String() string {
 func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 	tb.Helper()
 	ctx := context.Background()
-	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(tb.TempDir(), "nexus.db")})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = store.Close() })
-	if _, err := demo.Load(ctx, store); err != nil {
-		tb.Fatal(err)
-	}
-	eng := storeEngine(tb, store)
-	b, err := defaultBundle()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	store := fixture.DemoStore(tb)
+	eng := fixture.StoreEngine(tb, store)
+	b := fixture.Bundle(tb)
 	ts := &testServer{store: store, log: &syncBuffer{}}
 	cfg := extauthz.Config{
 		Engine: eng, Store: store, Policy: b,
@@ -139,33 +108,6 @@ func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 	return ts
 }
 
-// envoyRequest is a CheckRequest shaped as Envoy (and Istio) send them.
-func envoyRequest(method, path string, headers map[string]string) *authv3.CheckRequest {
-	h := map[string]string{
-		":authority": "drive.example.com", ":method": method, ":path": path, ":scheme": "https",
-		"x-request-id":            "5b1d0c1e-8c1f-4a6e-9d3a-1f2e3d4c5b6a",
-		"x-forwarded-client-cert": "By=spiffe://cluster.local/ns/drive/sa/drive;Hash=0123;URI=spiffe://cluster.local/ns/web/sa/frontend",
-		"user-agent":              "curl/8.0",
-	}
-	for k, v := range headers {
-		h[k] = v
-	}
-	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source: &authv3.AttributeContext_Peer{
-			Address:   &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "10.1.2.3", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}}}},
-			Principal: "spiffe://cluster.local/ns/web/sa/frontend",
-		},
-		Destination: &authv3.AttributeContext_Peer{
-			Address:   &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "10.1.2.4", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 8080}}}},
-			Principal: "spiffe://cluster.local/ns/drive/sa/drive",
-		},
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Id: "5b1d0c1e", Method: method, Path: path, Host: "drive.example.com", Scheme: "https",
-			Protocol: "HTTP/2", Headers: h,
-		}},
-	}}
-}
-
 func headerValue(hs []*corev3.HeaderValueOption, key string) string {
 	for _, h := range hs {
 		if h.GetHeader().GetKey() == key {
@@ -197,7 +139,7 @@ func TestGRPCCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := ts.grpc.Check(context.Background(), envoyRequest(tt.method, tt.path, tt.headers))
+			resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest(tt.method, tt.path, tt.headers))
 			if err != nil {
 				t.Fatalf("Check: %v", err)
 			}
@@ -238,11 +180,11 @@ func TestGRPCBadInputDeniesWithReason(t *testing.T) {
 		req  *authv3.CheckRequest
 	}{
 		{"bad-json-body", func() *authv3.CheckRequest {
-			r := envoyRequest("POST", "/files/report.pdf", map[string]string{"x-user": "bob", "content-type": "application/json"})
+			r := fixture.EnvoyRequest("POST", "/files/report.pdf", map[string]string{"x-user": "bob", "content-type": "application/json"})
 			r.Attributes.Request.Http.Body = "{not json"
 			return r
 		}()},
-		{"bad-path", envoyRequest("GET", "/files/%zz", map[string]string{"x-user": "bob"})},
+		{"bad-path", fixture.EnvoyRequest("GET", "/files/%zz", map[string]string{"x-user": "bob"})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,8 +196,8 @@ func TestGRPCBadInputDeniesWithReason(t *testing.T) {
 				t.Fatalf("status %v, want InvalidArgument", resp.GetStatus())
 			}
 			den := resp.GetDeniedResponse()
-			if den.GetStatus().GetCode() != 400 || headerValue(den.GetHeaders(), "x-nexus-reason") != extauthz.CodeBadRequest {
-				t.Fatalf("denial %v, want 400 with x-nexus-reason %s", den, extauthz.CodeBadRequest)
+			if den.GetStatus().GetCode() != 400 || headerValue(den.GetHeaders(), "x-nexus-reason") != pdp.CodeBadRequest {
+				t.Fatalf("denial %v, want 400 with x-nexus-reason %s", den, pdp.CodeBadRequest)
 			}
 		})
 	}
@@ -452,7 +394,7 @@ func TestBadHTTPInput(t *testing.T) {
 func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
 	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret" })
 	check := func() bool {
-		resp, err := ts.grpc.Check(context.Background(), envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
+		resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -516,10 +458,33 @@ func TestAdminSchemaAndPolicy(t *testing.T) {
 	if status, _, body := do(t, req); status != 400 {
 		t.Fatalf("bad schema: %d %s", status, body)
 	}
+	// A bundle without the envoy entrypoint the server evaluates is
+	// refused, and the policy stays.
+	partial, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules:     map[string]string{"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n"},
+		Entrypoints: []string{"nexus/authz/decision"}, Revision: "partial",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pbuf bytes.Buffer
+	if err := partial.Write(&pbuf); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &pbuf)
+	if status, _, body := do(t, req); status != 400 || !strings.Contains(body, "nexus/envoy/result") {
+		t.Fatalf("bundle without the envoy entrypoint: %d %s, want 400 naming it", status, body)
+	}
+	if _, _, body := post(t, ts.http+"/allowed", `{"user":"carol","action":"read","resource":"file:report.pdf"}`); strings.Contains(body, `"allow":true`) {
+		t.Fatalf("a refused bundle replaced the policy: %s", body)
+	}
 	// A new bundle that allows everything swaps in atomically.
 	b, err := compiler.Compile(context.Background(), compiler.Options{
-		Modules:     map[string]string{"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n"},
-		Entrypoints: []string{"nexus/authz/decision"}, Revision: "allow-all",
+		Modules: map[string]string{
+			"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n",
+			"e.rego": "package nexus.envoy\nresult := {\"allowed\": true}\n",
+		},
+		Entrypoints: []string{"nexus/authz/decision", "nexus/envoy/result"}, Revision: "allow-all",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -611,7 +576,7 @@ func TestHammer(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				resp, err := ts.grpc.Check(ctx, envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}))
+				resp, err := ts.grpc.Check(ctx, fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}))
 				if ended(ctx, err) {
 					return
 				}
@@ -623,7 +588,7 @@ func TestHammer(t *testing.T) {
 					errs <- fmt.Errorf("bob denied during the hammer: %v", resp)
 					return
 				}
-				resp, err = ts.grpc.Check(ctx, envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
+				resp, err = ts.grpc.Check(ctx, fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
 				if ended(ctx, err) {
 					return
 				}
@@ -670,9 +635,9 @@ func BenchmarkExtAuthzCheck(b *testing.B) {
 		name string
 		req  *authv3.CheckRequest
 	}{
-		{"RBAC", envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})},
-		{"ReBACDepth3", envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})},
-		{"Deny", envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"})},
+		{"RBAC", fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})},
+		{"ReBACDepth3", fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})},
+		{"Deny", fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"})},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
@@ -750,8 +715,8 @@ func BenchmarkCheckServerSide(b *testing.B) {
 			name string
 			req  *authv3.CheckRequest
 		}{
-			{"RBAC", envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})},
-			{"ReBACDepth3", envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})},
+			{"RBAC", fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})},
+			{"ReBACDepth3", fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})},
 		} {
 			name := bc.name + "/cache=off"
 			if cache {
@@ -808,24 +773,11 @@ func TestAdminProfiling(t *testing.T) {
 	}
 }
 
-// TestPolicyLoadDuringDecision: an input pruned for a policy that was
-// replaced before the decision is built again for the new one.
-func TestPolicyLoadDuringDecision(t *testing.T) {
-	ts := newTestServer(t, nil)
-	allowed, builds, err := ts.srv.CheckReloadingOnce(context.Background(), envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}))
-	if err != nil || !allowed {
-		t.Fatalf("decision = %v, %v; want allowed", allowed, err)
-	}
-	if builds != 2 {
-		t.Fatalf("input built %d times, want 2 (again after the load)", builds)
-	}
-}
-
 // TestGRPCBodyTooLarge: a body over MaxBodyBytes is denied with too_large
 // whether or not the policy reads it.
 func TestGRPCBodyTooLarge(t *testing.T) {
 	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 1024 })
-	req := envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
+	req := fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
 	req.Attributes.Request.Http.Body = strings.Repeat("x", 2048)
 	resp, err := ts.grpc.Check(context.Background(), req)
 	if err != nil {
@@ -840,7 +792,7 @@ func TestGRPCBodyTooLarge(t *testing.T) {
 			reason = h.GetHeader().GetValue()
 		}
 	}
-	if reason != extauthz.CodeTooLarge {
-		t.Fatalf("x-nexus-reason = %q, want %q", reason, extauthz.CodeTooLarge)
+	if reason != pdp.CodeTooLarge {
+		t.Fatalf("x-nexus-reason = %q, want %q", reason, pdp.CodeTooLarge)
 	}
 }

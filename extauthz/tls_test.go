@@ -24,6 +24,7 @@ import (
 
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 type testPKI struct {
@@ -96,7 +97,7 @@ func TestMTLS(t *testing.T) {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}))
+		resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}))
 		if err == nil && resp.GetStatus().GetCode() != 0 {
 			t.Fatalf("bob denied over mTLS: %v", resp)
 		}
@@ -142,7 +143,7 @@ func TestConfigValidate(t *testing.T) {
 	base := newTestServer(t, nil)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := defaultBundle()
+			b, err := fixture.DefaultBundle()
 			if err != nil {
 				t.Fatal(err)
 			}

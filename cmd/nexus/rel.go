@@ -11,11 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/datastore"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
 )
 
 // relDataFile is the relationship store's file inside the data directory.

@@ -24,6 +24,7 @@ import (
 	"github.com/nexuspdp/nexus/examples/drive/demo"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // serveConfig is the YAML config file of `nexus serve`; flags given on the
@@ -110,13 +111,13 @@ conditions), compiled from embedded Rego.`,
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
 	f.StringSliceVarP(&c.Entrypoints, "entrypoint", "e", nil, "entrypoints to compile a --policy directory with (default: the envoy and authz entrypoints)")
-	f.StringVar(&c.EnvoyEntrypoint, "envoy-entrypoint", extauthz.DefaultEnvoyEntrypoint, "entrypoint for ext_authz and forward-auth requests")
-	f.StringVar(&c.AuthzEntrypoint, "authz-entrypoint", extauthz.DefaultAuthzEntrypoint, "entrypoint for AuthZEN and Permit checks")
+	f.StringVar(&c.EnvoyEntrypoint, "envoy-entrypoint", pdp.DefaultEnvoyEntrypoint, "entrypoint for ext_authz and forward-auth requests")
+	f.StringVar(&c.AuthzEntrypoint, "authz-entrypoint", pdp.DefaultAuthzEntrypoint, "entrypoint for AuthZEN and Permit checks")
 	f.StringVar(&c.DecisionLog, "decision-log", "", `decision log: "stdout", "stderr" or a file path (default off)`)
-	f.IntVar(&c.CacheSize, "cache-size", extauthz.DefaultCacheSize, "decision cache entries")
+	f.IntVar(&c.CacheSize, "cache-size", pdp.DefaultCacheSize, "decision cache entries")
 	f.BoolVar(&c.CacheDisabled, "no-cache", false, "disable the decision cache")
-	f.DurationVar(&c.EvalTimeout, "eval-timeout", extauthz.DefaultEvalTimeout, "deadline of one evaluation")
-	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", extauthz.DefaultMaxBodyBytes, "largest request body accepted")
+	f.DurationVar(&c.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
+	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
 	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
 	f.BoolVar(&c.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the admin listener")
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")

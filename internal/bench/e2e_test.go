@@ -22,6 +22,7 @@ import (
 	"github.com/nexuspdp/nexus/examples/allowall"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.Bundle, error) {
@@ -40,7 +41,7 @@ func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.B
 	}
 	return compiler.Compile(context.Background(), compiler.Options{
 		Modules: mods, DataJSON: dataJSON, Revision: rev,
-		Entrypoints: []string{extauthz.DefaultEnvoyEntrypoint, extauthz.DefaultAuthzEntrypoint},
+		Entrypoints: []string{pdp.DefaultEnvoyEntrypoint, pdp.DefaultAuthzEntrypoint},
 	})
 }
 

@@ -1,26 +1,39 @@
-package extauthz
+package pdp
 
 import (
 	"context"
 	"errors"
-	"net/http"
-
-	"google.golang.org/grpc/codes"
+	"fmt"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
-	"github.com/nexuspdp/nexus/extauthz/internal/input"
-	"github.com/nexuspdp/nexus/extauthz/internal/result"
+	"github.com/nexuspdp/nexus/pdp/internal/input"
+	"github.com/nexuspdp/nexus/pdp/internal/result"
 )
 
 // ErrNotReady is returned before a policy is loaded.
-var ErrNotReady = errors.New("extauthz: no policy loaded")
+var ErrNotReady = errors.New("pdp: no policy loaded")
 
 // ErrTooLarge reports a request body over Config.MaxBodyBytes.
 var ErrTooLarge = errors.New("request body too large")
+
+// ErrBadRequest reports a request that is not a valid check: a missing or
+// malformed field. It is the client's error.
+var ErrBadRequest = errors.New("bad request")
+
+// ErrUnknownType reports a resource type the schema does not declare.
+var ErrUnknownType = errors.New("unknown resource type")
+
+// errStale reports a policy load during a decision: its input was pruned
+// for another policy. Callers build the input again.
+var errStale = fmt.Errorf("%w: the policy changed during the decision", ErrNotReady)
+
+// Errorf wraps sentinel with a message: errors.Is(err, sentinel) holds.
+func Errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}
 
 // Reason codes for decisions that did not come from the policy. They are
 // the "reason" of the decision and the "code" label of the error metric.
@@ -35,45 +48,48 @@ const (
 	CodeStoreError    = "store_error"
 	CodeCanceled      = "canceled"
 	CodeDeadline      = "deadline_exceeded"
+	CodeConflict      = "conflict"
+	CodeDepthExceeded = "depth_exceeded"
 	CodeUnknownReason = "other"
 )
 
-// classify maps an error to its stable code and to the HTTP and gRPC
-// statuses it answers with. This is the one place where errors meet
-// status codes.
-func classify(err error) (code string, httpStatus int, grpcCode codes.Code) {
+// Code maps an error to its stable reason code. This is the one place
+// where errors meet codes; transports map codes to statuses.
+func Code(err error) string {
 	var ee *engine.EvalError
 	switch {
+	case err == nil:
+		return ""
 	case errors.Is(err, ErrTooLarge):
-		return CodeTooLarge, http.StatusRequestEntityTooLarge, codes.InvalidArgument
-	case errors.Is(err, checkapi.ErrBadRequest), errors.Is(err, input.ErrInvalidUTF8),
+		return CodeTooLarge
+	case errors.Is(err, ErrBadRequest), errors.Is(err, input.ErrInvalidUTF8),
 		errors.Is(err, input.ErrInvalidPath), errors.Is(err, input.ErrInvalidBody),
 		errors.Is(err, engine.ErrInvalidInput):
-		return CodeBadRequest, http.StatusBadRequest, codes.InvalidArgument
-	case errors.Is(err, errUnknownType):
-		return CodeUnknownType, http.StatusBadRequest, codes.InvalidArgument
+		return CodeBadRequest
+	case errors.Is(err, ErrUnknownType):
+		return CodeUnknownType
 	case errors.Is(err, ErrNotReady), errors.Is(err, engine.ErrNoBundle):
-		return CodeNotReady, http.StatusServiceUnavailable, codes.Unavailable
+		return CodeNotReady
 	case errors.Is(err, engine.ErrUndefined):
-		return CodeUndefined, http.StatusInternalServerError, codes.Internal
+		return CodeUndefined
 	case errors.Is(err, result.ErrInvalid):
-		return CodePolicyResult, http.StatusInternalServerError, codes.Internal
+		return CodePolicyResult
 	case errors.Is(err, context.DeadlineExceeded):
-		return CodeDeadline, http.StatusGatewayTimeout, codes.DeadlineExceeded
+		return CodeDeadline
 	case errors.Is(err, context.Canceled):
-		return CodeCanceled, 499, codes.Canceled
+		return CodeCanceled
 	case errors.As(err, &ee):
-		return ee.Code, http.StatusInternalServerError, codes.Internal
+		return ee.Code
 	case errors.Is(err, datastore.ErrNoSchema):
-		return CodeStoreError, http.StatusServiceUnavailable, codes.Unavailable
+		return CodeStoreError
 	case errors.Is(err, api.ErrSyntax), errors.Is(err, datastore.ErrInvalidTuple),
 		errors.Is(err, datastore.ErrInvalidSchema), errors.Is(err, datastore.ErrUnknown),
-		errors.Is(err, compiler.ErrInvalidBundle):
-		return CodeBadRequest, http.StatusBadRequest, codes.InvalidArgument
+		errors.Is(err, compiler.ErrInvalidBundle), errors.Is(err, ErrNoEntrypoint):
+		return CodeBadRequest
 	case errors.Is(err, datastore.ErrPreconditionFailed), errors.Is(err, datastore.ErrSchemaOrphans):
-		return "conflict", http.StatusConflict, codes.FailedPrecondition
+		return CodeConflict
 	case errors.Is(err, datastore.ErrDepthExceeded):
-		return "depth_exceeded", http.StatusInternalServerError, codes.Internal
+		return CodeDepthExceeded
 	}
-	return CodeInternal, http.StatusInternalServerError, codes.Internal
+	return CodeInternal
 }

@@ -1,22 +1,23 @@
-package extauthz
+package pdp
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Interfaces, the "interface" label of the decision metrics.
+// Interfaces, the "interface" label of the decision metrics and of the
+// decision log.
 const (
-	ifaceGRPC    = "grpc"
-	ifaceHTTP    = "http"
-	ifaceAuthZEN = "authzen"
-	ifacePermit  = "permit"
+	IfaceGRPC    = "grpc"
+	IfaceHTTP    = "http"
+	IfaceAuthZEN = "authzen"
+	IfacePermit  = "permit"
 )
 
-// Cache outcomes, the "cache" label.
+// Cache outcomes, Decision.Cache and the "cache" label.
 const (
-	cacheHit      = "hit"
-	cacheMiss     = "miss"
-	cacheDisabled = "disabled"
+	CacheHit      = "hit"
+	CacheMiss     = "miss"
+	CacheDisabled = "disabled"
 )
 
 // knownReasons bounds the "reason" label: reasons a policy gives outside
@@ -26,7 +27,7 @@ var knownReasons = map[string]bool{
 	"no_subject": true, "locked": true, "allow": true, "deny": true,
 	CodeBadRequest: true, CodeTooLarge: true, CodeNotReady: true, CodePolicyResult: true,
 	CodeUndefined: true, CodeInternal: true, CodeUnknownType: true, CodeStoreError: true,
-	CodeCanceled: true, CodeDeadline: true,
+	CodeCanceled: true, CodeDeadline: true, CodeConflict: true, CodeDepthExceeded: true,
 }
 
 func reasonLabel(r string) string {
@@ -80,8 +81,8 @@ func newMetrics(reg prometheus.Registerer, logEmitted, logDropped func() float64
 			return nil, err
 		}
 	}
-	for _, i := range []string{ifaceGRPC, ifaceHTTP, ifaceAuthZEN, ifacePermit} {
-		for _, c := range []string{cacheHit, cacheMiss, cacheDisabled} {
+	for _, i := range []string{IfaceGRPC, IfaceHTTP, IfaceAuthZEN, IfacePermit} {
+		for _, c := range []string{CacheHit, CacheMiss, CacheDisabled} {
 			m.obs[[2]string{i, c}] = m.latency.WithLabelValues(i, c)
 		}
 	}

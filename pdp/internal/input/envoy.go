@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/nexuspdp/nexus/extauthz/internal/prune"
+	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
 
 // ErrInvalidUTF8 reports a string field that is not valid UTF-8.

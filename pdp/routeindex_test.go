@@ -1,4 +1,4 @@
-package extauthz_test
+package pdp_test
 
 import (
 	"context"
@@ -7,8 +7,9 @@ import (
 
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
-	"github.com/nexuspdp/nexus/extauthz"
-	"github.com/nexuspdp/nexus/extauthz/internal/input"
+	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/pdp/internal/input"
 )
 
 // TestRouteIndexSameDecisions: the default policy decides every request
@@ -16,9 +17,9 @@ import (
 // it (every rule a candidate), including "*" methods and segments and
 // rules that only their order tells apart.
 func TestRouteIndexSameDecisions(t *testing.T) {
-	ts := newTestServer(t, nil)
+	ts := newFixture(t)
 	ctx := context.Background()
-	b, err := defaultBundle()
+	b, err := fixture.DefaultBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	indexed, err := extauthz.PolicyData(raw, sc)
+	indexed, err := pdp.PolicyData(raw, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	eval := func(data []byte) func([]byte) string {
-		eng := loadedEngine(t, ts.store, &compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
+		eng := fixture.LoadedEngine(t, ts.store, &compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
 		return func(in []byte) string {
 			out, err := eng.Eval(ctx, policy.EnvoyEntrypoint, in, nil)
 			if err != nil {
@@ -77,7 +78,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 				if user != "" {
 					hdr["x-user"] = user
 				}
-				in, err := input.AppendEnvoy(nil, envoyRequest(method, path, hdr), input.Options{})
+				in, err := input.AppendEnvoy(nil, fixture.EnvoyRequest(method, path, hdr), input.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}

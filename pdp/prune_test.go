@@ -1,4 +1,4 @@
-package extauthz_test
+package pdp_test
 
 import (
 	"bytes"
@@ -7,21 +7,18 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
-	"github.com/nexuspdp/nexus/extauthz/internal/input"
-	"github.com/nexuspdp/nexus/extauthz/internal/prune"
+	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/pdp/internal/input"
+	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
 
 // TestPrunedInputSameDecision evaluates the default policy on the full
 // input document and on the pruned one: the results must be identical.
 func TestPrunedInputSameDecision(t *testing.T) {
-	ts := newTestServer(t, nil)
+	ts := newFixture(t)
 	ctx := context.Background()
-	b, err := defaultBundle()
+	b, err := fixture.DefaultBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,14 +27,14 @@ func TestPrunedInputSameDecision(t *testing.T) {
 		t.Fatal("the default policy's input paths are unknown: it would not be pruned")
 	}
 	tree := prune.New(paths)
-	eng := loadedEngine(t, ts.store, b)
+	eng := fixture.LoadedEngine(t, ts.store, b)
 	reqs := []*authv3.CheckRequest{
-		envoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}),
-		envoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-request-id": "5f0c1e2a"}),
-		envoyRequest("PUT", "/files/report.pdf", map[string]string{"x-user": "bob"}),
-		envoyRequest("GET", "/files/anything", map[string]string{"x-user": "erin", "x-tenant": "acme"}),
-		envoyRequest("GET", "/files/report.pdf", nil),
-		envoyRequest("GET", "/nowhere?x=1", map[string]string{"x-user": "alice"}),
+		fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}),
+		fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-request-id": "5f0c1e2a"}),
+		fixture.EnvoyRequest("PUT", "/files/report.pdf", map[string]string{"x-user": "bob"}),
+		fixture.EnvoyRequest("GET", "/files/anything", map[string]string{"x-user": "erin", "x-tenant": "acme"}),
+		fixture.EnvoyRequest("GET", "/files/report.pdf", nil),
+		fixture.EnvoyRequest("GET", "/nowhere?x=1", map[string]string{"x-user": "alice"}),
 	}
 	for _, r := range reqs {
 		full, err := input.AppendEnvoy(nil, r, input.Options{})
@@ -65,28 +62,4 @@ func TestPrunedInputSameDecision(t *testing.T) {
 			t.Fatalf("%s %s: full input gives %s (%v), pruned gives %s (%v)", r.Attributes.Request.Http.Method, r.Attributes.Request.Http.Path, a, errA, p, errP)
 		}
 	}
-}
-
-// loadedEngine is a new engine with b loaded, its relationship builtins
-// reading store.
-func loadedEngine(t *testing.T, store *datastore.BoltStore, b *compiler.Bundle) *engine.Engine {
-	t.Helper()
-	eng := storeEngine(t, store)
-	if err := eng.Load(context.Background(), b); err != nil {
-		t.Fatal(err)
-	}
-	return eng
-}
-
-// storeEngine is a new engine whose relationship builtins read store,
-// closed when the test ends.
-func storeEngine(tb testing.TB, store *datastore.BoltStore) *engine.Engine {
-	tb.Helper()
-	ctx := context.Background()
-	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = eng.Close(ctx) })
-	return eng
 }

@@ -9,7 +9,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/nexuspdp/nexus/extauthz/internal/prune"
+	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
 
 // keepTrees are selections a policy could make: the default policy's,

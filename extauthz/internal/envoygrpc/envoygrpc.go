@@ -1,4 +1,7 @@
-package extauthz
+// Package envoygrpc is the Envoy ext_authz gRPC transport: it hands a
+// CheckRequest to the decision core and maps the decision back to a
+// CheckResponse.
+package envoygrpc
 
 import (
 	"context"
@@ -11,42 +14,34 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/nexuspdp/nexus/extauthz/internal/input"
-	"github.com/nexuspdp/nexus/extauthz/internal/prune"
-	"github.com/nexuspdp/nexus/extauthz/internal/result"
+	"github.com/nexuspdp/nexus/extauthz/internal/wire"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
-// authServer implements envoy.service.auth.v3.Authorization.
-type authServer struct {
+// Server implements envoy.service.auth.v3.Authorization over a PDP.
+type Server struct {
 	authv3.UnimplementedAuthorizationServer
-	p *pdp
+	PDP *pdp.PDP
 }
 
-var _ authv3.AuthorizationServer = (*authServer)(nil)
+var _ authv3.AuthorizationServer = (*Server)(nil)
 
 var okStatus = &rpcstatus.Status{Code: int32(codes.OK)}
 
 // Check answers one Envoy ext_authz request. It never returns a gRPC
 // error for a decision: bad input and evaluation failures are denials
 // (fail closed) with the reason in the body and x-nexus-reason, as Envoy
-// expects; only a canceled request returns an error.
-func (s *authServer) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	h := req.GetAttributes().GetRequest().GetHttp()
-	md := meta{action: h.GetMethod(), resource: h.GetPath()}
-	d, err := s.p.decideBuilt(ctx, ifaceGRPC, s.p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		if int64(len(h.GetBody())+len(h.GetRawBody())) > s.p.cfg.MaxBodyBytes {
-			return dst, ErrTooLarge
-		}
-		return input.AppendEnvoy(dst, req, input.Options{Keep: keep})
-	})
+// expects.
+func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	d, err := s.PDP.Envoy(ctx, pdp.IfaceGRPC, req)
 	if err != nil {
 		return errorResponse(err), nil
 	}
-	return checkResponse(d.Decision), nil
+	return checkResponse(d), nil
 }
 
 func errorResponse(err error) *authv3.CheckResponse {
-	code, httpStatus, grpcCode := classify(err)
+	code, httpStatus, grpcCode := wire.Status(err)
 	body, _ := json.Marshal(map[string]string{"error": err.Error(), "reason": code})
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(grpcCode), Message: err.Error()},
@@ -61,7 +56,7 @@ func errorResponse(err error) *authv3.CheckResponse {
 	}
 }
 
-func checkResponse(d result.Decision) *authv3.CheckResponse {
+func checkResponse(d pdp.Decision) *authv3.CheckResponse {
 	if d.Allowed {
 		ok := &authv3.OkHttpResponse{
 			Headers:              headers(d.Headers),
@@ -103,7 +98,7 @@ func dynamicMetadata(js json.RawMessage) *structpb.Struct {
 	return s
 }
 
-func headers(hs []result.Header) []*corev3.HeaderValueOption {
+func headers(hs []pdp.Header) []*corev3.HeaderValueOption {
 	if len(hs) == 0 {
 		return nil
 	}

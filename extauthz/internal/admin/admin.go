@@ -1,0 +1,376 @@
+// Package admin is the admin API: relationships, schema, policy bundle,
+// a debugging check against the store, the edge filter's RBAC snapshot,
+// /metrics and, when enabled, Go's profiles. Everything but /metrics sits
+// behind the admin bearer token.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/extauthz/internal/wire"
+	"github.com/nexuspdp/nexus/pdp"
+)
+
+// API serves the admin endpoints.
+type API struct {
+	PDP   *pdp.PDP
+	Store datastore.Store
+	// Token is the bearer token every endpoint but /metrics requires; ""
+	// leaves them open.
+	Token string
+	// Profiling serves Go's profiles under /debug/pprof/.
+	Profiling bool
+	// Gatherer serves /metrics.
+	Gatherer prometheus.Gatherer
+	// MaxBodyBytes bounds request bodies other than policy bundles.
+	MaxBodyBytes int64
+
+	edge edgeCache
+}
+
+// Register adds the admin endpoints to mux.
+func (s *API) Register(mux *http.ServeMux) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("POST /v1/relationships", s.auth(s.handleWriteRelationships))
+	mux.Handle("GET /v1/relationships", s.auth(s.handleReadRelationships))
+	mux.Handle("PUT /v1/schema", s.auth(s.handlePutSchema))
+	mux.Handle("GET /v1/schema", s.auth(s.handleGetSchema))
+	mux.Handle("PUT /v1/policy", s.auth(s.handlePutPolicy))
+	mux.Handle("GET /v1/policy", s.auth(s.handleGetPolicy))
+	mux.Handle("POST /v1/check", s.auth(s.handleDebugCheck))
+	mux.Handle("GET /v1/edge/snapshot", s.auth(s.handleEdgeSnapshot))
+	if s.Profiling {
+		mux.Handle("GET /debug/pprof/", s.auth(pprof.Index))
+		mux.Handle("GET /debug/pprof/cmdline", s.auth(pprof.Cmdline))
+		mux.Handle("GET /debug/pprof/profile", s.auth(pprof.Profile))
+		mux.Handle("GET /debug/pprof/symbol", s.auth(pprof.Symbol))
+		mux.Handle("GET /debug/pprof/trace", s.auth(pprof.Trace))
+	}
+}
+
+// auth requires the admin bearer token when one is configured.
+func (s *API) auth(h http.HandlerFunc) http.Handler {
+	if s.Token == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus-admin"`)
+			wire.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid admin bearer token is required", "reason": "unauthorized"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+type writeRelationshipsRequest struct {
+	Touches []string `json:"touches"`
+	Deletes []string `json:"deletes"`
+}
+
+func parseTuples(field string, ss []string) ([]api.Tuple, error) {
+	out := make([]api.Tuple, len(ss))
+	for i, s := range ss {
+		t, err := api.ParseTuple(s)
+		if err != nil {
+			return nil, pdp.Errorf(pdp.ErrBadRequest, "%s[%d]: %v", field, i, err)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// handleWriteRelationships applies touches and deletes atomically: all of
+// them or, on any invalid tuple, none.
+func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
+	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	var req writeRelationshipsRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+		return
+	}
+	touches, err := parseTuples("touches", req.Touches)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	deletes, err := parseTuples("deletes", req.Deletes)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if len(touches)+len(deletes) == 0 {
+		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "touches and deletes are both empty"))
+		return
+	}
+	rev, err := s.Store.Write(r.Context(), datastore.WriteRequest{Touches: touches, Deletes: deletes})
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"revision": uint64(rev)})
+}
+
+func (s *API) handleReadRelationships(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := datastore.Filter{
+		ObjectType: q.Get("object_type"), ObjectID: q.Get("object_id"), Relation: q.Get("relation"),
+		SubjectType: q.Get("subject_type"), SubjectID: q.Get("subject_id"), SubjectRelation: q.Get("subject_relation"),
+		Limit: 1000,
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 || n > 100000 {
+			wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "limit %q must be a number from 1 to 100000", l))
+			return
+		}
+		f.Limit = n
+	}
+	ts, err := s.Store.Read(r.Context(), f)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.String()
+	}
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"tuples": out})
+}
+
+// handlePutSchema writes a schema (YAML) and reloads the policy so its
+// roles and permissions follow. ?force=true deletes tuples it orphans.
+func (s *API) handlePutSchema(w http.ResponseWriter, r *http.Request) {
+	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	sc, err := datastore.ParseSchema(body)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	rev, err := s.Store.WriteSchema(r.Context(), sc, r.URL.Query().Get("force") == "true")
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if err := s.PDP.Load(r.Context(), nil); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"revision": uint64(rev)})
+}
+
+func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
+	sc, err := s.Store.Schema(r.Context())
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(sc.Source())
+}
+
+// handlePutPolicy swaps in a new bundle (.tar.gz) atomically; in-flight
+// checks finish on the old one.
+func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
+	b, err := compiler.ReadBundle(http.MaxBytesReader(w, r.Body, 64<<20))
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if err := s.PDP.Load(r.Context(), b); err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, b.Manifest)
+}
+
+func (s *API) handleGetPolicy(w http.ResponseWriter, _ *http.Request) {
+	wire.WriteJSON(w, http.StatusOK, s.PDP.Manifest())
+}
+
+type debugCheckRequest struct {
+	Object     string `json:"object"`
+	Permission string `json:"permission"`
+	Subject    string `json:"subject"`
+	Trace      bool   `json:"trace"`
+}
+
+// handleDebugCheck asks the relationship store directly, with an optional
+// trace that explains the answer.
+func (s *API) handleDebugCheck(w http.ResponseWriter, r *http.Request) {
+	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	var req debugCheckRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+		return
+	}
+	obj, err := api.ParseObject(req.Object)
+	if err != nil {
+		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "object: %v", err))
+		return
+	}
+	sub, err := api.ParseSubject(req.Subject)
+	if err != nil {
+		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "subject: %v", err))
+		return
+	}
+	res, err := s.Store.Check(r.Context(), datastore.CheckRequest{Object: obj, Permission: req.Permission, Subject: sub, Trace: req.Trace})
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, res)
+}
+
+// edgeCache keeps the last snapshot built, by ETag, so that every proxy
+// worker polling an unchanged store costs one revision read.
+type edgeCache struct {
+	mu   sync.Mutex
+	etag string
+	body []byte
+}
+
+// edgeETag names the state a snapshot is built from: the policy
+// generation (bumped on schema and policy loads) and the data revision.
+func (s *API) edgeETag(ctx context.Context) (string, error) {
+	rev, err := s.Store.Revision(ctx)
+	if err != nil {
+		return "", err
+	}
+	return `"` + strconv.FormatUint(s.PDP.Generation(), 10) + "." + strconv.FormatUint(uint64(rev), 10) + `"`, nil
+}
+
+// handleEdgeSnapshot serves the RBAC snapshot the proxy-wasm edge filter
+// decides from, with an ETag; If-None-Match answers 304.
+func (s *API) handleEdgeSnapshot(w http.ResponseWriter, r *http.Request) {
+	etag, err := s.edgeETag(r.Context())
+	if err != nil {
+		wire.WriteError(w, err)
+		return
+	}
+	if inm := r.Header.Get("If-None-Match"); inm != "" && inm == etag {
+		w.Header().Set("ETag", etag)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	s.edge.mu.Lock()
+	defer s.edge.mu.Unlock()
+	if s.edge.etag != etag {
+		snap, err := buildEdgeSnapshot(r.Context(), s.Store)
+		if err != nil {
+			wire.WriteError(w, err)
+			return
+		}
+		body, err := json.Marshal(snap)
+		if err != nil {
+			wire.WriteError(w, err)
+			return
+		}
+		s.edge.etag, s.edge.body = etag, body
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", s.edge.etag)
+	_, _ = w.Write(s.edge.body)
+}
+
+// buildEdgeSnapshot collects the schema's tenant roles and grants and every
+// user's role assignments. A type whose relations accept users (directly
+// or through a userset) is ReBAC: the edge may allow it on a role grant but
+// leaves every other answer to the PDP. Other types that grants name are
+// pure RBAC: the edge allows and denies them.
+func buildEdgeSnapshot(ctx context.Context, store datastore.Store) (*api.EdgeSnapshot, error) {
+	sc, err := store.Schema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := store.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snap := &api.EdgeSnapshot{
+		Version:       api.EdgeSnapshotVersion,
+		Revision:      uint64(rev),
+		GeneratedAt:   time.Now().UTC(),
+		ResourceTypes: map[string]string{},
+		Roles:         map[string][]string{},
+		Assignments:   map[string]map[string][]string{},
+	}
+	for _, t := range sc.Types() {
+		if t == sc.TenantType() || len(sc.Permissions(t)) == 0 {
+			continue
+		}
+		mode := api.ModeRBAC
+		for _, rel := range sc.Relations(t) {
+			if slices.ContainsFunc(sc.AllowedSubjects(t, rel), func(st datastore.SubjectType) bool {
+				return st.Type != sc.TenantType() && (len(sc.Permissions(st.Type)) == 0 || st.Relation != "")
+			}) {
+				mode = api.ModeReBAC
+			}
+		}
+		snap.ResourceTypes[t] = mode
+	}
+	for role, grants := range sc.RoleGrantsMap() {
+		var keep []string
+		for _, g := range grants {
+			typ, _, _ := strings.Cut(g, ":")
+			if _, ok := snap.ResourceTypes[typ]; ok || typ == "*" {
+				keep = append(keep, g)
+			}
+		}
+		snap.Roles[role] = keep
+	}
+	tuples, err := store.Read(ctx, datastore.Filter{ObjectType: sc.TenantType()})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tuples {
+		if t.Subject.Relation != "" || t.Subject.Type != "user" {
+			continue
+		}
+		if _, isRole := snap.Roles[t.Relation]; !isRole {
+			continue
+		}
+		byTenant := snap.Assignments[t.Subject.ID]
+		if byTenant == nil {
+			byTenant = map[string][]string{}
+			snap.Assignments[t.Subject.ID] = byTenant
+		}
+		byTenant[t.Object.ID] = append(byTenant[t.Object.ID], t.Relation)
+	}
+	if err := snap.Validate(); err != nil {
+		return nil, fmt.Errorf("admin: edge snapshot: %w", err)
+	}
+	return snap, nil
+}

@@ -1,0 +1,98 @@
+// Package forwardauth is the HTTP authorization transport: Envoy's HTTP
+// ext_authz (http_service), nginx auth_request, Caddy forward_auth and
+// Traefik ForwardAuth. It maps the proxied request to the decision core's
+// HTTP request and the decision back to a status, headers and a body.
+package forwardauth
+
+import (
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/nexuspdp/nexus/extauthz/internal/wire"
+	"github.com/nexuspdp/nexus/pdp"
+)
+
+// Prefix is where HTTP ext_authz and forward-auth requests arrive; the
+// rest of the path is the proxied request's path unless a forwarding
+// header names it.
+const Prefix = "/ext_authz"
+
+// Handler answers forward-auth requests: 200 with the policy's headers on
+// allow, the policy's status (default 403) and body on deny.
+type Handler struct {
+	PDP *pdp.PDP
+	// MaxBodyBytes bounds the request body.
+	MaxBodyBytes int64
+}
+
+// Register adds the handler under Prefix to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.Handle(Prefix+"/", h)
+	mux.Handle(Prefix, h)
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	method, uri := r.Method, strings.TrimPrefix(r.URL.RequestURI(), Prefix)
+	if uri == "" {
+		uri = "/"
+	}
+	for _, fh := range [][2]string{{"X-Forwarded-Method", "X-Forwarded-Uri"}, {"X-Original-Method", "X-Original-URI"}} {
+		if u := r.Header.Get(fh[1]); u != "" {
+			uri = u
+			if m := r.Header.Get(fh[0]); m != "" {
+				method = m
+			}
+			break
+		}
+	}
+	host := r.Host
+	if fh := r.Header.Get("X-Forwarded-Host"); fh != "" {
+		host = fh
+	}
+	body, err := wire.ReadBody(w, r, h.MaxBodyBytes)
+	if err != nil {
+		deny(w, err)
+		return
+	}
+	hdrs := make(map[string]string, len(r.Header)+1)
+	for k, vs := range r.Header {
+		hdrs[strings.ToLower(k)] = strings.Join(vs, ",")
+	}
+	if _, ok := hdrs["host"]; !ok && host != "" {
+		hdrs["host"] = host
+	}
+	scheme := "http"
+	if p := r.Header.Get("X-Forwarded-Proto"); p != "" {
+		scheme = p
+	} else if r.TLS != nil {
+		scheme = "https"
+	}
+	req := pdp.HTTPRequest{
+		ID: r.Header.Get("X-Request-Id"), Method: method, Headers: hdrs, Path: uri, Host: host,
+		Scheme: scheme, Size: r.ContentLength, Protocol: r.Proto, Body: string(body),
+	}
+	d, err := h.PDP.HTTP(r.Context(), pdp.IfaceHTTP, &req, r.RemoteAddr)
+	if err != nil {
+		deny(w, err)
+		return
+	}
+	for _, hd := range d.Headers {
+		w.Header().Add(hd.Key, hd.Value)
+	}
+	if d.Allowed {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	status := d.HTTPStatus
+	if status == 0 {
+		status = http.StatusForbidden
+	}
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, d.Body)
+}
+
+func deny(w http.ResponseWriter, err error) {
+	w.Header().Set("X-Nexus-Reason", pdp.Code(err))
+	wire.WriteError(w, err)
+}

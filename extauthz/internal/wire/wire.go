@@ -1,0 +1,78 @@
+// Package wire holds what every transport shares: the one mapping from an
+// error's code to HTTP and gRPC statuses, and JSON request and response
+// helpers.
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/nexuspdp/nexus/pdp"
+)
+
+// Status returns err's stable code (pdp.Code) and the HTTP and gRPC
+// statuses it answers with. This is the one place where codes meet
+// statuses: client errors are 4xx, failures of nexus or its policy 5xx.
+func Status(err error) (code string, httpStatus int, grpcCode codes.Code) {
+	code = pdp.Code(err)
+	switch code {
+	case pdp.CodeTooLarge:
+		return code, http.StatusRequestEntityTooLarge, codes.InvalidArgument
+	case pdp.CodeBadRequest, pdp.CodeUnknownType:
+		return code, http.StatusBadRequest, codes.InvalidArgument
+	case pdp.CodeNotReady, pdp.CodeStoreError:
+		return code, http.StatusServiceUnavailable, codes.Unavailable
+	case pdp.CodeDeadline:
+		return code, http.StatusGatewayTimeout, codes.DeadlineExceeded
+	case pdp.CodeCanceled:
+		return code, 499, codes.Canceled
+	case pdp.CodeConflict:
+		return code, http.StatusConflict, codes.FailedPrecondition
+	}
+	return code, http.StatusInternalServerError, codes.Internal
+}
+
+// ReadBody reads a request body of at most limit bytes; more is
+// pdp.ErrTooLarge.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, pdp.ErrTooLarge
+	}
+	return body, err
+}
+
+// WriteJSON answers status with v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError answers with the error's status and a JSON body that names
+// it precisely.
+func WriteError(w http.ResponseWriter, err error) {
+	code, status, _ := Status(err)
+	WriteJSON(w, status, map[string]string{"error": err.Error(), "reason": code})
+}
+
+// Healthz answers that the process is up.
+func Healthz(w http.ResponseWriter, _ *http.Request) {
+	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Readyz answers whether p can decide, with the loaded policy's revision.
+func Readyz(p *pdp.PDP) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if !p.Ready() {
+			WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "no policy loaded"})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "policy_revision": p.PolicyRevision()})
+	}
+}

@@ -1,0 +1,74 @@
+package pdp
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/nexuspdp/nexus/pdp/internal/input"
+)
+
+// Subject is who asks.
+type Subject struct {
+	Type       string         `json:"type"`
+	ID         string         `json:"id"`
+	Attributes map[string]any `json:"attributes,omitempty"`
+}
+
+// Resource is what is asked about.
+type Resource struct {
+	Type       string         `json:"type"`
+	ID         string         `json:"id,omitempty"`
+	Tenant     string         `json:"tenant,omitempty"`
+	Attributes map[string]any `json:"attributes,omitempty"`
+}
+
+// Check is an application check (AuthZEN, the Permit-compatible API): the
+// input document of the authz entrypoint.
+type Check struct {
+	Subject  Subject        `json:"subject"`
+	Action   string         `json:"action"`
+	Resource Resource       `json:"resource"`
+	Context  map[string]any `json:"context,omitempty"`
+}
+
+// HTTPRequest is the part of a proxied HTTP request (forward auth) that
+// becomes the opa-envoy-plugin input document. It mirrors Envoy's
+// AttributeContext.HttpRequest.
+type HTTPRequest = input.HTTP
+
+// Input returns the check as the policy's input document: canonical JSON
+// (fields in a fixed order, map keys sorted), so equal checks give equal
+// bytes and can share a cache entry.
+func (c *Check) Input() []byte {
+	b, err := json.Marshal(c)
+	if err != nil {
+		// Every value came from decoding JSON, so it encodes again.
+		panic(fmt.Sprintf("pdp: encoding a decoded check: %v", err))
+	}
+	return b
+}
+
+// Validate reports the first missing or malformed field.
+func (c *Check) Validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"subject.type", c.Subject.Type}, {"subject.id", c.Subject.ID},
+		{"action", c.Action}, {"resource.type", c.Resource.Type},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("%w: %s is required", ErrBadRequest, f.name)
+		}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"subject.type", c.Subject.Type}, {"subject.id", c.Subject.ID}, {"action", c.Action},
+		{"resource.type", c.Resource.Type}, {"resource.id", c.Resource.ID}, {"resource.tenant", c.Resource.Tenant},
+	} {
+		if len(f.v) > 256 {
+			return fmt.Errorf("%w: %s is longer than 256 bytes", ErrBadRequest, f.name)
+		}
+		if strings.ContainsAny(f.v, "#@ \t\n") {
+			return fmt.Errorf("%w: %s %q contains a reserved character (one of '#', '@' or white space)", ErrBadRequest, f.name, f.v)
+		}
+	}
+	return nil
+}

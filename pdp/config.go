@@ -1,0 +1,133 @@
+package pdp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/engine"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultCacheSize    = 100_000
+	DefaultEvalTimeout  = 500 * time.Millisecond
+)
+
+// Default entrypoints, those of the embedded default policy.
+const (
+	DefaultEnvoyEntrypoint = "nexus/envoy/result"
+	DefaultAuthzEntrypoint = "nexus/authz/decision"
+)
+
+// Store is what the core reads of the relationship store: the schema it
+// merges into the policy's data and the revision that keys the decision
+// cache. *datastore.BoltStore satisfies it.
+type Store interface {
+	// Schema returns the current schema (datastore.ErrNoSchema if none).
+	Schema(ctx context.Context) (*datastore.Schema, error)
+	// Revision returns the latest committed revision.
+	Revision(ctx context.Context) (datastore.Revision, error)
+}
+
+var _ Store = (*datastore.BoltStore)(nil)
+
+// Config configures a PDP. Engine, Store and Policy are required; every
+// other zero value means the documented default.
+type Config struct {
+	// Engine evaluates policies. Its registry must hold the relationship
+	// builtins for policies that use them.
+	Engine *engine.Engine
+	// Store is the relationship store.
+	Store Store
+	// Policy is the compiled policy. The core adds the schema's tenant
+	// roles (data.nexus.roles: role to grants) and each type's permissions
+	// (data.nexus.permissions) to its data before loading it, and again
+	// whenever the schema changes.
+	Policy *compiler.Bundle
+
+	// EnvoyEntrypoint answers ext_authz and forward-auth requests; ""
+	// means DefaultEnvoyEntrypoint. Its result is a boolean or an
+	// opa-envoy-plugin result object.
+	EnvoyEntrypoint string
+	// AuthzEntrypoint answers application checks; "" means
+	// DefaultAuthzEntrypoint. Its result is a boolean or an object with
+	// "allow" (or "allowed") and "reason".
+	AuthzEntrypoint string
+
+	// MaxBodyBytes bounds the body of an Envoy CheckRequest; zero means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
+	EvalTimeout time.Duration
+	// CacheSize bounds the decision cache (entries); zero means
+	// DefaultCacheSize.
+	CacheSize int
+	// CacheDisabled turns the decision cache off.
+	CacheDisabled bool
+
+	// DecisionLog receives one policy.decision JSON line per decision;
+	// nil disables the decision log.
+	DecisionLog io.Writer
+	// DecisionLogQueue bounds the events waiting to be written; zero
+	// means 4096. A full queue drops events (counted), never blocks.
+	DecisionLogQueue int
+
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the decision metrics; nil means a new registry
+	// (metrics then go nowhere).
+	Registerer prometheus.Registerer
+}
+
+// Validate fills defaults and rejects nonsense.
+func (c *Config) Validate() error {
+	if c.Engine == nil {
+		return errors.New("pdp: Config.Engine is required")
+	}
+	if c.Store == nil {
+		return errors.New("pdp: Config.Store is required")
+	}
+	if c.Policy == nil {
+		return errors.New("pdp: Config.Policy is required")
+	}
+	if c.EnvoyEntrypoint == "" {
+		c.EnvoyEntrypoint = DefaultEnvoyEntrypoint
+	}
+	if c.AuthzEntrypoint == "" {
+		c.AuthzEntrypoint = DefaultAuthzEntrypoint
+	}
+	switch {
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("pdp: MaxBodyBytes %d is negative", c.MaxBodyBytes)
+	case c.MaxBodyBytes == 0:
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case c.EvalTimeout < 0:
+		return fmt.Errorf("pdp: EvalTimeout %v is negative", c.EvalTimeout)
+	case c.EvalTimeout == 0:
+		c.EvalTimeout = DefaultEvalTimeout
+	}
+	switch {
+	case c.CacheSize < 0:
+		return fmt.Errorf("pdp: CacheSize %d is negative", c.CacheSize)
+	case c.CacheSize == 0:
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	return nil
+}

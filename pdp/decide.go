@@ -1,0 +1,260 @@
+package pdp
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+	"unsafe"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
+	"github.com/nexuspdp/nexus/pdp/internal/input"
+	"github.com/nexuspdp/nexus/pdp/internal/prune"
+	"github.com/nexuspdp/nexus/pdp/internal/result"
+)
+
+// Header is one header a decision sets.
+type Header = result.Header
+
+// Decision is the answer to one request: the policy's decision (allowed,
+// reason, headers, status, body, dynamic metadata), its ID and how the
+// decision cache answered.
+type Decision struct {
+	result.Decision
+	// ID names the decision in the decision log ("" when the log is off).
+	ID string
+	// Cache is CacheHit, CacheMiss or CacheDisabled.
+	Cache string
+	// rev is the data revision the decision was cached under (0 when the
+	// cache is off).
+	rev datastore.Revision
+}
+
+// meta describes a check for the decision log.
+type meta struct {
+	subject, action, resource string
+	// view is the view the input was written (pruned) for.
+	view *inputView
+}
+
+// Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
+// opa-envoy-plugin input document built from it.
+func (p *PDP) Envoy(ctx context.Context, iface string, req *authv3.CheckRequest) (Decision, error) {
+	h := req.GetAttributes().GetRequest().GetHttp()
+	md := meta{action: h.GetMethod(), resource: h.GetPath()}
+	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
+		if int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes {
+			return dst, ErrTooLarge
+		}
+		return input.AppendEnvoy(dst, req, input.Options{Keep: keep})
+	})
+}
+
+// HTTP decides a proxied HTTP request (forward auth) from source (the
+// peer's address) with the envoy entrypoint, on the same input document
+// as Envoy's.
+func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source string) (Decision, error) {
+	md := meta{action: req.Method, resource: req.Path}
+	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
+		return input.AppendHTTP(dst, req, source, input.Options{Keep: keep})
+	})
+}
+
+// Check decides an application check with the authz entrypoint. With the
+// default entrypoint, a resource type the schema does not declare is
+// ErrUnknownType.
+func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, error) {
+	if p.cfg.AuthzEntrypoint == DefaultAuthzEntrypoint && !p.KnownType(c.Resource.Type) {
+		err := Errorf(ErrUnknownType, "resource.type %q is not a type of the schema", c.Resource.Type)
+		p.CountError(iface, err)
+		return Decision{}, err
+	}
+	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
+	doc := c.Input()
+	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
+		if keep == nil {
+			return append(dst, doc...), nil
+		}
+		out, err := keep.Append(dst, doc)
+		if err != nil {
+			return out, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
+		}
+		return out, nil
+	})
+}
+
+// CountError counts a request that failed before it reached the core (a
+// malformed body) as a denial for err, and returns its code.
+func (p *PDP) CountError(iface string, err error) string {
+	code := Code(err)
+	p.m.errors.WithLabelValues(iface, code).Inc()
+	p.m.decisions.WithLabelValues(iface, "deny", reasonLabel(code)).Inc()
+	return code
+}
+
+// decideBuilt decides the input build writes with what the loaded policy
+// reads (build gets the selection; nil means everything). If a policy is
+// loaded meanwhile it builds again, so that the policy deciding always
+// gets the input pruned for it. Build errors are counted as decisions.
+func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta, build func([]byte, *prune.Tree) ([]byte, error)) (Decision, error) {
+	if entrypoint == Disabled {
+		err := fmt.Errorf("%w: this kind of check is disabled (its entrypoint is %q)", ErrNotReady, Disabled)
+		p.CountError(iface, err)
+		return Decision{}, err
+	}
+	bp := p.buf()
+	buf := *bp
+	defer func() { p.putBuf(bp, buf) }()
+	for attempt := 0; ; attempt++ {
+		v := p.view.Load()
+		var keep *prune.Tree
+		if v != nil {
+			keep = v.keep
+		}
+		var err error
+		if buf, err = build(buf[:0], keep); err != nil {
+			p.CountError(iface, err)
+			return Decision{}, err
+		}
+		md.view = v
+		d, err := p.decide(ctx, iface, entrypoint, buf, md)
+		if err != errStale {
+			return d, err
+		}
+		if attempt == 2 {
+			p.CountError(iface, err)
+			return d, err
+		}
+	}
+}
+
+// decide evaluates entrypoint on input, through the decision cache, and
+// counts, measures and logs the decision.
+func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (Decision, error) {
+	start := time.Now()
+	d, err := p.decideUncounted(ctx, entrypoint, input, md.view)
+	if err == errStale {
+		return d, err // the caller builds the input again
+	}
+	elapsed := time.Since(start)
+	if err != nil {
+		d.Reason = p.CountError(iface, err)
+	} else {
+		res := "deny"
+		if d.Allowed {
+			res = "allow"
+		}
+		p.m.decisions.WithLabelValues(iface, res, reasonLabel(d.Reason)).Inc()
+	}
+	p.m.obs[[2]string{iface, d.Cache}].Observe(elapsed.Seconds())
+	if p.log.Enabled() {
+		d.ID = p.idPrefix + strconv.FormatUint(p.idSeq.Add(1), 10)
+		rev := d.rev
+		if p.cache == nil {
+			rev, _ = p.store.Revision(ctx)
+		}
+		p.log.Emit(decisionlog.Event{
+			DecisionID:     d.ID,
+			Time:           start.UTC(),
+			Interface:      iface,
+			Subject:        md.subject,
+			Action:         md.action,
+			Resource:       md.resource,
+			Allowed:        err == nil && d.Allowed,
+			Reason:         d.Reason,
+			PolicyRevision: *p.policyRev(),
+			DataRevision:   uint64(rev),
+			LatencyMicros:  float64(elapsed.Nanoseconds()) / 1e3,
+			Cache:          d.Cache,
+		})
+	}
+	return d, err
+}
+
+// buf takes a buffer from the pool; putBuf returns it with b, its grown
+// contents, unless b grew too big to keep.
+func (p *PDP) buf() *[]byte { return p.bufs.Get().(*[]byte) }
+
+func (p *PDP) putBuf(bp *[]byte, b []byte) {
+	if cap(b) <= 64<<10 {
+		*bp = b[:0]
+		p.bufs.Put(bp)
+	}
+}
+
+// decideUncounted decides input, written for view v (nil before a policy
+// is loaded). It returns errStale if v is no longer the loaded view when
+// the decision is made.
+func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, v *inputView) (d Decision, err error) {
+	d = Decision{Cache: CacheDisabled}
+	if !p.ready.Load() {
+		return d, ErrNotReady
+	}
+	defer func() {
+		if err == nil && p.view.Load() != v {
+			d, err = Decision{Cache: d.Cache}, errStale
+		}
+	}()
+	var key string
+	if p.cache != nil {
+		d.Cache = CacheMiss
+		rev, err := p.store.Revision(ctx)
+		if err != nil {
+			return d, fmt.Errorf("pdp: data revision: %w", err)
+		}
+		d.rev = rev
+		kp := p.buf()
+		kb := strconv.AppendUint((*kp)[:0], p.gen.Load(), 36)
+		kb = append(kb, '/')
+		kb = strconv.AppendUint(kb, uint64(rev), 36)
+		kb = append(kb, '/')
+		kb = append(kb, entrypoint...)
+		kb = append(kb, 0)
+		kb = append(kb, input...)
+		// The lookup does not keep its key, so it reads the buffer in
+		// place; only a miss copies the key, to insert it.
+		r, hit := p.cache.GetIfPresent(unsafe.String(unsafe.SliceData(kb), len(kb)))
+		if !hit {
+			key = string(kb)
+		}
+		p.putBuf(kp, kb)
+		if hit {
+			d.Decision, d.Cache = r, CacheHit
+			return d, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.EvalTimeout)
+	defer cancel()
+	bp := p.buf()
+	out, err := p.eng.Eval(ctx, entrypoint, input, (*bp)[:0])
+	if err == nil {
+		d.Decision, err = p.parseResult(out)
+	}
+	p.putBuf(bp, out)
+	if err != nil {
+		return d, err
+	}
+	if p.cache != nil {
+		p.cache.Set(key, d.Decision)
+	}
+	return d, nil
+}
+
+// parseResult is result.Parse through the memo of parsed results.
+func (p *PDP) parseResult(out []byte) (result.Decision, error) {
+	if len(out) > 4096 {
+		return result.Parse(out)
+	}
+	if d, ok := p.results.GetIfPresent(string(out)); ok {
+		return d, nil
+	}
+	d, err := result.Parse(out)
+	if err == nil {
+		p.results.Set(string(out), d)
+	}
+	return d, err
+}

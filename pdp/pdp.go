@@ -1,0 +1,184 @@
+package pdp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/maypok86/otter/v2"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
+	"github.com/nexuspdp/nexus/pdp/internal/prune"
+	"github.com/nexuspdp/nexus/pdp/internal/result"
+)
+
+// Disabled is the entrypoint value that turns a family of checks off: a
+// bundle need not define it, and its checks answer ErrNotReady.
+const Disabled = "-"
+
+// ErrNoEntrypoint reports a bundle that lacks an entrypoint the server is
+// configured to evaluate.
+var ErrNoEntrypoint = errors.New("pdp: the bundle lacks a configured entrypoint")
+
+// PDP is the decision core shared by every transport. Its methods are safe
+// for concurrent use.
+type PDP struct {
+	cfg   Config
+	eng   *engine.Engine
+	store Store
+	cache *otter.Cache[string, result.Decision]
+	// results memoises result.Parse by the result document's bytes: most
+	// results repeat (a reason, a subject), and parsing an object costs
+	// more than the lookup. Decisions are never modified once parsed.
+	results *otter.Cache[string, result.Decision]
+	log     *decisionlog.Logger
+	m       *metrics
+
+	mu     sync.Mutex // serialises policy loads
+	base   *compiler.Bundle
+	gen    atomic.Uint64 // bumped on every policy load; part of the cache key
+	ready  atomic.Bool
+	types  atomic.Pointer[map[string]bool] // resource types of the schema
+	policy atomic.Pointer[string]          // revision of the loaded policy
+	view   atomic.Pointer[inputView]       // what the loaded policy reads of the input
+
+	idPrefix string
+	idSeq    atomic.Uint64
+	bufs     sync.Pool
+}
+
+// inputView is the part of the input the loaded policy reads. Every load
+// stores a new one after the engine swapped bundles, so a decision whose
+// view is still the loaded one after evaluation was evaluated by the
+// policy its input was pruned for.
+type inputView struct {
+	keep *prune.Tree // nil: the whole input
+}
+
+// New validates cfg, loads its policy (with the schema's roles and
+// permissions in its data) and returns a PDP ready to decide.
+func New(ctx context.Context, cfg Config) (*PDP, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &PDP{cfg: cfg, eng: cfg.Engine, store: cfg.Store}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	p.idPrefix = hex.EncodeToString(rnd[:]) + "-"
+	p.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
+	if !cfg.CacheDisabled {
+		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize})
+		if err != nil {
+			return nil, fmt.Errorf("pdp: decision cache: %w", err)
+		}
+		p.cache = c
+	}
+	results, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: 10_000})
+	if err != nil {
+		return nil, fmt.Errorf("pdp: result cache: %w", err)
+	}
+	p.results = results
+	p.log = decisionlog.New(decisionlog.Config{Out: cfg.DecisionLog, QueueSize: cfg.DecisionLogQueue, Logger: cfg.Logger})
+	m, err := newMetrics(cfg.Registerer,
+		func() float64 { return float64(p.log.Emitted()) },
+		func() float64 { return float64(p.log.Dropped()) })
+	if err != nil {
+		return nil, fmt.Errorf("pdp: metrics: %w", err)
+	}
+	p.m = m
+	if err := p.Load(ctx, cfg.Policy); err != nil {
+		_ = p.log.Close(ctx)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Load swaps in bundle b with the current schema's roles and permissions
+// in its data; nil reloads the current bundle (after a schema change). A
+// bundle that lacks a configured entrypoint or fails to load is refused
+// and the previous policy keeps serving. In-flight decisions finish on the
+// policy they started with.
+func (p *PDP) Load(ctx context.Context, b *compiler.Bundle) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b == nil {
+		b = p.base
+	}
+	for _, ep := range []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint} {
+		if ep != Disabled && !slices.Contains(b.Manifest.Entrypoints, ep) {
+			return fmt.Errorf("%w: %q is not among the bundle's entrypoints %q (compile the policy with it, or configure the entrypoint the policy has; %q disables one)",
+				ErrNoEntrypoint, ep, b.Manifest.Entrypoints, Disabled)
+		}
+	}
+	sc, err := p.store.Schema(ctx)
+	if err != nil && !errors.Is(err, datastore.ErrNoSchema) {
+		return fmt.Errorf("pdp: reading the schema: %w", err)
+	}
+	data, types, err := withSchema(b.Data, sc)
+	if err != nil {
+		return err
+	}
+	nb := *b
+	nb.Data = data
+	if err := p.eng.Load(ctx, &nb); err != nil {
+		return fmt.Errorf("pdp: loading the policy: %w", err)
+	}
+	p.base = b
+	p.types.Store(&types)
+	v := &inputView{}
+	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
+		v.keep = prune.New(paths)
+	}
+	p.view.Store(v)
+	rev := b.Manifest.Revision
+	p.policy.Store(&rev)
+	p.gen.Add(1)
+	if p.cache != nil {
+		p.cache.InvalidateAll()
+	}
+	p.ready.Store(true)
+	return nil
+}
+
+// Ready reports whether a policy is loaded.
+func (p *PDP) Ready() bool { return p.ready.Load() }
+
+// Manifest returns the loaded bundle's manifest.
+func (p *PDP) Manifest() compiler.Manifest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.base.Manifest
+}
+
+// PolicyRevision returns the loaded bundle's revision.
+func (p *PDP) PolicyRevision() string { return *p.policyRev() }
+
+func (p *PDP) policyRev() *string {
+	if r := p.policy.Load(); r != nil {
+		return r
+	}
+	empty := ""
+	return &empty
+}
+
+// Generation counts policy loads (schema changes included): together with
+// the data revision it names the state a decision is made from.
+func (p *PDP) Generation() uint64 { return p.gen.Load() }
+
+// KnownType reports whether the schema declares typ (true when there is
+// no schema to ask).
+func (p *PDP) KnownType(typ string) bool {
+	t := p.types.Load()
+	return t == nil || *t == nil || (*t)[typ]
+}
+
+// Close flushes the decision log, waiting until ctx ends at most.
+func (p *PDP) Close(ctx context.Context) error { return p.log.Close(ctx) }
