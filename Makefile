@@ -1,7 +1,8 @@
 # nexus: build, test, check and benchmark.
 #
 # `make test` is what CI runs (.ci/run). It installs what the tests need
-# (Debian packages via apt-get when run as root) and then runs every test.
+# (Debian packages via apt-get when run as root), runs `make check`
+# (gofmt, go vet, staticcheck, go mod tidy) and then runs every test.
 
 GO        ?= go
 BIN       ?= bin/nexus
@@ -20,7 +21,7 @@ build:
 deps:
 	@./scripts/deps.sh
 
-test: deps build
+test: deps build check
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd e2e && $(GO) test -count=1 -timeout 10m ./...
 
