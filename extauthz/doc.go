@@ -12,14 +12,14 @@
 //   - an admin API (relationships, schema, policy bundle, edge snapshot)
 //     behind a bearer token, with /metrics, /healthz and /readyz.
 //
-// A Server answers every check in process: the input is built without
-// reflection, looked up in a bounded decision cache keyed by the input and
-// the policy and data revisions, evaluated by the engine (whose host
-// builtins read the store), logged asynchronously and measured.
+// A Server owns the listeners and one decision core (package pdp); each
+// interface is a thin transport under internal/ that maps its wire format
+// to the core and back, and internal/wire maps error codes to HTTP and
+// gRPC statuses in one place.
 //
 //	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: bundle})
 //	if err != nil { ... }
-//	err = srv.Run(ctx) // until ctx ends, then a graceful shutdown
+//	err = srv.Run(ctx, 10*time.Second) // until ctx ends, then a graceful shutdown
 //
 // # Caveats
 //

@@ -12,7 +12,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
@@ -64,7 +63,7 @@ func checkResponse(d pdp.Decision) *authv3.CheckResponse {
 			ResponseHeadersToAdd: headers(d.ResponseHeadersToAdd),
 		}
 		resp := &authv3.CheckResponse{Status: okStatus, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
-		resp.DynamicMetadata = dynamicMetadata(d.DynamicMetadata)
+		resp.DynamicMetadata = d.DynamicMetadata
 		return resp
 	}
 	status := d.HTTPStatus
@@ -79,23 +78,8 @@ func checkResponse(d pdp.Decision) *authv3.CheckResponse {
 			Body:    d.Body,
 		}},
 	}
-	resp.DynamicMetadata = dynamicMetadata(d.DynamicMetadata)
+	resp.DynamicMetadata = d.DynamicMetadata
 	return resp
-}
-
-func dynamicMetadata(js json.RawMessage) *structpb.Struct {
-	if len(js) == 0 {
-		return nil
-	}
-	var m map[string]any
-	if err := json.Unmarshal(js, &m); err != nil {
-		return nil
-	}
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		return nil
-	}
-	return s
 }
 
 func headers(hs []pdp.Header) []*corev3.HeaderValueOption {

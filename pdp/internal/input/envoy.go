@@ -109,10 +109,56 @@ func rare(a *authv3.AttributeContext) bool {
 	return !simpleAddress(a.GetSource().GetAddress()) || !simpleAddress(a.GetDestination().GetAddress())
 }
 
-// validAttributes validates what appendAttributes would write.
+// validAttributes validates what appendAttributes would write, without
+// writing it: for attributes the policy does not read, so that a request
+// is refused or accepted alike whatever the policy reads. AppendEnvoy
+// only calls it for attributes without the rare fields it splices.
 func validAttributes(a *authv3.AttributeContext) error {
-	_, err := appendAttributes(nil, &prune.Tree{}, a)
-	return err
+	for _, p := range []*authv3.AttributeContext_Peer{a.Source, a.Destination} {
+		if p != nil {
+			if err := validPeer(p); err != nil {
+				return err
+			}
+		}
+	}
+	if err := validRequest(a.Request); err != nil {
+		return err
+	}
+	return validMap(a.ContextExtensions)
+}
+
+// validRequest validates the request attributes that appendAttributes
+// writes itself.
+func validRequest(r *authv3.AttributeContext_Request) error {
+	if r == nil {
+		return nil
+	}
+	if r.Time != nil {
+		if err := r.Time.CheckValid(); err != nil {
+			return fmt.Errorf("input: request time: %w", err)
+		}
+	}
+	if h := r.Http; h != nil {
+		if err := validStrings(h.Id, h.Method, h.Path, h.Host, h.Scheme, h.Query, h.Fragment, h.Protocol, h.Body); err != nil {
+			return err
+		}
+		return validMap(h.Headers)
+	}
+	return nil
+}
+
+// validPeer validates the peer fields that appendPeer writes itself.
+func validPeer(p *authv3.AttributeContext_Peer) error {
+	if err := validStrings(p.Service, p.Principal, p.Certificate); err != nil {
+		return err
+	}
+	if err := validMap(p.Labels); err != nil {
+		return err
+	}
+	if ad := p.Address; ad != nil && simpleAddress(ad) {
+		return validStrings(ad.GetSocketAddress().GetAddress())
+	}
+	return nil
 }
 
 // AppendHTTP appends the input document for a request that did not come
@@ -347,20 +393,10 @@ func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext) (
 		}
 	}
 	if r := a.Request; r != nil {
-		if r.Time != nil {
-			if err := r.Time.CheckValid(); err != nil {
-				return dst, fmt.Errorf("input: request time: %w", err)
-			}
+		if err := validRequest(r); err != nil {
+			return dst, err
 		}
 		h := r.Http
-		if h != nil {
-			if err := validStrings(h.Id, h.Method, h.Path, h.Host, h.Scheme, h.Query, h.Fragment, h.Protocol, h.Body); err != nil {
-				return dst, err
-			}
-			if err := validMap(h.Headers); err != nil {
-				return dst, err
-			}
-		}
 		if rc, ok := o.member("request"); ok {
 			ro := obj{sel: rc}
 			ro.open(o.buf)
@@ -462,16 +498,8 @@ func simpleAddress(ad *corev3.Address) bool {
 
 // appendPeer validates p and writes it as member name of parent.
 func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer) ([]byte, error) {
-	if err := validStrings(p.Service, p.Principal, p.Certificate); err != nil {
+	if err := validPeer(p); err != nil {
 		return parent.buf, err
-	}
-	if err := validMap(p.Labels); err != nil {
-		return parent.buf, err
-	}
-	if ad := p.Address; ad != nil && simpleAddress(ad) {
-		if err := validStrings(ad.GetSocketAddress().GetAddress()); err != nil {
-			return parent.buf, err
-		}
 	}
 	sel, ok := parent.member(name)
 	if !ok {

@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
@@ -81,9 +82,19 @@ func TestKeepValidatesWhatItDrops(t *testing.T) {
 		{"bad-path", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/a%zz"}), ErrInvalidPath},
 		{"bad-json-body", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json"}, Body: "{"}), ErrInvalidBody},
 		{"bad-utf8-principal", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Principal: "\xfe"}}}, ErrInvalidUTF8},
+		{"bad-utf8-label", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Destination: &authv3.AttributeContext_Peer{Labels: map[string]string{"app": "\xfe"}}}}, ErrInvalidUTF8},
+		{"bad-utf8-address", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "\xfe"}}}}}}, ErrInvalidUTF8},
+		{"bad-utf8-extension", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{ContextExtensions: map[string]string{"k": "\xfe"}}}, ErrInvalidUTF8},
+		{"bad-time", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Time: &timestamppb.Timestamp{Nanos: -1}}}}, nil},
 	} {
-		if _, err := AppendEnvoy(nil, tt.req, Options{Keep: nothing}); !errors.Is(err, tt.want) {
-			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
+		_, whole := AppendEnvoy(nil, tt.req, Options{})
+		_, kept := AppendEnvoy(nil, tt.req, Options{Keep: nothing})
+		if whole == nil || kept == nil {
+			t.Errorf("%s: whole document err = %v, kept nothing err = %v; want both to fail", tt.name, whole, kept)
+			continue
+		}
+		if tt.want != nil && (!errors.Is(whole, tt.want) || !errors.Is(kept, tt.want)) {
+			t.Errorf("%s: err = %v and %v, want %v", tt.name, whole, kept, tt.want)
 		}
 	}
 }

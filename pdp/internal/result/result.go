@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // ErrInvalid reports a result document that is neither a boolean nor an
@@ -37,8 +39,10 @@ type Decision struct {
 	HTTPStatus int
 	// Body is the body of a denial.
 	Body string
-	// DynamicMetadata is emitted to Envoy's dynamic metadata, as JSON.
-	DynamicMetadata json.RawMessage
+	// DynamicMetadata is emitted to Envoy's dynamic metadata. It is
+	// converted once, when the result is parsed, and shared read-only by
+	// every response built from this decision.
+	DynamicMetadata *structpb.Struct
 }
 
 var (
@@ -92,7 +96,11 @@ func Parse(doc []byte) (Decision, error) {
 		if raw.DynamicMetadata[0] != '{' {
 			return Decision{}, fmt.Errorf("%w: dynamic_metadata must be an object", ErrInvalid)
 		}
-		d.DynamicMetadata = raw.DynamicMetadata
+		md := &structpb.Struct{}
+		if err := md.UnmarshalJSON(raw.DynamicMetadata); err != nil {
+			return Decision{}, fmt.Errorf("%w: dynamic_metadata: %w", ErrInvalid, err)
+		}
+		d.DynamicMetadata = md
 	}
 	return d, nil
 }

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func TestParse(t *testing.T) {
@@ -19,7 +22,7 @@ func TestParse(t *testing.T) {
 			want: Decision{HTTPStatus: 401, Body: "who are you", Reason: "no_subject", Headers: []Header{{"x-a", "1"}, {"x-b", "2"}, {"x-b", "3"}}}},
 		{name: "allow-alias", doc: `{"allow":true,"request_headers_to_remove":["cookie"],"response_headers_to_add":{"x-r":"y"}}`,
 			want: Decision{Allowed: true, RequestHeadersToRemove: []string{"cookie"}, ResponseHeadersToAdd: []Header{{"x-r", "y"}}}},
-		{name: "metadata", doc: `{"allowed":true,"dynamic_metadata":{"k":1}}`, want: Decision{Allowed: true, DynamicMetadata: []byte(`{"k":1}`)}},
+		{name: "metadata", doc: `{"allowed":true,"dynamic_metadata":{"k":1,"s":{"t":["u",true,null]}}}`, want: Decision{Allowed: true, DynamicMetadata: mustStruct(map[string]any{"k": 1, "s": map[string]any{"t": []any{"u", true, nil}}})}},
 		{name: "no-allowed", doc: `{"headers":{}}`, wantErr: true},
 		{name: "string", doc: `"yes"`, wantErr: true},
 		{name: "bad-status", doc: `{"allowed":false,"http_status":42}`, wantErr: true},
@@ -40,11 +43,23 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
+			if !proto.Equal(got.DynamicMetadata, tt.want.DynamicMetadata) {
+				t.Fatalf("dynamic metadata %v, want %v", got.DynamicMetadata, tt.want.DynamicMetadata)
+			}
+			got.DynamicMetadata, tt.want.DynamicMetadata = nil, nil
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
 		})
 	}
+}
+
+func mustStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 func TestParseBoolDoesNotAllocate(t *testing.T) {
