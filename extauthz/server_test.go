@@ -185,6 +185,8 @@ func TestGRPCBadInputDeniesWithReason(t *testing.T) {
 			return r
 		}()},
 		{"bad-path", fixture.EnvoyRequest("GET", "/files/%zz", map[string]string{"x-user": "bob"})},
+		{"semicolon-query", fixture.EnvoyRequest("GET", "/files/report.pdf?a=1;b=2", map[string]string{"x-user": "bob"})},
+		{"bad-query-escape", fixture.EnvoyRequest("GET", "/files/report.pdf?a=%zz", map[string]string{"x-user": "bob"})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,12 +194,13 @@ func TestGRPCBadInputDeniesWithReason(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Check returned a transport error %v; want a denial", err)
 			}
-			if resp.GetStatus().GetCode() != int32(codes.InvalidArgument) {
-				t.Fatalf("status %v, want InvalidArgument", resp.GetStatus())
+			// opa-envoy-plugin's answer to a request that does not parse.
+			if resp.GetStatus().GetCode() != int32(codes.PermissionDenied) || !strings.HasPrefix(resp.GetStatus().GetMessage(), "request_parse_error: ") {
+				t.Fatalf("status %v, want PermissionDenied with a request_parse_error message", resp.GetStatus())
 			}
 			den := resp.GetDeniedResponse()
-			if den.GetStatus().GetCode() != 400 || headerValue(den.GetHeaders(), "x-nexus-reason") != pdp.CodeBadRequest {
-				t.Fatalf("denial %v, want 400 with x-nexus-reason %s", den, pdp.CodeBadRequest)
+			if den.GetStatus().GetCode() != 400 || den.GetBody() != resp.GetStatus().GetMessage() {
+				t.Fatalf("denial %v, want 400 with the request_parse_error body", den)
 			}
 		})
 	}
@@ -380,6 +383,10 @@ func TestBadHTTPInput(t *testing.T) {
 		{"invalid-utf8", "/allowed", "{\"user\":\"b\xffb\",\"action\":\"read\",\"resource\":\"file:x\"}", 400, "UTF-8"},
 		{"oversized", "/allowed", `{"user":"` + strings.Repeat("a", 2000) + `"}`, 413, "too large"},
 		{"oversized-forward-auth", "/ext_authz/files/x", strings.Repeat("a", 2000), 413, "too large"},
+		{"forward-auth-semicolon-query", "/ext_authz/files/report.pdf?a=1;b=2", "", 400, "invalid query"},
+		// A matrix parameter is part of its segment, not an error (no
+		// route takes a POST there).
+		{"forward-auth-matrix-param", "/ext_authz/files/report.pdf;x=1", "", 403, "no route rule"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

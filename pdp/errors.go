@@ -53,6 +53,14 @@ const (
 	CodeUnknownReason = "other"
 )
 
+// IsRequestParse reports whether err is a request that could not be turned
+// into an input document (a path, query, body or string that does not
+// parse): what opa-envoy-plugin calls a request_parse_error.
+func IsRequestParse(err error) bool {
+	return errors.Is(err, input.ErrInvalidPath) || errors.Is(err, input.ErrInvalidQuery) ||
+		errors.Is(err, input.ErrInvalidBody) || errors.Is(err, input.ErrInvalidUTF8)
+}
+
 // Code maps an error to its stable reason code. This is the one place
 // where errors meet codes; transports map codes to statuses.
 func Code(err error) string {
@@ -63,7 +71,7 @@ func Code(err error) string {
 	case errors.Is(err, ErrTooLarge):
 		return CodeTooLarge
 	case errors.Is(err, ErrBadRequest), errors.Is(err, input.ErrInvalidUTF8),
-		errors.Is(err, input.ErrInvalidPath), errors.Is(err, input.ErrInvalidBody),
+		errors.Is(err, input.ErrInvalidPath), errors.Is(err, input.ErrInvalidQuery), errors.Is(err, input.ErrInvalidBody),
 		errors.Is(err, engine.ErrInvalidInput):
 		return CodeBadRequest
 	case errors.Is(err, ErrUnknownType):

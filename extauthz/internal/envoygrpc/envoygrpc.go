@@ -39,7 +39,23 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	return checkResponse(d), nil
 }
 
+// requestParseError is the prefix of the denial of a request that does
+// not parse, as opa-envoy-plugin words it.
+const requestParseError = "request_parse_error: "
+
 func errorResponse(err error) *authv3.CheckResponse {
+	if pdp.IsRequestParse(err) {
+		// As opa-envoy-plugin answers it: PERMISSION_DENIED, 400 and the
+		// error as a plain-text body.
+		msg := requestParseError + err.Error()
+		return &authv3.CheckResponse{
+			Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: msg},
+			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+				Status: &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
+				Body:   msg,
+			}},
+		}
+	}
 	code, httpStatus, grpcCode := wire.Status(err)
 	body, _ := json.Marshal(map[string]string{"error": err.Error(), "reason": code})
 	return &authv3.CheckResponse{

@@ -26,8 +26,12 @@ import (
 // ErrInvalidUTF8 reports a string field that is not valid UTF-8.
 var ErrInvalidUTF8 = errors.New("input: invalid UTF-8")
 
-// ErrInvalidPath reports a request path that cannot be parsed as a URL.
+// ErrInvalidPath reports a request path that cannot be percent-decoded.
 var ErrInvalidPath = errors.New("input: invalid request path")
+
+// ErrInvalidQuery reports a query string that cannot be parsed (a ";"
+// separator, a bad percent escape).
+var ErrInvalidQuery = errors.New("input: invalid query")
 
 // ErrInvalidBody reports a JSON or form body that cannot be parsed.
 var ErrInvalidBody = errors.New("input: invalid request body")
@@ -229,13 +233,13 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 	if err := validStrings(path, body); err != nil {
 		return o.buf, err
 	}
-	u, err := url.Parse(path)
+	decoded, query, err := parsePath(path)
 	if err != nil {
-		return o.buf, fmt.Errorf("%w: %q: %w", ErrInvalidPath, truncate(path), err)
+		return o.buf, err
 	}
 	if _, ok := o.member("parsed_path"); ok {
 		o.buf = append(o.buf, '[')
-		p := strings.TrimLeft(u.Path, "/")
+		p := strings.TrimLeft(decoded, "/")
 		for i := 0; ; i++ {
 			if i > 0 {
 				o.buf = append(o.buf, ',')
@@ -250,7 +254,7 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 		o.buf = append(o.buf, ']')
 	}
 	if _, ok := o.member("parsed_query"); ok {
-		o.buf = appendValues(o.buf, u.Query())
+		o.buf = appendValues(o.buf, query)
 	}
 	_, wantBody := o.sel.Child("parsed_body")
 	parsed, truncated, err := parseBody(headers, body, rawBody, opts, wantBody)
@@ -271,6 +275,24 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 		o.buf = append(o.buf, `{"encoding":"protojson","ext_authz":"v3"}`...)
 	}
 	return o.close(), nil
+}
+
+// parsePath splits a request path (":path", never an authority: a
+// leading "//" is part of the path) at its first "?", percent-decodes the
+// path part and parses the query, as opa-envoy-plugin does. A path that
+// does not decode or a query that does not parse (a ";" separator, a bad
+// escape) is an error, never a silently different request.
+func parsePath(path string) (decoded string, query url.Values, err error) {
+	rawPath, rawQuery, _ := strings.Cut(path, "?")
+	decoded, err = url.PathUnescape(rawPath)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidPath, truncate(path), err)
+	}
+	query, err = url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidQuery, truncate(rawQuery), err)
+	}
+	return decoded, query, nil
 }
 
 // parseBody returns the body as compact JSON when it is a JSON or form

@@ -28,17 +28,22 @@ func reference(t *testing.T, req *authv3.CheckRequest) map[string]any {
 		t.Fatalf("unmarshal protojson: %v", err)
 	}
 	h := req.GetAttributes().GetRequest().GetHttp()
-	u, err := url.Parse(h.GetPath())
+	rawPath, rawQuery, _ := strings.Cut(h.GetPath(), "?")
+	decoded, err := url.PathUnescape(rawPath)
 	if err != nil {
-		t.Fatalf("url: %v", err)
+		t.Fatalf("path: %v", err)
+	}
+	query, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		t.Fatalf("query: %v", err)
 	}
 	var pp []any
-	for _, s := range strings.Split(strings.TrimLeft(u.Path, "/"), "/") {
+	for _, s := range strings.Split(strings.TrimLeft(decoded, "/"), "/") {
 		pp = append(pp, s)
 	}
 	doc["parsed_path"] = pp
 	pq := map[string]any{}
-	for k, vs := range u.Query() {
+	for k, vs := range query {
 		var l []any
 		for _, v := range vs {
 			l = append(l, v)
