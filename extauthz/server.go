@@ -242,7 +242,7 @@ func streamWorkers() uint32 {
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&forwardauth.Handler{PDP: s.p, MaxBodyBytes: s.cfg.MaxBodyBytes}).Register(mux)
-	(&appapi.API{PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.cfg.MaxBodyBytes, MaxBatch: s.cfg.MaxBatch}).Register(mux)
+	(&appapi.API{PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.cfg.MaxBodyBytes, MaxBatch: s.cfg.MaxBatch, Log: s.cfg.Logger}).Register(mux)
 	s.probes(mux)
 	return mux
 }
@@ -252,7 +252,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&admin.API{
 		PDP: s.p, Store: s.cfg.Store, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
-		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes,
+		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)
 	return mux

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -835,5 +836,86 @@ func TestGRPCBodyTooLarge(t *testing.T) {
 	}
 	if reason != pdp.CodeTooLarge {
 		t.Fatalf("x-nexus-reason = %q, want %q", reason, pdp.CodeTooLarge)
+	}
+}
+
+// TestAdminReadParams: the relationships listing names what is wrong with
+// its query (400), never answers 500 or ignores a parameter.
+func TestAdminReadParams(t *testing.T) {
+	ts := newTestServer(t, nil)
+	tests := []struct {
+		name, query string
+		want        int
+		wantIn      string
+	}{
+		{"subject-id-alone", "subject_id=x", 400, "subject_id needs subject_type"},
+		{"object-id-alone", "object_id=report.pdf", 400, "object_id needs object_type"},
+		{"unknown", "object=file:report.pdf", 400, `unknown query parameter \"object\"`},
+		{"twice", "object_type=file&object_type=folder", 400, "given 2 times"},
+		{"bad-limit", "object_type=file&limit=0", 400, "limit"},
+		{"ok", "object_type=file&object_id=report.pdf", 200, "file:report.pdf#parent@folder:q3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/relationships?"+tt.query, nil)
+			status, _, body := do(t, req)
+			if status != tt.want || !strings.Contains(body, tt.wantIn) {
+				t.Fatalf("got %d %s, want %d containing %q", status, body, tt.want, tt.wantIn)
+			}
+		})
+	}
+	req, _ := http.NewRequest(http.MethodPut, ts.admin+"/v1/schema?force=yes", strings.NewReader("types: {user: {}}"))
+	if status, _, body := do(t, req); status != 400 || !strings.Contains(body, "force") {
+		t.Fatalf("force=yes: %d %s, want 400 naming force", status, body)
+	}
+}
+
+// TestPolicyResultShapeHidden: a policy whose result is not a decision
+// denies with a stable reason; the client never sees Go's description of
+// the mismatch, which goes to the log.
+func TestPolicyResultShapeHidden(t *testing.T) {
+	logs := &syncBuffer{}
+	ts := newTestServer(t, func(c *extauthz.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	b, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules: map[string]string{
+			"p.rego": "package nexus.authz\ndecision := {\"allow\": \"yes\"}\n",
+			"e.rego": "package nexus.envoy\nresult := {\"allowed\": true, \"http_status\": \"teapot\"}\n",
+		},
+		Entrypoints: []string{"nexus/authz/decision", "nexus/envoy/result"}, Revision: "bad-shape",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := b.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &buf)
+	if status, _, body := do(t, req); status != 200 {
+		t.Fatalf("put policy: %d %s", status, body)
+	}
+	leaks := []string{"json:", "Go value", "unmarshal", "*bool", "json.Number"}
+	status, _, body := post(t, ts.http+"/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`)
+	if status != 500 || !strings.Contains(body, pdp.CodePolicyResult) {
+		t.Fatalf("/allowed: %d %s, want 500 with reason %s", status, body, pdp.CodePolicyResult)
+	}
+	resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, leak := range leaks {
+		for _, s := range []string{body, resp.GetStatus().GetMessage(), resp.GetDeniedResponse().GetBody()} {
+			if strings.Contains(s, leak) {
+				t.Fatalf("the client sees %q: %s", leak, s)
+			}
+		}
+	}
+	if headerValue(resp.GetDeniedResponse().GetHeaders(), "x-nexus-reason") != pdp.CodePolicyResult {
+		t.Fatalf("gRPC denial %v, want x-nexus-reason %s", resp, pdp.CodePolicyResult)
+	}
+	if !strings.Contains(logs.String(), "invalid_policy_result") || !strings.Contains(logs.String(), "allow") {
+		t.Fatalf("the log lacks the detail: %s", logs.String())
 	}
 }

@@ -143,6 +143,9 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 	elapsed := time.Since(start)
 	if err != nil {
 		d.Reason = p.CountError(iface, err)
+		if d.Reason != CodeBadRequest && d.Reason != CodeCanceled {
+			p.cfg.Logger.Warn("decision failed", "interface", iface, "reason", d.Reason, "err", err)
+		}
 	} else {
 		res := "deny"
 		if d.Allowed {

@@ -9,8 +9,11 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +43,8 @@ type API struct {
 	Gatherer prometheus.Gatherer
 	// MaxBodyBytes bounds request bodies other than policy bundles.
 	MaxBodyBytes int64
+	// Log receives the details of server-side failures.
+	Log *slog.Logger
 
 	edge edgeCache
 }
@@ -103,56 +108,71 @@ func parseTuples(field string, ss []string) ([]api.Tuple, error) {
 func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	var req writeRelationshipsRequest
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
 		return
 	}
 	touches, err := parseTuples("touches", req.Touches)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	deletes, err := parseTuples("deletes", req.Deletes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	if len(touches)+len(deletes) == 0 {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "touches and deletes are both empty"))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "touches and deletes are both empty"))
 		return
 	}
 	rev, err := s.Store.Write(r.Context(), datastore.WriteRequest{Touches: touches, Deletes: deletes})
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	wire.WriteJSON(w, http.StatusOK, map[string]any{"revision": uint64(rev)})
 }
 
+// readParams are the query parameters GET /v1/relationships accepts.
+var readParams = []string{"object_type", "object_id", "relation", "subject_type", "subject_id", "subject_relation", "limit"}
+
 func (s *API) handleReadRelationships(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if err := knownParams(q, readParams); err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
 	f := datastore.Filter{
 		ObjectType: q.Get("object_type"), ObjectID: q.Get("object_id"), Relation: q.Get("relation"),
 		SubjectType: q.Get("subject_type"), SubjectID: q.Get("subject_id"), SubjectRelation: q.Get("subject_relation"),
 		Limit: 1000,
 	}
+	// A narrower field without the one it narrows would match nothing
+	// or everything, depending on the index: name the missing one.
+	for _, dep := range [][2]string{{"object_id", "object_type"}, {"subject_id", "subject_type"}, {"subject_relation", "subject_id"}} {
+		if q.Get(dep[0]) != "" && q.Get(dep[1]) == "" {
+			wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "query parameter %s needs %s", dep[0], dep[1]))
+			return
+		}
+	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n <= 0 || n > 100000 {
-			wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "limit %q must be a number from 1 to 100000", l))
+			wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "query parameter limit %q must be a number from 1 to 100000", l))
 			return
 		}
 		f.Limit = n
 	}
 	ts, err := s.Store.Read(r.Context(), f)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	out := make([]string, len(ts))
@@ -162,26 +182,62 @@ func (s *API) handleReadRelationships(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, map[string]any{"tuples": out})
 }
 
+// knownParams refuses a query parameter outside known, or one given twice,
+// naming it.
+func knownParams(q url.Values, known []string) error {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(known, k) {
+			return pdp.Errorf(pdp.ErrBadRequest, "unknown query parameter %q (accepted: %s)", k, strings.Join(known, ", "))
+		}
+		if len(q[k]) > 1 {
+			return pdp.Errorf(pdp.ErrBadRequest, "query parameter %q given %d times", k, len(q[k]))
+		}
+	}
+	return nil
+}
+
+// boolParam reads an optional true/false query parameter.
+func boolParam(q url.Values, name string) (bool, error) {
+	switch v := q.Get(name); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, pdp.Errorf(pdp.ErrBadRequest, "query parameter %s %q must be true or false", name, v)
+	}
+}
+
 // handlePutSchema writes a schema (YAML) and reloads the policy so its
 // roles and permissions follow. ?force=true deletes tuples it orphans.
 func (s *API) handlePutSchema(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	sc, err := datastore.ParseSchema(body)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
-	rev, err := s.Store.WriteSchema(r.Context(), sc, r.URL.Query().Get("force") == "true")
+	q := r.URL.Query()
+	if err := knownParams(q, []string{"force"}); err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	force, err := boolParam(q, "force")
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	rev, err := s.Store.WriteSchema(r.Context(), sc, force)
+	if err != nil {
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	if err := s.PDP.Load(r.Context(), nil); err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	wire.WriteJSON(w, http.StatusOK, map[string]any{"revision": uint64(rev)})
@@ -190,7 +246,7 @@ func (s *API) handlePutSchema(w http.ResponseWriter, r *http.Request) {
 func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 	sc, err := s.Store.Schema(r.Context())
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/yaml")
@@ -202,11 +258,11 @@ func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
 	b, err := compiler.ReadBundle(http.MaxBytesReader(w, r.Body, 64<<20))
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	if err := s.PDP.Load(r.Context(), b); err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	wire.WriteJSON(w, http.StatusOK, b.Manifest)
@@ -228,27 +284,27 @@ type debugCheckRequest struct {
 func (s *API) handleDebugCheck(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	var req debugCheckRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
 		return
 	}
 	obj, err := api.ParseObject(req.Object)
 	if err != nil {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "object: %v", err))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "object: %v", err))
 		return
 	}
 	sub, err := api.ParseSubject(req.Subject)
 	if err != nil {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "subject: %v", err))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "subject: %v", err))
 		return
 	}
 	res, err := s.Store.Check(r.Context(), datastore.CheckRequest{Object: obj, Permission: req.Permission, Subject: sub, Trace: req.Trace})
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	wire.WriteJSON(w, http.StatusOK, res)
@@ -277,7 +333,7 @@ func (s *API) edgeETag(ctx context.Context) (string, error) {
 func (s *API) handleEdgeSnapshot(w http.ResponseWriter, r *http.Request) {
 	etag, err := s.edgeETag(r.Context())
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	if inm := r.Header.Get("If-None-Match"); inm != "" && inm == etag {
@@ -290,12 +346,12 @@ func (s *API) handleEdgeSnapshot(w http.ResponseWriter, r *http.Request) {
 	if s.edge.etag != etag {
 		snap, err := buildEdgeSnapshot(r.Context(), s.Store)
 		if err != nil {
-			wire.WriteError(w, err)
+			wire.WriteError(s.Log, w, err)
 			return
 		}
 		body, err := json.Marshal(snap)
 		if err != nil {
-			wire.WriteError(w, err)
+			wire.WriteError(s.Log, w, err)
 			return
 		}
 		s.edge.etag, s.edge.body = etag, body

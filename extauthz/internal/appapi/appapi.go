@@ -9,6 +9,7 @@ package appapi
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -37,6 +38,8 @@ type API struct {
 	// request.
 	MaxBodyBytes int64
 	MaxBatch     int
+	// Log receives the details of server-side failures.
+	Log *slog.Logger
 }
 
 // Register adds the endpoints to mux.
@@ -52,18 +55,18 @@ func (s *API) Register(mux *http.ServeMux) {
 func (s *API) handleAuthZEN(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	c, err := checkapi.ReadAuthZEN(strings.NewReader(string(body)))
 	if err != nil {
 		s.PDP.CountError(pdp.IfaceAuthZEN, err)
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	d, err := s.PDP.Check(r.Context(), pdp.IfaceAuthZEN, &c)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	wire.WriteJSON(w, http.StatusOK, authzenResponse(d))
@@ -80,13 +83,13 @@ func authzenResponse(d pdp.Decision) checkapi.AuthZENResponse {
 func (s *API) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	cs, sem, err := checkapi.ReadAuthZENBatch(strings.NewReader(string(body)), s.MaxBatch)
 	if err != nil {
 		s.PDP.CountError(pdp.IfaceAuthZEN, err)
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	resp := checkapi.AuthZENBatchResponse{Evaluations: make([]checkapi.AuthZENResponse, 0, len(cs))}
@@ -95,7 +98,7 @@ func (s *API) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
 		var e checkapi.AuthZENResponse
 		if err != nil {
 			code := pdp.Code(err)
-			e = checkapi.AuthZENResponse{Context: map[string]any{"error": err.Error(), "reason": code}}
+			e = checkapi.AuthZENResponse{Context: map[string]any{"error": wire.Describe(err), "reason": code}}
 		} else {
 			e = authzenResponse(d)
 		}
@@ -118,18 +121,18 @@ func permitResponse(d pdp.Decision) checkapi.PermitResponse {
 func (s *API) handleAllowed(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	c, err := checkapi.ReadPermit(strings.NewReader(string(body)))
 	if err != nil {
 		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	d, err := s.PDP.Check(r.Context(), pdp.IfacePermit, &c)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	wire.WriteJSON(w, http.StatusOK, permitResponse(d))
@@ -138,13 +141,13 @@ func (s *API) handleAllowed(w http.ResponseWriter, r *http.Request) {
 func (s *API) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	cs, err := checkapi.ReadPermitBulk(strings.NewReader(string(body)), s.MaxBatch)
 	if err != nil {
 		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	resp := checkapi.PermitBulkResponse{Allow: make([]checkapi.PermitResponse, len(cs))}
@@ -152,7 +155,7 @@ func (s *API) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
 		d, err := s.PDP.Check(r.Context(), pdp.IfacePermit, &cs[i])
 		if err != nil {
 			code := pdp.Code(err)
-			resp.Allow[i] = checkapi.PermitResponse{Debug: map[string]any{"error": err.Error(), "reason": code}}
+			resp.Allow[i] = checkapi.PermitResponse{Debug: map[string]any{"error": wire.Describe(err), "reason": code}}
 			continue
 		}
 		resp.Allow[i] = permitResponse(d)
@@ -185,24 +188,24 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	var req userPermissionsRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
 		return
 	}
 	q := checkapi.PermitQuery{User: req.User, Action: "-", Resource: json.RawMessage(`"-:-"`)}
 	userCheck, err := q.Check()
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	user := api.Subject{Type: "user", ID: userCheck.Subject.ID}
 	sc, err := s.Store.Schema(ctx)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	out := map[string]permissionsEntry{}
@@ -211,7 +214,7 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 	if len(tenants) == 0 {
 		ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: sc.TenantType(), SubjectType: "user", SubjectID: user.ID})
 		if err != nil {
-			wire.WriteError(w, err)
+			wire.WriteError(s.Log, w, err)
 			return
 		}
 		for _, t := range ts {
@@ -223,7 +226,7 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 	for _, t := range tenants {
 		roles, err := s.Store.Roles(ctx, user, t)
 		if err != nil {
-			wire.WriteError(w, err)
+			wire.WriteError(s.Log, w, err)
 			return
 		}
 		if len(roles) == 0 {
@@ -252,7 +255,7 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 			for _, perm := range sc.Permissions(typ) {
 				ids, err := s.Store.LookupResources(ctx, user, perm, typ)
 				if err != nil {
-					wire.WriteError(w, err)
+					wire.WriteError(s.Log, w, err)
 					return
 				}
 				for _, id := range ids {
@@ -266,13 +269,13 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 		slices.Sort(resources)
 	}
 	if len(resources) > s.MaxBatch {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "%d resources, at most %d in one request", len(resources), s.MaxBatch))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "%d resources, at most %d in one request", len(resources), s.MaxBatch))
 		return
 	}
 	for _, res := range resources {
 		obj, err := api.ParseObject(res)
 		if err != nil {
-			wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "resources: %v", err))
+			wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "resources: %v", err))
 			return
 		}
 		tenant := s.resourceTenant(r, obj)
@@ -282,7 +285,7 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 				Resource: checkapi.Resource{Type: obj.Type, ID: obj.ID, Tenant: tenant}, Context: req.Context}
 			d, err := s.PDP.Check(ctx, pdp.IfacePermit, &c)
 			if err != nil {
-				wire.WriteError(w, err)
+				wire.WriteError(s.Log, w, err)
 				return
 			}
 			if d.Allowed {
@@ -330,27 +333,27 @@ func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	var req authorizedUsersRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
 		return
 	}
 	q := checkapi.PermitQuery{User: json.RawMessage(`"-"`), Action: req.Action, Resource: req.Resource}
 	c, err := q.Check()
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	sc, err := s.Store.Schema(ctx)
 	if err != nil {
-		wire.WriteError(w, err)
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	if !s.PDP.KnownType(c.Resource.Type) {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrUnknownType, "resource.type %q is not a type of the schema", c.Resource.Type))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrUnknownType, "resource.type %q is not a type of the schema", c.Resource.Type))
 		return
 	}
 	obj := api.Object{Type: c.Resource.Type, ID: c.Resource.ID}
@@ -361,7 +364,7 @@ func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
 	if c.Resource.Tenant != "" {
 		ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: sc.TenantType(), ObjectID: c.Resource.Tenant, SubjectType: "user"})
 		if err != nil {
-			wire.WriteError(w, err)
+			wire.WriteError(s.Log, w, err)
 			return
 		}
 		for _, t := range ts {
@@ -373,7 +376,7 @@ func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
 	if obj.ID != "" && slices.Contains(sc.Permissions(obj.Type), c.Action) {
 		ids, err := s.Store.LookupSubjects(ctx, obj, c.Action, "user")
 		if err != nil {
-			wire.WriteError(w, err)
+			wire.WriteError(s.Log, w, err)
 			return
 		}
 		for _, id := range ids {
@@ -381,7 +384,7 @@ func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(candidates) > s.MaxBatch {
-		wire.WriteError(w, pdp.Errorf(pdp.ErrBadRequest, "%d candidate users, at most %d in one request", len(candidates), s.MaxBatch))
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "%d candidate users, at most %d in one request", len(candidates), s.MaxBatch))
 		return
 	}
 	users := map[string][]assignment{}
@@ -391,7 +394,7 @@ func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
 		uc.Context = req.Context
 		d, err := s.PDP.Check(ctx, pdp.IfacePermit, &uc)
 		if err != nil {
-			wire.WriteError(w, err)
+			wire.WriteError(s.Log, w, err)
 			return
 		}
 		if d.Allowed {

@@ -57,9 +57,10 @@ func errorResponse(err error) *authv3.CheckResponse {
 		}
 	}
 	code, httpStatus, grpcCode := wire.Status(err)
-	body, _ := json.Marshal(map[string]string{"error": err.Error(), "reason": code})
+	msg := wire.Describe(err)
+	body, _ := json.Marshal(map[string]string{"error": msg, "reason": code})
 	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(grpcCode), Message: err.Error()},
+		Status: &rpcstatus.Status{Code: int32(grpcCode), Message: msg},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 			Status: &typev3.HttpStatus{Code: typev3.StatusCode(httpStatus)},
 			Headers: []*corev3.HeaderValueOption{

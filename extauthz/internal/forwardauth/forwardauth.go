@@ -94,5 +94,5 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func deny(w http.ResponseWriter, err error) {
 	w.Header().Set("X-Nexus-Reason", pdp.Code(err))
-	wire.WriteError(w, err)
+	wire.WriteError(nil, w, err) // the core logged a failed decision
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 
 	"google.golang.org/grpc/codes"
@@ -54,11 +55,40 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// WriteError answers with the error's status and a JSON body that names
-// it precisely.
-func WriteError(w http.ResponseWriter, err error) {
+// serverSide describes, by code, the failures that are nexus' or its
+// policy's, not the client's: their details (Go types, store internals)
+// go to the server's log, never to the client.
+var serverSide = map[string]string{
+	pdp.CodePolicyResult:  "the policy's result is not a decision",
+	pdp.CodeUndefined:     "the policy is undefined for this request",
+	pdp.CodeStoreError:    "the relationship store cannot answer",
+	pdp.CodeDepthExceeded: "the relationship walk exceeded its depth limit",
+	pdp.CodeInternal:      "internal error",
+}
+
+// Describe is the message a client may see for err: the error itself
+// when it is the client's (4xx) or says what to wait for (not ready, a
+// deadline), a fixed description by code otherwise.
+func Describe(err error) string {
 	code, status, _ := Status(err)
-	WriteJSON(w, status, map[string]string{"error": err.Error(), "reason": code})
+	if status < 500 || code == pdp.CodeNotReady || code == pdp.CodeDeadline {
+		return err.Error()
+	}
+	if d, ok := serverSide[code]; ok {
+		return d
+	}
+	return "the policy evaluation failed (" + code + ")"
+}
+
+// WriteError answers with the error's status and a JSON body that names
+// it precisely (the client's errors) or by its code (server-side ones,
+// which log receives in full).
+func WriteError(log *slog.Logger, w http.ResponseWriter, err error) {
+	code, status, _ := Status(err)
+	if status >= 500 && log != nil {
+		log.Error("request failed", "reason", code, "err", err)
+	}
+	WriteJSON(w, status, map[string]string{"error": Describe(err), "reason": code})
 }
 
 // Healthz answers that the process is up.
