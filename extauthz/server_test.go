@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -917,5 +918,44 @@ func TestPolicyResultShapeHidden(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "invalid_policy_result") || !strings.Contains(logs.String(), "allow") {
 		t.Fatalf("the log lacks the detail: %s", logs.String())
+	}
+}
+
+// TestDecisionIDs: every gRPC decision carries a decision_id in its
+// dynamic metadata, as opa-envoy-plugin's do, in a UUID's shape, unique,
+// and the same ID names the decision in the decision log.
+func TestDecisionIDs(t *testing.T) {
+	ts := newTestServer(t, nil)
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for _, user := range []string{"bob", "carol", "bob"} {
+		resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": user}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.GetDynamicMetadata().GetFields()["decision_id"].GetStringValue()
+		if !uuid.MatchString(id) || seen[id] {
+			t.Fatalf("decision_id %q: want a new UUID-shaped ID (seen %v)", id, seen)
+		}
+		seen[id] = true
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(ts.log.String(), "\n") < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(ts.log.String()), "\n") {
+		var ev struct {
+			ID string `json:"decision_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if !seen[ev.ID] {
+			t.Fatalf("the decision log's %q is not an ID Envoy got (%v)", ev.ID, seen)
+		}
+		delete(seen, ev.ID)
+	}
+	if len(seen) != 0 {
+		t.Fatalf("decisions missing from the log: %v", seen)
 	}
 }

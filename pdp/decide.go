@@ -25,7 +25,8 @@ type Header = result.Header
 // decision cache answered.
 type Decision struct {
 	result.Decision
-	// ID names the decision in the decision log ("" when the log is off).
+	// ID names the decision: in the decision log, in Envoy's dynamic
+	// metadata (decision_id), in the server's log. It has a UUID's shape.
 	ID string
 	// Cache is CacheHit, CacheMiss or CacheDisabled.
 	Cache string
@@ -141,6 +142,7 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 		return d, err // the caller builds the input again
 	}
 	elapsed := time.Since(start)
+	d.ID = p.decisionID()
 	if err != nil {
 		d.Reason = p.CountError(iface, err)
 		if d.Reason != CodeBadRequest && d.Reason != CodeCanceled {
@@ -155,16 +157,19 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 	}
 	p.m.obs[[2]string{iface, d.Cache}].Observe(elapsed.Seconds())
 	if p.log.Enabled() {
-		d.ID = p.idPrefix + strconv.FormatUint(p.idSeq.Add(1), 10)
 		rev := d.rev
 		if p.cache == nil {
 			rev, _ = p.store.Revision(ctx)
+		}
+		subject := md.subject
+		if subject == "" {
+			subject = d.Subject // the policy says whom it identified
 		}
 		p.log.Emit(decisionlog.Event{
 			DecisionID:     d.ID,
 			Time:           start.UTC(),
 			Interface:      iface,
-			Subject:        md.subject,
+			Subject:        subject,
 			Action:         md.action,
 			Resource:       md.resource,
 			Allowed:        err == nil && d.Allowed,
@@ -176,6 +181,32 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 		})
 	}
 	return d, err
+}
+
+// decisionID returns a new decision ID in a UUID's shape: eight random
+// bytes drawn when the PDP starts, then a counter, so that IDs are unique
+// across processes and restarts without drawing randomness per decision.
+func (p *PDP) decisionID() string {
+	const hexDigits = "0123456789abcdef"
+	var b [16]byte
+	copy(b[:8], p.idPrefix[:])
+	seq := p.idSeq.Add(1)
+	for i := 15; i >= 8; i-- {
+		b[i] = byte(seq)
+		seq >>= 8
+	}
+	b[8] = b[8]&0x3f | 0x80 // the RFC 9562 variant
+	var out [36]byte
+	j := 0
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out[j] = '-'
+			j++
+		}
+		out[j], out[j+1] = hexDigits[c>>4], hexDigits[c&0xf]
+		j += 2
+	}
+	return string(out[:])
 }
 
 // buf takes a buffer from the pool; putBuf returns it with b, its grown

@@ -3,7 +3,6 @@ package pdp
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,7 +49,7 @@ type PDP struct {
 	policy atomic.Pointer[string]          // revision of the loaded policy
 	view   atomic.Pointer[inputView]       // what the loaded policy reads of the input
 
-	idPrefix string
+	idPrefix [8]byte // random; the version-4 nibble set
 	idSeq    atomic.Uint64
 	bufs     sync.Pool
 }
@@ -70,9 +69,8 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 		return nil, err
 	}
 	p := &PDP{cfg: cfg, eng: cfg.Engine, store: cfg.Store}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	p.idPrefix = hex.EncodeToString(rnd[:]) + "-"
+	_, _ = rand.Read(p.idPrefix[:])
+	p.idPrefix[6] = p.idPrefix[6]&0x0f | 0x40
 	p.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
 	if !cfg.CacheDisabled {
 		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize})

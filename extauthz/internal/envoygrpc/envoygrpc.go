@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
@@ -36,7 +37,20 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	if err != nil {
 		return errorResponse(err), nil
 	}
-	return checkResponse(d), nil
+	resp := checkResponse(d)
+	resp.DynamicMetadata = withDecisionID(d.DynamicMetadata, d.ID)
+	return resp, nil
+}
+
+// withDecisionID is the policy's dynamic metadata (shared, never modified)
+// plus decision_id, as opa-envoy-plugin adds it to every decision.
+func withDecisionID(md *structpb.Struct, id string) *structpb.Struct {
+	fields := make(map[string]*structpb.Value, len(md.GetFields())+1)
+	for k, v := range md.GetFields() {
+		fields[k] = v
+	}
+	fields["decision_id"] = structpb.NewStringValue(id)
+	return &structpb.Struct{Fields: fields}
 }
 
 // requestParseError is the prefix of the denial of a request that does
@@ -79,9 +93,7 @@ func checkResponse(d pdp.Decision) *authv3.CheckResponse {
 			HeadersToRemove:      d.RequestHeadersToRemove,
 			ResponseHeadersToAdd: headers(d.ResponseHeadersToAdd),
 		}
-		resp := &authv3.CheckResponse{Status: okStatus, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
-		resp.DynamicMetadata = d.DynamicMetadata
-		return resp
+		return &authv3.CheckResponse{Status: okStatus, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
 	}
 	status := d.HTTPStatus
 	if status == 0 {
@@ -95,7 +107,6 @@ func checkResponse(d pdp.Decision) *authv3.CheckResponse {
 			Body:    d.Body,
 		}},
 	}
-	resp.DynamicMetadata = d.DynamicMetadata
 	return resp
 }
 

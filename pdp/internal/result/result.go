@@ -29,6 +29,9 @@ type Decision struct {
 	Allowed bool
 	// Reason is the policy's "reason" string, if it gave one.
 	Reason string
+	// Subject is the policy's "subject" string: who the policy decided
+	// the request comes from (for the decision log), if it says.
+	Subject string
 	// Headers go to the upstream on allow and to the client on deny.
 	Headers []Header
 	// ResponseHeadersToAdd go to the client's response on allow.
@@ -64,6 +67,7 @@ func Parse(doc []byte) (Decision, error) {
 		Allowed                *bool               `json:"allowed"`
 		Allow                  *bool               `json:"allow"`
 		Reason                 string              `json:"reason"`
+		Subject                string              `json:"subject"`
 		Headers                map[string]stringOr `json:"headers"`
 		ResponseHeadersToAdd   map[string]stringOr `json:"response_headers_to_add"`
 		RequestHeadersToRemove []string            `json:"request_headers_to_remove"`
@@ -74,7 +78,7 @@ func Parse(doc []byte) (Decision, error) {
 	if err := json.Unmarshal(doc, &raw); err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	d := Decision{Reason: raw.Reason, RequestHeadersToRemove: raw.RequestHeadersToRemove, Body: raw.Body}
+	d := Decision{Reason: raw.Reason, Subject: raw.Subject, RequestHeadersToRemove: raw.RequestHeadersToRemove, Body: raw.Body}
 	switch {
 	case raw.Allowed != nil:
 		d.Allowed = *raw.Allowed

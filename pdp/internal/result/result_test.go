@@ -18,8 +18,8 @@ func TestParse(t *testing.T) {
 	}{
 		{name: "true", doc: "true", want: Decision{Allowed: true}},
 		{name: "false", doc: " false\n", want: Decision{}},
-		{name: "object", doc: `{"allowed":false,"http_status":401,"body":"who are you","headers":{"x-a":"1","x-b":["2","3"]},"reason":"no_subject"}`,
-			want: Decision{HTTPStatus: 401, Body: "who are you", Reason: "no_subject", Headers: []Header{{"x-a", "1"}, {"x-b", "2"}, {"x-b", "3"}}}},
+		{name: "object", doc: `{"allowed":false,"http_status":401,"body":"who are you","headers":{"x-a":"1","x-b":["2","3"]},"reason":"no_subject","subject":"bob"}`,
+			want: Decision{HTTPStatus: 401, Body: "who are you", Reason: "no_subject", Subject: "bob", Headers: []Header{{"x-a", "1"}, {"x-b", "2"}, {"x-b", "3"}}}},
 		{name: "allow-alias", doc: `{"allow":true,"request_headers_to_remove":["cookie"],"response_headers_to_add":{"x-r":"y"}}`,
 			want: Decision{Allowed: true, RequestHeadersToRemove: []string{"cookie"}, ResponseHeadersToAdd: []Header{{"x-r", "y"}}}},
 		{name: "metadata", doc: `{"allowed":true,"dynamic_metadata":{"k":1,"s":{"t":["u",true,null]}}}`, want: Decision{Allowed: true, DynamicMetadata: mustStruct(map[string]any{"k": 1, "s": map[string]any{"t": []any{"u", true, nil}}})}},
