@@ -8,7 +8,7 @@ GO        ?= go
 BIN       ?= bin/nexus
 PKGS      ?= ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
+LDFLAGS   := -s -w -X github.com/nexuspdp/nexus/internal/version.Version=$(VERSION)
 
 .PHONY: all build test test-go deps check bench bench-large bench-go plugin clean
 

@@ -523,16 +523,22 @@ func TestMetricsHealthAndDecisionLog(t *testing.T) {
 	for range 3 {
 		post(t, ts.http+"/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`)
 	}
+	post(t, ts.http+"/allowed", `{"user":`) // malformed: an error, not a decision
 	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/metrics", nil)
 	status, _, body := do(t, req)
 	if status != 200 {
 		t.Fatalf("metrics: %d", status)
+	}
+	if strings.Contains(body, `reason="bad_request",result="deny"`) {
+		t.Errorf("a malformed request is counted as a deny decision")
 	}
 	for _, want := range []string{
 		`nexus_decision_duration_seconds_bucket{cache="hit",interface="permit",le="5e-06"}`,
 		`nexus_decision_duration_seconds_count{cache="miss",interface="permit"} 1`,
 		`nexus_decision_duration_seconds_count{cache="hit",interface="permit"} 2`,
 		`nexus_decisions_total{interface="permit",reason="rebac",result="allow"} 3`,
+		`nexus_build_info{commit=`,
+		`nexus_decision_errors_total{code="bad_request",interface="permit"} 1`,
 		`process_cpu_seconds_total`,
 		`nexus_process_peak_resident_memory_bytes`,
 	} {

@@ -88,12 +88,12 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 	})
 }
 
-// CountError counts a request that failed before it reached the core (a
-// malformed body) as a denial for err, and returns its code.
+// CountError counts a request that failed (a malformed body, an
+// evaluation error), and so was denied without a policy decision, and
+// returns err's code. The metric label is bounded like the decisions'.
 func (p *PDP) CountError(iface string, err error) string {
 	code := Code(err)
-	p.m.errors.WithLabelValues(iface, code).Inc()
-	p.m.decisions.WithLabelValues(iface, "deny", reasonLabel(code)).Inc()
+	p.m.errors.WithLabelValues(iface, reasonLabel(code)).Inc()
 	return code
 }
 

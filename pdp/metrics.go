@@ -1,6 +1,8 @@
 package pdp
 
 import (
+	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,6 +30,9 @@ var knownReasons = map[string]bool{
 	CodeBadRequest: true, CodeTooLarge: true, CodeNotReady: true, CodePolicyResult: true,
 	CodeUndefined: true, CodeInternal: true, CodeUnknownType: true, CodeStoreError: true,
 	CodeCanceled: true, CodeDeadline: true, CodeConflict: true, CodeDepthExceeded: true,
+	"tenant_mismatch": true, "invalid_subject": true,
+	engine.CodeMemory: true, engine.CodeAbort: true, engine.CodeBuiltin: true,
+	engine.CodeInvalidResult: true, engine.CodeTrap: true,
 }
 
 func reasonLabel(r string) string {
@@ -60,15 +65,22 @@ func newMetrics(reg prometheus.Registerer, logEmitted, logDropped func() float64
 		}, []string{"interface", "cache"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nexus_decisions_total",
-			Help: "Decisions by interface, result (allow or deny) and reason.",
+			Help: "Decisions the policy made, by interface, result (allow or deny) and reason. Requests that failed are in nexus_decision_errors_total instead.",
 		}, []string{"interface", "result", "reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nexus_decision_errors_total",
-			Help: "Checks that failed (and so denied) by interface and error code.",
+			Help: "Checks that failed, and so were denied without a policy decision (malformed requests included), by interface and reason code.",
 		}, []string{"interface", "code"}),
 		obs: map[[2]string]prometheus.Observer{},
 	}
-	cs := []prometheus.Collector{m.latency, m.decisions, m.errors,
+	v := version.Get()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "nexus_build_info",
+		Help:        "Always 1: the version and commit of nexus and the Go, OPA and wazero it was built with, as labels.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "goversion": v.GoVersion, "opa": v.OPA, "wazero": v.Wazero},
+	})
+	buildInfo.Set(1)
+	cs := []prometheus.Collector{m.latency, m.decisions, m.errors, buildInfo,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "nexus_decisionlog_emitted_total", Help: "Decision log events written.",
 		}, logEmitted),

@@ -2,13 +2,10 @@ package main
 
 import (
 	"fmt"
-	"runtime/debug"
 
+	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/spf13/cobra"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -32,14 +29,11 @@ func newRootCmd() *cobra.Command {
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version of nexus",
+		Short: "Print the version of nexus, its commit, and the Go, OPA and wazero inside",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-				v = bi.Main.Version
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "nexus %s\n", v)
+			v := version.Get()
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "nexus %s\ncommit %s\ngo %s\nopa %s\nwazero %s\n", v.Version, v.Commit, v.GoVersion, v.OPA, v.Wazero)
 			return err
 		},
 	}

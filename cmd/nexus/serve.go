@@ -24,6 +24,7 @@ import (
 	"github.com/nexuspdp/nexus/examples/drive/demo"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -363,7 +364,7 @@ func loadPolicy(ctx context.Context, c serveConfig) (*compiler.Bundle, error) {
 		if err != nil {
 			return nil, err
 		}
-		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, Revision: "default-" + version})
+		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, Revision: "default-" + version.Get().Version})
 	}
 	st, err := os.Stat(c.Policy)
 	if err != nil {

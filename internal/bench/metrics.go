@@ -172,8 +172,9 @@ func Diff(before, after *Snapshot, iface string) ServerStats {
 			st.CacheHitRatio = float64(h.Count) / all.count
 		}
 	}
-	st.Decisions = after.decisions[mi] - before.decisions[mi]
 	st.Errors = after.errors[mi] - before.errors[mi]
+	// Every check answered: the policy's decisions and the failures.
+	st.Decisions = after.decisions[mi] - before.decisions[mi] + st.Errors
 	st.LogEmitted = after.logEmitted - before.logEmitted
 	st.LogDropped = after.logDropped - before.logDropped
 	st.CPUSeconds = after.cpu - before.cpu
