@@ -64,10 +64,13 @@ type Config struct {
 	AdminAddr string
 	// GRPCTLS, HTTPTLS and AdminTLS configure TLS per listener.
 	GRPCTLS, HTTPTLS, AdminTLS TLS
-	// AdminToken, if set, is the bearer token the admin API requires
-	// (except /healthz, /readyz and /metrics). Empty leaves the admin API
-	// open, which is only sensible on a loopback address.
+	// AdminToken is the bearer token the admin API requires (except
+	// /healthz, /readyz and /metrics). It is required unless the admin
+	// listener is disabled or AdminInsecure is set.
 	AdminToken string
+	// AdminInsecure allows an admin listener without AdminToken: anyone
+	// who reaches it may rewrite policy and relationships.
+	AdminInsecure bool
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
 	// Profiling serves Go's profiles under /debug/pprof/ on the admin
@@ -133,6 +136,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdminAddr == "" {
 		c.AdminAddr = DefaultAdminAddr
+	}
+	if c.AdminAddr != "-" && c.AdminToken == "" && !c.AdminInsecure {
+		return errors.New("extauthz: the admin listener needs an AdminToken (or AdminInsecure to run it open)")
 	}
 	for name, t := range map[string]TLS{"grpc": c.GRPCTLS, "http": c.HTTPTLS, "admin": c.AdminTLS} {
 		if t.enabled() && (t.CertFile == "" || t.KeyFile == "") {

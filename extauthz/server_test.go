@@ -72,7 +72,8 @@ func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 	cfg := extauthz.Config{
 		Engine: eng, Store: store, Policy: b,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
-		DecisionLog: ts.log,
+		AdminInsecure: true, // tests of the token set AdminToken
+		DecisionLog:   ts.log,
 	}
 	if mutate != nil {
 		mutate(&cfg)

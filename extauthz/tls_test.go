@@ -139,6 +139,7 @@ func TestConfigValidate(t *testing.T) {
 		{"half-tls", func(c *extauthz.Config) { c.GRPCTLS = extauthz.TLS{CertFile: "x"} }, "both a certificate and a key"},
 		{"negative-body", func(c *extauthz.Config) { c.MaxBodyBytes = -1 }, "MaxBodyBytes -1 is negative"},
 		{"negative-cache", func(c *extauthz.Config) { c.CacheSize = -5 }, "CacheSize -5 is negative"},
+		{"admin-without-token", func(c *extauthz.Config) { c.AdminInsecure = false }, "admin listener needs an AdminToken"},
 	}
 	base := newTestServer(t, nil)
 	for _, tt := range tests {
@@ -152,7 +153,7 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = eng.Close(context.Background()) })
-			cfg := extauthz.Config{Engine: eng, Store: base.store, Policy: b}
+			cfg := extauthz.Config{Engine: eng, Store: base.store, Policy: b, AdminInsecure: true}
 			tt.mutate(&cfg)
 			err = cfg.Validate()
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {

@@ -38,6 +38,8 @@ type serveConfig struct {
 	HTTPTLS          tlsConfig     `yaml:"http_tls"`
 	AdminTLS         tlsConfig     `yaml:"admin_tls"`
 	AdminToken       string        `yaml:"admin_token"`
+	AdminTokenFile   string        `yaml:"admin_token_file"`
+	AdminInsecure    bool          `yaml:"admin_insecure"`
 	DataDir          string        `yaml:"data_dir"`
 	Policy           string        `yaml:"policy"`
 	Schema           string        `yaml:"schema"`
@@ -107,7 +109,9 @@ conditions), compiled from embedded Rego.`,
 	f.StringVar(&c.AdminTLS.CertFile, "admin-tls-cert", "", "admin TLS certificate (PEM)")
 	f.StringVar(&c.AdminTLS.KeyFile, "admin-tls-key", "", "admin TLS key (PEM)")
 	f.StringVar(&c.AdminTLS.ClientCAFile, "admin-tls-client-ca", "", "admin client CAs (mTLS)")
-	f.StringVar(&c.AdminToken, "admin-token", os.Getenv("NEXUS_ADMIN_TOKEN"), "bearer token the admin API requires (default $NEXUS_ADMIN_TOKEN)")
+	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token the admin API requires (default: $NEXUS_ADMIN_TOKEN, else on loopback a token generated into <data-dir>/admin-token)")
+	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (e.g. a mounted Secret)")
+	f.BoolVar(&c.AdminInsecure, "admin-insecure", false, "run the admin API without a token when none is given (never on a shared network)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
@@ -162,6 +166,10 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	str("admin-tls-key", &c.AdminTLS.KeyFile, file.AdminTLS.KeyFile)
 	str("admin-tls-client-ca", &c.AdminTLS.ClientCAFile, file.AdminTLS.ClientCAFile)
 	str("admin-token", &c.AdminToken, file.AdminToken)
+	str("admin-token-file", &c.AdminTokenFile, file.AdminTokenFile)
+	if !set("admin-insecure") && file.AdminInsecure {
+		c.AdminInsecure = true
+	}
 	str("data-dir", &c.DataDir, file.DataDir)
 	str("policy", &c.Policy, file.Policy)
 	str("schema", &c.Schema, file.Schema)
@@ -221,6 +229,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	token, tokenFile, err := adminToken(c, log)
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
 	defer func() {
 		if err := store.Close(); err != nil {
 			log.Error("closing the store", "err", err)
@@ -254,7 +267,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
-		AdminToken: c.AdminToken, Reflection: c.Reflection, Profiling: c.Profiling,
+		AdminToken: token, AdminInsecure: c.AdminInsecure, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
@@ -268,6 +281,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
+	if tokenFile != "" {
+		log.Info("the admin API needs the token in "+tokenFile, "example", "curl -H \"Authorization: Bearer $(cat "+tokenFile+")\" http://"+c.AdminAddr+"/v1/schema")
+	}
 	<-ctx.Done()
 	grace := c.ShutdownGrace
 	if grace <= 0 {
