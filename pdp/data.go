@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nexuspdp/nexus/datastore"
@@ -62,6 +63,22 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 		perms[t] = append([]string{}, sc.Permissions(t)...)
 	}
 	nx["permissions"] = perms
+	// The types whose resources the store can assign to a tenant (a
+	// "tenant" relation to the tenant type): for those, the default policy
+	// reads the resource's tenant from the store and lets it win over the
+	// tenant a request claims.
+	if tt := sc.TenantType(); tt != "" {
+		nx["tenant_type"] = tt
+		tenanted := map[string]bool{}
+		for _, t := range sc.Types() {
+			if slices.Contains(sc.Relations(t), "tenant") && slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool {
+				return st.Type == tt && st.Relation == ""
+			}) {
+				tenanted[t] = true
+			}
+		}
+		nx["tenanted"] = tenanted
+	}
 	out, err := json.Marshal(doc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pdp: policy data: %w", err)
