@@ -43,7 +43,7 @@ type Error struct {
 func (e *Error) Error() string {
 	msg := e.Msg
 	if e.Code == CodeUnsupported {
-		msg = e.Feature + " are not supported by nexus"
+		msg = "nexus does not support " + e.Feature
 		if e.Msg != "" {
 			msg += ": " + e.Msg
 		}

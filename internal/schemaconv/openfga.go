@@ -2,6 +2,7 @@ package schemaconv
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // The OpenFGA DSL (schema 1.1), as its grammar in openfga/language defines
@@ -115,8 +116,9 @@ func (l *fgaLexer) lex() fgaTok {
 		l.advance(1)
 		return fgaTok{kind: fgaPunct, text: string(c), at: at}
 	}
-	l.advance(1)
-	return fgaTok{kind: fgaBad, text: l.src[l.i-1 : l.i], at: at}
+	_, n := utf8.DecodeRuneInString(l.src[l.i:])
+	l.advance(n)
+	return fgaTok{kind: fgaBad, text: l.src[l.i-n : l.i], at: at}
 }
 
 func (l *fgaLexer) peek() fgaTok {

@@ -26,7 +26,7 @@ func parseOpenFGAJSON(src []byte) (*model, error) {
 	if err := json.Unmarshal(src, &probe); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return nil, syntaxErr(offsetPos(src, int(se.Offset)), "json: %v", err)
+			return nil, syntaxErr(offsetPos(src, int(se.Offset)-1), "json: %v", err)
 		}
 		return nil, syntaxErr(pos{1, 1}, "json: %v", err)
 	}

@@ -2,6 +2,7 @@ package schemaconv
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // The SpiceDB schema language, as authzed/spicedb's schemadsl parser reads
@@ -99,8 +100,9 @@ token:
 			return zedTok{kind: zedPunct, text: p, at: at}
 		}
 	}
-	l.advance(1)
-	return zedTok{kind: zedBad, text: l.src[l.i-1 : l.i], at: at}
+	_, n := utf8.DecodeRuneInString(l.src[l.i:])
+	l.advance(n)
+	return zedTok{kind: zedBad, text: l.src[l.i-n : l.i], at: at}
 }
 
 func (l *zedLexer) peek() zedTok {
