@@ -328,13 +328,9 @@ func exprString(e *node, stored string, parent int) string {
 		p := prec(e.kind)
 		l := exprString(e.l, stored, p)
 		// The right operand of a left-associative operator needs
-		// parentheses at equal precedence, except under an associative
-		// operator of its own kind (a + (b + c) is a + b + c).
-		rp := p + 1
-		if e.r.kind == e.kind && e.kind != nodeExclude {
-			rp = p
-		}
-		r := exprString(e.r, stored, rp)
+		// parentheses at equal precedence (even a + (b + c): b could be
+		// x - y, whose - must not reach a).
+		r := exprString(e.r, stored, p+1)
 		s = l + op + r
 		if p < parent {
 			s = "(" + s + ")"
