@@ -141,7 +141,9 @@ type fgaParser struct {
 	depth int // parentheses open
 }
 
-const maxFGADepth = 64
+// maxFGADepth bounds the parentheses of a definition (the nexus expression
+// it becomes may need up to twice as many, and nexus accepts 64).
+const maxFGADepth = 30
 
 // open consumes a '(' and counts it.
 func (p *fgaParser) open() error {

@@ -117,7 +117,7 @@ func jsonTypeDef(m *model, td *yaml.Node) error {
 		if err != nil {
 			return err
 		}
-		e, err := jsonUserset(md, v)
+		e, err := jsonUserset(md, v, 0)
 		if err != nil {
 			return err
 		}
@@ -161,7 +161,10 @@ func jsonDirect(md *memberDef, types *yaml.Node, at pos) error {
 }
 
 // jsonUserset converts one userset rewrite.
-func jsonUserset(md *memberDef, n *yaml.Node) (*node, error) {
+func jsonUserset(md *memberDef, n *yaml.Node, depth int) (*node, error) {
+	if depth > maxFGADepth {
+		return nil, syntaxErr(nodePos(n), "relation definition nested too deeply")
+	}
 	if n.Kind != yaml.MappingNode || len(n.Content) != 2 {
 		return nil, syntaxErr(nodePos(n), "a relation definition must be an object with exactly one of this, computedUserset, tupleToUserset, union, intersection, difference")
 	}
@@ -198,7 +201,7 @@ func jsonUserset(md *memberDef, n *yaml.Node) (*node, error) {
 		}
 		var out *node
 		for _, c := range ch.Content {
-			e, err := jsonUserset(md, c)
+			e, err := jsonUserset(md, c, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -214,11 +217,11 @@ func jsonUserset(md *memberDef, n *yaml.Node) (*node, error) {
 		if b == nil || s == nil {
 			return nil, syntaxErr(at, "difference needs base and subtract")
 		}
-		l, err := jsonUserset(md, b)
+		l, err := jsonUserset(md, b, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		r, err := jsonUserset(md, s)
+		r, err := jsonUserset(md, s, depth+1)
 		if err != nil {
 			return nil, err
 		}

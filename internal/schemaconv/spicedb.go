@@ -362,7 +362,9 @@ var zedOps = []struct {
 	kind nodeKind
 }{{"-", nodeExclude}, {"&", nodeIntersect}, {"+", nodeUnion}}
 
-const maxZedDepth = 64
+// maxZedDepth bounds the parentheses of an expression (the nexus expression
+// may need up to twice as many, and nexus accepts 64).
+const maxZedDepth = 30
 
 func (p *zedParser) parseBinary(level, depth int) (*node, error) {
 	if level == len(zedOps) {

@@ -184,7 +184,6 @@ func readFGACSV(r io.Reader, fn func(api.Tuple, int) error) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -192,6 +191,7 @@ func readFGACSV(r io.Reader, fn func(api.Tuple, int) error) error {
 			}
 			return err
 		}
+		line, _ := cr.FieldPos(0)
 		k := fgaKey{
 			User:     get(rec, "user_type") + ":" + get(rec, "user_id"),
 			Relation: get(rec, "relation"),
