@@ -189,17 +189,17 @@ func RenamesFromSchema(src []byte) Renames {
 		}
 		for j := 0; j+1 < len(rels.Content); j += 2 {
 			k, v := rels.Content[j], rels.Content[j+1]
-			c := v.LineComment
-			if c == "" {
-				c = k.LineComment
+			// The mark may end the relation's line or the comment above it.
+			head := k.HeadComment
+			if i := strings.LastIndexByte(head, '\n'); i >= 0 {
+				head = head[i+1:]
 			}
-			orig, ok := strings.CutPrefix(c, renameMarker)
-			if !ok {
-				continue
-			}
-			orig = strings.TrimSpace(orig)
-			if api.ValidName(orig) && orig != k.Value {
-				out[tname+"#"+orig] = k.Value
+			for _, c := range []string{v.LineComment, k.LineComment, head} {
+				orig, ok := strings.CutPrefix(c, renameMarker)
+				if orig = strings.TrimSpace(orig); ok && api.ValidName(orig) && orig != k.Value {
+					out[tname+"#"+orig] = k.Value
+					break
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package schemaconv_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -347,5 +348,26 @@ func TestRenamesTuple(t *testing.T) {
 	tu, _ = api.ParseTuple("folder:1#viewer@user:a")
 	if got := r.Tuple(tu).String(); got != "folder:1#viewer@user:a" {
 		t.Fatal(got)
+	}
+}
+
+func TestRenamesFromSchema(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want string
+	}{
+		{"line comment", "types:\n  doc:\n    relations:\n      v_direct: [user]   # tuples of OpenFGA's v\n      w: [user]\n", "map[doc#v:v_direct]"},
+		{"comment on a block list's key", "types:\n  doc:\n    relations:\n      v_direct:  # tuples of OpenFGA's v\n        - user\n", "map[doc#v:v_direct]"},
+		{"comment above", "types:\n  doc:\n    relations:\n      # stores\n      # tuples of OpenFGA's v\n      v_direct: [user]\n", "map[doc#v:v_direct]"},
+		{"other comments", "types:\n  doc:\n    relations:\n      v_direct: [user]  # direct viewers\n", "map[]"},
+		{"not yaml", "types: [", "map[]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := fmt.Sprint(schemaconv.RenamesFromSchema([]byte(tt.src))); got != tt.want {
+				t.Fatalf("got %s, want %s", got, tt.want)
+			}
+		})
 	}
 }
