@@ -381,8 +381,8 @@ func mustTuple(t *testing.T, s string) api.Tuple {
 
 func TestDifferentialFormats(t *testing.T) {
 	seeds := 200
-	if testing.Short() {
-		seeds = 30
+	if testing.Short() || raceEnabled {
+		seeds = 40
 	}
 	ctx := context.Background()
 	start := time.Now()
