@@ -81,7 +81,7 @@ func newRelSchemaCmd(f *relFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sc, err := parseSchemaArg(from, args[0], src)
+			sc, err := parseSchemaArg(cmd, from, args[0], src)
 			if err != nil {
 				return err
 			}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,11 +96,18 @@ func convertSchema(from, name string, src []byte) (*schemaconv.Result, error) {
 }
 
 // parseSchemaArg is rel schema write's parser: nexus YAML, or an OpenFGA
-// model or SpiceDB schema converted.
-func parseSchemaArg(from, name string, src []byte) (*datastore.Schema, error) {
+// model or SpiceDB schema converted (the relations it split are listed on
+// stderr).
+func parseSchemaArg(cmd *cobra.Command, from, name string, src []byte) (*datastore.Schema, error) {
 	res, err := convertSchema(from, name, src)
 	if err != nil {
 		return nil, err
+	}
+	if f, _ := schemaFormat(from, name, src); f == schemaconv.OpenFGA {
+		keys := slices.Sorted(maps.Keys(res.Renames))
+		for _, k := range keys {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: tuples go to %s, checks use %s (nexus rel import --from openfga does this)\n", k, res.Renames[k], k)
+		}
 	}
 	return res.Schema, nil
 }
@@ -248,7 +257,7 @@ func importFrom(cmd *cobra.Command, f *relFlags, from, format string, batch int,
 	<-done
 	var ce *schemaconv.Error
 	if errors.As(readErr, &ce) {
-		return fmt.Errorf("%s:%w (nothing of the batch it is in was imported; %d tuples committed before it)", name, ce, st.Tuples)
+		return fmt.Errorf("%s:%w (%d tuples committed before it)", name, ce, st.Tuples)
 	}
 	if err != nil {
 		var ie *datastore.ImportError

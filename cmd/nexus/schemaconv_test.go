@@ -81,7 +81,7 @@ type folder
 		fails bool
 	}{
 		{"import before schema", "", []string{"rel", "import", "--from", "openfga", tuples, dd}, "write the schema first", true},
-		{"schema write .fga", "", []string{"rel", "schema", "write", model, dd}, "revision 1", false},
+		{"schema write .fga", "", []string{"rel", "schema", "write", model, dd}, "folder#viewer: tuples go to viewer_direct, checks use folder#viewer", false},
 		{"schema read shows the split", "", []string{"rel", "schema", "read", dd}, "viewer_direct: [user]  # tuples of OpenFGA's viewer", false},
 		{"import", "", []string{"rel", "import", "--from", "openfga", tuples, dd}, "imported 2 OpenFGA tuples (1 to the relations that store split ones)", false},
 		{"stored under viewer_direct", "", []string{"rel", "read", "--subject", "user:anne", dd}, "folder:root#viewer_direct@user:anne", false},

@@ -56,7 +56,7 @@ func FormatForPath(name string) Format {
 // "definition", "caveat" or "use"; anything else is taken as nexus YAML.
 // Comments before the first word are skipped.
 func Detect(src []byte) Format {
-	s := string(src)
+	s := strings.TrimPrefix(string(src), "\ufeff")
 	for {
 		s = strings.TrimLeft(s, " \t\r\n")
 		switch {
@@ -106,6 +106,7 @@ type Result struct {
 // Convert turns a model in language from into a nexus schema. Nexus input
 // is parsed as it is (datastore.ParseSchema).
 func Convert(src []byte, from Format) (*Result, error) {
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	switch from {
 	case OpenFGA:
 		return FromOpenFGA(src)
@@ -124,6 +125,7 @@ func Convert(src []byte, from Format) (*Result, error) {
 // FromOpenFGA converts an OpenFGA model, in the DSL (schema 1.1) or in
 // its JSON form (what fga model get --format json prints).
 func FromOpenFGA(src []byte) (*Result, error) {
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
 	var m *model
 	var err error
 	if t := bytes.TrimLeft(src, " \t\r\n"); len(t) > 0 && t[0] == '{' {
@@ -139,6 +141,7 @@ func FromOpenFGA(src []byte) (*Result, error) {
 
 // FromSpiceDB converts a SpiceDB schema.
 func FromSpiceDB(src []byte) (*Result, error) {
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
 	m, err := parseSpiceDB(src)
 	if err != nil {
 		return nil, err

@@ -316,6 +316,7 @@ func TestDetectAndFormats(t *testing.T) {
 		want schemaconv.Format
 	}{
 		{"openfga", "# c\nmodel\n  schema 1.1\n", schemaconv.OpenFGA},
+		{"byte order mark", "\ufeffmodel\n  schema 1.1\n", schemaconv.OpenFGA},
 		{"openfga json", `{"schema_version":"1.1","type_definitions":[]}`, schemaconv.OpenFGA},
 		{"spicedb", "/** doc */\ndefinition user {}", schemaconv.SpiceDB},
 		{"spicedb comment", "// x\ncaveat c(a int) {}", schemaconv.SpiceDB},
