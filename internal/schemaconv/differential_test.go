@@ -380,7 +380,7 @@ func mustTuple(t *testing.T, s string) api.Tuple {
 }
 
 func TestDifferentialFormats(t *testing.T) {
-	seeds := 200
+	seeds := 150
 	if testing.Short() || raceEnabled {
 		seeds = 40
 	}
