@@ -17,6 +17,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nexus:", err)
-		os.Exit(1)
+		os.Exit(exitCodeOf(err))
 	}
 }

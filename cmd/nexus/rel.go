@@ -51,6 +51,7 @@ The store is locked while a command runs: stop a running server first.`,
 		newRelRolesCmd(f),
 		newRelImportCmd(f),
 		newRelExportCmd(f),
+		newRelTestCmd(f),
 	)
 	return cmd
 }
@@ -69,18 +70,19 @@ func (f *relFlags) open(ctx context.Context, readOnly bool) (*datastore.BoltStor
 }
 
 func newRelSchemaCmd(f *relFlags) *cobra.Command {
-	cmd := &cobra.Command{Use: "schema", Short: "Write or print the schema"}
+	cmd := &cobra.Command{Use: "schema", Short: "Write, print or convert the schema"}
 	var force bool
+	var from string
 	write := &cobra.Command{
 		Use:   "write FILE|-",
-		Short: "Validate and store a YAML schema",
+		Short: "Validate and store a schema (nexus YAML, OpenFGA .fga or SpiceDB .zed)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := readArg(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			sc, err := datastore.ParseSchema(src)
+			sc, err := parseSchemaArg(cmd, from, args[0], src)
 			if err != nil {
 				return err
 			}
@@ -98,6 +100,7 @@ func newRelSchemaCmd(f *relFlags) *cobra.Command {
 		},
 	}
 	write.Flags().BoolVar(&force, "force", false, "delete stored tuples the new schema no longer allows")
+	write.Flags().StringVar(&from, "from", "", fromHelp)
 	read := &cobra.Command{
 		Use:   "read",
 		Short: "Print the stored schema",
@@ -116,7 +119,7 @@ func newRelSchemaCmd(f *relFlags) *cobra.Command {
 			return err
 		},
 	}
-	cmd.AddCommand(write, read)
+	cmd.AddCommand(write, read, newRelSchemaConvertCmd())
 	return cmd
 }
 
@@ -305,7 +308,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func newRelImportCmd(f *relFlags) *cobra.Command {
-	var format string
+	var format, from string
 	var batch int
 	var compact bool
 	var interval time.Duration
@@ -320,6 +323,9 @@ Tuples are committed in sorted batches; the import stops at the first
 invalid line, naming it; the batches before it stay, its batch does not.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if from != "" {
+				return importFrom(cmd, f, from, format, batch, args[0])
+			}
 			ctx := cmd.Context()
 			fm := datastore.FormatForPath(args[0])
 			if format != "" {
@@ -444,6 +450,7 @@ invalid line, naming it; the batches before it stay, its batch does not.`,
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "", "ndjson, csv or text (default: from the file extension)")
+	cmd.Flags().StringVar(&from, "from", "", importFromHelp)
 	cmd.Flags().IntVar(&batch, "batch", 0, fmt.Sprintf("tuples per transaction (default %d)", datastore.DefaultImportBatch))
 	cmd.Flags().BoolVar(&compact, "compact", false, "compact the data file afterwards (smaller file after a large import)")
 	cmd.Flags().DurationVar(&interval, "progress-interval", 5*time.Second, "how often to print progress when stderr is not a terminal")

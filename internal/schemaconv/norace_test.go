@@ -1,0 +1,5 @@
+//go:build !race
+
+package schemaconv_test
+
+const raceEnabled = false
