@@ -72,7 +72,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 	withIndex, withoutIndex := eval(indexed), eval(plain)
 	routes := map[string]int{}
 	for _, method := range []string{"GET", "PUT", "DELETE", "POST", "PATCH"} {
-		for _, path := range []string{"/tenants/acme/files/report.pdf", "/tenants/acme/folders/q3", "/files/report.pdf", "/folders/q3", "/files", "/files/a/b", "/", "/tenants/acme/files", "/nowhere?x=1", "/admin/acme", "/admin"} {
+		for _, path := range []string{"/tenants/acme/files/report.pdf", "/tenants/globex/files/report.pdf", "/tenants/acme/folders/q3", "/files/report.pdf", "/folders/q3", "/files", "/files/a/b", "/", "/tenants/acme/files", "/nowhere?x=1", "/admin/acme", "/admin"} {
 			for _, user := range []string{"alice", "bob", "carol", ""} {
 				hdr := map[string]string{}
 				if user != "" {
@@ -87,6 +87,9 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 					t.Fatalf("%s %s as %q: with the route index %s, without %s", method, path, user, a, p)
 				}
 				routes[a]++
+				if testing.Verbose() {
+					t.Logf("%s %s %s: %s", method, path, user, a)
+				}
 			}
 		}
 	}
