@@ -387,6 +387,13 @@ func buildEdgeSnapshot(ctx context.Context, store datastore.Store) (*api.EdgeSna
 		if t == sc.TenantType() || len(sc.Permissions(t)) == 0 {
 			continue
 		}
+		// The edge reads a request's tenant from the request itself. For
+		// a type whose resources the store assigns to tenants, the
+		// store's tenant may differ from the claimed one, and only the
+		// PDP can tell: such a type is left out, so the edge passes it on.
+		if slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool { return st.Type == sc.TenantType() }) {
+			continue
+		}
 		mode := api.ModeRBAC
 		for _, rel := range sc.Relations(t) {
 			if slices.ContainsFunc(sc.AllowedSubjects(t, rel), func(st datastore.SubjectType) bool {
