@@ -308,7 +308,9 @@ counted, not kept).`,
 				return err
 			}
 			schema := filepath.Join(data, bench.SchemaFile)
-			common := []string{"--schema", schema, "--decision-log", decisionLog, "--log-level", "info"}
+			// The load generator is the trusted hop: it names the subject
+			// in the x-user header, as a proxy that verified it would.
+			common := []string{"--schema", schema, "--decision-log", decisionLog, "--log-level", "info", "--trusted-subject-header", "x-user"}
 			if noCache {
 				common = append(common, "--no-cache")
 			}

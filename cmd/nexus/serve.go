@@ -31,32 +31,33 @@ import (
 // serveConfig is the YAML config file of `nexus serve`; flags given on the
 // command line override it.
 type serveConfig struct {
-	GRPCAddr         string        `yaml:"grpc_addr"`
-	HTTPAddr         string        `yaml:"http_addr"`
-	AdminAddr        string        `yaml:"admin_addr"`
-	GRPCTLS          tlsConfig     `yaml:"grpc_tls"`
-	HTTPTLS          tlsConfig     `yaml:"http_tls"`
-	AdminTLS         tlsConfig     `yaml:"admin_tls"`
-	AdminToken       string        `yaml:"admin_token"`
-	AdminTokenFile   string        `yaml:"admin_token_file"`
-	AdminInsecure    bool          `yaml:"admin_insecure"`
-	DataDir          string        `yaml:"data_dir"`
-	Policy           string        `yaml:"policy"`
-	Schema           string        `yaml:"schema"`
-	Entrypoints      []string      `yaml:"entrypoints"`
-	EnvoyEntrypoint  string        `yaml:"envoy_entrypoint"`
-	AuthzEntrypoint  string        `yaml:"authz_entrypoint"`
-	DecisionLog      string        `yaml:"decision_log"`
-	CacheSize        int           `yaml:"cache_size"`
-	CacheDisabled    bool          `yaml:"cache_disabled"`
-	EvalTimeout      time.Duration `yaml:"eval_timeout"`
-	MaxBodyBytes     int64         `yaml:"max_body_bytes"`
-	Reflection       bool          `yaml:"reflection"`
-	Profiling        bool          `yaml:"profiling"`
-	LogLevel         string        `yaml:"log_level"`
-	ShutdownGrace    time.Duration `yaml:"shutdown_grace"`
-	MaxInstances     int           `yaml:"max_instances"`
-	DecisionLogQueue int           `yaml:"decision_log_queue"`
+	GRPCAddr             string        `yaml:"grpc_addr"`
+	HTTPAddr             string        `yaml:"http_addr"`
+	AdminAddr            string        `yaml:"admin_addr"`
+	GRPCTLS              tlsConfig     `yaml:"grpc_tls"`
+	HTTPTLS              tlsConfig     `yaml:"http_tls"`
+	AdminTLS             tlsConfig     `yaml:"admin_tls"`
+	AdminToken           string        `yaml:"admin_token"`
+	AdminTokenFile       string        `yaml:"admin_token_file"`
+	AdminInsecure        bool          `yaml:"admin_insecure"`
+	DataDir              string        `yaml:"data_dir"`
+	Policy               string        `yaml:"policy"`
+	TrustedSubjectHeader string        `yaml:"trusted_subject_header"`
+	Schema               string        `yaml:"schema"`
+	Entrypoints          []string      `yaml:"entrypoints"`
+	EnvoyEntrypoint      string        `yaml:"envoy_entrypoint"`
+	AuthzEntrypoint      string        `yaml:"authz_entrypoint"`
+	DecisionLog          string        `yaml:"decision_log"`
+	CacheSize            int           `yaml:"cache_size"`
+	CacheDisabled        bool          `yaml:"cache_disabled"`
+	EvalTimeout          time.Duration `yaml:"eval_timeout"`
+	MaxBodyBytes         int64         `yaml:"max_body_bytes"`
+	Reflection           bool          `yaml:"reflection"`
+	Profiling            bool          `yaml:"profiling"`
+	LogLevel             string        `yaml:"log_level"`
+	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
+	MaxInstances         int           `yaml:"max_instances"`
+	DecisionLogQueue     int           `yaml:"decision_log_queue"`
 }
 
 type tlsConfig struct {
@@ -82,7 +83,17 @@ func newServeCmd() *cobra.Command {
 With no flags it starts on the embedded default: the drive example's schema
 and demo relationships (written into --data-dir on first start) and the
 default policy (RBAC tenant roles, ReBAC folder inheritance, ABAC
-conditions), compiled from embedded Rego.`,
+conditions), compiled from embedded Rego.
+
+The subject of a proxied request is the "sub" of a JWT that Envoy's
+jwt_authn filter verified. --trusted-subject-header NAME also accepts the
+subject from the header NAME when no JWT came with the request: use it only
+where every request reaches nexus through a hop that sets NAME itself and
+removes a client's copy (the demo, nginx auth_basic, a proxy that copies a
+verified JWT claim into NAME).
+
+An admin listener on an address other than loopback requires a token
+(--admin-token, --admin-token-file or $NEXUS_ADMIN_TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgFile != "" {
@@ -115,6 +126,7 @@ conditions), compiled from embedded Rego.`,
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
+	f.StringVar(&c.TrustedSubjectHeader, "trusted-subject-header", "", "request header a trusted hop sets to the verified subject, used when no verified JWT came (default: none, JWT only)")
 	f.StringSliceVarP(&c.Entrypoints, "entrypoint", "e", nil, "entrypoints to compile a --policy directory with (default: the envoy and authz entrypoints)")
 	f.StringVar(&c.EnvoyEntrypoint, "envoy-entrypoint", pdp.DefaultEnvoyEntrypoint, "entrypoint for ext_authz and forward-auth requests")
 	f.StringVar(&c.AuthzEntrypoint, "authz-entrypoint", pdp.DefaultAuthzEntrypoint, "entrypoint for AuthZEN and Permit checks")
@@ -170,6 +182,7 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if !set("admin-insecure") && file.AdminInsecure {
 		c.AdminInsecure = true
 	}
+	str("trusted-subject-header", &c.TrustedSubjectHeader, file.TrustedSubjectHeader)
 	str("data-dir", &c.DataDir, file.DataDir)
 	str("policy", &c.Policy, file.Policy)
 	str("schema", &c.Schema, file.Schema)
@@ -224,6 +237,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := c.resolve(); err != nil {
+		return err
+	}
 
 	store, err := openStore(ctx, c, log)
 	if err != nil {
@@ -247,6 +263,15 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	bundle, err := loadPolicy(ctx, c)
 	if err != nil {
 		return err
+	}
+	if bundle, err = trustSubjectHeader(bundle, c.TrustedSubjectHeader); err != nil {
+		return err
+	}
+	switch h := dataSubjectHeader(bundle.Data); {
+	case c.TrustedSubjectHeader != "":
+		log.Info("the subject header is trusted when no verified JWT comes with a request", "header", c.TrustedSubjectHeader)
+	case h != "":
+		log.Warn("the policy's own data trusts a subject header (data.nexus.subject_header); the default trusts none", "header", h)
 	}
 	var dlog io.Writer
 	switch c.DecisionLog {

@@ -25,6 +25,11 @@ import (
 	"github.com/nexuspdp/nexus/pdp"
 )
 
+// compileFS compiles files of fsys; data names the data file among them.
+// The benchmark client is the trusted hop of these runs: it sends the
+// subject in the x-user header, which the default policy accepts only when
+// data.nexus.subject_header names it (nexus serve --trusted-subject-header
+// x-user), so base data names it here.
 func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.Bundle, error) {
 	mods := map[string]string{}
 	var dataJSON []byte
@@ -41,6 +46,7 @@ func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.B
 	}
 	return compiler.Compile(context.Background(), compiler.Options{
 		Modules: mods, DataJSON: dataJSON, Revision: rev,
+		Data:        map[string]any{"nexus": map[string]any{"subject_header": "x-user"}},
 		Entrypoints: []string{pdp.DefaultEnvoyEntrypoint, pdp.DefaultAuthzEntrypoint},
 	})
 }

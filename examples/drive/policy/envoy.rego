@@ -8,10 +8,12 @@
 # the resource, "{tenant}" its tenant, "*" matches any one segment. The
 # server adds each route's "segments" (its path split at "/") when it loads
 # the policy; without them the policy splits the path itself. The subject
-# comes from the header data.nexus.subject_header (or the "sub" of a JWT
-# verified by Envoy's jwt_authn filter); the tenant from a path segment or
-# the header data.nexus.tenant_header. The server also indexes the route rules
-# (data.nexus.route_index, below).
+# is the "sub" of a JWT verified by Envoy's jwt_authn filter (its payload in
+# the request's metadata) or, only without one, the header
+# data.nexus.subject_header, which the server sets only when told that a
+# trusted hop sets it (nexus serve --trusted-subject-header); the tenant
+# comes from a path segment or the header data.nexus.tenant_header. The
+# server also indexes the route rules (data.nexus.route_index, below).
 package nexus.envoy
 
 import rego.v1
@@ -74,13 +76,14 @@ jwt_subjects contains sub if {
 	sub := payload.sub
 }
 
-subject_id := subject_header
-
+# A verified JWT decides; the header counts only when no JWT came with the
+# request.
 subject_id := s if {
-	not subject_header
 	count(jwt_subjects) == 1
 	some s in jwt_subjects
 }
+
+subject_id := subject_header if count(jwt_subjects) == 0
 
 default tenant := ""
 
@@ -106,7 +109,7 @@ authz := data.nexus.authz.decide(
 
 default result := {"allowed": false, "http_status": 403, "reason": "no_route", "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}}
 
-result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: send the subject header or a verified JWT\"}", "headers": {"content-type": "application/json"}} if {
+result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: a verified JWT is required\"}", "headers": {"content-type": "application/json", "www-authenticate": "Bearer realm=\"nexus\""}} if {
 	route
 	not subject_id
 }
