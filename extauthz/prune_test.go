@@ -11,9 +11,9 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz/internal/input"
 	"github.com/nexuspdp/nexus/extauthz/internal/prune"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 )
 
 // TestPrunedInputSameDecision evaluates the default policy on the full

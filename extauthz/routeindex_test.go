@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/extauthz/internal/input"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 )
 
 // TestRouteIndexSameDecisions: the default policy decides every request

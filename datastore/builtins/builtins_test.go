@@ -15,7 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/drive/demo"
+	"github.com/nexuspdp/nexus/internal/defaults/demo"
 )
 
 // examplePolicy uses every relationship builtin.
