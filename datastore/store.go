@@ -39,14 +39,14 @@ type Store interface {
 	// until ctx ends. It fails with ErrRevisionCompacted if from is older
 	// than the changelog retains.
 	Watch(ctx context.Context, from Revision) iter.Seq2[ChangeSet, error]
-	// Check evaluates a permission or relation of an object for a subject.
+	// Check evaluates a permission or relation of an object for a
+	// subject. Without a trace it does not allocate on the common path.
 	Check(ctx context.Context, req CheckRequest) (CheckResult, error)
-	// CheckString is Check for text arguments ("type:id", permission,
-	// "type:id[#relation]") without allocation on the common path.
-	CheckString(ctx context.Context, object, permission, subject string) (bool, error)
-	// Roles returns the tenant roles subject holds in tenant: the
-	// relations r of tuples tenantType:tenant#r@subject.
-	Roles(ctx context.Context, subject api.Subject, tenant string) ([]string, error)
+	// AppendRoles appends to dst the tenant roles subject holds directly
+	// in tenant (the relations r of tuples tenantType:tenant#r@subject)
+	// and returns the extended slice. With enough capacity in dst it does
+	// not allocate.
+	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
 	// LookupResources returns the IDs of objects of resourceType on which
 	// subject has permission, sorted.
 	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)

@@ -77,7 +77,7 @@ func (s *Server) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, t := range tenants {
-		roles, err := s.cfg.Store.Roles(ctx, user, t)
+		roles, err := s.cfg.Store.AppendRoles(ctx, nil, user, t)
 		if err != nil {
 			writeError(w, err)
 			return

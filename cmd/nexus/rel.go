@@ -276,12 +276,16 @@ func newRelRolesCmd(f *relFlags) *cobra.Command {
 		Short: "Print the tenant roles a subject holds",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			sub, err := api.ParseSubject(args[0])
+			if err != nil {
+				return err
+			}
 			s, err := f.open(cmd.Context(), true)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			roles, err := s.RolesString(cmd.Context(), args[0], args[1])
+			roles, err := s.AppendRoles(cmd.Context(), nil, sub, args[1])
 			if err != nil {
 				return err
 			}

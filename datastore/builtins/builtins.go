@@ -37,7 +37,7 @@ import (
 // nexus.lookup_resources and nexus.lookup_subjects. *datastore.BoltStore
 // implements it; see datastore.Store for each method's contract.
 type Store interface {
-	CheckString(ctx context.Context, object, permission, subject string) (bool, error)
+	Check(ctx context.Context, req datastore.CheckRequest) (datastore.CheckResult, error)
 	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
 	Read(ctx context.Context, f datastore.Filter) ([]api.Tuple, error)
 	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)
@@ -62,6 +62,18 @@ func NewEngine(ctx context.Context, s Store, cfg engine.Config) (*engine.Engine,
 // Register adds nexus.check, nexus.roles, nexus.relations,
 // nexus.lookup_resources and nexus.lookup_subjects to reg.
 func Register(reg *engine.Registry, s Store) error {
+	check := func(ctx context.Context, object, permission, subject string) (bool, error) {
+		obj, err := api.ParseObject(object)
+		if err != nil {
+			return false, err
+		}
+		sub, err := api.ParseSubject(subject)
+		if err != nil {
+			return false, err
+		}
+		res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: permission, Subject: sub})
+		return res.Allowed, err
+	}
 	roles := func(ctx context.Context, dst []string, subject, tenant string) ([]string, error) {
 		sub, err := api.ParseSubject(subject)
 		if err != nil {
@@ -110,7 +122,7 @@ func Register(reg *engine.Registry, s Store) error {
 		arity int
 		fn    any
 	}{
-		{"nexus.check", 3, engine.Predicate3(s.CheckString)},
+		{"nexus.check", 3, engine.Predicate3(check)},
 		{"nexus.roles", 2, engine.StringList2(roles)},
 		{"nexus.relations", 2, engine.StringList2(relations)},
 		{"nexus.lookup_resources", 3, engine.StringList3(lookupResources)},
