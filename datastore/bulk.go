@@ -17,8 +17,8 @@ import (
 // commits at once when the input is no larger).
 const DefaultImportBatch = 500_000
 
-// MaxLineLen bounds one line of an import file.
-const MaxLineLen = 4096
+// maxLineLen bounds one line of an import file.
+const maxLineLen = 4096
 
 // ImportOptions configures Import.
 type ImportOptions struct {
@@ -57,12 +57,14 @@ type importBatch struct {
 // An input of at most BatchSize tuples is committed in one transaction.
 // A larger input is first read, validated and sorted in runs of BatchSize
 // tuples spilled to temporary files next to the data file; the runs are
-// then merged into the indexes in key order, DefaultMergeChunk tuples per
+// then merged into the indexes in key order, 250,000 tuples per
 // transaction, which keeps bbolt's pages full and its writes sequential.
 // Each transaction adds one revision whose change set lists its tuples.
 //
 // At the first invalid line Import stops with an *ImportError naming it,
 // before anything was written: the store is as it was before the import.
+// An error while the runs are merged (a full disk, ctx ending) leaves the
+// transactions committed before it; ImportStats counts them.
 func (s *BoltStore) Import(ctx context.Context, r io.Reader, opts ImportOptions) (ImportStats, error) {
 	var stats ImportStats
 	if err := s.check(ctx); err != nil {
@@ -210,8 +212,8 @@ func (s *BoltStore) parseImport(ctx context.Context, st *state, r io.Reader, opt
 	csvHeader := opts.Format == FormatCSV
 	for {
 		raw, err := br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull || len(raw) > MaxLineLen {
-			fail(&ImportError{Line: int(line + 1), Err: fmt.Errorf("line longer than %d bytes", MaxLineLen)})
+		if err == bufio.ErrBufferFull || len(raw) > maxLineLen {
+			fail(&ImportError{Line: int(line + 1), Err: fmt.Errorf("line longer than %d bytes", maxLineLen)})
 			return
 		}
 		if err != nil && err != io.EOF {

@@ -75,10 +75,11 @@
 // Import streams NDJSON, CSV or text. An input of at most
 // ImportOptions.BatchSize tuples is one transaction. A larger one is read
 // and validated completely first, sorted in runs spilled to temporary files
-// beside the data file, then merged into both indexes in key order, a
-// million tuples per transaction: writes stay sequential and pages full,
+// beside the data file, then merged into both indexes in key order,
+// 250,000 tuples per transaction: writes stay sequential and pages full,
 // which is what keeps a 20-million-tuple import fast and its file small.
-// An invalid line stops the import before anything is written. While the
+// Lines are at most 4,096 bytes. An invalid line stops the import before
+// anything is written. While the
 // merge runs, readers see the tuples committed so far (and the two indexes
 // may briefly disagree on the tuples of the current transaction's range).
 // Compact rewrites a closed data file with no free pages.

@@ -14,9 +14,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// DefaultMergeChunk is the number of tuples per transaction when an import
+// mergeChunk is the number of tuples per transaction when an import
 // merges its sorted runs into the store.
-const DefaultMergeChunk = 250_000
+const mergeChunk = 250_000
 
 // run is one sorted batch spilled to two temporary files.
 type run struct {
@@ -87,7 +87,7 @@ func (r *runReader) next() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if l > MaxLineLen*2 {
+	if l > maxLineLen*2 {
 		return false, errBadKey
 	}
 	if cap(r.cur) < int(l) {
@@ -207,7 +207,7 @@ func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats
 		rev, err := s.importTx(st, func(tx *bolt.Tx, log []byte) ([]byte, error) {
 			ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
 			ob.FillPercent, sb.FillPercent = 1.0, 1.0
-			for n < DefaultMergeChunk {
+			for n < mergeChunk {
 				k, err := om.next()
 				if err != nil {
 					return nil, err
@@ -227,7 +227,7 @@ func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats
 				log = append(log, k...)
 				n++
 			}
-			for i := 0; i < n || (n == 0 && i < DefaultMergeChunk); i++ {
+			for i := 0; i < n || (n == 0 && i < mergeChunk); i++ {
 				k, err := sm.next()
 				if err != nil {
 					return nil, err

@@ -234,6 +234,3 @@ func (s *BoltStore) Close() error {
 	s.signal()
 	return s.db.Close()
 }
-
-// Path returns the data file path.
-func (s *BoltStore) Path() string { return s.cfg.Path }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
@@ -78,7 +79,7 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", datastore.Config{Path: "x"}, true},
 		{"no path", datastore.Config{}, false},
 		{"negative depth", datastore.Config{Path: "x", MaxDepth: -1}, false},
-		{"huge depth", datastore.Config{Path: "x", MaxDepth: datastore.MaxMaxDepth + 1}, false},
+		{"huge depth", datastore.Config{Path: "x", MaxDepth: 10_001}, false},
 		{"negative retention", datastore.Config{Path: "x", ChangelogRetention: -1}, false},
 		{"negative timeout", datastore.Config{Path: "x", OpenTimeout: -1}, false},
 	}
@@ -89,7 +90,7 @@ func TestConfigValidate(t *testing.T) {
 			if (err == nil) != tt.ok {
 				t.Fatalf("Validate = %v, want ok=%v", err, tt.ok)
 			}
-			if tt.ok && (cfg.MaxDepth != datastore.DefaultMaxDepth || cfg.ChangelogRetention != datastore.DefaultChangelogRetention || cfg.Logger == nil) {
+			if tt.ok && (cfg.MaxDepth != 50 || cfg.ChangelogRetention != 100_000 || cfg.OpenTimeout != 2*time.Second || cfg.Logger == nil) {
 				t.Fatalf("defaults not filled: %+v", cfg)
 			}
 		})
