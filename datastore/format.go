@@ -67,6 +67,13 @@ func parseLine(f Format, line []byte) (api.Tuple, error) {
 	case FormatText:
 		return api.ParseTuple(bstr(line))
 	case FormatCSV:
+		// Not encoding/csv: no valid field can hold a comma, a quote or a
+		// line break (see package api's syntax), so quotes can only wrap
+		// a whole field, and they are stripped below. encoding/csv (one
+		// reader reused for every line) rejects what this accepts, such
+		// as a space after a closing quote, numbers lines of its own in
+		// its errors, and cost 360 ns of CPU per line against 260 ns here
+		// (BenchmarkParseLineCSV).
 		parts := bytes.Split(line, []byte{','})
 		if len(parts) != 3 {
 			return api.Tuple{}, fmt.Errorf("want 3 comma-separated fields object,relation,subject, got %d", len(parts))
