@@ -24,8 +24,10 @@ const maxLineLen = 4096
 type ImportOptions struct {
 	// Format of the input; empty means FormatNDJSON.
 	Format Format
-	// BatchSize is the number of tuples per write transaction; zero means
-	// DefaultImportBatch.
+	// BatchSize is the number of tuples sorted at once: an input of at
+	// most BatchSize tuples is one transaction; a larger one is sorted in
+	// runs of BatchSize and merged 250,000 tuples per transaction. Zero
+	// means DefaultImportBatch.
 	BatchSize int
 	// Progress, if set, is called after each batch read and each
 	// transaction committed.

@@ -64,7 +64,7 @@ func TestRelCommands(t *testing.T) {
 	}
 	// The failed import named its line and wrote nothing.
 	_, err := runNexus(t, "{\"object\":\"folder:a\",\"relation\":\"viewer\",\"subject\":\"user:a\"}\nnope\n", "rel", "import", "-", dd)
-	if err == nil || !strings.Contains(err.Error(), "line 2") {
+	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "nothing was written") {
 		t.Fatalf("import error = %v", err)
 	}
 	if out, _ := runNexus(t, "", "rel", "read", "--object", "folder:a", dd); strings.TrimSpace(out) != "" {
