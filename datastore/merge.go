@@ -3,6 +3,7 @@ package datastore
 import (
 	"bufio"
 	"bytes"
+	"container/heap"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -98,11 +99,31 @@ func (r *runReader) next() (bool, error) {
 	return err == nil, err
 }
 
-// merger yields the keys of several sorted runs in order (a binary heap
-// of the runs' current keys).
+// merger yields the keys of several sorted runs in order: a heap
+// (container/heap) of the runs ordered by their current keys. A heap
+// written out for []*runReader merges about 15% less CPU per key
+// (BenchmarkMerger: 197 against 231 ns with 40 runs), but an import
+// spends its time in bbolt and on disk, and BenchmarkImport shows no
+// difference, so the standard heap it is.
 type merger struct {
-	rs   []*runReader // heap ordered by cur
+	rs   runHeap
 	last []byte
+}
+
+// runHeap orders runs by their current key.
+type runHeap []*runReader
+
+func (h runHeap) Len() int           { return len(h) }
+func (h runHeap) Less(i, j int) bool { return bytes.Compare(h[i].cur, h[j].cur) < 0 }
+func (h runHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *runHeap) Push(x any)        { *h = append(*h, x.(*runReader)) }
+
+func (h *runHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return r
 }
 
 func newMerger(paths []string) (*merger, error) {
@@ -126,29 +147,8 @@ func newMerger(paths []string) (*merger, error) {
 			f.Close()
 		}
 	}
-	for i := len(m.rs)/2 - 1; i >= 0; i-- {
-		m.down(i)
-	}
+	heap.Init(&m.rs)
 	return m, nil
-}
-
-func (m *merger) down(i int) {
-	n := len(m.rs)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		c := l
-		if r := l + 1; r < n && bytes.Compare(m.rs[r].cur, m.rs[l].cur) < 0 {
-			c = r
-		}
-		if bytes.Compare(m.rs[c].cur, m.rs[i].cur) >= 0 {
-			return
-		}
-		m.rs[i], m.rs[c] = m.rs[c], m.rs[i]
-		i = c
-	}
 }
 
 func (m *merger) close() {
@@ -169,14 +169,11 @@ func (m *merger) next() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
+	if ok {
+		heap.Fix(&m.rs, 0)
+	} else {
 		r.f.Close()
-		last := len(m.rs) - 1
-		m.rs[0] = m.rs[last]
-		m.rs = m.rs[:last]
-	}
-	if len(m.rs) > 0 {
-		m.down(0)
+		heap.Pop(&m.rs)
 	}
 	return m.last, nil
 }
