@@ -27,7 +27,7 @@ var (
 )
 
 const (
-	policyData   = "examples/drive/policy/data.json"
+	policyData   = "internal/defaults/policy/data.json"
 	pluginReadme = "plugin/README.md"
 )
 

@@ -26,8 +26,8 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/examples/drive"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 )

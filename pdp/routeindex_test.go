@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/pdp/internal/input"

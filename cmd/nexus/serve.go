@@ -20,10 +20,10 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/drive"
-	"github.com/nexuspdp/nexus/examples/drive/demo"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/defaults/demo"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )

@@ -25,7 +25,7 @@ import (
 type Store interface {
 	Schema(ctx context.Context) (*datastore.Schema, error)
 	Read(ctx context.Context, f datastore.Filter) ([]api.Tuple, error)
-	Roles(ctx context.Context, subject api.Subject, tenant string) ([]string, error)
+	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
 	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)
 	LookupSubjects(ctx context.Context, object api.Object, permission, subjectType string) ([]string, error)
 }
@@ -224,7 +224,7 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, t := range tenants {
-		roles, err := s.Store.Roles(ctx, user, t)
+		roles, err := s.Store.AppendRoles(ctx, nil, user, t)
 		if err != nil {
 			wire.WriteError(s.Log, w, err)
 			return
