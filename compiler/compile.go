@@ -11,9 +11,11 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/bundle"
+	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/compile"
 	"github.com/open-policy-agent/opa/v1/loader"
+
+	"github.com/nexuspdp/nexus/bundle"
 )
 
 // Options says what to compile. The zero value compiles nothing: at least one
@@ -49,15 +51,15 @@ type Options struct {
 	// EnablePrint keeps print() calls in the policy (OPA removes them by
 	// default); the engine writes their output to engine.Config.Print.
 	EnablePrint bool
-	// Builtins declares further host builtins (besides NexusBuiltins) that
-	// the engine's registry will provide.
-	Builtins []HostBuiltin
+	// Builtins declares further host builtins (besides
+	// bundle.NexusBuiltins) that the engine's registry will provide.
+	Builtins []bundle.HostBuiltin
 }
 
 // Compile compiles the policy and data into a bundle. Bad policies yield
 // [Errors] (each "file:line:col: message"); unsupported builtins are named
 // together in one error with code [CodeUnsupportedBuiltin].
-func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
+func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 	defer func() {
 		// OPA's compiler is not expected to panic, but bad input must never
 		// crash the caller.
@@ -89,7 +91,7 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	}
 
 	data := map[string]any{}
-	var files []bundle.ModuleFile
+	var files []opabundle.ModuleFile
 	if len(opts.Paths) > 0 {
 		res, err := loader.NewFileLoader().
 			WithRegoVersion(regoVersion).
@@ -104,7 +106,7 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 		}
 		for _, name := range sortedKeys(res.Modules) {
 			m := res.Modules[name]
-			files = append(files, bundle.ModuleFile{URL: m.Name, Path: m.Name, Raw: m.Raw, Parsed: m.Parsed})
+			files = append(files, opabundle.ModuleFile{URL: m.Name, Path: m.Name, Raw: m.Raw, Parsed: m.Parsed})
 		}
 	}
 	var perrs Errors
@@ -119,7 +121,7 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 			perrs = append(perrs, &Error{Code: CodeParse, File: name, Message: "empty module"})
 			continue
 		}
-		files = append(files, bundle.ModuleFile{URL: name, Path: name, Raw: []byte(src), Parsed: m})
+		files = append(files, opabundle.ModuleFile{URL: name, Path: name, Raw: []byte(src), Parsed: m})
 	}
 	if len(perrs) > 0 {
 		return nil, perrs
@@ -156,7 +158,7 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	// data reference outside the packages as unknown and never folds data
 	// into the module. The manifest records the full roots.
 	policyRoots := defaultRoots(files, nil)
-	ob := &bundle.Bundle{Data: map[string]any{}, Modules: files}
+	ob := &opabundle.Bundle{Data: map[string]any{}, Modules: files}
 	ob.SetRegoVersion(regoVersion)
 	ob.Manifest.Roots = &policyRoots
 	ob.Manifest.Init()
@@ -189,17 +191,17 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiler: encode data: %w", err)
 	}
-	man := Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
+	man := bundle.Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
 	if inputKnown {
 		// Recorded as JSON-shaped values so that it survives Write and
-		// ReadBundle unchanged.
+		// bundle.Read unchanged.
 		list := make([]any, len(paths))
 		for i, p := range paths {
 			list[i] = p
 		}
-		man.Metadata = map[string]any{MetadataInputPaths: list}
+		man.Metadata = map[string]any{bundle.MetadataInputPaths: list}
 	}
-	return &Bundle{
+	return &bundle.Bundle{
 		Manifest: man,
 		Wasm:     out.WasmModules[0].Raw,
 		Data:     raw,
@@ -208,7 +210,7 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 
 // unsupportedBuiltins names, in one error, every call to a function that is
 // neither a builtin of the capabilities nor a user-defined function.
-func unsupportedBuiltins(files []bundle.ModuleFile, caps *ast.Capabilities) Errors {
+func unsupportedBuiltins(files []opabundle.ModuleFile, caps *ast.Capabilities) Errors {
 	known := make(map[string]struct{}, len(caps.Builtins))
 	for _, b := range caps.Builtins {
 		known[b.Name] = struct{}{}
@@ -284,7 +286,7 @@ func isLocalFunc(m *ast.Module, v ast.Var) bool {
 
 // defaultRoots is the minimal prefix set covering every package and every
 // top-level data key.
-func defaultRoots(files []bundle.ModuleFile, data map[string]any) []string {
+func defaultRoots(files []opabundle.ModuleFile, data map[string]any) []string {
 	var cands []string
 	for _, f := range files {
 		p := f.Parsed.Package.Path

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 )
 
@@ -133,7 +134,7 @@ func TestBundleRoundTrip(t *testing.T) {
 	if !bytes.Equal(buf.Bytes(), again.Bytes()) {
 		t.Fatal("bundle output is not deterministic")
 	}
-	got, err := compiler.ReadBundle(bytes.NewReader(buf.Bytes()))
+	got, err := bundle.Read(bytes.NewReader(buf.Bytes()))
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
@@ -159,54 +160,13 @@ func TestBundleRoundTrip(t *testing.T) {
 	}
 }
 
-func TestReadBundleErrors(t *testing.T) {
-	valid := func() *compiler.Bundle {
-		return &compiler.Bundle{Manifest: compiler.Manifest{Entrypoints: []string{"a/b"}}, Wasm: []byte("\x00asm\x01\x00\x00\x00"), Data: []byte(`{}`)}
-	}
-	encode := func(b *compiler.Bundle) []byte {
-		var buf bytes.Buffer
-		if err := b.Write(&buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
-	noEP := valid()
-	noEP.Manifest.Entrypoints = nil
-	badWasm := valid()
-	badWasm.Wasm = []byte("not wasm")
-	badData := valid()
-	badData.Data = []byte(`[1,2]`)
-	tests := []struct {
-		name string
-		in   []byte
-		want error
-	}{
-		{name: "empty", in: nil, want: compiler.ErrInvalidBundle},
-		{name: "not gzip", in: []byte("hello"), want: compiler.ErrInvalidBundle},
-		{name: "no entrypoints", in: encode(noEP), want: compiler.ErrInvalidBundle},
-		{name: "not wasm", in: encode(badWasm), want: compiler.ErrInvalidBundle},
-		{name: "data not an object", in: encode(badData), want: compiler.ErrInvalidBundle},
-		{name: "truncated", in: encode(valid())[:40], want: compiler.ErrInvalidBundle},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := compiler.ReadBundle(bytes.NewReader(tc.in)); !errors.Is(err, tc.want) {
-				t.Fatalf("err = %v, want %v", err, tc.want)
-			}
-		})
-	}
-	if _, err := compiler.ReadBundle(bytes.NewReader(encode(valid()))); err != nil {
-		t.Fatalf("valid minimal bundle: %v", err)
-	}
-}
-
 func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
 	caps := compiler.Capabilities()
 	have := map[string]bool{}
 	for _, b := range caps.Builtins {
 		have[b.Name] = true
 	}
-	for _, hb := range compiler.NexusBuiltins {
+	for _, hb := range bundle.NexusBuiltins {
 		if !have[hb.Name] {
 			t.Errorf("capabilities lack %s", hb.Name)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/types"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 )
@@ -87,7 +88,7 @@ func TestHostBuiltins(t *testing.T) {
 	b, err := compiler.Compile(context.Background(), compiler.Options{
 		Modules:     map[string]string{"rel.rego": relPolicy},
 		Entrypoints: []string{"rel/allow", "rel/roles", "rel/admin", "rel/viewers", "rel/files", "rel/readers", "rel/shout"},
-		Builtins:    []compiler.HostBuiltin{{Name: "nexus.shout", Decl: types.NewFunction(types.Args(types.S), types.S)}},
+		Builtins:    []bundle.HostBuiltin{{Name: "nexus.shout", Decl: types.NewFunction(types.Args(types.S), types.S)}},
 	})
 	if err != nil {
 		t.Fatal(err)

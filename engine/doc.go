@@ -1,4 +1,5 @@
-// Package engine evaluates compiled policy bundles (see package compiler)
+// Package engine evaluates compiled policy bundles (see packages bundle and
+// compiler)
 // under wazero, in process, in microseconds.
 //
 // One bundle is one wazero runtime and one compiled module, shared by a

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 )
 
 // Engine evaluates the loaded bundle's entrypoints. It is safe for
@@ -39,7 +39,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 // Load compiles b's module, parses its data once and makes it the bundle
 // evaluations use. Evaluations in flight finish on the previous bundle; none
 // fails because of the swap. On error the previous bundle stays loaded.
-func (e *Engine) Load(ctx context.Context, b *compiler.Bundle) error {
+func (e *Engine) Load(ctx context.Context, b *bundle.Bundle) error {
 	if b == nil {
 		return fmt.Errorf("%w: nil bundle", ErrInvalidBundle)
 	}

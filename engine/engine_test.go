@@ -6,11 +6,12 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 )
 
-func compileModules(t testing.TB, modules map[string]string, data map[string]any, entrypoints ...string) *compiler.Bundle {
+func compileModules(t testing.TB, modules map[string]string, data map[string]any, entrypoints ...string) *bundle.Bundle {
 	t.Helper()
 	b, err := compiler.Compile(context.Background(), compiler.Options{Modules: modules, Data: data, Entrypoints: entrypoints, Revision: "r1"})
 	if err != nil {
@@ -19,7 +20,7 @@ func compileModules(t testing.TB, modules map[string]string, data map[string]any
 	return b
 }
 
-func newEngine(t testing.TB, cfg engine.Config, b *compiler.Bundle) *engine.Engine {
+func newEngine(t testing.TB, cfg engine.Config, b *bundle.Bundle) *engine.Engine {
 	t.Helper()
 	e, err := engine.New(context.Background(), cfg)
 	if err != nil {

@@ -17,8 +17,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown/builtins"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 	"github.com/tetratelabs/wazero/api"
-
-	"github.com/nexuspdp/nexus/compiler"
 )
 
 var i32 = api.ValueTypeI32
@@ -285,6 +283,12 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// builtinCapabilities are the capabilities OPA's Go builtins see. Of
+// them they read only AllowNet (http.send, net.lookup_ip_addr, JSON schema
+// references), where nil lets them reach any host, as in OPA. Which
+// builtins a policy may call was settled when it was compiled.
+var builtinCapabilities = &ast.Capabilities{}
+
 // builtinState is the topdown context of one evaluation, made on the first
 // call of an OPA Go builtin so that evaluations without one allocate nothing.
 type builtinState struct {
@@ -306,7 +310,7 @@ func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.Bu
 		Cancel:       s.cancel,
 		Cache:        make(builtins.Cache),
 		PrintHook:    hook,
-		Capabilities: compiler.Capabilities(),
+		Capabilities: builtinCapabilities,
 	}
 	if ctx.Done() != nil {
 		s.stop = context.AfterFunc(ctx, s.cancel.Cancel)

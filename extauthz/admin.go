@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
 )
@@ -175,7 +175,7 @@ func (s *Server) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 // handlePutPolicy swaps in a new bundle (.tar.gz) atomically; in-flight
 // checks finish on the old one.
 func (s *Server) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
-	b, err := compiler.ReadBundle(http.MaxBytesReader(w, r.Body, 64<<20))
+	b, err := bundle.Read(http.MaxBytesReader(w, r.Body, 64<<20))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
@@ -68,7 +68,7 @@ func classify(err error) (code string, httpStatus int, grpcCode codes.Code) {
 		return CodeStoreError, http.StatusServiceUnavailable, codes.Unavailable
 	case errors.Is(err, api.ErrSyntax), errors.Is(err, datastore.ErrInvalidTuple),
 		errors.Is(err, datastore.ErrInvalidSchema), errors.Is(err, datastore.ErrUnknown),
-		errors.Is(err, compiler.ErrInvalidBundle):
+		errors.Is(err, bundle.ErrInvalid):
 		return CodeBadRequest, http.StatusBadRequest, codes.InvalidArgument
 	case errors.Is(err, datastore.ErrPreconditionFailed), errors.Is(err, datastore.ErrSchemaOrphans):
 		return "conflict", http.StatusConflict, codes.FailedPrecondition

@@ -17,7 +17,7 @@ import (
 
 	"github.com/maypok86/otter/v2"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz/internal/decisionlog"
@@ -42,7 +42,7 @@ type pdp struct {
 	m       *metrics
 
 	mu     sync.Mutex // serialises policy loads
-	base   *compiler.Bundle
+	base   *bundle.Bundle
 	gen    atomic.Uint64 // bumped on every policy load; part of the cache key
 	ready  atomic.Bool
 	types  atomic.Pointer[map[string]bool] // resource types of the schema
@@ -112,7 +112,7 @@ func newPDP(cfg *Config) (*pdp, error) {
 
 // load (re)loads the policy with the current schema's roles and
 // permissions in its data. A nil bundle reloads the current one.
-func (p *pdp) load(ctx context.Context, b *compiler.Bundle) error {
+func (p *pdp) load(ctx context.Context, b *bundle.Bundle) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b == nil {

@@ -7,7 +7,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
@@ -69,7 +69,7 @@ func TestPrunedInputSameDecision(t *testing.T) {
 
 // loadedEngine is a new engine with b loaded, its relationship builtins
 // reading store.
-func loadedEngine(t *testing.T, store *datastore.BoltStore, b *compiler.Bundle) *engine.Engine {
+func loadedEngine(t *testing.T, store *datastore.BoltStore, b *bundle.Bundle) *engine.Engine {
 	t.Helper()
 	eng := storeEngine(t, store)
 	if err := eng.Load(context.Background(), b); err != nil {

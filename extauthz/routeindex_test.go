@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/extauthz/internal/input"
@@ -59,7 +59,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	eval := func(data []byte) func([]byte) string {
-		eng := loadedEngine(t, ts.store, &compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
+		eng := loadedEngine(t, ts.store, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
 		return func(in []byte) string {
 			out, err := eng.Eval(ctx, policy.EnvoyEntrypoint, in, nil)
 			if err != nil {

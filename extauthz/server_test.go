@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/examples/drive"
@@ -32,7 +33,7 @@ import (
 )
 
 // defaultBundle compiles the embedded default policy once per test binary.
-var defaultBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+var defaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 	mods := map[string]string{}
 	for _, f := range []string{"authz.rego", "envoy.rego"} {
 		b, err := policy.FS.ReadFile(f)
