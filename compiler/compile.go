@@ -77,19 +77,65 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 	if opts.RegoV0 {
 		regoVersion = ast.RegoV0
 	}
-	caps := Capabilities()
-	if len(opts.Builtins) > 0 {
-		c := *caps
-		c.Builtins = slices.Clone(caps.Builtins)
-		for _, hb := range opts.Builtins {
-			if hb.Name == "" || hb.Decl == nil {
-				return nil, fmt.Errorf("compiler: host builtin %q needs a name and a declaration", hb.Name)
-			}
-			c.Builtins = append(c.Builtins, &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description})
-		}
-		caps = &c
+	caps, err := capabilitiesWith(opts.Builtins)
+	if err != nil {
+		return nil, err
 	}
+	files, data, err := load(opts, regoVersion, caps)
+	if err != nil {
+		return nil, err
+	}
+	if errs := unsupportedBuiltins(files, caps); len(errs) > 0 {
+		return nil, errs
+	}
+	roots := opts.Roots
+	if len(roots) == 0 {
+		roots = defaultRoots(files, data)
+	}
+	// Before OPA's build, which rewrites the parsed modules.
+	paths, inputKnown := inputPaths(files, caps)
 
+	wasm, eps, err := build(ctx, opts, files, caps, regoVersion)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("compiler: encode data: %w", err)
+	}
+	man := bundle.Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
+	if inputKnown {
+		// Recorded as JSON-shaped values so that it survives Write and
+		// Read unchanged.
+		list := make([]any, len(paths))
+		for i, p := range paths {
+			list[i] = p
+		}
+		man.Metadata = map[string]any{bundle.MetadataInputPaths: list}
+	}
+	return &bundle.Bundle{Manifest: man, Wasm: wasm, Data: raw}, nil
+}
+
+// capabilitiesWith is [Capabilities] with further host builtins declared.
+func capabilitiesWith(extra []bundle.HostBuiltin) (*ast.Capabilities, error) {
+	caps := Capabilities()
+	if len(extra) == 0 {
+		return caps, nil
+	}
+	c := *caps
+	c.Builtins = slices.Clone(caps.Builtins)
+	for _, hb := range extra {
+		if hb.Name == "" || hb.Decl == nil {
+			return nil, fmt.Errorf("compiler: host builtin %q needs a name and a declaration", hb.Name)
+		}
+		c.Builtins = append(c.Builtins, &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description})
+	}
+	return &c, nil
+}
+
+// load reads the modules and data files of opts.Paths, parses
+// opts.Modules and merges opts.Data and opts.DataJSON into the data.
+func load(opts Options, regoVersion ast.RegoVersion, caps *ast.Capabilities) ([]opabundle.ModuleFile, map[string]any, error) {
 	data := map[string]any{}
 	var files []opabundle.ModuleFile
 	if len(opts.Paths) > 0 {
@@ -98,11 +144,10 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 			WithCapabilities(caps).
 			Filtered(opts.Paths, nil)
 		if err != nil {
-			return nil, loadErrors(err)
+			return nil, nil, loadErrors(err)
 		}
-		data = res.Documents
-		if data == nil {
-			data = map[string]any{}
+		if res.Documents != nil {
+			data = res.Documents
 		}
 		for _, name := range sortedKeys(res.Modules) {
 			m := res.Modules[name]
@@ -124,10 +169,10 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 		files = append(files, opabundle.ModuleFile{URL: name, Path: name, Raw: []byte(src), Parsed: m})
 	}
 	if len(perrs) > 0 {
-		return nil, perrs
+		return nil, nil, perrs
 	}
 	if len(files) == 0 {
-		return nil, ErrNoPolicy
+		return nil, nil, ErrNoPolicy
 	}
 	if opts.Data != nil {
 		deepMerge(data, roundTrip(opts.Data))
@@ -137,35 +182,29 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 		dec := json.NewDecoder(bytes.NewReader(opts.DataJSON))
 		dec.UseNumber() // keep big numbers exact
 		if err := dec.Decode(&extra); err != nil {
-			return nil, Errors{{Code: CodeLoad, Message: fmt.Sprintf("data JSON: %v", err)}}
+			return nil, nil, Errors{{Code: CodeLoad, Message: fmt.Sprintf("data JSON: %v", err)}}
 		}
 		if dec.More() {
-			return nil, Errors{{Code: CodeLoad, Message: "data JSON: trailing data after the object"}}
+			return nil, nil, Errors{{Code: CodeLoad, Message: "data JSON: trailing data after the object"}}
 		}
 		deepMerge(data, extra)
 	}
+	return files, data, nil
+}
 
-	if errs := unsupportedBuiltins(files, caps); len(errs) > 0 {
-		return nil, errs
-	}
-
-	roots := opts.Roots
-	if len(roots) == 0 {
-		roots = defaultRoots(files, data)
-	}
-	// OPA's compiler sees the policy only: roots are the packages and the
-	// data stays out, so that the optimiser (levels 1 and 2) treats every
-	// data reference outside the packages as unknown and never folds data
-	// into the module. The manifest records the full roots.
+// build runs OPA's compiler with its wasm target and returns the module and
+// its entrypoints.
+//
+// OPA's compiler sees the policy only: roots are the packages and the data
+// stays out, so that the optimiser (levels 1 and 2) treats every data
+// reference outside the packages as unknown and never folds data into the
+// module. The manifest records the full roots.
+func build(ctx context.Context, opts Options, files []opabundle.ModuleFile, caps *ast.Capabilities, regoVersion ast.RegoVersion) ([]byte, []string, error) {
 	policyRoots := defaultRoots(files, nil)
 	ob := &opabundle.Bundle{Data: map[string]any{}, Modules: files}
 	ob.SetRegoVersion(regoVersion)
 	ob.Manifest.Roots = &policyRoots
 	ob.Manifest.Init()
-
-	// Before OPA's build, which rewrites the parsed modules.
-	paths, inputKnown := inputPaths(files, caps)
-
 	c := compile.New().
 		WithTarget(compile.TargetWasm).
 		WithCapabilities(caps).
@@ -177,35 +216,17 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 		WithEnablePrintStatements(opts.EnablePrint).
 		WithBundle(ob)
 	if err := c.Build(ctx); err != nil {
-		return nil, buildErrors(err)
+		return nil, nil, buildErrors(err)
 	}
 	out := c.Bundle()
 	if len(out.WasmModules) != 1 {
-		return nil, fmt.Errorf("compiler: expected one wasm module, got %d", len(out.WasmModules))
+		return nil, nil, fmt.Errorf("compiler: expected one wasm module, got %d", len(out.WasmModules))
 	}
 	var eps []string
 	for _, r := range out.Manifest.WasmResolvers {
 		eps = append(eps, r.Entrypoint)
 	}
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return nil, fmt.Errorf("compiler: encode data: %w", err)
-	}
-	man := bundle.Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
-	if inputKnown {
-		// Recorded as JSON-shaped values so that it survives Write and
-		// bundle.Read unchanged.
-		list := make([]any, len(paths))
-		for i, p := range paths {
-			list[i] = p
-		}
-		man.Metadata = map[string]any{bundle.MetadataInputPaths: list}
-	}
-	return &bundle.Bundle{
-		Manifest: man,
-		Wasm:     out.WasmModules[0].Raw,
-		Data:     raw,
-	}, nil
+	return out.WasmModules[0].Raw, eps, nil
 }
 
 // unsupportedBuiltins names, in one error, every call to a function that is
