@@ -189,138 +189,173 @@ func strictJSON(j []byte, v any) error {
 // the file or target undeclared ports, PodDisruptionBudgets that select
 // nothing, volumes naming ConfigMaps neither defined nor optional.
 func manifestReferences(objs []Object) error {
-	var errs []error
-	type pod struct {
-		name   string
-		labels labels.Set
-		ports  map[string]int32
-		nums   map[int32]bool
-	}
-	var pods []pod
 	configMaps := map[string]bool{}
 	for _, o := range objs {
 		if cm, ok := o.Typed.(*corev1.ConfigMap); ok {
 			configMaps[cm.Name] = true
 		}
 	}
+	var (
+		errs []error
+		pods []podPorts
+	)
 	for _, o := range objs {
-		d, ok := o.Typed.(*appsv1.Deployment)
-		if !ok {
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil || d.Spec.Selector == nil {
-			errs = append(errs, fmt.Errorf("%w: Deployment %q: selector: %v", ErrInvalid, d.Name, err))
-			continue
-		}
-		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-			errs = append(errs, fmt.Errorf("%w: Deployment %q: selector does not match the pod template's labels", ErrInvalid, d.Name))
-		}
-		p := pod{name: d.Name, labels: d.Spec.Template.Labels, ports: map[string]int32{}, nums: map[int32]bool{}}
-		for _, c := range d.Spec.Template.Spec.Containers {
-			for _, cp := range c.Ports {
-				if cp.Name != "" {
-					p.ports[cp.Name] = cp.ContainerPort
-				}
-				p.nums[cp.ContainerPort] = true
+		if d, ok := o.Typed.(*appsv1.Deployment); ok {
+			p, ok, derrs := checkDeployment(d, configMaps)
+			errs = append(errs, derrs...)
+			if ok {
+				pods = append(pods, p)
 			}
 		}
-		for _, c := range d.Spec.Template.Spec.Containers {
-			if !strings.HasPrefix(c.Name, "nexus") {
-				continue
-			}
-			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
-				errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: readiness and liveness probes are required", ErrInvalid, d.Name, c.Name))
-			}
-			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
-				errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: cpu and memory requests and a memory limit are required", ErrInvalid, d.Name, c.Name))
-			}
-			for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
-				if pr == nil {
-					continue
-				}
-				var port intstr.IntOrString
-				switch {
-				case pr.HTTPGet != nil:
-					port = pr.HTTPGet.Port
-				case pr.TCPSocket != nil:
-					port = pr.TCPSocket.Port
-				case pr.GRPC != nil:
-					port = intstr.FromInt32(pr.GRPC.Port)
-				}
-				if !portDeclared(port, p.ports, p.nums) {
-					errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: probe port %s is not declared", ErrReference, d.Name, c.Name, port.String()))
-				}
-			}
-		}
-		for _, c := range d.Spec.Template.Spec.Containers {
-			for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-				for name := range rl {
-					if !standardResource(name) {
-						errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: resource %q is neither standard nor domain-qualified", ErrInvalid, d.Name, c.Name, name))
-					}
-				}
-			}
-		}
-		for _, tsc := range d.Spec.Template.Spec.TopologySpreadConstraints {
-			sel, err := metav1.LabelSelectorAsSelector(tsc.LabelSelector)
-			if err != nil || tsc.LabelSelector == nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-				errs = append(errs, fmt.Errorf("%w: Deployment %q: a topology spread constraint does not select its own pods", ErrInvalid, d.Name))
-			}
-		}
-		for _, v := range d.Spec.Template.Spec.Volumes {
-			if cm := v.ConfigMap; cm != nil && !configMaps[cm.Name] && (cm.Optional == nil || !*cm.Optional) {
-				errs = append(errs, fmt.Errorf("%w: Deployment %q volume %q: ConfigMap %q is not in the file and not optional", ErrReference, d.Name, v.Name, cm.Name))
-			}
-		}
-		for _, c := range d.Spec.Template.Spec.Containers {
-			vols := map[string]bool{}
-			for _, v := range d.Spec.Template.Spec.Volumes {
-				vols[v.Name] = true
-			}
-			for _, m := range c.VolumeMounts {
-				if !vols[m.Name] {
-					errs = append(errs, fmt.Errorf("%w: Deployment %q container %q mounts undefined volume %q", ErrReference, d.Name, c.Name, m.Name))
-				}
-			}
-		}
-		pods = append(pods, p)
-	}
-	selects := func(sel labels.Selector) []pod {
-		var out []pod
-		for _, p := range pods {
-			if sel.Matches(p.labels) {
-				out = append(out, p)
-			}
-		}
-		return out
 	}
 	for _, o := range objs {
 		switch v := o.Typed.(type) {
 		case *corev1.Service:
-			matched := selects(labels.SelectorFromSet(v.Spec.Selector))
-			if len(v.Spec.Selector) == 0 || len(matched) == 0 {
-				errs = append(errs, fmt.Errorf("%w: Service %q selects no pod of this file", ErrReference, v.Name))
-			}
-			for _, sp := range v.Spec.Ports {
-				tp := sp.TargetPort
-				if tp.Type == intstr.Int && tp.IntVal == 0 {
-					tp = intstr.FromInt32(sp.Port)
-				}
-				for _, p := range matched {
-					if !portDeclared(tp, p.ports, p.nums) {
-						errs = append(errs, fmt.Errorf("%w: Service %q port %q: target %s not declared by Deployment %q", ErrReference, v.Name, sp.Name, tp.String(), p.name))
-					}
-				}
-			}
+			errs = append(errs, checkService(v, pods)...)
 		case *policyv1.PodDisruptionBudget:
 			sel, err := metav1.LabelSelectorAsSelector(v.Spec.Selector)
-			if err != nil || len(selects(sel)) == 0 {
+			if err != nil || len(selectPods(sel, pods)) == 0 {
 				errs = append(errs, fmt.Errorf("%w: PodDisruptionBudget %q selects no pod of this file", ErrReference, v.Name))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// podPorts is what Services and PodDisruptionBudgets are checked against:
+// a Deployment's pod labels and the ports its containers declare.
+type podPorts struct {
+	name   string
+	labels labels.Set
+	ports  map[string]int32
+	nums   map[int32]bool
+}
+
+// checkDeployment checks one Deployment on its own and returns its pods'
+// labels and ports; ok is false when its selector is unusable.
+func checkDeployment(d *appsv1.Deployment, configMaps map[string]bool) (p podPorts, ok bool, errs []error) {
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil || d.Spec.Selector == nil {
+		return p, false, []error{fmt.Errorf("%w: Deployment %q: selector: %v", ErrInvalid, d.Name, err)}
+	}
+	if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		errs = append(errs, fmt.Errorf("%w: Deployment %q: selector does not match the pod template's labels", ErrInvalid, d.Name))
+	}
+	p = podPorts{name: d.Name, labels: d.Spec.Template.Labels, ports: map[string]int32{}, nums: map[int32]bool{}}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name != "" {
+				p.ports[cp.Name] = cp.ContainerPort
+			}
+			p.nums[cp.ContainerPort] = true
+		}
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if strings.HasPrefix(c.Name, "nexus") {
+			errs = append(errs, checkNexusContainer(d.Name, c, p)...)
+		}
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+			for name := range rl {
+				if !standardResource(name) {
+					errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: resource %q is neither standard nor domain-qualified", ErrInvalid, d.Name, c.Name, name))
+				}
+			}
+		}
+	}
+	for _, tsc := range d.Spec.Template.Spec.TopologySpreadConstraints {
+		sel, err := metav1.LabelSelectorAsSelector(tsc.LabelSelector)
+		if err != nil || tsc.LabelSelector == nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			errs = append(errs, fmt.Errorf("%w: Deployment %q: a topology spread constraint does not select its own pods", ErrInvalid, d.Name))
+		}
+	}
+	errs = append(errs, checkVolumes(d, configMaps)...)
+	return p, true, errs
+}
+
+// checkNexusContainer requires probes, on declared ports, and cpu and
+// memory requests and a memory limit of a nexus container.
+func checkNexusContainer(deployment string, c corev1.Container, p podPorts) []error {
+	var errs []error
+	if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+		errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: readiness and liveness probes are required", ErrInvalid, deployment, c.Name))
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: cpu and memory requests and a memory limit are required", ErrInvalid, deployment, c.Name))
+	}
+	for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
+		if pr == nil {
+			continue
+		}
+		var port intstr.IntOrString
+		switch {
+		case pr.HTTPGet != nil:
+			port = pr.HTTPGet.Port
+		case pr.TCPSocket != nil:
+			port = pr.TCPSocket.Port
+		case pr.GRPC != nil:
+			port = intstr.FromInt32(pr.GRPC.Port)
+		}
+		if !portDeclared(port, p.ports, p.nums) {
+			errs = append(errs, fmt.Errorf("%w: Deployment %q container %q: probe port %s is not declared", ErrReference, deployment, c.Name, port.String()))
+		}
+	}
+	return errs
+}
+
+// checkVolumes checks that ConfigMap volumes name a ConfigMap of the file
+// (or are optional) and that containers mount only defined volumes.
+func checkVolumes(d *appsv1.Deployment, configMaps map[string]bool) []error {
+	var errs []error
+	vols := map[string]bool{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		vols[v.Name] = true
+		if cm := v.ConfigMap; cm != nil && !configMaps[cm.Name] && (cm.Optional == nil || !*cm.Optional) {
+			errs = append(errs, fmt.Errorf("%w: Deployment %q volume %q: ConfigMap %q is not in the file and not optional", ErrReference, d.Name, v.Name, cm.Name))
+		}
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if !vols[m.Name] {
+				errs = append(errs, fmt.Errorf("%w: Deployment %q container %q mounts undefined volume %q", ErrReference, d.Name, c.Name, m.Name))
+			}
+		}
+	}
+	return errs
+}
+
+// checkService checks that a Service selects pods of the file and that
+// they declare its target ports.
+func checkService(v *corev1.Service, pods []podPorts) []error {
+	var errs []error
+	matched := selectPods(labels.SelectorFromSet(v.Spec.Selector), pods)
+	if len(v.Spec.Selector) == 0 || len(matched) == 0 {
+		errs = append(errs, fmt.Errorf("%w: Service %q selects no pod of this file", ErrReference, v.Name))
+	}
+	for _, sp := range v.Spec.Ports {
+		tp := sp.TargetPort
+		if tp.Type == intstr.Int && tp.IntVal == 0 {
+			tp = intstr.FromInt32(sp.Port)
+		}
+		for _, p := range matched {
+			if !portDeclared(tp, p.ports, p.nums) {
+				errs = append(errs, fmt.Errorf("%w: Service %q port %q: target %s not declared by Deployment %q", ErrReference, v.Name, sp.Name, tp.String(), p.name))
+			}
+		}
+	}
+	return errs
+}
+
+// selectPods returns the pods sel matches.
+func selectPods(sel labels.Selector, pods []podPorts) []podPorts {
+	var out []podPorts
+	for _, p := range pods {
+		if sel.Matches(p.labels) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func portDeclared(p intstr.IntOrString, named map[string]int32, nums map[int32]bool) bool {
