@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 // OPA Wasm value types (OPA's wasm/src/value.h).
@@ -175,7 +177,7 @@ func appendValue(b []byte, v ast.Value) ([]byte, error) {
 	case ast.Number:
 		return append(b, x...), nil
 	case ast.String:
-		return appendJSONString(b, string(x)), nil
+		return jsonw.String(b, string(x)), nil
 	case *ast.Array:
 		b = append(b, '[')
 		var err error

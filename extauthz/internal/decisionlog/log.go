@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nexuspdp/nexus/extauthz/internal/jsonw"
+	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 // Event is one decision.

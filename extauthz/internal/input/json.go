@@ -4,8 +4,8 @@ import (
 	"encoding/base64"
 	"strconv"
 
-	"github.com/nexuspdp/nexus/extauthz/internal/jsonw"
 	"github.com/nexuspdp/nexus/extauthz/internal/prune"
+	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 // appendString appends s as a JSON string (see jsonw.String).
