@@ -125,6 +125,24 @@ func BenchmarkEvalRBAC(b *testing.B) {
 		}
 		reportCPU(b, cpu)
 	})
+	b.Run("engine-trusted", func(b *testing.B) {
+		e := newEngine(b, engine.Config{}, rbacBundle(b))
+		dst := make([]byte, 0, 64)
+		out, err := e.EvalTrusted(ctx, "rbac/allow", rbacInput, dst)
+		if err != nil || string(out) != "true" {
+			b.Fatalf("eval = %s, %v; want true", out, err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu := processCPU()
+		for b.Loop() {
+			dst, err = e.EvalTrusted(ctx, "rbac/allow", rbacInput, dst[:0])
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu)
+	})
 	b.Run("engine-parallel", func(b *testing.B) {
 		e := newEngine(b, engine.Config{}, rbacBundle(b))
 		b.ReportAllocs()

@@ -50,6 +50,9 @@
 //   - OPA's Wasm runtime, not this package, computes most values: where it
 //     differs from OPA's evaluator (set order in JSON, float formatting) the
 //     engine differs too; the differential corpus lists those cases.
-//   - Input must be UTF-8 JSON; anything else is an *EvalError with
-//     CodeInvalidInput.
+//   - Input must be UTF-8 JSON; Eval rejects anything else with an
+//     *EvalError of code CodeInvalidInput. EvalTrusted, for input the
+//     caller's own encoder wrote, checks only that it is UTF-8: input that
+//     is not JSON reaches the policy as OPA's Wasm runtime parses it (a
+//     parse failure is no input at all).
 package engine
