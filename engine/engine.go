@@ -25,12 +25,15 @@ type Engine struct {
 	stats  counters
 }
 
-// New returns an engine with no bundle loaded.
+// New returns an engine with no bundle loaded. It fails if ctx is already
+// done; ctx is not kept: the engine runs until Close.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	_ = ctx
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("engine: new: %w", err)
+	}
 	e := &Engine{cfg: cfg, wd: newWatchdog(), cache: wazero.NewCompilationCache()}
 	go e.wd.run()
 	return e, nil
@@ -53,7 +56,7 @@ func (e *Engine) Load(ctx context.Context, b *bundle.Bundle) error {
 		return err
 	}
 	old := e.cur.Swap(p)
-	e.cfg.Logger.Info("engine: bundle loaded", "revision", p.revision, "entrypoints", len(p.entrypoints),
+	e.cfg.Logger.InfoContext(ctx, "engine: bundle loaded", "revision", p.revision, "entrypoints", len(p.entrypoints),
 		"load_time", p.loadTime, "instance_bytes", p.instanceBytes())
 	if old != nil {
 		old.retire()

@@ -131,3 +131,14 @@ func TestEvalTrusted(t *testing.T) {
 		}
 	}
 }
+
+func TestNewDoneContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if e, err := engine.New(ctx, engine.Config{}); !errors.Is(err, context.Canceled) {
+		if e != nil {
+			_ = e.Close(context.Background())
+		}
+		t.Fatalf("New with a canceled context: err = %v, want context.Canceled", err)
+	}
+}

@@ -222,9 +222,9 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 	return inst, nil
 }
 
-// newInstance creates an instance from the snapshot: no data parsing.
-func (p *policy) newInstance(slot int) (*instance, error) {
-	ctx := context.Background()
+// newInstance creates an instance from the snapshot (no data parsing) for
+// the evaluation whose context is ctx.
+func (p *policy) newInstance(ctx context.Context, slot int) (*instance, error) {
 	inst, err := p.instantiate(ctx)
 	if err != nil {
 		return nil, err
