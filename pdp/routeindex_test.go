@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
@@ -60,7 +60,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	eval := func(data []byte) func([]byte) string {
-		eng := fixture.LoadedEngine(t, ts.store, &compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
+		eng := fixture.LoadedEngine(t, ts.store, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
 		return func(in []byte) string {
 			out, err := eng.Eval(ctx, policy.EnvoyEntrypoint, in, nil)
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
@@ -378,7 +379,7 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 
 // loadPolicy reads a bundle, compiles a directory, or compiles the
 // embedded default policy.
-func loadPolicy(ctx context.Context, c serveConfig) (*compiler.Bundle, error) {
+func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	eps := c.Entrypoints
 	if len(eps) == 0 {
 		eps = []string{c.EnvoyEntrypoint, c.AuthzEntrypoint}
@@ -419,7 +420,7 @@ func loadPolicy(ctx context.Context, c serveConfig) (*compiler.Bundle, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	defer f.Close()
-	b, err := compiler.ReadBundle(f)
+	b, err := bundle.Read(f)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", c.Policy, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 )
 
 // headerName matches an HTTP header name (RFC 9110 token), lower case as
@@ -35,7 +35,7 @@ func (c *serveConfig) resolve() error {
 // the header the default policy takes the subject from when no verified
 // JWT came with a request. An empty name returns b unchanged. b itself is
 // not modified.
-func trustSubjectHeader(b *compiler.Bundle, name string) (*compiler.Bundle, error) {
+func trustSubjectHeader(b *bundle.Bundle, name string) (*bundle.Bundle, error) {
 	if name == "" {
 		return b, nil
 	}

@@ -1,5 +1,5 @@
 // Package builtins exposes the relationship store to policies: it
-// registers nexus' host builtins (declared in compiler.NexusBuiltins) with
+// registers nexus' host builtins (declared in bundle.NexusBuiltins) with
 // an engine's registry, backed by a Store (what *datastore.BoltStore
 // offers policies).
 //

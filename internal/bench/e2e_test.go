@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
@@ -30,7 +31,7 @@ import (
 // subject in the x-user header, which the default policy accepts only when
 // data.nexus.subject_header names it (nexus serve --trusted-subject-header
 // x-user), so base data names it here.
-func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.Bundle, error) {
+func compileFS(fsys fs.FS, files []string, data string, rev string) (*bundle.Bundle, error) {
 	mods := map[string]string{}
 	var dataJSON []byte
 	for _, f := range files {
@@ -52,10 +53,10 @@ func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.B
 }
 
 var (
-	defaultBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+	defaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 		return compileFS(policy.FS, []string{"authz.rego", "envoy.rego", "data.json"}, "data.json", "default")
 	})
-	allowBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+	allowBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 		return compileFS(allowall.FS, []string{"authz.rego", "envoy.rego"}, "", "allowall")
 	})
 )
@@ -83,7 +84,7 @@ func startInproc(t testing.TB, dataDir string, baseline bool) *inproc {
 	t.Helper()
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "nexus.db")
-	var b *compiler.Bundle
+	var b *bundle.Bundle
 	var err error
 	if baseline {
 		b, err = allowBundle()

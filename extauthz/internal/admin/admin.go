@@ -24,7 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
@@ -256,7 +256,7 @@ func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 // handlePutPolicy swaps in a new bundle (.tar.gz) atomically; in-flight
 // checks finish on the old one.
 func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
-	b, err := compiler.ReadBundle(http.MaxBytesReader(w, r.Body, 64<<20))
+	b, err := bundle.Read(http.MaxBytesReader(w, r.Body, 64<<20))
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
