@@ -1035,3 +1035,61 @@ func TestCrossTenantRBAC(t *testing.T) {
 		})
 	}
 }
+
+// TestMalformedIdentityIsClientError: a subject, tenant or resource ID the
+// store cannot hold is the client's error (400 invalid_request, or 401
+// without a subject), never a 500 with internal text.
+func TestMalformedIdentityIsClientError(t *testing.T) {
+	ts := newTestServer(t, nil)
+	tests := []struct {
+		name       string
+		path       string
+		hdr        map[string]string
+		wantStatus int32
+		wantReason string
+	}{
+		{"space", "/files/report.pdf", map[string]string{"x-user": "bob smith"}, 400, "invalid_request"},
+		{"comma-sent-twice", "/files/report.pdf", map[string]string{"x-user": "bob,alice"}, 400, "invalid_request"},
+		{"empty", "/files/report.pdf", map[string]string{"x-user": ""}, 400, "invalid_request"},
+		{"hash", "/files/report.pdf", map[string]string{"x-user": "bob#member"}, 400, "invalid_request"},
+		{"too-long", "/files/report.pdf", map[string]string{"x-user": strings.Repeat("a", 300)}, 400, "invalid_request"},
+		{"bad-tenant-header", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "ac me"}, 400, "invalid_request"},
+		{"bad-tenant-segment", "/tenants/a%20b/files/report.pdf", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
+		{"bad-resource-segment", "/files/a%20b", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
+		{"resource-with-colon", "/files/a:b", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
+		{"no-subject", "/files/report.pdf", nil, 401, "no_subject"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", tt.path, tt.hdr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			den := resp.GetDeniedResponse()
+			if resp.GetStatus().GetCode() == 0 || int32(den.GetStatus().GetCode()) != tt.wantStatus || resp.GetStatus().GetMessage() != tt.wantReason {
+				t.Fatalf("got %v, want a %d denial (%s)", resp, tt.wantStatus, tt.wantReason)
+			}
+			for _, leak := range []string{"builtin", "engine", "nexus.roles", "nexus.check"} {
+				if strings.Contains(den.GetBody(), leak) || strings.Contains(resp.GetStatus().GetMessage(), leak) {
+					t.Fatalf("internal text %q reaches the client: %v", leak, resp)
+				}
+			}
+		})
+	}
+}
+
+// TestApplicationIDsAreChecked: an application check naming an ID the
+// store cannot hold is a 400 naming the field, not a 500 from the store.
+func TestApplicationIDsAreChecked(t *testing.T) {
+	ts := newTestServer(t, nil)
+	for _, body := range []string{
+		`{"user":"bo%b","action":"read","resource":"file:report.pdf"}`,
+		`{"user":"bob","action":"read","resource":{"type":"file","key":"re:port","tenant":"acme"}}`,
+		`{"user":"bob","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"ac!me"}}`,
+	} {
+		status, _, resp := post(t, ts.http+"/allowed", body)
+		if status != 400 || !strings.Contains(resp, "is not a valid ID") {
+			t.Errorf("%s: %d %s, want 400 naming the invalid ID", body, status, resp)
+		}
+	}
+}

@@ -78,12 +78,27 @@ jwt_subjects contains sub if {
 
 # A verified JWT decides; the header counts only when no JWT came with the
 # request.
-subject_id := s if {
+claimed_subject := s if {
 	count(jwt_subjects) == 1
 	some s in jwt_subjects
 }
 
-subject_id := subject_header if count(jwt_subjects) == 0
+claimed_subject := subject_header if count(jwt_subjects) == 0
+
+# The subject, the tenant and the resource ID must be IDs the store can
+# hold (letters, digits and _-.=+/|~, at most 256 bytes): anything else, a
+# header sent twice (joined with ","), a space, an empty value, is the
+# client's error, answered before the store is asked.
+id_chars := "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.=+/|~"
+
+valid_id(s) if {
+	is_string(s)
+	s != ""
+	count(s) <= 256
+	trim(s, id_chars) == ""
+}
+
+subject_id := claimed_subject if valid_id(claimed_subject)
 
 default tenant := ""
 
@@ -101,6 +116,18 @@ resource_id := input.parsed_path[i] if {
 	p == "{id}"
 }
 
+# invalid names the first part of the request that is not a valid ID.
+invalid := "subject" if {
+	claimed_subject
+	not subject_id
+} else := "tenant" if {
+	tenant != ""
+	not valid_id(tenant)
+} else := "resource" if {
+	"{id}" in route_segments
+	not valid_id(resource_id)
+}
+
 authz := data.nexus.authz.decide(
 	{"type": "user", "id": subject_id},
 	route.action,
@@ -111,7 +138,19 @@ default result := {"allowed": false, "http_status": 403, "reason": "no_route", "
 
 result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: a verified JWT is required\"}", "headers": {"content-type": "application/json", "www-authenticate": "Bearer realm=\"nexus\""}} if {
 	route
-	not subject_id
+	not claimed_subject
+}
+
+result := {
+	"allowed": false,
+	"http_status": 400,
+	"reason": "invalid_request",
+	"body": concat("", ["{\"error\":\"the request's ", invalid, " is not a valid ID\"}"]),
+	"headers": {"content-type": "application/json"},
+} if {
+	route
+	claimed_subject
+	invalid
 }
 
 result := {
@@ -119,6 +158,7 @@ result := {
 	"reason": authz.reason,
 	"headers": {"x-nexus-subject": subject_id, "x-nexus-decision": authz.reason},
 } if {
+	not invalid
 	authz.allow
 }
 
@@ -129,5 +169,6 @@ result := {
 	"body": concat("", ["{\"error\":\"forbidden\",\"reason\":\"", authz.reason, "\"}"]),
 	"headers": {"content-type": "application/json", "x-nexus-decision": authz.reason},
 } if {
+	not invalid
 	not authz.allow
 }
