@@ -225,15 +225,17 @@ func Workloads(objs []Object) []Workload {
 // nothing, volumes naming ConfigMaps or Secrets neither defined in the file
 // nor marked optional: false (created apart, as the file's comments say),
 // mounts of volumes that do not exist.
+// refPod is what the reference checks know of a workload's pods.
+type refPod struct {
+	name   string
+	labels labels.Set
+	ports  map[string]int32
+	nums   map[int32]bool
+}
+
 func manifestReferences(objs []Object) error {
 	var errs []error
-	type pod struct {
-		name   string
-		labels labels.Set
-		ports  map[string]int32
-		nums   map[int32]bool
-	}
-	var pods []pod
+	var pods []refPod
 	configMaps := map[string]bool{}
 	for _, o := range objs {
 		if cm, ok := o.Typed.(*corev1.ConfigMap); ok {
@@ -241,99 +243,123 @@ func manifestReferences(objs []Object) error {
 		}
 	}
 	for _, w := range Workloads(objs) {
-		wname := w.Kind + " " + w.Name
-		spec := &w.Template.Spec
-		sel, err := metav1.LabelSelectorAsSelector(w.Selector)
-		if err != nil || w.Selector == nil {
-			errs = append(errs, fmt.Errorf("%w: %s %q: selector: %v", ErrInvalid, w.Kind, w.Name, err))
-			continue
+		p, werrs := workloadReferences(w, configMaps)
+		errs = append(errs, werrs...)
+		if p != nil {
+			pods = append(pods, *p)
 		}
-		if !sel.Matches(labels.Set(w.Template.Labels)) {
-			errs = append(errs, fmt.Errorf("%w: %s %q: selector does not match the pod template's labels", ErrInvalid, w.Kind, w.Name))
-		}
-		claims := map[string]bool{}
-		for _, c := range w.Claims {
-			claims[c.Name] = true
-			errs = append(errs, claimErrors(wname+" claim template "+c.Name, &c)...)
-		}
-		p := pod{name: wname, labels: w.Template.Labels, ports: map[string]int32{}, nums: map[int32]bool{}}
-		for _, c := range spec.Containers {
-			for _, cp := range c.Ports {
-				if cp.Name != "" {
-					p.ports[cp.Name] = cp.ContainerPort
-				}
-				p.nums[cp.ContainerPort] = true
+	}
+	for _, o := range objs {
+		errs = append(errs, objectReferences(o, pods)...)
+	}
+	return errors.Join(errs...)
+}
+
+// workloadReferences checks a workload's selector, claims, containers and
+// volumes, and returns what other objects may refer to of its pods (nil
+// when its selector is unusable).
+func workloadReferences(w Workload, configMaps map[string]bool) (*refPod, []error) {
+	var errs []error
+	wname := w.Kind + " " + w.Name
+	spec := &w.Template.Spec
+	sel, err := metav1.LabelSelectorAsSelector(w.Selector)
+	if err != nil || w.Selector == nil {
+		return nil, []error{fmt.Errorf("%w: %s %q: selector: %v", ErrInvalid, w.Kind, w.Name, err)}
+	}
+	if !sel.Matches(labels.Set(w.Template.Labels)) {
+		errs = append(errs, fmt.Errorf("%w: %s %q: selector does not match the pod template's labels", ErrInvalid, w.Kind, w.Name))
+	}
+	claims := map[string]bool{}
+	for _, c := range w.Claims {
+		claims[c.Name] = true
+		errs = append(errs, claimErrors(wname+" claim template "+c.Name, &c)...)
+	}
+	p := &refPod{name: wname, labels: w.Template.Labels, ports: map[string]int32{}, nums: map[int32]bool{}}
+	for _, c := range spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name != "" {
+				p.ports[cp.Name] = cp.ContainerPort
 			}
+			p.nums[cp.ContainerPort] = true
 		}
-		for _, c := range spec.Containers {
-			if !strings.HasPrefix(c.Name, "nexus") {
+	}
+	vols := map[string]bool{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = true
+	}
+	for name := range claims {
+		vols[name] = true
+	}
+	for _, c := range spec.Containers {
+		errs = append(errs, containerReferences(wname, c, p, vols)...)
+	}
+	for _, tsc := range spec.TopologySpreadConstraints {
+		sel, err := metav1.LabelSelectorAsSelector(tsc.LabelSelector)
+		if err != nil || tsc.LabelSelector == nil || !sel.Matches(labels.Set(w.Template.Labels)) {
+			errs = append(errs, fmt.Errorf("%w: %s: a topology spread constraint does not select its own pods", ErrInvalid, wname))
+		}
+	}
+	for _, v := range spec.Volumes {
+		if cm := v.ConfigMap; cm != nil && !configMaps[cm.Name] && cm.Optional == nil {
+			errs = append(errs, fmt.Errorf("%w: %s volume %q: ConfigMap %q is not in the file: mark it optional, or optional: false when it is created apart", ErrReference, wname, v.Name, cm.Name))
+		}
+		if sc := v.Secret; sc != nil && sc.Optional == nil {
+			errs = append(errs, fmt.Errorf("%w: %s volume %q: Secret %q is not in the file: mark it optional, or optional: false when it is created apart", ErrReference, wname, v.Name, sc.SecretName))
+		}
+	}
+	return p, errs
+}
+
+// containerReferences checks one container: nexus' probes and resources,
+// resource names, and that its mounts name volumes of the pod.
+func containerReferences(wname string, c corev1.Container, p *refPod, vols map[string]bool) []error {
+	var errs []error
+	if strings.HasPrefix(c.Name, "nexus") {
+		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+			errs = append(errs, fmt.Errorf("%w: %s container %q: readiness and liveness probes are required", ErrInvalid, wname, c.Name))
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			errs = append(errs, fmt.Errorf("%w: %s container %q: cpu and memory requests and a memory limit are required", ErrInvalid, wname, c.Name))
+		}
+		for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
+			if pr == nil {
 				continue
 			}
-			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
-				errs = append(errs, fmt.Errorf("%w: %s container %q: readiness and liveness probes are required", ErrInvalid, wname, c.Name))
+			var port intstr.IntOrString
+			switch {
+			case pr.HTTPGet != nil:
+				port = pr.HTTPGet.Port
+			case pr.TCPSocket != nil:
+				port = pr.TCPSocket.Port
+			case pr.GRPC != nil:
+				port = intstr.FromInt32(pr.GRPC.Port)
 			}
-			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
-				errs = append(errs, fmt.Errorf("%w: %s container %q: cpu and memory requests and a memory limit are required", ErrInvalid, wname, c.Name))
-			}
-			for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
-				if pr == nil {
-					continue
-				}
-				var port intstr.IntOrString
-				switch {
-				case pr.HTTPGet != nil:
-					port = pr.HTTPGet.Port
-				case pr.TCPSocket != nil:
-					port = pr.TCPSocket.Port
-				case pr.GRPC != nil:
-					port = intstr.FromInt32(pr.GRPC.Port)
-				}
-				if !portDeclared(port, p.ports, p.nums) {
-					errs = append(errs, fmt.Errorf("%w: %s container %q: probe port %s is not declared", ErrReference, wname, c.Name, port.String()))
-				}
+			if !portDeclared(port, p.ports, p.nums) {
+				errs = append(errs, fmt.Errorf("%w: %s container %q: probe port %s is not declared", ErrReference, wname, c.Name, port.String()))
 			}
 		}
-		for _, c := range spec.Containers {
-			for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-				for name := range rl {
-					if !standardResource(name) {
-						errs = append(errs, fmt.Errorf("%w: %s container %q: resource %q is neither standard nor domain-qualified", ErrInvalid, wname, c.Name, name))
-					}
-				}
-			}
-		}
-		for _, tsc := range spec.TopologySpreadConstraints {
-			sel, err := metav1.LabelSelectorAsSelector(tsc.LabelSelector)
-			if err != nil || tsc.LabelSelector == nil || !sel.Matches(labels.Set(w.Template.Labels)) {
-				errs = append(errs, fmt.Errorf("%w: %s: a topology spread constraint does not select its own pods", ErrInvalid, wname))
-			}
-		}
-		for _, v := range spec.Volumes {
-			if cm := v.ConfigMap; cm != nil && !configMaps[cm.Name] && cm.Optional == nil {
-				errs = append(errs, fmt.Errorf("%w: %s volume %q: ConfigMap %q is not in the file: mark it optional, or optional: false when it is created apart", ErrReference, wname, v.Name, cm.Name))
-			}
-			if sc := v.Secret; sc != nil && sc.Optional == nil {
-				errs = append(errs, fmt.Errorf("%w: %s volume %q: Secret %q is not in the file: mark it optional, or optional: false when it is created apart", ErrReference, wname, v.Name, sc.SecretName))
-			}
-		}
-		for _, c := range spec.Containers {
-			vols := map[string]bool{}
-			for _, v := range spec.Volumes {
-				vols[v.Name] = true
-			}
-			for name := range claims {
-				vols[name] = true
-			}
-			for _, m := range c.VolumeMounts {
-				if !vols[m.Name] {
-					errs = append(errs, fmt.Errorf("%w: %s container %q mounts undefined volume %q", ErrReference, wname, c.Name, m.Name))
-				}
-			}
-		}
-		pods = append(pods, p)
 	}
-	selects := func(sel labels.Selector) []pod {
-		var out []pod
+	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+		for name := range rl {
+			if !standardResource(name) {
+				errs = append(errs, fmt.Errorf("%w: %s container %q: resource %q is neither standard nor domain-qualified", ErrInvalid, wname, c.Name, name))
+			}
+		}
+	}
+	for _, m := range c.VolumeMounts {
+		if !vols[m.Name] {
+			errs = append(errs, fmt.Errorf("%w: %s container %q mounts undefined volume %q", ErrReference, wname, c.Name, m.Name))
+		}
+	}
+	return errs
+}
+
+// objectReferences checks that a Service, disruption budget, network
+// policy or claim refers to pods and ports that exist.
+func objectReferences(o Object, pods []refPod) []error {
+	var errs []error
+	selects := func(sel labels.Selector) []refPod {
+		var out []refPod
 		for _, p := range pods {
 			if sel.Matches(p.labels) {
 				out = append(out, p)
@@ -341,39 +367,37 @@ func manifestReferences(objs []Object) error {
 		}
 		return out
 	}
-	for _, o := range objs {
-		switch v := o.Typed.(type) {
-		case *corev1.Service:
-			matched := selects(labels.SelectorFromSet(v.Spec.Selector))
-			if len(v.Spec.Selector) == 0 || len(matched) == 0 {
-				errs = append(errs, fmt.Errorf("%w: Service %q selects no pod of this file", ErrReference, v.Name))
-			}
-			for _, sp := range v.Spec.Ports {
-				tp := sp.TargetPort
-				if tp.Type == intstr.Int && tp.IntVal == 0 {
-					tp = intstr.FromInt32(sp.Port)
-				}
-				for _, p := range matched {
-					if !portDeclared(tp, p.ports, p.nums) {
-						errs = append(errs, fmt.Errorf("%w: Service %q port %q: target %s not declared by %s", ErrReference, v.Name, sp.Name, tp.String(), p.name))
-					}
-				}
-			}
-		case *policyv1.PodDisruptionBudget:
-			sel, err := metav1.LabelSelectorAsSelector(v.Spec.Selector)
-			if err != nil || len(selects(sel)) == 0 {
-				errs = append(errs, fmt.Errorf("%w: PodDisruptionBudget %q selects no pod of this file", ErrReference, v.Name))
-			}
-		case *networkingv1.NetworkPolicy:
-			sel, err := metav1.LabelSelectorAsSelector(&v.Spec.PodSelector)
-			if err != nil || len(selects(sel)) == 0 {
-				errs = append(errs, fmt.Errorf("%w: NetworkPolicy %q selects no pod of this file", ErrReference, v.Name))
-			}
-		case *corev1.PersistentVolumeClaim:
-			errs = append(errs, claimErrors("PersistentVolumeClaim "+v.Name, v)...)
+	switch v := o.Typed.(type) {
+	case *corev1.Service:
+		matched := selects(labels.SelectorFromSet(v.Spec.Selector))
+		if len(v.Spec.Selector) == 0 || len(matched) == 0 {
+			errs = append(errs, fmt.Errorf("%w: Service %q selects no pod of this file", ErrReference, v.Name))
 		}
+		for _, sp := range v.Spec.Ports {
+			tp := sp.TargetPort
+			if tp.Type == intstr.Int && tp.IntVal == 0 {
+				tp = intstr.FromInt32(sp.Port)
+			}
+			for _, p := range matched {
+				if !portDeclared(tp, p.ports, p.nums) {
+					errs = append(errs, fmt.Errorf("%w: Service %q port %q: target %s not declared by %s", ErrReference, v.Name, sp.Name, tp.String(), p.name))
+				}
+			}
+		}
+	case *policyv1.PodDisruptionBudget:
+		sel, err := metav1.LabelSelectorAsSelector(v.Spec.Selector)
+		if err != nil || len(selects(sel)) == 0 {
+			errs = append(errs, fmt.Errorf("%w: PodDisruptionBudget %q selects no pod of this file", ErrReference, v.Name))
+		}
+	case *networkingv1.NetworkPolicy:
+		sel, err := metav1.LabelSelectorAsSelector(&v.Spec.PodSelector)
+		if err != nil || len(selects(sel)) == 0 {
+			errs = append(errs, fmt.Errorf("%w: NetworkPolicy %q selects no pod of this file", ErrReference, v.Name))
+		}
+	case *corev1.PersistentVolumeClaim:
+		errs = append(errs, claimErrors("PersistentVolumeClaim "+v.Name, v)...)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // claimErrors checks a PersistentVolumeClaim as kube-apiserver does: access
