@@ -1093,3 +1093,34 @@ func TestApplicationIDsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestDecisionLogSubject: the decision log names the subject of proxied
+// decisions (gRPC and forward auth), as it does for application checks.
+func TestDecisionLogSubject(t *testing.T) {
+	ts := newTestServer(t, nil)
+	if _, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.http+"/ext_authz/files/report.pdf", nil)
+	req.Header.Set("x-user", "carol")
+	do(t, req)
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(ts.log.String(), "\n") < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(ts.log.String()), "\n") {
+		var ev struct {
+			Interface string `json:"interface"`
+			Subject   string `json:"subject"`
+			Allowed   bool   `json:"allowed"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		got[ev.Interface] = ev.Subject
+	}
+	if got[pdp.IfaceGRPC] != "bob" || got[pdp.IfaceHTTP] != "carol" {
+		t.Fatalf("decision log subjects %v, want grpc bob and http carol", got)
+	}
+}

@@ -85,6 +85,9 @@ claimed_subject := s if {
 
 claimed_subject := subject_header if count(jwt_subjects) == 0
 
+# A result names the subject it decided for ("subject"): nexus' decision
+# log records it. Envoy ignores the field.
+#
 # The subject, the tenant and the resource ID must be IDs the store can
 # hold (letters, digits and _-.=+/|~, at most 256 bytes): anything else, a
 # header sent twice (joined with ","), a space, an empty value, is the
@@ -156,6 +159,7 @@ result := {
 result := {
 	"allowed": true,
 	"reason": authz.reason,
+	"subject": subject_id,
 	"headers": {"x-nexus-subject": subject_id, "x-nexus-decision": authz.reason},
 } if {
 	not invalid
@@ -166,6 +170,7 @@ result := {
 	"allowed": false,
 	"http_status": 403,
 	"reason": authz.reason,
+	"subject": subject_id,
 	"body": concat("", ["{\"error\":\"forbidden\",\"reason\":\"", authz.reason, "\"}"]),
 	"headers": {"content-type": "application/json", "x-nexus-decision": authz.reason},
 } if {
