@@ -24,6 +24,11 @@ var NexusBuiltins = []HostBuiltin{
 		Description: "Reports whether subject has permission on object.",
 	},
 	{
+		Name:        "nexus.valid_ids",
+		Decl:        types.NewFunction(types.Args(types.Named("a", types.S), types.Named("b", types.S), types.Named("c", types.S)), types.B),
+		Description: "Reports whether each argument is empty or an ID the store can hold (letters, digits and _-.=+/|~, at most 256 bytes): what a policy checks before it asks the store about a request's IDs.",
+	},
+	{
 		Name:        "nexus.roles",
 		Decl:        types.NewFunction(types.Args(types.Named("subject", types.S), types.Named("tenant", types.S)), stringArray),
 		Description: "Lists the roles subject holds in tenant.",
