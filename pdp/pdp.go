@@ -168,8 +168,9 @@ func (p *PDP) uncached(m *bundle.Manifest, logIt bool) []string {
 		return nil
 	}
 	var out []string
-	for _, ep := range []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint} {
-		if ep == Disabled || slices.Contains(out, ep) {
+	eps := []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint}
+	for i, ep := range eps {
+		if ep == Disabled || slices.Contains(eps[:i], ep) {
 			continue
 		}
 		names, known := m.Nondeterministic(ep)
