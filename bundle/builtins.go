@@ -10,6 +10,14 @@ type HostBuiltin struct {
 	Decl *types.Function
 	// Description says what the builtin answers.
 	Description string
+	// Nondeterministic says that the builtin may answer differently for
+	// the same arguments within one data revision (it reads a clock,
+	// randomness or the network), as OPA marks time.now_ns or http.send.
+	// The compiler records which entrypoints can reach such a builtin
+	// ([Manifest.Nondeterministic]) and the decision cache does not reuse
+	// their decisions. Nexus' relationship builtins are deterministic: they
+	// read the store at the revision that keys the cache.
+	Nondeterministic bool
 }
 
 var stringArray = types.NewArray(nil, types.S)
