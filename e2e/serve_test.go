@@ -98,7 +98,11 @@ func TestServeDefaultREADME(t *testing.T) {
 
 	for _, ex := range examples {
 		t.Run(strings.ReplaceAll(ex.cmd[:min(len(ex.cmd), 60)], "/", "_"), func(t *testing.T) {
-			cmd := exec.Command("sh", "-c", ex.cmd)
+			// The README's commands run where the user started nexus
+			// serve: the repository, whose ./nexus-data is the server's
+			// data directory (here the server runs in a directory of its
+			// own).
+			cmd := exec.Command("sh", "-c", strings.ReplaceAll(ex.cmd, "nexus-data/", filepath.Join(p.Dir, "nexus-data")+"/"))
 			cmd.Dir = nexusproc.RepoRoot()
 			outb, err := cmd.CombinedOutput()
 			if err != nil {
