@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -71,6 +72,11 @@ type Config struct {
 	// AdminInsecure allows an admin listener without AdminToken: anyone
 	// who reaches it may rewrite policy and relationships.
 	AdminInsecure bool
+	// PublicURL is the base URL applications reach the HTTP listener at
+	// (https://pdp.example.com), as the AuthZEN metadata document
+	// (/.well-known/authzen-configuration) announces it; "" means the
+	// scheme and Host of each metadata request.
+	PublicURL string
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
 	// Profiling serves Go's profiles under /debug/pprof/ on the admin
@@ -139,6 +145,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AdminAddr != "-" && c.AdminToken == "" && !c.AdminInsecure {
 		return errors.New("extauthz: the admin listener needs an AdminToken (or AdminInsecure to run it open)")
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("extauthz: PublicURL %q must be an http or https URL without a query or fragment", c.PublicURL)
+		}
 	}
 	for name, t := range map[string]TLS{"grpc": c.GRPCTLS, "http": c.HTTPTLS, "admin": c.AdminTLS} {
 		if t.enabled() && (t.CertFile == "" || t.KeyFile == "") {

@@ -6,7 +6,9 @@
 //     unchanged, and the gRPC health service;
 //   - HTTP ext_authz and forward auth under /ext_authz/ (Envoy http_service,
 //     nginx auth_request, Caddy forward_auth, Traefik ForwardAuth);
-//   - the AuthZEN Authorization API 1.0 (/access/v1/evaluation[s]);
+//   - the AuthZEN Authorization API 1.0: /access/v1/evaluation[s], the
+//     subject, resource and action searches under /access/v1/search/, and
+//     the metadata document /.well-known/authzen-configuration;
 //   - Permit-compatible /allowed, /allowed/bulk, /user-permissions and
 //     /authorized_users;
 //   - an admin API (relationships, schema, policy bundle, edge snapshot)

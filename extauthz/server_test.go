@@ -217,12 +217,14 @@ func TestGRPCHealth(t *testing.T) {
 	}
 }
 
+// post sends body as JSON (unless header names another Content-Type).
 func post(t *testing.T, url, body string, header ...string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -40,6 +40,7 @@ type serveConfig struct {
 	AdminToken       string        `yaml:"admin_token"`
 	AdminTokenFile   string        `yaml:"admin_token_file"`
 	AdminInsecure    bool          `yaml:"admin_insecure"`
+	PublicURL        string        `yaml:"public_url"`
 	DataDir          string        `yaml:"data_dir"`
 	Policy           string        `yaml:"policy"`
 	Schema           string        `yaml:"schema"`
@@ -112,6 +113,7 @@ conditions), compiled from embedded Rego.`,
 	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token the admin API requires (default: $NEXUS_ADMIN_TOKEN, else on loopback a token generated into <data-dir>/admin-token)")
 	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (e.g. a mounted Secret)")
 	f.BoolVar(&c.AdminInsecure, "admin-insecure", false, "run the admin API without a token when none is given (never on a shared network)")
+	f.StringVar(&c.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
@@ -170,6 +172,7 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if !set("admin-insecure") && file.AdminInsecure {
 		c.AdminInsecure = true
 	}
+	str("public-url", &c.PublicURL, file.PublicURL)
 	str("data-dir", &c.DataDir, file.DataDir)
 	str("policy", &c.Policy, file.Policy)
 	str("schema", &c.Schema, file.Schema)
@@ -267,7 +270,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
-		AdminToken: token, AdminInsecure: c.AdminInsecure, Reflection: c.Reflection, Profiling: c.Profiling,
+		AdminToken: token, AdminInsecure: c.AdminInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
