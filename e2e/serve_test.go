@@ -38,11 +38,17 @@ func readmeExamples(t *testing.T) []readmeExample {
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
+		// A command continued on the next lines is one command.
+		start := n
+		for strings.HasSuffix(line, "\\") && sc.Scan() {
+			n++
+			line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(sc.Text())
+		}
 		isCmd := strings.HasPrefix(line, "curl ") || strings.HasPrefix(line, "go run ./examples/checkclient")
 		switch {
 		case isCmd:
 			cmd, comment, _ := strings.Cut(line, "  # ")
-			ex := readmeExample{line: n, cmd: strings.TrimSpace(cmd)}
+			ex := readmeExample{line: start, cmd: strings.TrimSpace(cmd)}
 			if comment != "" {
 				ex.want = strings.TrimSpace(comment)
 				out = append(out, ex)
@@ -80,7 +86,12 @@ func TestServeDefaultREADME(t *testing.T) {
 	for _, ex := range examples {
 		t.Run(strings.ReplaceAll(ex.cmd[:min(len(ex.cmd), 60)], "/", "_"), func(t *testing.T) {
 			cmd := exec.Command("sh", "-c", ex.cmd)
-			cmd.Dir = nexusproc.RepoRoot()
+			// The README runs from the repository root, where nexus serve
+			// keeps ./nexus-data; here the server's directory holds it.
+			cmd.Dir = p.Dir
+			if strings.HasPrefix(ex.cmd, "go run ") {
+				cmd.Dir = nexusproc.RepoRoot()
+			}
 			outb, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("README line %d: %s: %v\n%s", ex.line, ex.cmd, err, outb)
@@ -122,7 +133,12 @@ func TestServeDefaultREADME(t *testing.T) {
 		t.Fatalf("SIGTERM: %v\n%s", err, p.Output.String())
 	}
 	nexusproc.Start(t, p.Dir, "127.0.0.1:8282", "serve")
-	out, err := exec.Command("curl", "-s", "localhost:8181/allowed", "-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
+	key, err := os.ReadFile(filepath.Join(p.Dir, "nexus-data", "app-api-key"))
+	if err != nil {
+		t.Fatalf("no generated application API key: %v", err)
+	}
+	out, err := exec.Command("curl", "-s", "localhost:8181/allowed", "-H", "Authorization: Bearer "+strings.TrimSpace(string(key)),
+		"-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"allow":true`) {
 		t.Fatalf("after a restart carol's relationship is gone: %s %v", out, err)
 	}

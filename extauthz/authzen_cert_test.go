@@ -22,7 +22,10 @@ import (
 	"github.com/nexuspdp/nexus/pdp"
 )
 
-const certDir = "testdata/authzen-certification"
+const (
+	certDir = "testdata/authzen-certification"
+	certKey = "authzen-certification"
+)
 
 // certCase is one request of the certification scenario and what its
 // answer must be (testdata/authzen-certification/scenario.json).
@@ -90,6 +93,7 @@ func certServer(t *testing.T) (base string, client *http.Client) {
 		GRPCAddr: "-", AdminAddr: "-", HTTPAddr: "127.0.0.1:0",
 		HTTPTLS:         extauthz.TLS{CertFile: pki.certFile, KeyFile: pki.keyFile},
 		EnvoyEntrypoint: pdp.Disabled,
+		AppAPIKey:       certKey,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +147,7 @@ func TestAuthZENCertification(t *testing.T) {
 					}
 					req.Header.Set("Content-Type", ct)
 				}
+				req.Header.Set("Authorization", "Bearer "+certKey)
 				if c.RequestID != "" {
 					req.Header.Set("X-Request-ID", c.RequestID)
 				}

@@ -61,6 +61,7 @@ func TestAuthZENTransport(t *testing.T) {
 				req.Header.Set("Content-Type", tt.contentType)
 			}
 			req.Header.Set("X-Request-ID", "req-"+tt.name)
+			req.Header.Set("Authorization", "Bearer "+testAppKey)
 			status, h, body := do(t, req)
 			if status != tt.wantStatus {
 				t.Fatalf("status %d, want %d: %s", status, tt.wantStatus, body)
@@ -249,6 +250,63 @@ func TestAuthZENSearchPages(t *testing.T) {
 	} {
 		if status, _, body := post(t, url, body); status != 400 || !strings.Contains(body, "page.token") {
 			t.Errorf("%s: %d %s, want 400 naming page.token", name, status, body)
+		}
+	}
+}
+
+// TestAppAPIKey: every application endpoint needs the key; the proxies'
+// endpoints, the metadata and the probes do not.
+func TestAppAPIKey(t *testing.T) {
+	ts := newTestServer(t, nil)
+	endpoints := []struct {
+		method, path, body string
+		needsKey           bool
+	}{
+		{"POST", "/access/v1/evaluation", `{"subject":{"type":"user","id":"bob"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`, true},
+		{"POST", "/access/v1/evaluations", `{"subject":{"type":"user","id":"bob"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`, true},
+		{"POST", "/access/v1/search/subject", `{"subject":{"type":"user"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`, true},
+		{"POST", "/access/v1/search/resource", `{"subject":{"type":"user","id":"bob"},"action":{"name":"read"},"resource":{"type":"file"}}`, true},
+		{"POST", "/access/v1/search/action", `{"subject":{"type":"user","id":"bob"},"resource":{"type":"file","id":"report.pdf"}}`, true},
+		{"POST", "/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`, true},
+		{"POST", "/allowed/bulk", `[{"user":"bob","action":"read","resource":"file:report.pdf"}]`, true},
+		{"POST", "/user-permissions", `{"user":"bob"}`, true},
+		{"POST", "/authorized_users", `{"action":"read","resource":"file:report.pdf"}`, true},
+		{"GET", "/.well-known/authzen-configuration", ``, false},
+		{"GET", "/ext_authz/files/report.pdf", ``, false},
+		{"GET", "/healthz", ``, false},
+		{"GET", "/readyz", ``, false},
+	}
+	auths := []struct {
+		name, header string
+		ok           bool
+	}{
+		{"none", "", false},
+		{"wrong-key", "Bearer nope", false},
+		{"admin-style-prefix", "Bearer " + testAppKey + "x", false},
+		{"basic", "Basic " + testAppKey, false},
+		{"bare-key", testAppKey, false},
+		{"key", "Bearer " + testAppKey, true},
+		{"lower-case-scheme", "bearer " + testAppKey, true},
+	}
+	for _, e := range endpoints {
+		for _, a := range auths {
+			t.Run(strings.TrimPrefix(e.path, "/")+"/"+a.name, func(t *testing.T) {
+				req, _ := http.NewRequest(e.method, ts.http+e.path, strings.NewReader(e.body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Request-ID", "r1")
+				req.Header.Set("X-User", "bob")
+				if a.header != "" {
+					req.Header.Set("Authorization", a.header)
+				}
+				status, h, body := do(t, req)
+				refused := status == http.StatusUnauthorized
+				if want := e.needsKey && !a.ok; refused != want {
+					t.Fatalf("status %d (%s), want refused=%v", status, body, want)
+				}
+				if refused && (h.Get("WWW-Authenticate") == "" || !strings.Contains(body, `"reason":"unauthorized"`) || h.Get("X-Request-ID") != "r1") {
+					t.Fatalf("a refusal without WWW-Authenticate, reason or request ID: %v %s", h, body)
+				}
+			})
 		}
 	}
 }

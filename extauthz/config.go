@@ -72,6 +72,16 @@ type Config struct {
 	// AdminInsecure allows an admin listener without AdminToken: anyone
 	// who reaches it may rewrite policy and relationships.
 	AdminInsecure bool
+	// AppAPIKey is the bearer token (Authorization: Bearer KEY) the
+	// application endpoints on the HTTP listener require: AuthZEN
+	// (/access/v1/...) and the Permit-compatible API. It is required
+	// unless the HTTP listener is disabled or AppAPIInsecure is set, and
+	// it may not be AdminToken. Forward auth (/ext_authz), /kong, the
+	// AuthZEN metadata document, /healthz and /readyz need no key.
+	AppAPIKey string
+	// AppAPIInsecure allows the application endpoints without AppAPIKey:
+	// anyone who reaches the HTTP listener may ask for any decision.
+	AppAPIInsecure bool
 	// PublicURL is the base URL applications reach the HTTP listener at
 	// (https://pdp.example.com), as the AuthZEN metadata document
 	// (/.well-known/authzen-configuration) announces it; "" means the
@@ -145,6 +155,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AdminAddr != "-" && c.AdminToken == "" && !c.AdminInsecure {
 		return errors.New("extauthz: the admin listener needs an AdminToken (or AdminInsecure to run it open)")
+	}
+	if c.HTTPAddr != "-" && c.AppAPIKey == "" && !c.AppAPIInsecure {
+		return errors.New("extauthz: the application endpoints need an AppAPIKey (or AppAPIInsecure to run them open)")
+	}
+	if c.AppAPIKey != "" && c.AppAPIKey == c.AdminToken {
+		return errors.New("extauthz: the application API key may not be the admin token: applications would hold the keys to the admin API")
 	}
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)

@@ -244,7 +244,7 @@ func (s *Server) httpHandler() http.Handler {
 	(&forwardauth.Handler{PDP: s.p, MaxBodyBytes: s.cfg.MaxBodyBytes}).Register(mux)
 	(&appapi.API{
 		PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.cfg.MaxBodyBytes, MaxBatch: s.cfg.MaxBatch,
-		PublicURL: s.cfg.PublicURL, Log: s.cfg.Logger,
+		APIKey: s.cfg.AppAPIKey, PublicURL: s.cfg.PublicURL, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)
 	return mux

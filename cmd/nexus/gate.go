@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,7 +12,7 @@ import (
 )
 
 func newGateCmd() *cobra.Command {
-	var target, iface, file string
+	var target, iface, file, apiKey string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "gate --target ADDR --file GATE",
@@ -27,11 +28,14 @@ header); allowed and authzen POST to the HTTP listener.`,
   nexus gate --target 127.0.0.1:8181 --interface authzen --file bench-data/gate-rbac.ndjson`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if apiKey == "" {
+				apiKey = os.Getenv("NEXUS_APP_API_KEY")
+			}
 			checks, err := bench.ReadChecksFile(file)
 			if err != nil {
 				return err
 			}
-			t, err := bench.NewTarget(bench.TargetConfig{Interface: iface, Addr: target, Timeout: timeout})
+			t, err := bench.NewTarget(bench.TargetConfig{Interface: iface, Addr: target, Timeout: timeout, APIKey: apiKey})
 			if err != nil {
 				return err
 			}
@@ -58,6 +62,7 @@ header); allowed and authzen POST to the HTTP listener.`,
 	f.StringVar(&iface, "interface", bench.InterfaceGRPC, "grpc, allowed or authzen")
 	f.StringVar(&file, "file", "", "gate file (NDJSON)")
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "timeout of one check")
+	f.StringVar(&apiKey, "api-key", "", "the server's application API key, for allowed and authzen (default $NEXUS_APP_API_KEY)")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }

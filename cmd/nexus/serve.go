@@ -40,6 +40,9 @@ type serveConfig struct {
 	AdminToken       string        `yaml:"admin_token"`
 	AdminTokenFile   string        `yaml:"admin_token_file"`
 	AdminInsecure    bool          `yaml:"admin_insecure"`
+	AppAPIKey        string        `yaml:"app_api_key"`
+	AppAPIKeyFile    string        `yaml:"app_api_key_file"`
+	AppAPIInsecure   bool          `yaml:"app_api_insecure"`
 	PublicURL        string        `yaml:"public_url"`
 	DataDir          string        `yaml:"data_dir"`
 	Policy           string        `yaml:"policy"`
@@ -113,6 +116,9 @@ conditions), compiled from embedded Rego.`,
 	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token the admin API requires (default: $NEXUS_ADMIN_TOKEN, else on loopback a token generated into <data-dir>/admin-token)")
 	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (e.g. a mounted Secret)")
 	f.BoolVar(&c.AdminInsecure, "admin-insecure", false, "run the admin API without a token when none is given (never on a shared network)")
+	f.StringVar(&c.AppAPIKey, "app-api-key", "", "bearer key the application endpoints (AuthZEN, Permit-compatible) require (default: $NEXUS_APP_API_KEY, else a key generated into <data-dir>/app-api-key)")
+	f.StringVar(&c.AppAPIKeyFile, "app-api-key-file", "", "file holding the application API key (e.g. a mounted Secret)")
+	f.BoolVar(&c.AppAPIInsecure, "app-api-insecure", false, "run the application endpoints without a key when none is given: anyone who reaches the HTTP listener may ask for any decision")
 	f.StringVar(&c.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
@@ -171,6 +177,11 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	str("admin-token-file", &c.AdminTokenFile, file.AdminTokenFile)
 	if !set("admin-insecure") && file.AdminInsecure {
 		c.AdminInsecure = true
+	}
+	str("app-api-key", &c.AppAPIKey, file.AppAPIKey)
+	str("app-api-key-file", &c.AppAPIKeyFile, file.AppAPIKeyFile)
+	if !set("app-api-insecure") && file.AppAPIInsecure {
+		c.AppAPIInsecure = true
 	}
 	str("public-url", &c.PublicURL, file.PublicURL)
 	str("data-dir", &c.DataDir, file.DataDir)
@@ -237,6 +248,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		_ = store.Close()
 		return err
 	}
+	appKey, appKeyFile, err := appAPIKey(c, log)
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
 	defer func() {
 		if err := store.Close(); err != nil {
 			log.Error("closing the store", "err", err)
@@ -270,7 +286,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
-		AdminToken: token, AdminInsecure: c.AdminInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
+		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
@@ -286,6 +302,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
 	if tokenFile != "" {
 		log.Info("the admin API needs the token in "+tokenFile, "example", "curl -H \"Authorization: Bearer $(cat "+tokenFile+")\" http://"+c.AdminAddr+"/v1/schema")
+	}
+	if appKeyFile != "" {
+		log.Info("the application API needs the key in "+appKeyFile, "example", "curl -H \"Authorization: Bearer $(cat "+appKeyFile+")\" -H 'Content-Type: application/json' http://"+c.HTTPAddr+"/access/v1/evaluation -d '{...}'")
 	}
 	<-ctx.Done()
 	grace := c.ShutdownGrace

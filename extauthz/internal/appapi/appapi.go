@@ -9,9 +9,11 @@ package appapi
 
 import (
 	"context"
+	"crypto/subtle"
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
@@ -38,6 +40,9 @@ type API struct {
 	// request and the results of one search page.
 	MaxBodyBytes int64
 	MaxBatch     int
+	// APIKey is the bearer token every endpoint but the metadata document
+	// requires; "" leaves them open.
+	APIKey string
 	// PublicURL is the base URL applications reach this listener at,
 	// for the AuthZEN metadata document; "" means the scheme and Host of
 	// each metadata request.
@@ -56,7 +61,7 @@ func (s *API) Register(mux *http.ServeMux) {
 		"/access/v1/search/resource": s.handleSearch(searchResource),
 		"/access/v1/search/action":   s.handleSearch(searchAction),
 	} {
-		mux.Handle("POST "+path, requestID(s.jsonOnly(h)))
+		mux.Handle("POST "+path, requestID(s.auth(s.jsonOnly(h))))
 	}
 	for path, h := range map[string]http.HandlerFunc{
 		"/allowed":          s.handleAllowed,
@@ -64,8 +69,26 @@ func (s *API) Register(mux *http.ServeMux) {
 		"/user-permissions": s.handleUserPermissions,
 		"/authorized_users": s.handleAuthorizedUsers,
 	} {
-		mux.Handle("POST "+path, requestID(h))
+		mux.Handle("POST "+path, requestID(s.auth(h)))
 	}
+}
+
+// auth requires the API key when one is configured: "Authorization:
+// Bearer KEY", the scheme in any case, as Permit's SDKs send it.
+func (s *API) auth(h http.Handler) http.Handler {
+	if s.APIKey == "" {
+		return h
+	}
+	want := []byte(s.APIKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus"`)
+			wire.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid API key is required (Authorization: Bearer KEY)", "reason": "unauthorized"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // requestID echoes the request's X-Request-ID on the answer, as AuthZEN
