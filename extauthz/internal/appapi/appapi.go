@@ -1,7 +1,9 @@
 // Package appapi is the transport of the application APIs: the AuthZEN
 // Authorization API 1.0 (evaluation, evaluations, the subject, resource
 // and action searches, and the metadata document) and the
-// Permit-compatible /allowed family. It maps their JSON bodies to the
+// Permit-compatible PDP API (/allowed, /allowed/bulk,
+// /allowed/all-tenants, /allowed_url, /nginx_allowed, /kong,
+// /user-permissions, /user-tenants, /authorized_users). It maps their JSON bodies to the
 // decision core's checks and the decisions back; the listings and
 // searches read the relationship store for candidates and confirm each
 // one through the policy.
@@ -64,13 +66,20 @@ func (s *API) Register(mux *http.ServeMux) {
 		mux.Handle("POST "+path, requestID(s.auth(s.jsonOnly(h))))
 	}
 	for path, h := range map[string]http.HandlerFunc{
-		"/allowed":          s.handleAllowed,
-		"/allowed/bulk":     s.handleAllowedBulk,
-		"/user-permissions": s.handleUserPermissions,
-		"/authorized_users": s.handleAuthorizedUsers,
+		"/allowed":             s.handleAllowed,
+		"/allowed/bulk":        s.handleAllowedBulk,
+		"/allowed/all-tenants": s.handleAllowedAllTenants,
+		"/allowed_url":         s.handleAllowedURL,
+		"/user-permissions":    s.handleUserPermissions,
+		"/user-tenants":        s.handleUserTenants,
+		"/authorized_users":    s.handleAuthorizedUsers,
 	} {
 		mux.Handle("POST "+path, requestID(s.auth(h)))
 	}
+	// nginx's auth_request sends the original request's method.
+	mux.Handle("/nginx_allowed", requestID(s.auth(http.HandlerFunc(s.handleNginxAllowed))))
+	// Kong's OPA plugin sends no credentials (see handleKong).
+	mux.Handle("POST /kong", requestID(http.HandlerFunc(s.handleKong)))
 }
 
 // auth requires the API key when one is configured: "Authorization:

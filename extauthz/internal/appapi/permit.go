@@ -84,7 +84,8 @@ type permissionsEntry struct {
 }
 
 // handleUserPermissions answers Permit's /user-permissions: for each of
-// the user's tenants ("__tenant:<key>") the permissions its roles grant,
+// the user's tenants ("__tenant:<key>") the permissions its roles grant
+// (concrete ones: a "file:*" grant lists every action on files),
 // and for each resource (those given, or those the user reaches through
 // relationships) the permissions the policy allows, each confirmed by a
 // check through the policy.
@@ -100,13 +101,12 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
 		return
 	}
-	q := checkapi.PermitQuery{User: req.User, Action: "-", Resource: json.RawMessage(`"-:-"`)}
-	userCheck, err := q.Check()
+	u, err := checkapi.PermitUser(req.User)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	user := api.Subject{Type: "user", ID: userCheck.Subject.ID}
+	user := api.Subject{Type: "user", ID: u.ID}
 	sc, err := s.Store.Schema(ctx)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
@@ -138,13 +138,10 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 		}
 		var perms []string
 		for _, role := range roles {
-			for _, g := range sc.RoleGrants(role) {
-				if !slices.Contains(perms, g) {
-					perms = append(perms, g)
-				}
-			}
+			perms = append(perms, concreteGrants(sc, sc.RoleGrants(role))...)
 		}
 		slices.Sort(perms)
+		perms = slices.Compact(perms)
 		out["__tenant:"+t] = permissionsEntry{Tenant: map[string]string{"key": t}, Permissions: perms, Roles: roles}
 	}
 
@@ -314,4 +311,37 @@ func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
 		"tenant":   c.Resource.Tenant,
 		"users":    users,
 	})
+}
+
+// objectOf is the resource of c as a store object.
+func objectOf(c *checkapi.Check) api.Object {
+	return api.Object{Type: c.Resource.Type, ID: c.Resource.ID}
+}
+
+// concreteGrants turns role grants into the concrete "type:action"
+// permissions they give, as Permit lists them: "file:*" is every action
+// on files (the type's permissions and the actions roles grant on it),
+// "*:read" is read on every type that has it, "*:*" everything.
+func concreteGrants(sc *datastore.Schema, grants []string) []string {
+	var out []string
+	for _, g := range grants {
+		typ, act, _ := strings.Cut(g, ":")
+		types := []string{typ}
+		if typ == "*" {
+			types = sc.Types()
+		}
+		for _, t := range types {
+			names := actionNames(sc, t)
+			switch {
+			case act == "*":
+				for _, a := range names {
+					out = append(out, t+":"+a)
+				}
+			case typ != "*" || slices.Contains(names, act):
+				out = append(out, t+":"+act)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -231,3 +231,89 @@ func FuzzReadAuthZEN(f *testing.F) {
 		_ = c.Input()
 	})
 }
+
+func TestPathSegments(t *testing.T) {
+	tests := []struct {
+		url     string
+		want    string // segments joined by "|"
+		wantErr string
+	}{
+		{url: "https://drive.example.com/tenants/acme/files/report.pdf", want: "tenants|acme|files|report.pdf"},
+		{url: "http://drive/files/report%2Epdf?v=1", want: "files|report.pdf"},
+		{url: "/files/a%2Fb", want: "files|a|b"}, // decoded, then split, as parsed_path is
+		{url: "//files//x", want: "files||x"},
+		{url: "/", want: ""},
+		{url: "https://drive", want: ""},
+		{url: "/files/x#frag", want: "files|x"},
+		{url: "ftp://drive/x", wantErr: "must be an http or https URL"},
+		{url: "files/x", wantErr: "must be an http or https URL"},
+		{url: "/files/%zz", wantErr: "the path does not parse"},
+		{url: "/files/x?a=%zz", wantErr: "the query does not parse"},
+		{url: "/files/x?a=1;b=2", wantErr: "the query does not parse"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			segs, err := PathSegments(tt.url)
+			if tt.wantErr != "" {
+				if err == nil || !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || strings.Join(segs, "|") != tt.want {
+				t.Fatalf("got %q, %v, want %q", segs, err, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzPathSegments(f *testing.F) {
+	for _, s := range []string{"/files/x", "https://h/a/b?c=d", "/a%2Fb", "//", "http://[::1]/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		segs, err := PathSegments(raw)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("unwrapped error %v", err)
+			}
+			return
+		}
+		if len(segs) == 0 {
+			t.Fatal("no segments: a path has at least one")
+		}
+		for _, s := range segs {
+			if strings.Contains(s, "/") {
+				t.Fatalf("segment %q holds a slash", s)
+			}
+		}
+	})
+}
+
+func TestReadKong(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       KongQuery
+		wantErr    string
+	}{
+		{name: "full", body: `{"input":{"request":{"http":{"method":"get","path":"/files/x","headers":{"a":"b"}}},"consumer":{"id":"1","username":"bob"}}}`,
+			want: KongQuery{Method: "GET", Path: "/files/x", Consumer: "bob"}},
+		{name: "no-consumer", body: `{"input":{"request":{"http":{"method":"GET","path":"/"}}}}`, want: KongQuery{Method: "GET", Path: "/"}},
+		{name: "no-input", body: `{}`, wantErr: "input is required"},
+		{name: "no-path", body: `{"input":{"request":{"http":{"method":"GET"}}}}`, wantErr: "method and path are required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, err := ReadKong(strings.NewReader(tt.body))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || k != tt.want {
+				t.Fatalf("got %+v, %v, want %+v", k, err, tt.want)
+			}
+		})
+	}
+}
