@@ -68,7 +68,7 @@ func newBenchGenCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, ok := bench.Profiles[profile]
 			if !ok {
-				return fmt.Errorf("profile %q: want small or large", profile)
+				return usageError(cmd, fmt.Errorf("profile %q: want small or large", profile))
 			}
 			start := time.Now()
 			m, err := bench.Generate(cmd.Context(), bench.GenConfig{Profile: p, Seed: seed, Out: out})
@@ -275,7 +275,7 @@ counted, not kept).`,
 			if _, err := bench.ReadManifest(data); err != nil {
 				p, ok := bench.Profiles[profile]
 				if !ok {
-					return fmt.Errorf("profile %q: want small or large", profile)
+					return usageError(cmd, fmt.Errorf("profile %q: want small or large", profile))
 				}
 				fmt.Fprintf(errOut, "generating the %s data set (seed %d) into %s\n", profile, seed, data)
 				if _, err := bench.Generate(ctx, bench.GenConfig{Profile: p, Seed: seed, Out: data}); err != nil {

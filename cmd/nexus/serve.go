@@ -89,6 +89,9 @@ default policy (RBAC tenant roles, ReBAC folder inheritance, ABAC
 conditions), compiled from embedded Rego.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := parseLevel(c.LogLevel); err != nil {
+				return usageError(cmd, err)
+			}
 			if cfgFile != "" {
 				fileCfg, err := readServeConfig(cfgFile)
 				if err != nil {
