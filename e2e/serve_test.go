@@ -83,9 +83,17 @@ func TestServeDefaultREADME(t *testing.T) {
 	p := nexusproc.Start(t, "", "127.0.0.1:8282", "serve")
 	t.Logf("nexus serve ready after %v (time to first /readyz 200, including process start)", time.Since(start).Round(time.Millisecond))
 
+	// The README has users export the application API key nexus serve
+	// generated; its examples send $NEXUS_APP_API_KEY.
+	key, err := os.ReadFile(filepath.Join(p.Dir, "nexus-data", "app-api-key"))
+	if err != nil {
+		t.Fatalf("no generated application API key: %v", err)
+	}
+	env := append(os.Environ(), "NEXUS_APP_API_KEY="+strings.TrimSpace(string(key)))
 	for _, ex := range examples {
 		t.Run(strings.ReplaceAll(ex.cmd[:min(len(ex.cmd), 60)], "/", "_"), func(t *testing.T) {
 			cmd := exec.Command("sh", "-c", ex.cmd)
+			cmd.Env = env
 			// The README runs from the repository root, where nexus serve
 			// keeps ./nexus-data; here the server's directory holds it.
 			cmd.Dir = p.Dir
@@ -133,10 +141,6 @@ func TestServeDefaultREADME(t *testing.T) {
 		t.Fatalf("SIGTERM: %v\n%s", err, p.Output.String())
 	}
 	nexusproc.Start(t, p.Dir, "127.0.0.1:8282", "serve")
-	key, err := os.ReadFile(filepath.Join(p.Dir, "nexus-data", "app-api-key"))
-	if err != nil {
-		t.Fatalf("no generated application API key: %v", err)
-	}
 	out, err := exec.Command("curl", "-s", "localhost:8181/allowed", "-H", "Authorization: Bearer "+strings.TrimSpace(string(key)),
 		"-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"allow":true`) {
