@@ -173,17 +173,19 @@ func TestAuthZENSearch(t *testing.T) {
 		want             []string
 	}{
 		// ReBAC: alice owns root, bob views it, dave and frank edit projects
-		// (through group eng); erin's tenant role needs the tenant named.
-		{"subjects", "subject", `{"subject":{"type":"user"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`,
-			[]string{"alice", "bob", "dave", "frank"}},
-		{"subjects-in-tenant", "subject", `{"subject":{"type":"user","id":"ignored"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf","properties":{"tenant":"acme"}}}`,
+		// (through group eng); RBAC: erin is a viewer of acme.
+		{"subjects", "subject", `{"subject":{"type":"user","id":"ignored"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf","properties":{"tenant":"acme"}}}`,
 			[]string{"alice", "bob", "dave", "erin", "frank"}},
-		{"subjects-write", "subject", `{"subject":{"type":"user"},"action":{"name":"write"},"resource":{"type":"file","id":"report.pdf"}}`,
+		{"subjects-write", "subject", `{"subject":{"type":"user"},"action":{"name":"write"},"resource":{"type":"file","id":"report.pdf","properties":{"tenant":"acme"}}}`,
 			[]string{"alice", "dave", "frank"}},
+		// The store's candidates, every one denied by the policy's ABAC
+		// condition on locked files.
+		{"subjects-policy-denies", "subject", `{"subject":{"type":"user"},"action":{"name":"write"},"resource":{"type":"file","id":"report.pdf","properties":{"tenant":"acme","locked":true}}}`,
+			[]string{}},
 		{"resources", "resource", `{"subject":{"type":"user","id":"bob"},"action":{"name":"read"},"resource":{"type":"file"}}`,
 			[]string{"notes.txt", "report.pdf"}},
-		{"resources-id-ignored", "resource", `{"subject":{"type":"user","id":"erin"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`,
-			[]string{"notes.txt"}},
+		{"resources-rbac-id-ignored", "resource", `{"subject":{"type":"user","id":"erin"},"action":{"name":"read"},"resource":{"type":"file","id":"ignored","properties":{"tenant":"acme"}}}`,
+			[]string{"notes.txt", "report.pdf"}},
 		{"actions", "action", `{"subject":{"type":"user","id":"bob"},"resource":{"type":"file","id":"report.pdf"}}`,
 			[]string{"read", "view"}},
 		{"actions-rbac", "action", `{"subject":{"type":"user","id":"alice"},"resource":{"type":"file","id":"report.pdf","properties":{"tenant":"acme"}}}`,
