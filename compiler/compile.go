@@ -11,9 +11,11 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/bundle"
+	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/compile"
 	"github.com/open-policy-agent/opa/v1/loader"
+
+	"github.com/nexuspdp/nexus/bundle"
 )
 
 // Options says what to compile. The zero value compiles nothing: at least one
@@ -49,15 +51,15 @@ type Options struct {
 	// EnablePrint keeps print() calls in the policy (OPA removes them by
 	// default); the engine writes their output to engine.Config.Print.
 	EnablePrint bool
-	// Builtins declares further host builtins (besides NexusBuiltins) that
-	// the engine's registry will provide.
-	Builtins []HostBuiltin
+	// Builtins declares further host builtins (besides
+	// bundle.NexusBuiltins) that the engine's registry will provide.
+	Builtins []bundle.HostBuiltin
 }
 
 // Compile compiles the policy and data into a bundle. Bad policies yield
 // [Errors] (each "file:line:col: message"); unsupported builtins are named
 // together in one error with code [CodeUnsupportedBuiltin].
-func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
+func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 	defer func() {
 		// OPA's compiler is not expected to panic, but bad input must never
 		// crash the caller.
@@ -75,36 +77,81 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 	if opts.RegoV0 {
 		regoVersion = ast.RegoV0
 	}
-	caps := Capabilities()
-	if len(opts.Builtins) > 0 {
-		c := *caps
-		c.Builtins = slices.Clone(caps.Builtins)
-		for _, hb := range opts.Builtins {
-			if hb.Name == "" || hb.Decl == nil {
-				return nil, fmt.Errorf("compiler: host builtin %q needs a name and a declaration", hb.Name)
-			}
-			c.Builtins = append(c.Builtins, &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description})
-		}
-		caps = &c
+	caps, err := capabilitiesWith(opts.Builtins)
+	if err != nil {
+		return nil, err
 	}
+	files, data, err := load(opts, regoVersion, caps)
+	if err != nil {
+		return nil, err
+	}
+	if errs := unsupportedBuiltins(files, caps); len(errs) > 0 {
+		return nil, errs
+	}
+	roots := opts.Roots
+	if len(roots) == 0 {
+		roots = defaultRoots(files, data)
+	}
+	// Before OPA's build, which rewrites the parsed modules.
+	paths, inputKnown := inputPaths(files, caps)
 
+	wasm, eps, err := build(ctx, opts, files, caps, regoVersion)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("compiler: encode data: %w", err)
+	}
+	man := bundle.Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
+	if inputKnown {
+		// Recorded as JSON-shaped values so that it survives Write and
+		// Read unchanged.
+		list := make([]any, len(paths))
+		for i, p := range paths {
+			list[i] = p
+		}
+		man.Metadata = map[string]any{bundle.MetadataInputPaths: list}
+	}
+	return &bundle.Bundle{Manifest: man, Wasm: wasm, Data: raw}, nil
+}
+
+// capabilitiesWith is [Capabilities] with further host builtins declared.
+func capabilitiesWith(extra []bundle.HostBuiltin) (*ast.Capabilities, error) {
+	caps := Capabilities()
+	if len(extra) == 0 {
+		return caps, nil
+	}
+	c := *caps
+	c.Builtins = slices.Clone(caps.Builtins)
+	for _, hb := range extra {
+		if hb.Name == "" || hb.Decl == nil {
+			return nil, fmt.Errorf("compiler: host builtin %q needs a name and a declaration", hb.Name)
+		}
+		c.Builtins = append(c.Builtins, &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description})
+	}
+	return &c, nil
+}
+
+// load reads the modules and data files of opts.Paths, parses
+// opts.Modules and merges opts.Data and opts.DataJSON into the data.
+func load(opts Options, regoVersion ast.RegoVersion, caps *ast.Capabilities) ([]opabundle.ModuleFile, map[string]any, error) {
 	data := map[string]any{}
-	var files []bundle.ModuleFile
+	var files []opabundle.ModuleFile
 	if len(opts.Paths) > 0 {
 		res, err := loader.NewFileLoader().
 			WithRegoVersion(regoVersion).
 			WithCapabilities(caps).
 			Filtered(opts.Paths, nil)
 		if err != nil {
-			return nil, loadErrors(err)
+			return nil, nil, loadErrors(err)
 		}
-		data = res.Documents
-		if data == nil {
-			data = map[string]any{}
+		if res.Documents != nil {
+			data = res.Documents
 		}
 		for _, name := range sortedKeys(res.Modules) {
 			m := res.Modules[name]
-			files = append(files, bundle.ModuleFile{URL: m.Name, Path: m.Name, Raw: m.Raw, Parsed: m.Parsed})
+			files = append(files, opabundle.ModuleFile{URL: m.Name, Path: m.Name, Raw: m.Raw, Parsed: m.Parsed})
 		}
 	}
 	var perrs Errors
@@ -119,13 +166,13 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 			perrs = append(perrs, &Error{Code: CodeParse, File: name, Message: "empty module"})
 			continue
 		}
-		files = append(files, bundle.ModuleFile{URL: name, Path: name, Raw: []byte(src), Parsed: m})
+		files = append(files, opabundle.ModuleFile{URL: name, Path: name, Raw: []byte(src), Parsed: m})
 	}
 	if len(perrs) > 0 {
-		return nil, perrs
+		return nil, nil, perrs
 	}
 	if len(files) == 0 {
-		return nil, ErrNoPolicy
+		return nil, nil, ErrNoPolicy
 	}
 	if opts.Data != nil {
 		deepMerge(data, roundTrip(opts.Data))
@@ -135,35 +182,29 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 		dec := json.NewDecoder(bytes.NewReader(opts.DataJSON))
 		dec.UseNumber() // keep big numbers exact
 		if err := dec.Decode(&extra); err != nil {
-			return nil, Errors{{Code: CodeLoad, Message: fmt.Sprintf("data JSON: %v", err)}}
+			return nil, nil, Errors{{Code: CodeLoad, Message: fmt.Sprintf("data JSON: %v", err)}}
 		}
 		if dec.More() {
-			return nil, Errors{{Code: CodeLoad, Message: "data JSON: trailing data after the object"}}
+			return nil, nil, Errors{{Code: CodeLoad, Message: "data JSON: trailing data after the object"}}
 		}
 		deepMerge(data, extra)
 	}
+	return files, data, nil
+}
 
-	if errs := unsupportedBuiltins(files, caps); len(errs) > 0 {
-		return nil, errs
-	}
-
-	roots := opts.Roots
-	if len(roots) == 0 {
-		roots = defaultRoots(files, data)
-	}
-	// OPA's compiler sees the policy only: roots are the packages and the
-	// data stays out, so that the optimiser (levels 1 and 2) treats every
-	// data reference outside the packages as unknown and never folds data
-	// into the module. The manifest records the full roots.
+// build runs OPA's compiler with its wasm target and returns the module and
+// its entrypoints.
+//
+// OPA's compiler sees the policy only: roots are the packages and the data
+// stays out, so that the optimiser (levels 1 and 2) treats every data
+// reference outside the packages as unknown and never folds data into the
+// module. The manifest records the full roots.
+func build(ctx context.Context, opts Options, files []opabundle.ModuleFile, caps *ast.Capabilities, regoVersion ast.RegoVersion) ([]byte, []string, error) {
 	policyRoots := defaultRoots(files, nil)
-	ob := &bundle.Bundle{Data: map[string]any{}, Modules: files}
+	ob := &opabundle.Bundle{Data: map[string]any{}, Modules: files}
 	ob.SetRegoVersion(regoVersion)
 	ob.Manifest.Roots = &policyRoots
 	ob.Manifest.Init()
-
-	// Before OPA's build, which rewrites the parsed modules.
-	paths, inputKnown := inputPaths(files, caps)
-
 	c := compile.New().
 		WithTarget(compile.TargetWasm).
 		WithCapabilities(caps).
@@ -175,40 +216,22 @@ func Compile(ctx context.Context, opts Options) (b *Bundle, err error) {
 		WithEnablePrintStatements(opts.EnablePrint).
 		WithBundle(ob)
 	if err := c.Build(ctx); err != nil {
-		return nil, buildErrors(err)
+		return nil, nil, buildErrors(err)
 	}
 	out := c.Bundle()
 	if len(out.WasmModules) != 1 {
-		return nil, fmt.Errorf("compiler: expected one wasm module, got %d", len(out.WasmModules))
+		return nil, nil, fmt.Errorf("compiler: expected one wasm module, got %d", len(out.WasmModules))
 	}
 	var eps []string
 	for _, r := range out.Manifest.WasmResolvers {
 		eps = append(eps, r.Entrypoint)
 	}
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return nil, fmt.Errorf("compiler: encode data: %w", err)
-	}
-	man := Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
-	if inputKnown {
-		// Recorded as JSON-shaped values so that it survives Write and
-		// ReadBundle unchanged.
-		list := make([]any, len(paths))
-		for i, p := range paths {
-			list[i] = p
-		}
-		man.Metadata = map[string]any{MetadataInputPaths: list}
-	}
-	return &Bundle{
-		Manifest: man,
-		Wasm:     out.WasmModules[0].Raw,
-		Data:     raw,
-	}, nil
+	return out.WasmModules[0].Raw, eps, nil
 }
 
 // unsupportedBuiltins names, in one error, every call to a function that is
 // neither a builtin of the capabilities nor a user-defined function.
-func unsupportedBuiltins(files []bundle.ModuleFile, caps *ast.Capabilities) Errors {
+func unsupportedBuiltins(files []opabundle.ModuleFile, caps *ast.Capabilities) Errors {
 	known := make(map[string]struct{}, len(caps.Builtins))
 	for _, b := range caps.Builtins {
 		known[b.Name] = struct{}{}
@@ -284,7 +307,7 @@ func isLocalFunc(m *ast.Module, v ast.Var) bool {
 
 // defaultRoots is the minimal prefix set covering every package and every
 // top-level data key.
-func defaultRoots(files []bundle.ModuleFile, data map[string]any) []string {
+func defaultRoots(files []opabundle.ModuleFile, data map[string]any) []string {
 	var cands []string
 	for _, f := range files {
 		p := f.Parsed.Package.Path

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 )
 
@@ -133,7 +134,7 @@ func TestBundleRoundTrip(t *testing.T) {
 	if !bytes.Equal(buf.Bytes(), again.Bytes()) {
 		t.Fatal("bundle output is not deterministic")
 	}
-	got, err := compiler.ReadBundle(bytes.NewReader(buf.Bytes()))
+	got, err := bundle.Read(bytes.NewReader(buf.Bytes()))
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
@@ -159,61 +160,59 @@ func TestBundleRoundTrip(t *testing.T) {
 	}
 }
 
-func TestReadBundleErrors(t *testing.T) {
-	valid := func() *compiler.Bundle {
-		return &compiler.Bundle{Manifest: compiler.Manifest{Entrypoints: []string{"a/b"}}, Wasm: []byte("\x00asm\x01\x00\x00\x00"), Data: []byte(`{}`)}
-	}
-	encode := func(b *compiler.Bundle) []byte {
-		var buf bytes.Buffer
-		if err := b.Write(&buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
-	noEP := valid()
-	noEP.Manifest.Entrypoints = nil
-	badWasm := valid()
-	badWasm.Wasm = []byte("not wasm")
-	badData := valid()
-	badData.Data = []byte(`[1,2]`)
-	tests := []struct {
-		name string
-		in   []byte
-		want error
-	}{
-		{name: "empty", in: nil, want: compiler.ErrInvalidBundle},
-		{name: "not gzip", in: []byte("hello"), want: compiler.ErrInvalidBundle},
-		{name: "no entrypoints", in: encode(noEP), want: compiler.ErrInvalidBundle},
-		{name: "not wasm", in: encode(badWasm), want: compiler.ErrInvalidBundle},
-		{name: "data not an object", in: encode(badData), want: compiler.ErrInvalidBundle},
-		{name: "truncated", in: encode(valid())[:40], want: compiler.ErrInvalidBundle},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := compiler.ReadBundle(bytes.NewReader(tc.in)); !errors.Is(err, tc.want) {
-				t.Fatalf("err = %v, want %v", err, tc.want)
-			}
-		})
-	}
-	if _, err := compiler.ReadBundle(bytes.NewReader(encode(valid()))); err != nil {
-		t.Fatalf("valid minimal bundle: %v", err)
-	}
-}
-
+// TestCapabilitiesDeclareNexusBuiltins holds the capabilities to what the
+// engine provides: nexus' relationship builtins, each declared once with
+// the signature of the fast-path function that implements it (strings in;
+// a boolean or strings out), next to OPA's builtins, which the engine
+// backs with OPA's Go implementations; and the compiler type checks calls
+// against those declarations.
 func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
-	caps := compiler.Capabilities()
-	have := map[string]bool{}
-	for _, b := range caps.Builtins {
-		have[b.Name] = true
+	want := map[string]string{
+		"nexus.check":            "(string, string, string) => boolean",
+		"nexus.roles":            "(string, string) => array[string]",
+		"nexus.relations":        "(string, string) => array[string]",
+		"nexus.lookup_resources": "(string, string, string) => array[string]",
+		"nexus.lookup_subjects":  "(string, string, string) => array[string]",
 	}
-	for _, hb := range compiler.NexusBuiltins {
-		if !have[hb.Name] {
-			t.Errorf("capabilities lack %s", hb.Name)
+	seen := map[string]int{}
+	for _, b := range compiler.Capabilities().Builtins {
+		seen[b.Name]++
+		if sig, ok := want[b.Name]; ok && b.Decl.String() != sig {
+			t.Errorf("%s is declared %s, want %s", b.Name, b.Decl, sig)
+		}
+		if strings.HasPrefix(b.Name, "nexus.") {
+			if _, ok := want[b.Name]; !ok {
+				t.Errorf("capabilities declare %s, which this test does not know", b.Name)
+			}
 		}
 	}
-	for _, name := range []string{"sprintf", "time.now_ns", "io.jwt.decode", "crypto.sha256", "regex.match"} {
-		if !have[name] {
-			t.Errorf("capabilities lack OPA builtin %s", name)
+	for name := range want {
+		if seen[name] != 1 {
+			t.Errorf("%s is declared %d times, want once", name, seen[name])
+		}
+	}
+	for _, name := range []string{"sprintf", "io.jwt.decode", "time.now_ns", "crypto.sha256", "regex.match"} {
+		if seen[name] != 1 {
+			t.Errorf("OPA builtin %s is declared %d times, want once", name, seen[name])
+		}
+	}
+	if len(bundle.NexusBuiltins) != 5 {
+		t.Errorf("bundle.NexusBuiltins has %d entries, this test knows 5", len(bundle.NexusBuiltins))
+	}
+
+	for _, tc := range []struct{ name, rule string }{
+		{"argument type", `allow if nexus.check(1, "read", "user:a")`},
+		{"arity", `allow if nexus.roles("user:a")`},
+		{"result type", `allow if nexus.check("doc:1", "read", "user:a") == "yes"`},
+		{"result element type", `allow if { some r in nexus.roles("user:a", "acme"); r + 1 > 0 }`},
+	} {
+		_, err := compiler.Compile(context.Background(), compiler.Options{
+			Modules:     map[string]string{"p.rego": "package p\n\n" + tc.rule + "\n"},
+			Entrypoints: []string{"p/allow"},
+		})
+		var errs compiler.Errors
+		if !errors.As(err, &errs) || errs.Code() != compiler.CodeType {
+			t.Errorf("%s: %s compiled with err = %v, want a type error", tc.name, tc.rule, err)
 		}
 	}
 }

@@ -1,12 +1,12 @@
-// Package compiler turns Rego policies and data into nexus bundles: an
-// OPA-format archive holding the policy compiled to WebAssembly
-// (/policy.wasm), the base data document (/data.json) and a manifest
-// (/.manifest with revision, roots and entrypoints).
+// Package compiler turns Rego policies and data into nexus bundles
+// ([bundle.Bundle]): the policy compiled to WebAssembly, the base data
+// document and a manifest with revision, roots, entrypoints and the paths
+// of input the policy reads. Package bundle reads and writes the archive.
 //
 // Compilation uses OPA's own compiler with its wasm target and capabilities
-// that declare nexus' host builtins ([NexusBuiltins]), so policies may call
-// nexus.check and friends; the engine package provides their implementations
-// at evaluation time.
+// that declare nexus' host builtins ([bundle.NexusBuiltins]), so policies
+// may call nexus.check and friends; the engine package provides their
+// implementations at evaluation time.
 //
 // Example:
 //
@@ -15,7 +15,7 @@
 //		Entrypoints: []string{"nexus/authz/allow"},
 //	})
 //	if err != nil {
-//		return err // *compiler.Errors: one "file:line:col: message" per line
+//		return err // compiler.Errors: one "file:line:col: message" per line
 //	}
 //	err = b.Write(f)
 //
@@ -29,5 +29,4 @@
 //     out of the packages' own paths (data.<package>.x that is not a rule)
 //     when optimising: that data would be read as empty.
 //   - Bundles are not signed yet.
-//   - [ReadBundle] reads at most [MaxBundleBytes] of uncompressed content.
 package compiler

@@ -13,14 +13,6 @@ var ErrNoEntrypoint = errors.New("compiler: at least one entrypoint is required"
 // hold any Rego.
 var ErrNoPolicy = errors.New("compiler: no Rego modules given")
 
-// ErrBundleTooLarge is returned by ReadBundle when the archive or one of its
-// files exceeds the size limit.
-var ErrBundleTooLarge = errors.New("compiler: bundle too large")
-
-// ErrInvalidBundle is returned (wrapped, with detail) by ReadBundle when the
-// archive is not a well-formed nexus/OPA wasm bundle.
-var ErrInvalidBundle = errors.New("compiler: invalid bundle")
-
 // Stable error codes of [Error].
 const (
 	CodeParse              = "parse_error"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 )
 
@@ -24,7 +25,7 @@ func ExampleCompile() {
 		fmt.Println(err)
 		return
 	}
-	back, err := compiler.ReadBundle(&archive)
+	back, err := bundle.Read(&archive)
 	if err != nil {
 		fmt.Println(err)
 		return

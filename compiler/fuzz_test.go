@@ -1,7 +1,6 @@
 package compiler_test
 
 import (
-	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -25,35 +24,6 @@ func FuzzCompileRego(f *testing.F) {
 		})
 		if err == nil && (b == nil || len(b.Wasm) == 0) {
 			t.Fatal("no error and no module")
-		}
-	})
-}
-
-// FuzzReadBundle feeds random archives to ReadBundle: errors, never panics.
-func FuzzReadBundle(f *testing.F) {
-	b := &compiler.Bundle{Manifest: compiler.Manifest{Revision: "r", Entrypoints: []string{"a/b"}}, Wasm: []byte("\x00asm\x01\x00\x00\x00"), Data: []byte(`{"x":1}`)}
-	var buf bytes.Buffer
-	if err := b.Write(&buf); err != nil {
-		f.Fatal(err)
-	}
-	f.Add(buf.Bytes())
-	f.Add([]byte{0x1f, 0x8b})
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		got, err := compiler.ReadBundle(bytes.NewReader(raw))
-		if err != nil {
-			return
-		}
-		if len(got.Manifest.Entrypoints) == 0 || len(got.Wasm) < 8 {
-			t.Fatalf("accepted an incomplete bundle: %+v", got.Manifest)
-		}
-		// What was read can be written and read again.
-		var out bytes.Buffer
-		if err := got.Write(&out); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := compiler.ReadBundle(&out); err != nil {
-			t.Fatalf("re-read: %v", err)
 		}
 	})
 }

@@ -1,112 +1,11 @@
 package compiler
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/bundle"
+	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 )
-
-// MetadataInputPaths is the manifest metadata key under which Compile
-// records the paths of the input document the policy reads (see
-// Manifest.InputPaths). Each path is a list of segments: a string is a key;
-// an object {"data": ["a", "b"]} is a key the policy takes from the string
-// at data.a.b (input.headers[data.nexus.subject_header]).
-const MetadataInputPaths = "nexus_input_paths"
-
-// InputPaths returns the paths under input that the policy reads, as
-// recorded at compile time, and whether they are known. A path means the
-// whole subtree under it may be read; unknown (false) means the policy may
-// read anything (a bundle built elsewhere, or a policy that reads input as a
-// whole, iterates over its keys or replaces it with `with`).
-//
-// Keys the policy takes from data are resolved against data, the bundle's
-// data document as the engine loads it (JSON): a key that is a string there
-// becomes a segment; a path whose key is absent is dropped (the policy's
-// reference is undefined); any other value keeps the path up to that key.
-func (m *Manifest) InputPaths(data []byte) ([][]string, bool) {
-	raw, ok := m.Metadata[MetadataInputPaths].([]any)
-	if !ok {
-		return nil, false
-	}
-	var doc any
-	decoded := false
-	out := make([][]string, 0, len(raw))
-paths:
-	for _, r := range raw {
-		segs, ok := r.([]any)
-		if !ok || len(segs) == 0 {
-			return nil, false
-		}
-		p := make([]string, 0, len(segs))
-		for _, s := range segs {
-			switch s := s.(type) {
-			case string:
-				p = append(p, s)
-				continue
-			case map[string]any:
-				ref, ok := stringList(s["data"])
-				if !ok || len(s) != 1 {
-					return nil, false
-				}
-				if !decoded {
-					decoded = true
-					dec := json.NewDecoder(bytes.NewReader(data))
-					dec.UseNumber()
-					if err := dec.Decode(&doc); err != nil {
-						doc = nil
-					}
-				}
-				v, found := lookup(doc, ref)
-				if !found {
-					continue paths // undefined: this reference reads nothing
-				}
-				if key, ok := v.(string); ok {
-					p = append(p, key)
-				}
-			default:
-				return nil, false
-			}
-			break // a data key ends the path
-		}
-		if len(p) == 0 {
-			return nil, false
-		}
-		out = append(out, p)
-	}
-	return out, true
-}
-
-func stringList(v any) ([]string, bool) {
-	l, ok := v.([]any)
-	if !ok || len(l) == 0 {
-		return nil, false
-	}
-	out := make([]string, len(l))
-	for i, x := range l {
-		s, ok := x.(string)
-		if !ok {
-			return nil, false
-		}
-		out[i] = s
-	}
-	return out, true
-}
-
-func lookup(doc any, path []string) (any, bool) {
-	for _, k := range path {
-		m, ok := doc.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if doc, ok = m[k]; !ok {
-			return nil, false
-		}
-	}
-	return doc, true
-}
 
 // inputPaths analyses the modules (imports resolved) for the references to
 // input: for each, the longest prefix of constant string keys, extended by
@@ -115,7 +14,7 @@ func lookup(doc any, path []string) (any, bool) {
 // reference has no such prefix (input itself, or input[x]), when input is
 // replaced with `with`, or when the modules do not compile on their own.
 // Each path's segments are JSON-shaped, as the manifest records them.
-func inputPaths(files []bundle.ModuleFile, caps *ast.Capabilities) ([][]any, bool) {
+func inputPaths(files []opabundle.ModuleFile, caps *ast.Capabilities) ([][]any, bool) {
 	mods := make(map[string]*ast.Module, len(files))
 	for _, f := range files {
 		mods[f.Path] = f.Parsed.Copy()

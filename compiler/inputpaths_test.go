@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 )
 
@@ -43,7 +44,7 @@ func TestInputPaths(t *testing.T) {
 			if err := b.Write(&buf); err != nil {
 				t.Fatal(err)
 			}
-			rb, err := compiler.ReadBundle(&buf)
+			rb, err := bundle.Read(&buf)
 			if err != nil {
 				t.Fatal(err)
 			}

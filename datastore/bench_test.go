@@ -16,7 +16,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 )
 
 // genSmall writes the small benchmark data set (the anchor's sizes: about
@@ -207,7 +207,7 @@ func benchChecks(b *testing.B, s *datastore.BoltStore) {
 	for d := 0; d <= 3; d++ {
 		obj := "file:chain" + strconv.Itoa(d)
 		b.Run("depth"+strconv.Itoa(d), func(b *testing.B) {
-			ok, err := s.CheckString(ctx, obj, "read", "user:bench")
+			ok, err := checkText(ctx, s, obj, "read", "user:bench")
 			if err != nil || !ok {
 				b.Fatalf("check %s = %v, %v", obj, ok, err)
 			}
@@ -215,7 +215,7 @@ func benchChecks(b *testing.B, s *datastore.BoltStore) {
 			b.ResetTimer()
 			cpu := cpuTime()
 			for b.Loop() {
-				if ok, err := s.CheckString(ctx, obj, "read", "user:bench"); !ok || err != nil {
+				if ok, err := checkText(ctx, s, obj, "read", "user:bench"); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
 			}
@@ -226,7 +226,7 @@ func benchChecks(b *testing.B, s *datastore.BoltStore) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if ok, err := s.CheckString(ctx, "file:chain3", "read", "user:bench"); !ok || err != nil {
+				if ok, err := checkText(ctx, s, "file:chain3", "read", "user:bench"); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
 			}

@@ -196,32 +196,14 @@ func (c *checker) reset() {
 	c.st = nil
 }
 
-// Check evaluates req; see Store.
+// Check evaluates req; see Store. It does not allocate when the answer
+// needs no more than the checker's pooled memory and no trace.
 func (s *BoltStore) Check(ctx context.Context, req CheckRequest) (CheckResult, error) {
 	ok, tr, err := s.check1(ctx, req.Object.Type, req.Object.ID, req.Permission, req.Subject, req.Trace)
 	if err != nil {
 		return CheckResult{}, fmt.Errorf("datastore: check %s#%s@%s: %w", req.Object, req.Permission, req.Subject, err)
 	}
 	return CheckResult{Allowed: ok, Trace: tr}, nil
-}
-
-// CheckString is Check with text arguments: object "type:id", a permission
-// or relation name, subject "type:id" or "type:id#relation". It does not
-// allocate when the answer needs no more than the checker's pooled memory.
-func (s *BoltStore) CheckString(ctx context.Context, object, permission, subject string) (bool, error) {
-	o, err := api.ParseObject(object)
-	if err != nil {
-		return false, err
-	}
-	sub, err := api.ParseSubject(subject)
-	if err != nil {
-		return false, err
-	}
-	ok, _, err := s.check1(ctx, o.Type, o.ID, permission, sub, false)
-	if err != nil {
-		return false, fmt.Errorf("datastore: check %s#%s@%s: %w", object, permission, subject, err)
-	}
-	return ok, nil
 }
 
 func (s *BoltStore) check1(ctx context.Context, objType, objID, perm string, sub api.Subject, trace bool) (bool, *Trace, error) {
@@ -533,13 +515,8 @@ func (m *member) accepts(typ, rel string) bool {
 	return false
 }
 
-// Roles returns the tenant roles subject holds directly in tenant.
-func (s *BoltStore) Roles(ctx context.Context, subject api.Subject, tenant string) ([]string, error) {
-	return s.AppendRoles(ctx, nil, subject, tenant)
-}
-
-// AppendRoles is Roles appending to dst; with enough capacity in dst it
-// does not allocate.
+// AppendRoles appends the tenant roles subject holds directly in tenant
+// to dst; see Store. With enough capacity in dst it does not allocate.
 func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error) {
 	if err := s.check(ctx); err != nil {
 		return dst, err
@@ -590,15 +567,6 @@ func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.S
 		}
 	}
 	return dst, nil
-}
-
-// RolesString is Roles with a text subject ("type:id[#relation]").
-func (s *BoltStore) RolesString(ctx context.Context, subject, tenant string) ([]string, error) {
-	sub, err := api.ParseSubject(subject)
-	if err != nil {
-		return nil, err
-	}
-	return s.Roles(ctx, sub, tenant)
 }
 
 // objTuples is the cached tuple list of one small object.

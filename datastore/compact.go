@@ -19,7 +19,7 @@ func Compact(ctx context.Context, path string) (before, after int64, err error) 
 		return 0, 0, fmt.Errorf("datastore: compact: %w", err)
 	}
 	before = fi.Size()
-	src, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: DefaultOpenTimeout})
+	src, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: defaultOpenTimeout})
 	if err != nil {
 		return before, 0, fmt.Errorf("datastore: compact: open %s: %w", path, err)
 	}

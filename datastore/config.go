@@ -9,10 +9,10 @@ import (
 
 // Defaults and bounds of Config.
 const (
-	DefaultMaxDepth           = 50
-	MaxMaxDepth               = 10000
-	DefaultChangelogRetention = 100_000
-	DefaultOpenTimeout        = 2 * time.Second
+	defaultMaxDepth           = 50
+	maxMaxDepth               = 10000
+	defaultChangelogRetention = 100_000
+	defaultOpenTimeout        = 2 * time.Second
 )
 
 // Config configures a bbolt store. The zero value of every field but Path
@@ -24,17 +24,16 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxDepth bounds the nesting of one check (every relation or
 	// permission evaluated inside another counts one level). Zero means
-	// DefaultMaxDepth (50); at most MaxMaxDepth. A check that would go
-	// deeper fails with ErrDepthExceeded.
+	// 50; at most 10,000. A check that would go deeper fails with
+	// ErrDepthExceeded.
 	MaxDepth int
 	// ChangelogRetention is how many of the latest revisions the changelog
-	// keeps for Watch. Zero means DefaultChangelogRetention (100,000);
-	// negative is invalid.
+	// keeps for Watch. Zero means 100,000; negative is invalid.
 	ChangelogRetention int
 	// ReadOnly opens the file read-only (shared lock): no writes.
 	ReadOnly bool
 	// OpenTimeout is how long Open waits for another process's file lock.
-	// Zero means DefaultOpenTimeout (2s).
+	// Zero means 2s.
 	OpenTimeout time.Duration
 }
 
@@ -48,19 +47,19 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case c.MaxDepth == 0:
-		c.MaxDepth = DefaultMaxDepth
-	case c.MaxDepth < 0 || c.MaxDepth > MaxMaxDepth:
-		return fmt.Errorf("datastore: Config.MaxDepth %d out of range 1..%d", c.MaxDepth, MaxMaxDepth)
+		c.MaxDepth = defaultMaxDepth
+	case c.MaxDepth < 0 || c.MaxDepth > maxMaxDepth:
+		return fmt.Errorf("datastore: Config.MaxDepth %d out of range 1..%d", c.MaxDepth, maxMaxDepth)
 	}
 	switch {
 	case c.ChangelogRetention == 0:
-		c.ChangelogRetention = DefaultChangelogRetention
+		c.ChangelogRetention = defaultChangelogRetention
 	case c.ChangelogRetention < 0:
 		return fmt.Errorf("datastore: Config.ChangelogRetention %d is negative", c.ChangelogRetention)
 	}
 	switch {
 	case c.OpenTimeout == 0:
-		c.OpenTimeout = DefaultOpenTimeout
+		c.OpenTimeout = defaultOpenTimeout
 	case c.OpenTimeout < 0:
 		return fmt.Errorf("datastore: Config.OpenTimeout %v is negative", c.OpenTimeout)
 	}

@@ -237,7 +237,7 @@ func testDifferential(t *testing.T) {
 					for o := range 4 {
 						for _, m := range diffMembers {
 							obj := fmt.Sprintf("%s:o%d", tn, o)
-							got, err := s.CheckString(ctx, obj, m, "user:"+user)
+							got, err := checkText(ctx, s, obj, m, "user:"+user)
 							if err != nil {
 								t.Fatalf("schema %d data %d: %s#%s@user:%s: %v", i, d, obj, m, user, err)
 							}

@@ -5,8 +5,9 @@
 //	sc, err := datastore.ParseSchema(yamlBytes)
 //	_, err = s.WriteSchema(ctx, sc, false)
 //	_, err = s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{t}})
-//	ok, err := s.CheckString(ctx, "file:f1", "read", "user:bob")
-//	roles, err := s.Roles(ctx, api.Subject{Type: "user", ID: "bob"}, "acme")
+//	bob := api.Subject{Type: "user", ID: "bob"}
+//	res, err := s.Check(ctx, datastore.CheckRequest{Object: api.Object{Type: "file", ID: "f1"}, Permission: "read", Subject: bob})
+//	roles, err := s.AppendRoles(ctx, nil, bob, "acme")
 //
 // # Schema
 //
@@ -53,9 +54,9 @@
 // such a cut. With - (exclusion), cycles through the excluded operand have
 // no canonical meaning: avoid them.
 //
-// Roles(subject, tenant) is one range read of the subject-first index: the
-// relations r of tuples tenant:<tenant>#r@subject. It returns direct role
-// assignments only; use Check for roles granted through groups.
+// AppendRoles(dst, subject, tenant) is one range read of the subject-first
+// index: the relations r of tuples tenant:<tenant>#r@subject. It returns
+// direct role assignments only; use Check for roles granted through groups.
 //
 // # Storage
 //
@@ -74,19 +75,20 @@
 // Import streams NDJSON, CSV or text. An input of at most
 // ImportOptions.BatchSize tuples is one transaction. A larger one is read
 // and validated completely first, sorted in runs spilled to temporary files
-// beside the data file, then merged into both indexes in key order, a
-// million tuples per transaction: writes stay sequential and pages full,
+// beside the data file, then merged into both indexes in key order,
+// 250,000 tuples per transaction: writes stay sequential and pages full,
 // which is what keeps a 20-million-tuple import fast and its file small.
-// An invalid line stops the import before anything is written. While the
+// Lines are at most 4,096 bytes. An invalid line stops the import before
+// anything is written. While the
 // merge runs, readers see the tuples committed so far (and the two indexes
 // may briefly disagree on the tuples of the current transaction's range).
 // Compact rewrites a closed data file with no free pages.
 //
 // # Caveats
 //
-//   - Roles does not follow groups; LookupResources and LookupSubjects walk
-//     the graph and then check every candidate, so they are for listings,
-//     not for the hot path.
+//   - AppendRoles does not follow groups; LookupResources and
+//     LookupSubjects walk the graph and then check every candidate, so they
+//     are for listings, not for the hot path.
 //   - A schema write that removes relations or accepted subject types scans
 //     the stored tuples of the affected types.
 //   - Wildcard subjects (user:*) and caveats are not supported.

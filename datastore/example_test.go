@@ -9,7 +9,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 )
 
 func Example() {
@@ -32,12 +32,13 @@ func Example() {
 		panic(err)
 	}
 	// ReBAC: bob is a viewer of the folder three levels above the file.
-	ok, err := s.CheckString(ctx, "file:report.pdf", "read", "user:bob")
-	fmt.Println("bob reads report.pdf:", ok, err)
-	ok, _ = s.CheckString(ctx, "file:report.pdf", "read", "user:carol")
-	fmt.Println("carol reads report.pdf:", ok)
+	report := api.Object{Type: "file", ID: "report.pdf"}
+	res, err := s.Check(ctx, datastore.CheckRequest{Object: report, Permission: "read", Subject: api.Subject{Type: "user", ID: "bob"}})
+	fmt.Println("bob reads report.pdf:", res.Allowed, err)
+	res, _ = s.Check(ctx, datastore.CheckRequest{Object: report, Permission: "read", Subject: api.Subject{Type: "user", ID: "carol"}})
+	fmt.Println("carol reads report.pdf:", res.Allowed)
 	// RBAC: alice's tenant roles and what they grant.
-	roles, _ := s.Roles(ctx, api.Subject{Type: "user", ID: "alice"}, "acme")
+	roles, _ := s.AppendRoles(ctx, nil, api.Subject{Type: "user", ID: "alice"}, "acme")
 	fmt.Println("alice in acme:", roles, "may delete files:", sc.Grants(roles, "file", "delete"))
 	// Output:
 	// bob reads report.pdf: true <nil>

@@ -37,7 +37,7 @@ func TestHammer(t *testing.T) {
 			var dst []string
 			for ctx.Err() == nil {
 				for _, c := range storetest.DriveCases {
-					got, err := s.CheckString(ctx, c.Object, c.Permission, c.Subject)
+					got, err := checkText(ctx, s, c.Object, c.Permission, c.Subject)
 					if err != nil && ctx.Err() == nil {
 						report(err.Error())
 						return
@@ -76,7 +76,7 @@ func TestHammer(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if ok, err := s.CheckString(ctx, tu.Object.String(), "read", "user:h"); err != nil || !ok {
+		if ok, err := checkText(ctx, s, tu.Object.String(), "read", "user:h"); err != nil || !ok {
 			t.Fatalf("read-your-write: %v %v", ok, err)
 		}
 	}

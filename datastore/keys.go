@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"unsafe"
+
+	"github.com/nexuspdp/nexus/api"
 )
 
 // Key encoding (format 1). Type and relation names are interned: each name
@@ -155,4 +157,40 @@ func (d *dict) name(id uint64) (string, bool) {
 		return "", false
 	}
 	return d.names[id], true
+}
+
+func be64(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
+
+// tupleIDs interns the names of t; ok is false if one is unknown.
+func tupleIDs(d *dict, t api.Tuple) (ids, bool) {
+	var n ids
+	var ok1, ok2, ok3, ok4 bool
+	n.ot, ok1 = d.id(t.Object.Type)
+	n.rel, ok2 = d.id(t.Relation)
+	n.st, ok3 = d.id(t.Subject.Type)
+	n.sr, ok4 = d.id(t.Subject.Relation)
+	return n, ok1 && ok2 && ok3 && ok4
+}
+
+func decodeTuple(d *dict, k []byte) (api.Tuple, error) {
+	n, oid, sid, err := decodeObjKey(k)
+	if err != nil {
+		return api.Tuple{}, err
+	}
+	return tupleFromIDs(d, n, oid, sid)
+}
+
+func tupleFromIDs(d *dict, n ids, oid, sid []byte) (api.Tuple, error) {
+	ot, ok1 := d.name(n.ot)
+	rel, ok2 := d.name(n.rel)
+	st, ok3 := d.name(n.st)
+	sr, ok4 := d.name(n.sr)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return api.Tuple{}, errBadKey
+	}
+	return api.Tuple{Object: api.Object{Type: ot, ID: string(oid)}, Relation: rel, Subject: api.Subject{Type: st, ID: string(sid), Relation: sr}}, nil
 }

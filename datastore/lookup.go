@@ -10,8 +10,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// DefaultLookupLimit bounds how many objects a lookup visits.
-const DefaultLookupLimit = 1_000_000
+// lookupLimit bounds how many objects a lookup visits.
+const lookupLimit = 1_000_000
 
 // LookupResources returns the IDs of the objects of resourceType on which
 // subject has permission. It walks the subject-first index backwards from
@@ -140,8 +140,8 @@ func walk(ctx context.Context, cur *bolt.Cursor, start lookupNode, want uint64,
 			if seen[o] {
 				continue
 			}
-			if len(seen) >= DefaultLookupLimit {
-				return nil, fmt.Errorf("datastore: lookup visits more than %d objects", DefaultLookupLimit)
+			if len(seen) >= lookupLimit {
+				return nil, fmt.Errorf("datastore: lookup visits more than %d objects", lookupLimit)
 			}
 			seen[o] = true
 			queue = append(queue, o)

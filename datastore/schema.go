@@ -501,9 +501,6 @@ func (s *Schema) AllowedSubjects(typ, relation string) []SubjectType {
 // no roles section.
 func (s *Schema) TenantType() string { return s.tenant }
 
-// RoleNames returns the tenant roles that have grants, in source order.
-func (s *Schema) RoleNames() []string { return slices.Clone(s.roleList) }
-
 // RoleGrants returns the grants of a tenant role, such as "file:read" or
 // "folder:*" (nil for an unknown role).
 func (s *Schema) RoleGrants(role string) []string { return slices.Clone(s.grants[role]) }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 )
 
 func TestParseSchemaDrive(t *testing.T) {
@@ -22,8 +22,8 @@ func TestParseSchemaDrive(t *testing.T) {
 	if got := s.AllowedSubjects("folder", "viewer"); len(got) != 2 || got[1] != (SubjectType{"group", "member"}) {
 		t.Fatalf("AllowedSubjects = %v", got)
 	}
-	if s.TenantType() != "tenant" || strings.Join(s.RoleNames(), ",") != "admin,editor,viewer" {
-		t.Fatalf("roles: %s %v", s.TenantType(), s.RoleNames())
+	if s.TenantType() != "tenant" || strings.Join(s.roleList, ",") != "admin,editor,viewer" {
+		t.Fatalf("roles: %s %v", s.TenantType(), s.roleList)
 	}
 }
 

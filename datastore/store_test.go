@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
@@ -24,6 +25,21 @@ func openTemp(t testing.TB, cfg datastore.Config) *datastore.BoltStore {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// checkText is Check over text arguments, parsed as the nexus.check
+// builtin parses them.
+func checkText(ctx context.Context, s datastore.Store, object, permission, subject string) (bool, error) {
+	obj, err := api.ParseObject(object)
+	if err != nil {
+		return false, err
+	}
+	sub, err := api.ParseSubject(subject)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: permission, Subject: sub})
+	return res.Allowed, err
 }
 
 func TestConformance(t *testing.T) {
@@ -49,7 +65,7 @@ func TestCompact(t *testing.T) {
 	if len(got) != len(want) || rev2 != rev {
 		t.Fatalf("after compact: %d tuples rev %d, want %d rev %d", len(got), rev2, len(want), rev)
 	}
-	if ok, err := s2.CheckString(context.Background(), "file:report.pdf", "read", "user:bob"); err != nil || !ok {
+	if ok, err := checkText(context.Background(), s2, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("check after compact: %v %v", ok, err)
 	}
 }
@@ -63,7 +79,7 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", datastore.Config{Path: "x"}, true},
 		{"no path", datastore.Config{}, false},
 		{"negative depth", datastore.Config{Path: "x", MaxDepth: -1}, false},
-		{"huge depth", datastore.Config{Path: "x", MaxDepth: datastore.MaxMaxDepth + 1}, false},
+		{"huge depth", datastore.Config{Path: "x", MaxDepth: 10_001}, false},
 		{"negative retention", datastore.Config{Path: "x", ChangelogRetention: -1}, false},
 		{"negative timeout", datastore.Config{Path: "x", OpenTimeout: -1}, false},
 	}
@@ -74,7 +90,7 @@ func TestConfigValidate(t *testing.T) {
 			if (err == nil) != tt.ok {
 				t.Fatalf("Validate = %v, want ok=%v", err, tt.ok)
 			}
-			if tt.ok && (cfg.MaxDepth != datastore.DefaultMaxDepth || cfg.ChangelogRetention != datastore.DefaultChangelogRetention || cfg.Logger == nil) {
+			if tt.ok && (cfg.MaxDepth != 50 || cfg.ChangelogRetention != 100_000 || cfg.OpenTimeout != 2*time.Second || cfg.Logger == nil) {
 				t.Fatalf("defaults not filled: %+v", cfg)
 			}
 		})
@@ -127,7 +143,7 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := openTemp(t, datastore.Config{Path: path, ReadOnly: true})
-	if ok, err := ro.CheckString(context.Background(), "file:report.pdf", "read", "user:bob"); err != nil || !ok {
+	if ok, err := checkText(context.Background(), ro, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("read-only check = %v, %v", ok, err)
 	}
 	if _, err := ro.Write(context.Background(), datastore.WriteRequest{Touches: []api.Tuple{{Object: api.Object{Type: "folder", ID: "x"}, Relation: "viewer", Subject: api.Subject{Type: "user", ID: "x"}}}}); err == nil {
@@ -141,7 +157,7 @@ func TestClosed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CheckString(context.Background(), "file:report.pdf", "read", "user:bob"); !errors.Is(err, datastore.ErrClosed) {
+	if _, err := checkText(context.Background(), s, "file:report.pdf", "read", "user:bob"); !errors.Is(err, datastore.ErrClosed) {
 		t.Fatalf("check after close = %v, want ErrClosed", err)
 	}
 }

@@ -139,7 +139,9 @@ func deployFiles() []deployFile {
 		{name: "istio/wasm-plugin.yaml", validate: manifests(checkWasmPlugin), freeForm: labelKey},
 		// Object labels and pod labels no selector uses are free; selectors
 		// and the pod labels they select must still match.
-		{name: "kubernetes/nexus.yaml", validate: manifests(nil), freeForm: regexp.MustCompile(`^doc\d+:(metadata\.labels\.|spec\.template\.metadata\.labels\.app\.kubernetes\.io/component$)`)},
+		// Peers a NetworkPolicy admits are named by labels of other
+		// namespaces and workloads.
+		{name: "kubernetes/nexus.yaml", validate: manifests(nil), freeForm: regexp.MustCompile(`^doc\d+:(metadata\.labels\.|spec\.template\.metadata\.labels\.app\.kubernetes\.io/component$|spec\.ingress\[\d+\]\.from\[\d+\]\.(namespaceSelector|podSelector)\.matchLabels\.)`)},
 		{name: "kubernetes/sidecar.yaml", validate: manifests(nil), freeForm: regexp.MustCompile(`^doc\d+:metadata\.labels\.`)},
 		// Service names nothing refers to are the user's choice.
 		{name: "docker-compose.yaml", validate: checkCompose, freeForm: regexp.MustCompile(`^services\.(envoy|envoy-wasm)$`)},
@@ -362,8 +364,8 @@ func checkWasmPlugin(t *testing.T, objs []confcheck.Object) error {
 			continue
 		}
 		n++
-		if wp.GetPluginName() != "nexus_edge" || wp.GetPhase() != extensionsv1alpha1.PluginPhase_AUTHN || wp.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
-			errs = append(errs, fmt.Errorf("WasmPlugin %q: want pluginName nexus_edge, phase AUTHN, failStrategy FAIL_CLOSE", o.Name))
+		if wp.GetPluginName() != "nexus_edge" || wp.GetPhase() != extensionsv1alpha1.PluginPhase_AUTHZ || wp.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
+			errs = append(errs, fmt.Errorf("WasmPlugin %q: want pluginName nexus_edge, phase AUTHZ, failStrategy FAIL_CLOSE", o.Name))
 		}
 		j, err := protojson.Marshal(wp.GetPluginConfig())
 		if err != nil {
@@ -373,11 +375,13 @@ func checkWasmPlugin(t *testing.T, objs []confcheck.Object) error {
 		if err := json.Unmarshal(j, &got); err != nil {
 			return err
 		}
-		if cl, _ := got["pdp_cluster"].(string); !regexp.MustCompile(fmt.Sprintf(`^outbound\|%d\|\|nexus\.`, adminPort)).MatchString(cl) {
-			errs = append(errs, fmt.Errorf("WasmPlugin %q: pdp_cluster %q is not an outbound cluster of nexus' admin port", o.Name, cl))
+		if cl, _ := got["pdp_cluster"].(string); !regexp.MustCompile(fmt.Sprintf(`^outbound\|%d\|\|nexus-admin\.`, adminPort)).MatchString(cl) {
+			errs = append(errs, fmt.Errorf("WasmPlugin %q: pdp_cluster %q is not an outbound cluster of nexus' admin Service", o.Name, cl))
 		}
+		// The cluster and the token are the mesh's own.
 		want := pluginConfig(t)
 		want["pdp_cluster"], got["pdp_cluster"] = nil, nil
+		want["token"], got["token"] = nil, nil
 		if !reflect.DeepEqual(got, want) {
 			errs = append(errs, fmt.Errorf("WasmPlugin %q: pluginConfig differs from plugin-config.json", o.Name))
 		}
@@ -507,7 +511,7 @@ func TestDeployFilesRejectMistakes(t *testing.T) {
 		{name: "unknown provider", file: "istio/authorization-policy.yaml", old: "name: nexus-grpc", new: "name: nexus-rpc"},
 		{name: "WasmPlugin config drifted", file: "istio/wasm-plugin.yaml", old: "refresh_period_ms: 5000", new: "refresh_period_ms: 5001"},
 		{name: "edge policy skips ext_authz always", file: "istio/wasm-plugin.yaml", old: `notValues: ["edge-allow"]`, new: `notValues: ["deny"]`},
-		{name: "selector misses pods", file: "kubernetes/nexus.yaml", old: "    matchLabels:\n      app.kubernetes.io/name: nexus\n  strategy", new: "    matchLabels:\n      app.kubernetes.io/name: nexux\n  strategy"},
+		{name: "selector misses pods", file: "kubernetes/nexus.yaml", old: "    matchLabels:\n      app.kubernetes.io/name: nexus\n  template", new: "    matchLabels:\n      app.kubernetes.io/name: nexux\n  template"},
 		{name: "probe on a missing port", file: "kubernetes/sidecar.yaml", old: "path: /readyz\n            port: admin", new: "path: /readyz\n            port: http-admin"},
 		{name: "compose mounts a missing file", file: "docker-compose.yaml", old: "./envoy-ext-authz-http.yaml:", new: "./envoy-ext-authz-https.yaml:"},
 		{name: "compose builds a missing stage", file: "docker-compose.yaml", old: "target: nexus", new: "target: nexus-server"},

@@ -11,7 +11,9 @@
 // The deployment tests validate every file under envoy/ offline: Envoy
 // bootstrap files, Istio resources and mesh config, Kubernetes manifests and
 // the docker-compose file; each is then misspelt key by key, and every
-// misspelling must be rejected. internal/confcheck holds the validators,
+// misspelling must be rejected. Rules then check what the files mean (who
+// the user is, who reaches the admin API, where the store lives), each also
+// on a copy with its defect put back. internal/confcheck holds the validators,
 // internal/proxy starts nginx, Caddy and HAProxy from Debian in front of
 // nexus' forward-auth listener.
 //
@@ -19,5 +21,6 @@
 //
 // The first build compiles several hundred generated protobuf packages and
 // takes minutes on a small machine; later runs use the build cache. The
-// docker-compose test needs a Docker engine and skips without one.
+// docker-compose test needs a Docker engine and skips without one, writing
+// its reason to $NEXUS_TEST_NOTES (make test prints it).
 package e2e

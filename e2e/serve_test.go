@@ -67,9 +67,27 @@ func readmeExamples(t *testing.T) []readmeExample {
 	return out
 }
 
-// TestServeDefaultREADME starts the built binary with no flags, as the
-// README's quick start does, and runs every example of the README against
-// it, in order, checking the output the README shows.
+// readmeServeArgs returns the arguments of the quick start's
+// `go run ./cmd/nexus serve ...` command.
+func readmeServeArgs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(nexusproc.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		cmd, _, _ := strings.Cut(strings.TrimSpace(line), "#")
+		if rest, ok := strings.CutPrefix(cmd, "go run ./cmd/nexus serve"); ok {
+			return append([]string{"serve"}, strings.Fields(rest)...)
+		}
+	}
+	t.Fatal("README.md: no `go run ./cmd/nexus serve` command")
+	return nil
+}
+
+// TestServeDefaultREADME starts the built binary as the README's quick start
+// does (the embedded demo, with its flags), and runs every example of the
+// README against it, in order, checking the output the README shows.
 func TestServeDefaultREADME(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed: the README's examples use it")
@@ -78,9 +96,10 @@ func TestServeDefaultREADME(t *testing.T) {
 	if len(examples) < 8 {
 		t.Fatalf("found %d README examples, want at least 8: the parser or the README changed", len(examples))
 	}
+	args := readmeServeArgs(t)
 	nexusproc.Binary(t) // build first, so the timing below is the server's
 	start := time.Now()
-	p := nexusproc.Start(t, "", "127.0.0.1:8282", "serve")
+	p := nexusproc.Start(t, "", "127.0.0.1:8282", args...)
 	t.Logf("nexus serve ready after %v (time to first /readyz 200, including process start)", time.Since(start).Round(time.Millisecond))
 
 	// The README has users export the application API key nexus serve
@@ -140,7 +159,7 @@ func TestServeDefaultREADME(t *testing.T) {
 	if err := p.Stop(ctx); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, p.Output.String())
 	}
-	nexusproc.Start(t, p.Dir, "127.0.0.1:8282", "serve")
+	nexusproc.Start(t, p.Dir, "127.0.0.1:8282", args...)
 	out, err := exec.Command("curl", "-s", "localhost:8181/allowed", "-H", "Authorization: Bearer "+strings.TrimSpace(string(key)),
 		"-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"allow":true`) {

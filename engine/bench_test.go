@@ -11,6 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 )
@@ -66,7 +67,7 @@ func rbacData() map[string]any {
 // user-42 is in tenant-9 (42 % 11) with role-2.
 var rbacInput = []byte(`{"user":"user-42","tenant":"tenant-9","action":"read","resource":{"type":"file","id":"file-1"}}`)
 
-func rbacBundle(tb testing.TB) *compiler.Bundle {
+func rbacBundle(tb testing.TB) *bundle.Bundle {
 	tb.Helper()
 	b, err := compiler.Compile(context.Background(), compiler.Options{
 		Modules:     map[string]string{"rbac.rego": rbacPolicy},
@@ -118,6 +119,24 @@ func BenchmarkEvalRBAC(b *testing.B) {
 		cpu := processCPU()
 		for b.Loop() {
 			dst, err = e.Eval(ctx, "rbac/allow", rbacInput, dst[:0])
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("engine-trusted", func(b *testing.B) {
+		e := newEngine(b, engine.Config{}, rbacBundle(b))
+		dst := make([]byte, 0, 64)
+		out, err := e.EvalTrusted(ctx, "rbac/allow", rbacInput, dst)
+		if err != nil || string(out) != "true" {
+			b.Fatalf("eval = %s, %v; want true", out, err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu := processCPU()
+		for b.Loop() {
+			dst, err = e.EvalTrusted(ctx, "rbac/allow", rbacInput, dst[:0])
 			if err != nil {
 				b.Fatal(err)
 			}

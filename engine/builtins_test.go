@@ -2,13 +2,17 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/types"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 )
@@ -87,7 +91,7 @@ func TestHostBuiltins(t *testing.T) {
 	b, err := compiler.Compile(context.Background(), compiler.Options{
 		Modules:     map[string]string{"rel.rego": relPolicy},
 		Entrypoints: []string{"rel/allow", "rel/roles", "rel/admin", "rel/viewers", "rel/files", "rel/readers", "rel/shout"},
-		Builtins:    []compiler.HostBuiltin{{Name: "nexus.shout", Decl: types.NewFunction(types.Args(types.S), types.S)}},
+		Builtins:    []bundle.HostBuiltin{{Name: "nexus.shout", Decl: types.NewFunction(types.Args(types.S), types.S)}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +173,82 @@ func TestEvalDoesNotAllocate(t *testing.T) {
 		cancel()
 		if allocs > 0 {
 			t.Errorf("%s: %.1f allocations per evaluation, want 0", tc.ep, allocs)
+		}
+	}
+}
+
+// TestHostBuiltinStrings passes strings that JSON must escape from host
+// builtins to the policy, through both ways a result enters the instance
+// (the fast path's string array and a generic builtin's term): the policy
+// sees each string as the builtin returned it, invalid UTF-8 replaced by
+// U+FFFD as encoding/json does.
+func TestHostBuiltinStrings(t *testing.T) {
+	tricky := []string{
+		"", "plain", `q"uote\back`, "<a&b>", "line\u2028sep\u2029", "\x00nul", "\x01\x1f\x7f",
+		"\t\r\n\b\f", "ünï😀", "bad\xffutf8\xfe", "\xed\xa0\x80", "/slash",
+	}
+	const pol = `package s
+
+list := nexus.strings("a", "b")
+
+one := nexus.string_at(input.i)
+`
+	reg := engine.NewRegistry()
+	if err := reg.Register("nexus.strings", 0, engine.StringList2(func(_ context.Context, dst []string, _, _ string) ([]string, error) {
+		return append(dst, tricky...), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register("nexus.string_at", 1, engine.Generic(func(_ context.Context, args []*ast.Term) (*ast.Term, error) {
+		i, ok := args[0].Value.(ast.Number).Int()
+		if !ok || i < 0 || i >= len(tricky) {
+			return nil, nil
+		}
+		return ast.StringTerm(tricky[i]), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	b, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules:     map[string]string{"s.rego": pol},
+		Entrypoints: []string{"s/list", "s/one"},
+		Builtins: []bundle.HostBuiltin{
+			{Name: "nexus.strings", Decl: types.NewFunction(types.Args(types.S, types.S), types.NewArray(nil, types.S))},
+			{Name: "nexus.string_at", Decl: types.NewFunction(types.Args(types.N), types.S)},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, engine.Config{Builtins: reg}, b)
+	want := make([]string, len(tricky))
+	for i, s := range tricky {
+		want[i] = strings.ToValidUTF8(s, "\uFFFD")
+		if s == "\xed\xa0\x80" { // a surrogate: three invalid bytes
+			want[i] = "\uFFFD\uFFFD\uFFFD"
+		}
+	}
+	out, err := e.Eval(context.Background(), "s/list", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("result %q: %v", out, err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("string array:\n got %q\nwant %q", got, want)
+	}
+	for i := range tricky {
+		out, err := e.Eval(context.Background(), "s/one", []byte(fmt.Sprintf(`{"i":%d}`, i)), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", tricky[i], err)
+		}
+		var got string
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("result %q: %v", out, err)
+		}
+		if got != want[i] {
+			t.Errorf("generic: got %q, want %q", got, want[i])
 		}
 	}
 }

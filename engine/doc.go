@@ -1,5 +1,6 @@
-// Package engine evaluates compiled policy bundles (see package compiler)
-// under wazero, in process, in microseconds.
+// Package engine evaluates compiled policy bundles (package bundle holds
+// the format, package compiler builds them) under wazero, in process, in
+// microseconds.
 //
 // One bundle is one wazero runtime and one compiled module, shared by a
 // bounded pool of instances; an instance is used by one evaluation at a
@@ -15,24 +16,32 @@
 // implementation; other packages add builtins through a Registry, with a
 // fast path for functions of strings returning a boolean or strings
 // (nexus.check, nexus.roles) that reads the arguments straight from the
-// instance's memory.
+// instance's memory. Package datastore/builtins registers nexus'
+// relationship builtins over a store (builtins.NewEngine).
 //
 // Example:
 //
 //	reg := engine.NewRegistry()
-//	_ = reg.Register("nexus.check", 0, engine.Predicate3(store.Check))
+//	if err := reg.Register("nexus.check", 0, engine.Predicate3(store.CheckString)); err != nil {
+//		return err
+//	}
 //	e, err := engine.New(ctx, engine.Config{Builtins: reg})
 //	if err != nil {
 //		return err
 //	}
 //	defer e.Close(ctx)
-//	if err := e.Load(ctx, bundle); err != nil {
+//	b, err := bundle.Read(f) // or compiler.Compile
+//	if err != nil {
+//		return err
+//	}
+//	if err := e.Load(ctx, b); err != nil {
 //		return err
 //	}
 //	out, err := e.Eval(ctx, "nexus/authz/allow", input, buf[:0])
 //	switch {
 //	case errors.Is(err, engine.ErrUndefined): // deny
-//	case err != nil: // deny, with err's Code as the reason
+//	case err != nil: // deny; an *EvalError's Code is a stable reason
+//	default: // out is the result's JSON: true, false or an object
 //	}
 //
 // # Caveats
@@ -48,7 +57,13 @@
 //     undefined, as in OPA.
 //   - OPA's Wasm runtime, not this package, computes most values: where it
 //     differs from OPA's evaluator (set order in JSON, float formatting) the
-//     engine differs too; the differential corpus lists those cases.
-//   - Input must be UTF-8 JSON; anything else is an *EvalError with
-//     CodeInvalidInput.
+//     engine differs too; the differential corpus lists those cases. Its
+//     JSON parser also aborts on, or misreads, a string with an unpaired
+//     surrogate escape ("\ud800"), which is valid JSON that OPA's
+//     evaluator reads as U+FFFD.
+//   - Input must be UTF-8 JSON; Eval rejects anything else with an
+//     *EvalError of code CodeInvalidInput. EvalTrusted, for input the
+//     caller's own encoder wrote, checks only that it is UTF-8: input that
+//     is not JSON reaches the policy as OPA's Wasm runtime parses it (a
+//     parse failure is no input at all).
 package engine

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 )
 
-func compileModules(t testing.TB, modules map[string]string, data map[string]any, entrypoints ...string) *compiler.Bundle {
+func compileModules(t testing.TB, modules map[string]string, data map[string]any, entrypoints ...string) *bundle.Bundle {
 	t.Helper()
 	b, err := compiler.Compile(context.Background(), compiler.Options{Modules: modules, Data: data, Entrypoints: entrypoints, Revision: "r1"})
 	if err != nil {
@@ -19,7 +20,7 @@ func compileModules(t testing.TB, modules map[string]string, data map[string]any
 	return b
 }
 
-func newEngine(t testing.TB, cfg engine.Config, b *compiler.Bundle) *engine.Engine {
+func newEngine(t testing.TB, cfg engine.Config, b *bundle.Bundle) *engine.Engine {
 	t.Helper()
 	e, err := engine.New(context.Background(), cfg)
 	if err != nil {
@@ -100,5 +101,44 @@ func TestPrint(t *testing.T) {
 	}
 	if out.String() != "user bob\n" {
 		t.Fatalf("print output %q", out.String())
+	}
+}
+
+// TestEvalTrusted: on input its caller's encoder wrote, EvalTrusted answers
+// as Eval does; input that is not UTF-8 is still refused; and UTF-8 that is
+// not JSON, which it does not check, leaves later evaluations unharmed.
+func TestEvalTrusted(t *testing.T) {
+	b := compileModules(t, map[string]string{"authz.rego": authz}, map[string]any{"roles": map[string]any{"bob": "admin"}},
+		"nexus/authz/allow", "nexus/authz/greeting")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	ctx := context.Background()
+	for _, in := range []string{`{"user":"bob"}`, `{"user":"eve"}`, ``, `{"user":"b\u00f6b \ud83d\ude00"}`} {
+		for _, ep := range []string{"nexus/authz/allow", "nexus/authz/greeting"} {
+			want, werr := e.Eval(ctx, ep, []byte(in), nil)
+			got, err := e.EvalTrusted(ctx, ep, []byte(in), nil)
+			if string(got) != string(want) || !errors.Is(err, werr) {
+				t.Errorf("%s(%s): EvalTrusted %s, %v; Eval %s, %v", ep, in, got, err, want, werr)
+			}
+		}
+	}
+	if _, err := e.EvalTrusted(ctx, "nexus/authz/allow", []byte("{\"user\":\"b\xffb\"}"), nil); !errors.Is(err, engine.ErrInvalidInput) {
+		t.Fatalf("input that is not UTF-8: err = %v, want ErrInvalidInput", err)
+	}
+	for _, in := range []string{`{"user":`, `{"user":"bob"}}`, `{1,2}`, `[`} {
+		_, _ = e.EvalTrusted(ctx, "nexus/authz/allow", []byte(in), nil)
+		if out, err := e.EvalTrusted(ctx, "nexus/authz/allow", []byte(`{"user":"bob"}`), nil); err != nil || string(out) != "true" {
+			t.Fatalf("after %q: allow = %s, %v; want true", in, out, err)
+		}
+	}
+}
+
+func TestNewDoneContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if e, err := engine.New(ctx, engine.Config{}); !errors.Is(err, context.Canceled) {
+		if e != nil {
+			_ = e.Close(context.Background())
+		}
+		t.Fatalf("New with a canceled context: err = %v, want context.Canceled", err)
 	}
 }

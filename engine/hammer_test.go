@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 )
@@ -23,7 +24,7 @@ allow if data.allowed[input.user]
 
 rev := data.rev
 `
-	bundles := make([]*compiler.Bundle, 3)
+	bundles := make([]*bundle.Bundle, 3)
 	for i := range bundles {
 		b, err := compiler.Compile(context.Background(), compiler.Options{
 			Modules:     map[string]string{"swap.rego": pol},

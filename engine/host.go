@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -18,7 +17,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 var i32 = api.ValueTypeI32
@@ -240,7 +239,7 @@ func (in *instance) stringArray(ctx context.Context, list []string) uint32 {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, s)
+		b = jsonw.String(b, s)
 	}
 	b = append(b, ']')
 	in.buf = b
@@ -256,34 +255,11 @@ func (in *instance) stringArray(ctx context.Context, list []string) uint32 {
 	return v
 }
 
-const hexDigits = "0123456789abcdef"
-
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
-}
+// builtinCapabilities are the capabilities OPA's Go builtins see. Of
+// them they read only AllowNet (http.send, net.lookup_ip_addr, JSON schema
+// references), where nil lets them reach any host, as in OPA. Which
+// builtins a policy may call was settled when it was compiled.
+var builtinCapabilities = &ast.Capabilities{}
 
 // builtinState is the topdown context of one evaluation, made on the first
 // call of an OPA Go builtin so that evaluations without one allocate nothing.
@@ -306,7 +282,7 @@ func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.Bu
 		Cancel:       s.cancel,
 		Cache:        make(builtins.Cache),
 		PrintHook:    hook,
-		Capabilities: compiler.Capabilities(),
+		Capabilities: builtinCapabilities,
 	}
 	if ctx.Done() != nil {
 		s.stop = context.AfterFunc(ctx, s.cancel.Cancel)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,28 +24,48 @@ hog := count(numbers.range(1, 10000000))
 ok := true
 `
 
+// TestDeadlineStopsRunaway holds the engine to what RATIONALE.md promises:
+// a runaway policy stops within about a millisecond of its deadline (the
+// watchdog ticks every millisecond), its instance is discarded and the
+// engine still answers. The median overrun of several runs must stay under
+// 100 ms: slack for a loaded machine shared with other work, yet far from
+// the seconds a missing watchdog would take.
 func TestDeadlineStopsRunaway(t *testing.T) {
+	const (
+		runs     = 5
+		timeout  = 20 * time.Millisecond
+		promised = 100 * time.Millisecond
+	)
 	b := compileModules(t, map[string]string{"limits.rego": runaway}, nil, "limits/spin", "limits/ok")
 	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := e.Eval(ctx, "limits/spin", nil, nil)
-	elapsed := time.Since(start)
-	var ee *engine.EvalError
-	if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
-		t.Fatalf("err = %v, want EvalError %s", err, engine.CodeDeadline)
+	overruns := make([]time.Duration, 0, runs)
+	for range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_, err := e.Eval(ctx, "limits/spin", nil, nil)
+		deadline, _ := ctx.Deadline()
+		overruns = append(overruns, time.Since(deadline))
+		cancel()
+		var ee *engine.EvalError
+		if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+			t.Fatalf("err = %v, want EvalError %s", err, engine.CodeDeadline)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v does not match context.DeadlineExceeded", err)
+		}
+		// The instance was discarded; the engine still answers.
+		out, err := e.Eval(context.Background(), "limits/ok", nil, nil)
+		if err != nil || string(out) != "true" {
+			t.Fatalf("after deadline: %s, %v", out, err)
+		}
 	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v does not match context.DeadlineExceeded", err)
+	slices.Sort(overruns)
+	median := overruns[runs/2]
+	t.Logf("stopped after the deadline by %v (median %v)", overruns, median)
+	if median > promised {
+		t.Fatalf("runaway evaluations stopped a median %v after their deadline, want about 1 ms (at most %v): %v", median, promised, overruns)
 	}
-	if elapsed > 5*time.Second {
-		t.Fatalf("runaway stopped after %v", elapsed)
-	}
-	// The instance was discarded; the engine still answers.
-	out, err := e.Eval(context.Background(), "limits/ok", nil, nil)
-	if err != nil || string(out) != "true" {
-		t.Fatalf("after deadline: %s, %v", out, err)
+	if st := e.Stats(); st.InstancesDiscarded != runs {
+		t.Fatalf("instances discarded = %d, want %d (one per stopped evaluation)", st.InstancesDiscarded, runs)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/engine/internal/wasmbin"
 )
 
@@ -54,7 +54,7 @@ type counters struct {
 	created, discarded, oversized atomic.Int64
 }
 
-func newPolicy(ctx context.Context, cfg *Config, wd *watchdog, cache wazero.CompilationCache, stats *counters, b *compiler.Bundle) (_ *policy, err error) {
+func newPolicy(ctx context.Context, cfg *Config, wd *watchdog, cache wazero.CompilationCache, stats *counters, b *bundle.Bundle) (_ *policy, err error) {
 	start := time.Now()
 	mod, err := wasmbin.Rewrite(b.Wasm, cfg.MemoryLimitPages)
 	if err != nil {
@@ -96,7 +96,7 @@ func newPolicy(ctx context.Context, cfg *Config, wd *watchdog, cache wazero.Comp
 
 // initFrom reads the module's ABI, entrypoints and builtins through the
 // template instance, parses the data into its heap and takes the snapshot.
-func (p *policy) initFrom(ctx context.Context, inst *instance, b *compiler.Bundle) error {
+func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle) error {
 	major := inst.mod.ExportedGlobal("opa_wasm_abi_version")
 	minor := inst.mod.ExportedGlobal("opa_wasm_abi_minor_version")
 	if major == nil || minor == nil {
@@ -222,9 +222,9 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 	return inst, nil
 }
 
-// newInstance creates an instance from the snapshot: no data parsing.
-func (p *policy) newInstance(slot int) (*instance, error) {
-	ctx := context.Background()
+// newInstance creates an instance from the snapshot (no data parsing) for
+// the evaluation whose context is ctx.
+func (p *policy) newInstance(ctx context.Context, slot int) (*instance, error) {
 	inst, err := p.instantiate(ctx)
 	if err != nil {
 		return nil, err

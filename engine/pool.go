@@ -58,7 +58,7 @@ func (pl *pool) init(n int) {
 // get takes an idle instance, creating one in a vacant slot, and waits
 // while all are busy. It returns errRetired once the bundle is replaced.
 func (p *policy) get(ctx context.Context) (*instance, error) {
-	if inst, err := p.tryGet(); inst != nil || err != nil {
+	if inst, err := p.tryGet(ctx); inst != nil || err != nil {
 		return inst, err
 	}
 	p.waiters.Add(1)
@@ -66,7 +66,7 @@ func (p *policy) get(ctx context.Context) (*instance, error) {
 	for {
 		// Counted as a waiter before looking again, so a put that
 		// this look misses sees the waiter and signals.
-		if inst, err := p.tryGet(); inst != nil || err != nil {
+		if inst, err := p.tryGet(ctx); inst != nil || err != nil {
 			return inst, err
 		}
 		select {
@@ -82,7 +82,7 @@ func (p *policy) get(ctx context.Context) (*instance, error) {
 // tryGet looks at every slot once, starting at the one this processor
 // used last (or a random one), so that concurrent evaluations rarely meet
 // on a slot. (nil, nil) means all busy.
-func (p *policy) tryGet() (*instance, error) {
+func (p *policy) tryGet(ctx context.Context) (*instance, error) {
 	n := len(p.slots)
 	h, _ := p.hints.Get().(*hint)
 	if h == nil {
@@ -105,7 +105,7 @@ func (p *policy) tryGet() (*instance, error) {
 				p.unref()
 				break
 			}
-			inst, err := p.newInstance(i)
+			inst, err := p.newInstance(ctx, i)
 			if err != nil {
 				p.release(i)
 				p.unref()

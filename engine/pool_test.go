@@ -8,6 +8,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/types"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 )
@@ -28,12 +29,12 @@ func blockingEngine(t *testing.T, maxInstances int) (e *engine.Engine, entered <
 	})); err != nil {
 		t.Fatal(err)
 	}
-	compile := func(rev string) *compiler.Bundle {
+	compile := func(rev string) *bundle.Bundle {
 		b, err := compiler.Compile(context.Background(), compiler.Options{
 			Modules:     map[string]string{"p.rego": "package p\nallow if test.block(input.a, \"\", \"\")\nrev := data.rev\n"},
 			Data:        map[string]any{"rev": rev},
 			Entrypoints: []string{"p/allow", "p/rev"},
-			Builtins:    []compiler.HostBuiltin{{Name: "test.block", Decl: types.NewFunction(types.Args(types.S, types.S, types.S), types.B)}},
+			Builtins:    []bundle.HostBuiltin{{Name: "test.block", Decl: types.NewFunction(types.Args(types.S, types.S, types.S), types.B)}},
 			Revision:    rev,
 		})
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 // OPA Wasm value types (OPA's wasm/src/value.h).
@@ -71,86 +73,95 @@ func (in *instance) readTerm(addr uint32, depth int) (*ast.Term, error) {
 		}
 		return nil, errValueLayout
 	case opaArray:
-		elems, n := u32(4), u32(8)
-		if n > in.mem.Size()/8 {
-			return nil, errValueLayout
-		}
-		terms := make([]*ast.Term, n)
-		for i := uint32(0); i < n; i++ {
-			v, ok := in.mem.ReadUint32Le(elems + 8*i + 4)
-			if !ok {
-				return nil, errValueLayout
-			}
-			t, err := in.readTerm(v, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			terms[i] = t
-		}
-		return ast.ArrayTerm(terms...), nil
+		return in.readArray(u32(4), u32(8), depth)
 	case opaObject, opaSet:
-		buckets, nb, n := u32(4), u32(8), u32(12)
-		if nb > in.mem.Size()/4 || n > in.mem.Size()/8 {
-			return nil, errValueLayout
-		}
-		var obj ast.Object
-		var set ast.Set
-		if h[0] == opaObject {
-			obj = ast.NewObject()
-		} else {
-			set = ast.NewSet()
-		}
-		seen := uint32(0)
-		for b := uint32(0); b < nb; b++ {
-			e, ok := in.mem.ReadUint32Le(buckets + 4*b)
-			if !ok {
-				return nil, errValueLayout
-			}
-			for e != 0 {
-				if seen++; seen > n {
-					return nil, errValueLayout
-				}
-				if obj != nil {
-					k, ok1 := in.mem.ReadUint32Le(e)
-					v, ok2 := in.mem.ReadUint32Le(e + 4)
-					next, ok3 := in.mem.ReadUint32Le(e + 8)
-					if !ok1 || !ok2 || !ok3 {
-						return nil, errValueLayout
-					}
-					kt, err := in.readTerm(k, depth+1)
-					if err != nil {
-						return nil, err
-					}
-					vt, err := in.readTerm(v, depth+1)
-					if err != nil {
-						return nil, err
-					}
-					obj.Insert(kt, vt)
-					e = next
-				} else {
-					v, ok1 := in.mem.ReadUint32Le(e)
-					next, ok2 := in.mem.ReadUint32Le(e + 4)
-					if !ok1 || !ok2 {
-						return nil, errValueLayout
-					}
-					vt, err := in.readTerm(v, depth+1)
-					if err != nil {
-						return nil, err
-					}
-					set.Add(vt)
-					e = next
-				}
-			}
-		}
-		if seen != n {
-			return nil, errValueLayout
-		}
-		if obj != nil {
-			return ast.NewTerm(obj), nil
-		}
-		return ast.NewTerm(set), nil
+		return in.readHashed(h[0] == opaObject, u32(4), u32(8), u32(12), depth)
 	}
 	return nil, errValueLayout
+}
+
+// readArray reads the n elements of an array value at elems.
+func (in *instance) readArray(elems, n uint32, depth int) (*ast.Term, error) {
+	if n > in.mem.Size()/8 {
+		return nil, errValueLayout
+	}
+	terms := make([]*ast.Term, n)
+	for i := uint32(0); i < n; i++ {
+		v, ok := in.mem.ReadUint32Le(elems + 8*i + 4)
+		if !ok {
+			return nil, errValueLayout
+		}
+		t, err := in.readTerm(v, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		terms[i] = t
+	}
+	return ast.ArrayTerm(terms...), nil
+}
+
+// readHashed reads an object (isObject) or a set value: n entries in nb
+// hash buckets at buckets, each bucket a linked list of entries.
+func (in *instance) readHashed(isObject bool, buckets, nb, n uint32, depth int) (*ast.Term, error) {
+	if nb > in.mem.Size()/4 || n > in.mem.Size()/8 {
+		return nil, errValueLayout
+	}
+	var obj ast.Object
+	var set ast.Set
+	if isObject {
+		obj = ast.NewObject()
+	} else {
+		set = ast.NewSet()
+	}
+	seen := uint32(0)
+	for b := uint32(0); b < nb; b++ {
+		e, ok := in.mem.ReadUint32Le(buckets + 4*b)
+		if !ok {
+			return nil, errValueLayout
+		}
+		for e != 0 {
+			if seen++; seen > n {
+				return nil, errValueLayout
+			}
+			if obj != nil {
+				k, ok1 := in.mem.ReadUint32Le(e)
+				v, ok2 := in.mem.ReadUint32Le(e + 4)
+				next, ok3 := in.mem.ReadUint32Le(e + 8)
+				if !ok1 || !ok2 || !ok3 {
+					return nil, errValueLayout
+				}
+				kt, err := in.readTerm(k, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				vt, err := in.readTerm(v, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				obj.Insert(kt, vt)
+				e = next
+			} else {
+				v, ok1 := in.mem.ReadUint32Le(e)
+				next, ok2 := in.mem.ReadUint32Le(e + 4)
+				if !ok1 || !ok2 {
+					return nil, errValueLayout
+				}
+				vt, err := in.readTerm(v, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				set.Add(vt)
+				e = next
+			}
+		}
+	}
+	if seen != n {
+		return nil, errValueLayout
+	}
+	if obj != nil {
+		return ast.NewTerm(obj), nil
+	}
+	return ast.NewTerm(set), nil
 }
 
 func (in *instance) bytesAt(ptr, n uint32) ([]byte, bool) {
@@ -175,7 +186,7 @@ func appendValue(b []byte, v ast.Value) ([]byte, error) {
 	case ast.Number:
 		return append(b, x...), nil
 	case ast.String:
-		return appendJSONString(b, string(x)), nil
+		return jsonw.String(b, string(x)), nil
 	case *ast.Array:
 		b = append(b, '[')
 		var err error

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp"
@@ -52,7 +52,7 @@ type Config struct {
 	// roles (data.nexus.roles: role to grants) and each type's permissions
 	// (data.nexus.permissions) to its data before loading it, and again
 	// whenever the schema changes.
-	Policy *compiler.Bundle
+	Policy *bundle.Bundle
 
 	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
 	// "-" disables it.

@@ -26,8 +26,8 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/examples/drive"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -751,8 +751,11 @@ func TestEdgeSnapshot(t *testing.T) {
 	if got := snap.Assignments["alice"]["acme"]; len(got) != 1 || got[0] != "admin" {
 		t.Fatalf("alice's roles = %v", got)
 	}
-	if snap.ResourceTypes["file"] != api.ModeReBAC || !containsStr(snap.Roles["admin"], "file:*") {
-		t.Fatalf("types %v roles %v", snap.ResourceTypes, snap.Roles)
+	// The drive's files and folders have a stored tenant: the edge reads
+	// a request's tenant from the request, so it must leave them (and
+	// their grants) to the PDP.
+	if _, ok := snap.ResourceTypes["file"]; ok || containsStr(snap.Roles["admin"], "file:*") {
+		t.Fatalf("a type with a stored tenant is in the edge snapshot: types %v roles %v", snap.ResourceTypes, snap.Roles)
 	}
 	etag := h.Get("ETag")
 	req, _ = http.NewRequest(http.MethodGet, ts.admin+"/v1/edge/snapshot", nil)
@@ -975,5 +978,160 @@ func TestDecisionIDs(t *testing.T) {
 	}
 	if len(seen) != 0 {
 		t.Fatalf("decisions missing from the log: %v", seen)
+	}
+}
+
+// TestCrossTenantRBAC: a tenant admin of acme may not act on a file the
+// store assigns to globex by naming acme, on any interface: the store's
+// tenant wins and the claim is denied as tenant_mismatch. Without a claim
+// the store's tenant is used.
+func TestCrossTenantRBAC(t *testing.T) {
+	ts := newTestServer(t, nil)
+	ctx := context.Background()
+	var touches []api.Tuple
+	for _, s := range []string{"file:ledger#tenant@tenant:globex", "tenant:globex#admin@user:gina"} {
+		tu, err := api.ParseTuple(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		touches = append(touches, tu)
+	}
+	if _, err := ts.store.Write(ctx, datastore.WriteRequest{Touches: touches}); err != nil {
+		t.Fatal(err)
+	}
+	grpcCheck := func(method, path string, hdr map[string]string) (bool, string) {
+		resp, err := ts.grpc.Check(ctx, fixture.EnvoyRequest(method, path, hdr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus().GetCode() == 0, headerValue(resp.GetDeniedResponse().GetHeaders(), "x-nexus-decision")
+	}
+	tests := []struct {
+		name       string
+		allowed    func() (bool, string)
+		want       bool
+		wantReason string
+	}{
+		{"grpc-path-claims-acme", func() (bool, string) {
+			return grpcCheck("DELETE", "/tenants/acme/files/ledger", map[string]string{"x-user": "alice"})
+		}, false, "tenant_mismatch"},
+		{"grpc-header-claims-acme", func() (bool, string) {
+			return grpcCheck("DELETE", "/files/ledger", map[string]string{"x-user": "alice", "x-tenant": "acme"})
+		}, false, "tenant_mismatch"},
+		{"grpc-no-claim-store-tenant", func() (bool, string) {
+			return grpcCheck("DELETE", "/files/ledger", map[string]string{"x-user": "alice"})
+		}, false, "no_grant"},
+		{"grpc-globex-admin", func() (bool, string) {
+			return grpcCheck("DELETE", "/files/ledger", map[string]string{"x-user": "gina"})
+		}, true, ""},
+		{"permit-claims-acme", func() (bool, string) {
+			_, _, body := post(t, ts.http+"/allowed", `{"user":"alice","action":"delete","resource":{"type":"file","key":"ledger","tenant":"acme"}}`)
+			return strings.Contains(body, `"allow":true`), map[bool]string{true: "tenant_mismatch"}[strings.Contains(body, "tenant_mismatch")]
+		}, false, "tenant_mismatch"},
+		{"authzen-claims-acme", func() (bool, string) {
+			_, _, body := post(t, ts.http+"/access/v1/evaluation", `{"subject":{"type":"user","id":"alice"},"action":{"name":"delete"},"resource":{"type":"file","id":"ledger","properties":{"tenant":"acme"}}}`)
+			return strings.Contains(body, `"decision":true`), map[bool]string{true: "tenant_mismatch"}[strings.Contains(body, "tenant_mismatch")]
+		}, false, "tenant_mismatch"},
+		{"permit-globex-admin-no-claim", func() (bool, string) {
+			_, _, body := post(t, ts.http+"/allowed", `{"user":"gina","action":"delete","resource":"file:ledger"}`)
+			return strings.Contains(body, `"allow":true`), ""
+		}, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reason := tt.allowed()
+			if got != tt.want || (tt.wantReason != "" && reason != tt.wantReason) {
+				t.Fatalf("allowed = %v (reason %q), want %v (reason %q)", got, reason, tt.want, tt.wantReason)
+			}
+		})
+	}
+}
+
+// TestMalformedIdentityIsClientError: a subject, tenant or resource ID the
+// store cannot hold is the client's error (400 invalid_request, or 401
+// without a subject), never a 500 with internal text.
+func TestMalformedIdentityIsClientError(t *testing.T) {
+	ts := newTestServer(t, nil)
+	tests := []struct {
+		name       string
+		path       string
+		hdr        map[string]string
+		wantStatus int32
+		wantReason string
+	}{
+		{"space", "/files/report.pdf", map[string]string{"x-user": "bob smith"}, 400, "invalid_request"},
+		{"comma-sent-twice", "/files/report.pdf", map[string]string{"x-user": "bob,alice"}, 400, "invalid_request"},
+		{"empty", "/files/report.pdf", map[string]string{"x-user": ""}, 400, "invalid_request"},
+		{"hash", "/files/report.pdf", map[string]string{"x-user": "bob#member"}, 400, "invalid_request"},
+		{"too-long", "/files/report.pdf", map[string]string{"x-user": strings.Repeat("a", 300)}, 400, "invalid_request"},
+		{"bad-tenant-header", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "ac me"}, 400, "invalid_request"},
+		{"bad-tenant-segment", "/tenants/a%20b/files/report.pdf", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
+		{"bad-resource-segment", "/files/a%20b", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
+		{"resource-with-colon", "/files/a:b", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
+		{"no-subject", "/files/report.pdf", nil, 401, "no_subject"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", tt.path, tt.hdr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			den := resp.GetDeniedResponse()
+			if resp.GetStatus().GetCode() == 0 || int32(den.GetStatus().GetCode()) != tt.wantStatus || resp.GetStatus().GetMessage() != tt.wantReason {
+				t.Fatalf("got %v, want a %d denial (%s)", resp, tt.wantStatus, tt.wantReason)
+			}
+			for _, leak := range []string{"builtin", "engine", "nexus.roles", "nexus.check"} {
+				if strings.Contains(den.GetBody(), leak) || strings.Contains(resp.GetStatus().GetMessage(), leak) {
+					t.Fatalf("internal text %q reaches the client: %v", leak, resp)
+				}
+			}
+		})
+	}
+}
+
+// TestApplicationIDsAreChecked: an application check naming an ID the
+// store cannot hold is a 400 naming the field, not a 500 from the store.
+func TestApplicationIDsAreChecked(t *testing.T) {
+	ts := newTestServer(t, nil)
+	for _, body := range []string{
+		`{"user":"bo%b","action":"read","resource":"file:report.pdf"}`,
+		`{"user":"bob","action":"read","resource":{"type":"file","key":"re:port","tenant":"acme"}}`,
+		`{"user":"bob","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"ac!me"}}`,
+	} {
+		status, _, resp := post(t, ts.http+"/allowed", body)
+		if status != 400 || !strings.Contains(resp, "is not a valid ID") {
+			t.Errorf("%s: %d %s, want 400 naming the invalid ID", body, status, resp)
+		}
+	}
+}
+
+// TestDecisionLogSubject: the decision log names the subject of proxied
+// decisions (gRPC and forward auth), as it does for application checks.
+func TestDecisionLogSubject(t *testing.T) {
+	ts := newTestServer(t, nil)
+	if _, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.http+"/ext_authz/files/report.pdf", nil)
+	req.Header.Set("x-user", "carol")
+	do(t, req)
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(ts.log.String(), "\n") < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(ts.log.String()), "\n") {
+		var ev struct {
+			Interface string `json:"interface"`
+			Subject   string `json:"subject"`
+			Allowed   bool   `json:"allowed"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		got[ev.Interface] = ev.Subject
+	}
+	if got[pdp.IfaceGRPC] != "bob" || got[pdp.IfaceHTTP] != "carol" {
+		t.Fatalf("decision log subjects %v, want grpc bob and http carol", got)
 	}
 }

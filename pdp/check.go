@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nexuspdp/nexus/api"
+
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 )
 
@@ -71,6 +73,15 @@ func (c *Check) Validate() error {
 		}
 		if strings.ContainsAny(f.v, "#@ \t\n") {
 			return fmt.Errorf("%w: %s %q contains a reserved character (one of '#', '@' or white space)", ErrBadRequest, f.name, f.v)
+		}
+	}
+	// IDs are what the store can hold; anything else would fail in the
+	// store as the policy asks it, a server error for a client's mistake.
+	for _, f := range []struct{ name, v string }{
+		{"subject.id", c.Subject.ID}, {"resource.id", c.Resource.ID}, {"resource.tenant", c.Resource.Tenant},
+	} {
+		if f.v != "" && !api.ValidID(f.v) {
+			return fmt.Errorf("%w: %s %q is not a valid ID (letters, digits and _-.=+/|~)", ErrBadRequest, f.name, f.v)
 		}
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 )
@@ -52,7 +52,7 @@ type Config struct {
 	// roles (data.nexus.roles: role to grants) and each type's permissions
 	// (data.nexus.permissions) to its data before loading it, and again
 	// whenever the schema changes.
-	Policy *compiler.Bundle
+	Policy *bundle.Bundle
 
 	// EnvoyEntrypoint answers ext_authz and forward-auth requests; ""
 	// means DefaultEnvoyEntrypoint. Its result is a boolean or an

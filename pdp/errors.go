@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
@@ -92,7 +92,7 @@ func Code(err error) string {
 		return CodeStoreError
 	case errors.Is(err, api.ErrSyntax), errors.Is(err, datastore.ErrInvalidTuple),
 		errors.Is(err, datastore.ErrInvalidSchema), errors.Is(err, datastore.ErrUnknown),
-		errors.Is(err, compiler.ErrInvalidBundle), errors.Is(err, ErrNoEntrypoint):
+		errors.Is(err, bundle.ErrInvalid), errors.Is(err, ErrNoEntrypoint):
 		return CodeBadRequest
 	case errors.Is(err, datastore.ErrPreconditionFailed), errors.Is(err, datastore.ErrSchemaOrphans):
 		return CodeConflict

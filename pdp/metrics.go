@@ -1,9 +1,10 @@
 package pdp
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/internal/version"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Interfaces, the "interface" label of the decision metrics and of the

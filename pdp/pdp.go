@@ -11,7 +11,7 @@ import (
 
 	"github.com/maypok86/otter/v2"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
@@ -42,7 +42,7 @@ type PDP struct {
 	m       *metrics
 
 	mu     sync.Mutex // serialises policy loads
-	base   *compiler.Bundle
+	base   *bundle.Bundle
 	gen    atomic.Uint64 // bumped on every policy load; part of the cache key
 	ready  atomic.Bool
 	types  atomic.Pointer[map[string]bool] // resource types of the schema
@@ -105,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 // bundle that lacks a configured entrypoint or fails to load is refused
 // and the previous policy keeps serving. In-flight decisions finish on the
 // policy they started with.
-func (p *PDP) Load(ctx context.Context, b *compiler.Bundle) error {
+func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b == nil {
@@ -153,7 +153,7 @@ func (p *PDP) Load(ctx context.Context, b *compiler.Bundle) error {
 func (p *PDP) Ready() bool { return p.ready.Load() }
 
 // Manifest returns the loaded bundle's manifest.
-func (p *PDP) Manifest() compiler.Manifest {
+func (p *PDP) Manifest() bundle.Manifest {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.base.Manifest

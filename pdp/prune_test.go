@@ -7,7 +7,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/nexuspdp/nexus/examples/drive/policy"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
+	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
@@ -60,7 +60,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	eval := func(data []byte) func([]byte) string {
-		eng := fixture.LoadedEngine(t, ts.store, &compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
+		eng := fixture.LoadedEngine(t, ts.store, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: data})
 		return func(in []byte) string {
 			out, err := eng.Eval(ctx, policy.EnvoyEntrypoint, in, nil)
 			if err != nil {
@@ -72,7 +72,7 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 	withIndex, withoutIndex := eval(indexed), eval(plain)
 	routes := map[string]int{}
 	for _, method := range []string{"GET", "PUT", "DELETE", "POST", "PATCH"} {
-		for _, path := range []string{"/tenants/acme/files/report.pdf", "/tenants/acme/folders/q3", "/files/report.pdf", "/folders/q3", "/files", "/files/a/b", "/", "/tenants/acme/files", "/nowhere?x=1", "/admin/acme", "/admin"} {
+		for _, path := range []string{"/tenants/acme/files/report.pdf", "/tenants/globex/files/report.pdf", "/tenants/acme/folders/q3", "/files/report.pdf", "/folders/q3", "/files", "/files/a/b", "/", "/tenants/acme/files", "/nowhere?x=1", "/admin/acme", "/admin"} {
 			for _, user := range []string{"alice", "bob", "carol", ""} {
 				hdr := map[string]string{}
 				if user != "" {
@@ -87,6 +87,9 @@ func TestRouteIndexSameDecisions(t *testing.T) {
 					t.Fatalf("%s %s as %q: with the route index %s, without %s", method, path, user, a, p)
 				}
 				routes[a]++
+				if testing.Verbose() {
+					t.Logf("%s %s %s: %s", method, path, user, a)
+				}
 			}
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -37,7 +37,7 @@ func TestRoutes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := p.Load(ctx, &compiler.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: []byte(tt.data)}); err != nil {
+			if err := p.Load(ctx, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: []byte(tt.data)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := p.Routes(); !slices.Equal(got, tt.want) {

@@ -15,13 +15,49 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/drive/demo"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/plugin/internal/harness"
 )
 
-// startPDP runs a real nexus server (admin listener only) on the drive demo.
+// edgeSchema is a drive whose files the store does not assign to tenants:
+// the edge may decide them by the tenant in the path. (A type with a
+// "tenant" relation is left out of the snapshot: only the PDP knows its
+// resources' tenants.) Folders keep theirs, to show that.
+const edgeSchema = `types:
+  user: {}
+  tenant:
+    relations:
+      admin: [user]
+      editor: [user]
+      viewer: [user]
+  folder:
+    relations:
+      tenant: [tenant]
+      viewer: [user]
+    permissions:
+      read: viewer
+  file:
+    relations:
+      owner: [user]
+      viewer: [user]
+    permissions:
+      delete: owner
+      read: owner + viewer
+roles:
+  type: tenant
+  grants:
+    admin: [file:*, folder:*]
+    viewer: [file:read, folder:read]
+`
+
+const edgeTuples = `tenant:acme#admin@user:alice
+tenant:acme#viewer@user:erin
+folder:root#tenant@tenant:acme
+file:report.pdf#viewer@user:bob
+`
+
+// startPDP runs a real nexus server (admin listener only) on edgeSchema.
 func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 	t.Helper()
 	ctx := context.Background()
@@ -30,7 +66,14 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	if _, err := demo.Load(ctx, store); err != nil {
+	sc, err := datastore.ParseSchema([]byte(edgeSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.WriteSchema(ctx, sc, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Import(ctx, strings.NewReader(edgeTuples), datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
 		t.Fatal(err)
 	}
 	eng, err := builtins.NewEngine(ctx, store, engine.Config{})

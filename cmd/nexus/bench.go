@@ -241,132 +241,42 @@ step's rate.`,
 	return cmd
 }
 
+// benchRunOptions are the flags of bench run.
+type benchRunOptions struct {
+	profile, out, data, decisionLog string
+	seed                            uint64
+	cfg                             bench.RunConfig
+	noBaseline, noCache             bool
+	notes                           []string
+}
+
 func newBenchRunCmd() *cobra.Command {
-	var (
-		profile, out, data, decisionLog string
-		seed                            uint64
-		cfg                             bench.RunConfig
-		noBaseline, noCache             bool
-		notes                           []string
-	)
+	o := &benchRunOptions{}
 	cmd := &cobra.Command{
 		Use:   "run --profile small|large --out DIR",
 		Short: "Generate, import, start nexus and an allow-only baseline, gate, measure latency and capacity, report",
 		Long: `The whole benchmark: generate the data set (unless --data names one),
 import it into a fresh store, start nexus (this binary, default policy)
-and an allow-only baseline (examples/allowall) on loopback, run every gate,
-then latency and capacity for each profile over each interface, and write
-report.json and report.md into --out. The table is printed at the end next
-to the anchor's published figures.
+and an allow-only baseline (internal/defaults/allowall) on loopback, run
+every gate, then latency and capacity for each profile over each
+interface, and write report.json and report.md into --out. The table is
+printed at the end next to the anchor's published figures.
 
 The servers log to DIR/nexus.log and DIR/baseline.log. The decision log of
 both goes to --decision-log (default /dev/null: events are encoded and
 counted, not kept).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			errOut := cmd.ErrOrStderr()
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			if data == "" {
-				data = filepath.Join(out, "data")
-			}
-			if _, err := bench.ReadManifest(data); err != nil {
-				p, ok := bench.Profiles[profile]
-				if !ok {
-					return usageError(cmd, fmt.Errorf("profile %q: want small or large", profile))
-				}
-				fmt.Fprintf(errOut, "generating the %s data set (seed %d) into %s\n", profile, seed, data)
-				if _, err := bench.Generate(ctx, bench.GenConfig{Profile: p, Seed: seed, Out: data}); err != nil {
-					return err
-				}
-			}
-			man, err := bench.ReadManifest(data)
-			if err != nil {
-				return err
-			}
-			nexusDir := filepath.Join(out, "nexus-data")
-			if err := os.RemoveAll(nexusDir); err != nil {
-				return err
-			}
-			start := time.Now()
-			fmt.Fprintf(errOut, "importing %d tuples into %s\n", man.Counts.Tuples, nexusDir)
-			var last time.Time
-			st, err := bench.ImportData(ctx, data, filepath.Join(nexusDir, relDataFile), func(s datastore.ImportStats) {
-				if time.Since(last) > 10*time.Second {
-					last = time.Now()
-					fmt.Fprintf(errOut, "  import: %d read, %d committed\n", s.Parsed, s.Tuples)
-				}
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(errOut, "imported %d tuples in %v\n", st.Tuples, time.Since(start).Round(time.Millisecond))
-			exe, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			schema := filepath.Join(data, bench.SchemaFile)
-			common := []string{"--schema", schema, "--decision-log", decisionLog, "--log-level", "info"}
-			if noCache {
-				common = append(common, "--no-cache")
-			}
-			var logs []*os.File
-			defer func() {
-				for _, f := range logs {
-					_ = f.Close()
-				}
-			}()
-			starter := func(name string, args ...string) func(context.Context) (bench.Server, error) {
-				return func(ctx context.Context) (bench.Server, error) {
-					f, err := os.Create(filepath.Join(out, name+".log"))
-					if err != nil {
-						return nil, err
-					}
-					logs = append(logs, f)
-					return bench.StartProcess(ctx, bench.ProcessConfig{Exe: exe, Args: append(append([]string{}, common...), args...), Log: f})
-				}
-			}
-			cfg.Servers.Nexus = starter("nexus", "--data-dir", nexusDir)
-			if !noBaseline {
-				baseDir := filepath.Join(out, "baseline-data")
-				if err := os.RemoveAll(baseDir); err != nil {
-					return err
-				}
-				pol, err := bench.WriteAllowAll(filepath.Join(out, "allowall"))
-				if err != nil {
-					return err
-				}
-				cfg.Servers.Baseline = starter("baseline", "--data-dir", baseDir, "--policy", pol)
-			}
-			cfg.Data = data
-			cfg.Log = errOut
-			cfg.Command = "nexus " + strings.Join(os.Args[1:], " ")
-			if cfg.Latency.Warmup == 0 {
-				cfg.Latency.Warmup = -1
-			}
-			rep, runErr := bench.Run(ctx, cfg)
-			if rep == nil {
-				return runErr
-			}
-			rep.Notes = append(rep.Notes, notes...)
-			if err := rep.WriteFiles(out); err != nil {
-				return err
-			}
-			rep.Markdown(cmd.OutOrStdout())
-			fmt.Fprintf(errOut, "wrote %s and %s\n", filepath.Join(out, "report.json"), filepath.Join(out, "report.md"))
-			return runErr
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
+	cfg := &o.cfg
 	f := cmd.Flags()
-	f.StringVar(&profile, "profile", "small", "data set: small or large")
-	f.Uint64Var(&seed, "seed", 1, "data set seed")
-	f.StringVar(&out, "out", "bench-out", "output directory (report, logs, data)")
-	f.StringVar(&data, "data", "", "a generated data set to use (default: generate into OUT/data, reused when present)")
-	f.StringVar(&decisionLog, "decision-log", "/dev/null", "decision log of the servers")
-	f.BoolVar(&noCache, "no-cache", false, "run nexus with its decision cache off")
-	f.BoolVar(&noBaseline, "no-baseline", false, "skip the allow-only baseline")
+	f.StringVar(&o.profile, "profile", "small", "data set: small or large")
+	f.Uint64Var(&o.seed, "seed", 1, "data set seed")
+	f.StringVar(&o.out, "out", "bench-out", "output directory (report, logs, data)")
+	f.StringVar(&o.data, "data", "", "a generated data set to use (default: generate into OUT/data, reused when present)")
+	f.StringVar(&o.decisionLog, "decision-log", "/dev/null", "decision log of the servers")
+	f.BoolVar(&o.noCache, "no-cache", false, "run nexus with its decision cache off")
+	f.BoolVar(&o.noBaseline, "no-baseline", false, "skip the allow-only baseline")
 	f.StringSliceVar(&cfg.Profiles, "profiles", nil, "check profiles over gRPC (default: rbac, rebac0, rebac1, rebac2, rebac3)")
 	f.StringSliceVar(&cfg.HTTPProfiles, "http-profiles", nil, "check profiles over the HTTP interfaces (default: rbac, rebac3)")
 	f.StringSliceVar(&cfg.Interfaces, "interfaces", nil, "interfaces (default: grpc, allowed, authzen)")
@@ -383,6 +293,130 @@ counted, not kept).`,
 	f.StringVar(&cfg.Client, "grpc-client", bench.ClientLean, "gRPC client of the load generator: lean (its own HTTP/2 client) or grpc-go")
 	f.BoolVar(&cfg.SkipLatency, "skip-latency", false, "no latency runs")
 	f.BoolVar(&cfg.SkipCapacity, "skip-capacity", false, "no capacity runs")
-	f.StringArrayVar(&notes, "note", nil, "a note for the report (repeatable)")
+	f.StringArrayVar(&o.notes, "note", nil, "a note for the report (repeatable)")
 	return cmd
+}
+
+// run is bench run: data, import, servers, bench.Run, report.
+func (o *benchRunOptions) run(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	errOut := cmd.ErrOrStderr()
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	if o.data == "" {
+		o.data = filepath.Join(o.out, "data")
+	}
+	man, err := o.ensureData(ctx, errOut)
+	if err != nil {
+		return err
+	}
+	nexusDir := filepath.Join(o.out, "nexus-data")
+	if err := importBenchData(ctx, errOut, o.data, nexusDir, man.Counts.Tuples); err != nil {
+		return err
+	}
+	var logs []*os.File
+	defer func() {
+		for _, f := range logs {
+			_ = f.Close()
+		}
+	}()
+	if err := o.servers(&logs, nexusDir); err != nil {
+		return err
+	}
+	cfg := o.cfg
+	cfg.Data = o.data
+	cfg.Log = errOut
+	cfg.Command = "nexus " + strings.Join(os.Args[1:], " ")
+	if cfg.Latency.Warmup == 0 {
+		cfg.Latency.Warmup = -1
+	}
+	rep, runErr := bench.Run(ctx, cfg)
+	if rep == nil {
+		return runErr
+	}
+	rep.Notes = append(rep.Notes, o.notes...)
+	if err := rep.WriteFiles(o.out); err != nil {
+		return err
+	}
+	rep.Markdown(cmd.OutOrStdout())
+	fmt.Fprintf(errOut, "wrote %s and %s\n", filepath.Join(o.out, "report.json"), filepath.Join(o.out, "report.md"))
+	return runErr
+}
+
+// ensureData generates the data set into o.data unless one is there, and
+// returns its manifest.
+func (o *benchRunOptions) ensureData(ctx context.Context, errOut io.Writer) (bench.Manifest, error) {
+	if _, err := bench.ReadManifest(o.data); err != nil {
+		p, ok := bench.Profiles[o.profile]
+		if !ok {
+			return bench.Manifest{}, &cliExitError{exitUsage, fmt.Errorf("profile %q: want small or large", o.profile)}
+		}
+		fmt.Fprintf(errOut, "generating the %s data set (seed %d) into %s\n", o.profile, o.seed, o.data)
+		if _, err := bench.Generate(ctx, bench.GenConfig{Profile: p, Seed: o.seed, Out: o.data}); err != nil {
+			return bench.Manifest{}, err
+		}
+	}
+	return bench.ReadManifest(o.data)
+}
+
+// importBenchData imports the data set into a fresh store in nexusDir.
+func importBenchData(ctx context.Context, errOut io.Writer, data, nexusDir string, tuples int64) error {
+	if err := os.RemoveAll(nexusDir); err != nil {
+		return err
+	}
+	start := time.Now()
+	fmt.Fprintf(errOut, "importing %d tuples into %s\n", tuples, nexusDir)
+	var last time.Time
+	st, err := bench.ImportData(ctx, data, filepath.Join(nexusDir, relDataFile), func(s datastore.ImportStats) {
+		if time.Since(last) > 10*time.Second {
+			last = time.Now()
+			fmt.Fprintf(errOut, "  import: %d read, %d committed\n", s.Parsed, s.Tuples)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(errOut, "imported %d tuples in %v\n", st.Tuples, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// servers sets o.cfg.Servers: this binary serving nexusDir and, unless
+// --no-baseline, serving the allow-only policy. Their log files are
+// appended to *logs for the caller to close.
+func (o *benchRunOptions) servers(logs *[]*os.File, nexusDir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// The load generator is the trusted hop: it names the subject in the
+	// x-user header, as a proxy that verified it would.
+	common := []string{"--schema", filepath.Join(o.data, bench.SchemaFile), "--decision-log", o.decisionLog, "--log-level", "info", "--trusted-subject-header", "x-user"}
+	if o.noCache {
+		common = append(common, "--no-cache")
+	}
+	starter := func(name string, args ...string) func(context.Context) (bench.Server, error) {
+		return func(ctx context.Context) (bench.Server, error) {
+			f, err := os.Create(filepath.Join(o.out, name+".log"))
+			if err != nil {
+				return nil, err
+			}
+			*logs = append(*logs, f)
+			return bench.StartProcess(ctx, bench.ProcessConfig{Exe: exe, Args: append(append([]string{}, common...), args...), Log: f})
+		}
+	}
+	o.cfg.Servers.Nexus = starter("nexus", "--data-dir", nexusDir)
+	if o.noBaseline {
+		return nil
+	}
+	baseDir := filepath.Join(o.out, "baseline-data")
+	if err := os.RemoveAll(baseDir); err != nil {
+		return err
+	}
+	pol, err := bench.WriteAllowAll(filepath.Join(o.out, "allowall"))
+	if err != nil {
+		return err
+	}
+	o.cfg.Servers.Baseline = starter("baseline", "--data-dir", baseDir, "--policy", pol)
+	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/engine"
 )
 
@@ -51,7 +51,7 @@ decision then exits 1.`,
 			if err != nil {
 				return fmt.Errorf("eval: %w", err)
 			}
-			b, err := compiler.ReadBundle(f)
+			b, err := bundle.Read(f)
 			f.Close()
 			if err != nil {
 				return fmt.Errorf("eval: %s: %w", bundlePath, err)

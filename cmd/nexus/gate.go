@@ -24,7 +24,8 @@ running server and compare each decision with the expected one. Exits
 
 --interface grpc sends Envoy-shaped CheckRequests to the ext_authz gRPC
 listener (GET/PUT/DELETE /tenants/{tenant}/files/{id} with the x-user
-header); allowed and authzen POST to the HTTP listener.`,
+header: start the server with --trusted-subject-header x-user); allowed
+and authzen POST to the HTTP listener.`,
 		Example: `  nexus gate --target 127.0.0.1:9191 --file bench-data/gate-rebac3.ndjson
   nexus gate --target 127.0.0.1:8181 --interface authzen --file bench-data/gate-rbac.ndjson`,
 		Args: cobra.NoArgs,

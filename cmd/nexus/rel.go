@@ -312,12 +312,16 @@ func newRelRolesCmd(f *relFlags) *cobra.Command {
 		Short: "Print the tenant roles a subject holds",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			sub, err := api.ParseSubject(args[0])
+			if err != nil {
+				return err
+			}
 			s, err := f.open(cmd.Context(), true)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			roles, err := s.RolesString(cmd.Context(), args[0], args[1])
+			roles, err := s.AppendRoles(cmd.Context(), nil, sub, args[1])
 			if err != nil {
 				return err
 			}
@@ -339,154 +343,208 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// importOptions are the flags of rel import.
+type importOptions struct {
+	format   string
+	from     string
+	batch    int
+	compact  bool
+	interval time.Duration
+}
+
 func newRelImportCmd(f *relFlags) *cobra.Command {
-	var format, from string
-	var batch int
-	var compact bool
-	var interval time.Duration
+	var o importOptions
 	cmd := &cobra.Command{
 		Use:   "import FILE|-",
 		Short: "Import tuples from NDJSON, CSV or text (streaming)",
-		Long: `Import tuples from a file or stdin (-). Formats: ndjson (one
-{"object":"folder:d1","relation":"viewer","subject":"user:alice"} per line),
-csv (object,relation,subject) and text (one tuple per line). The format
-comes from --format, else the file extension (.csv, .txt), else ndjson.
-Tuples are committed in sorted batches; the import stops at the first
-invalid line, naming it; the batches before it stay, its batch does not.`,
+		Long: `Import tuples from a file or stdin (-). Formats:
+
+  ndjson  one {"object":"folder:d1","relation":"viewer","subject":"user:alice"} per line
+  csv     object,relation,subject per line; a first line object,relation,subject
+          is a header; fields may be quoted
+  text    one tuple per line (folder:d1#viewer@user:alice); blank lines and
+          lines starting with # or // are skipped
+
+The format is --format (ndjson, json, jsonl, csv, text, txt or tuples),
+else the file's extension: .csv is csv, .txt and .tuples are text, any
+other (.ndjson, .jsonl, .json, none, stdin) is ndjson. Lines are at most
+4096 bytes; tuples already stored are left as they are.
+
+The whole input is read and validated before anything is written: an
+invalid line stops the import with an error naming it, and the store is
+unchanged. Then the tuples are committed: in one transaction when there
+are at most --batch of them, else sorted in runs of --batch (spilled
+beside the data file) and merged in transactions of 250,000. If a commit
+fails (a full disk, an interrupt), the transactions before it stay, and
+the error says how many tuples they hold.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if from != "" {
-				return importFrom(cmd, f, from, format, batch, args[0])
+			if o.from != "" {
+				return importFrom(cmd, f, o.from, o.format, o.batch, args[0])
 			}
-			ctx := cmd.Context()
-			fm := datastore.FormatForPath(args[0])
-			if format != "" {
-				var err error
-				if fm, err = datastore.ParseFormat(format); err != nil {
-					return usageError(cmd, err)
-				}
-			}
-			var in io.Reader = cmd.InOrStdin()
-			size := int64(-1)
-			if args[0] != "-" {
-				fh, err := os.Open(args[0])
-				if err != nil {
-					return err
-				}
-				defer fh.Close()
-				if fi, err := fh.Stat(); err == nil {
-					size = fi.Size()
-				}
-				in = fh
-			}
-			cr := &countingReader{r: in}
-			s, err := f.open(ctx, false)
-			if err != nil {
-				return err
-			}
-			errOut := cmd.ErrOrStderr()
-			start := time.Now()
-			var parsed, tuples atomic.Int64
-			var bar *progressbar.ProgressBar
-			if fh, ok := errOut.(*os.File); ok && term.IsTerminal(int(fh.Fd())) {
-				bar = progressbar.NewOptions64(size,
-					progressbar.OptionSetWriter(errOut),
-					progressbar.OptionSetDescription("reading"),
-					progressbar.OptionShowBytes(true),
-					progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionFullWidth(),
-					progressbar.OptionSpinnerType(14),
-				)
-			}
-			done := make(chan struct{})
-			stopped := make(chan struct{})
-			ticker := time.NewTicker(interval)
-			go func() {
-				defer close(stopped)
-				var last int64
-				committing := false
-				for {
-					select {
-					case <-done:
-						return
-					case <-ticker.C:
-						read := cr.n.Load()
-						if bar != nil {
-							if committing {
-								_ = bar.Set64(tuples.Load())
-								continue
-							}
-							_ = bar.Add64(read - last)
-							last = read
-							bar.Describe(fmt.Sprintf("reading (%d tuples)", parsed.Load()))
-							if tuples.Load() > 0 && tuples.Load() < parsed.Load() {
-								// Reading is done; a second bar follows the merge.
-								_ = bar.Finish()
-								fmt.Fprintln(errOut)
-								committing = true
-								bar = progressbar.NewOptions64(parsed.Load(),
-									progressbar.OptionSetWriter(errOut),
-									progressbar.OptionSetDescription("committing"),
-									progressbar.OptionShowCount(),
-									progressbar.OptionShowIts(),
-									progressbar.OptionSetItsString("tuples"),
-									progressbar.OptionSetPredictTime(true),
-									progressbar.OptionThrottle(100*time.Millisecond),
-									progressbar.OptionFullWidth(),
-								)
-								_ = bar.Set64(tuples.Load())
-							}
-							continue
-						}
-						el := time.Since(start).Seconds()
-						fmt.Fprintf(errOut, "import: %d tuples read (%.1f MiB, %.0f/s), %d committed\n", parsed.Load(), float64(read)/(1<<20), float64(parsed.Load())/el, tuples.Load())
-					}
-				}
-			}()
-			if bar != nil {
-				ticker.Reset(200 * time.Millisecond)
-			}
-			st, err := s.Import(ctx, cr, datastore.ImportOptions{Format: fm, BatchSize: batch, Progress: func(st datastore.ImportStats) {
-				parsed.Store(st.Parsed)
-				tuples.Store(st.Tuples)
-			}})
-			ticker.Stop()
-			close(done)
-			<-stopped
-			if bar != nil {
-				_ = bar.Finish()
-				fmt.Fprintln(errOut)
-			}
-			closeErr := s.Close()
-			el := time.Since(start)
-			if err != nil {
-				return fmt.Errorf("%w (%d tuples committed before it, revision %d)", err, st.Tuples, st.Revision)
-			}
-			if closeErr != nil {
-				return closeErr
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "imported %d tuples from %d lines in %v (%.0f tuples/s), revision %d\n",
-				st.Tuples, st.Lines, el.Round(time.Millisecond), float64(st.Tuples)/el.Seconds(), st.Revision)
-			if compact {
-				cs := time.Now()
-				before, after, err := datastore.Compact(ctx, f.path())
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "compacted %s: %.1f MiB -> %.1f MiB in %v\n", f.path(),
-					float64(before)/(1<<20), float64(after)/(1<<20), time.Since(cs).Round(time.Millisecond))
-			}
-			return nil
+			return runRelImport(cmd, f, args[0], o)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "", "ndjson, csv or text (default: from the file extension)")
-	cmd.Flags().StringVar(&from, "from", "", importFromHelp)
-	cmd.Flags().IntVar(&batch, "batch", 0, fmt.Sprintf("tuples per transaction (default %d)", datastore.DefaultImportBatch))
-	cmd.Flags().BoolVar(&compact, "compact", false, "compact the data file afterwards (smaller file after a large import)")
-	cmd.Flags().DurationVar(&interval, "progress-interval", 5*time.Second, "how often to print progress when stderr is not a terminal")
+	cmd.Flags().StringVar(&o.format, "format", "", "ndjson, csv or text (default: from the file extension)")
+	cmd.Flags().StringVar(&o.from, "from", "", importFromHelp)
+	cmd.Flags().IntVar(&o.batch, "batch", 0, fmt.Sprintf("tuples sorted at once; an input of at most this many is one transaction (default %d)", datastore.DefaultImportBatch))
+	cmd.Flags().BoolVar(&o.compact, "compact", false, "compact the data file afterwards (smaller file after a large import)")
+	cmd.Flags().DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often to print progress when stderr is not a terminal")
 	return cmd
+}
+
+// runRelImport imports the file name (or stdin for "-") into the store of f.
+func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions) error {
+	ctx := cmd.Context()
+	if o.interval <= 0 {
+		return usageError(cmd, fmt.Errorf("--progress-interval %v: want a positive duration", o.interval))
+	}
+	fm := datastore.FormatForPath(name)
+	if o.format != "" {
+		var err error
+		if fm, err = datastore.ParseFormat(o.format); err != nil {
+			return usageError(cmd, err)
+		}
+	}
+	var in io.Reader = cmd.InOrStdin()
+	size := int64(-1)
+	if name != "-" {
+		fh, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		if fi, err := fh.Stat(); err == nil {
+			size = fi.Size()
+		}
+		in = fh
+	}
+	cr := &countingReader{r: in}
+	s, err := f.open(ctx, false)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	p := startImportProgress(cmd.ErrOrStderr(), cr, size, o.interval)
+	st, err := s.Import(ctx, cr, datastore.ImportOptions{Format: fm, BatchSize: o.batch, Progress: p.update})
+	p.stop()
+	closeErr := s.Close()
+	el := time.Since(start)
+	if err != nil {
+		if st.Tuples == 0 {
+			return fmt.Errorf("%w (nothing was written)", err)
+		}
+		return fmt.Errorf("%w (%d tuples committed before it, revision %d)", err, st.Tuples, st.Revision)
+	}
+	if closeErr != nil {
+		return closeErr
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "imported %d tuples from %d lines in %v (%.0f tuples/s), revision %d\n",
+		st.Tuples, st.Lines, el.Round(time.Millisecond), float64(st.Tuples)/el.Seconds(), st.Revision)
+	if !o.compact {
+		return nil
+	}
+	cs := time.Now()
+	before, after, err := datastore.Compact(ctx, f.path())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "compacted %s: %.1f MiB -> %.1f MiB in %v\n", f.path(),
+		float64(before)/(1<<20), float64(after)/(1<<20), time.Since(cs).Round(time.Millisecond))
+	return nil
+}
+
+// importProgress reports an import on stderr: progress bars on a
+// terminal (reading, then committing), else a line every interval.
+type importProgress struct {
+	w              io.Writer
+	in             *countingReader
+	start          time.Time
+	parsed, tuples atomic.Int64
+	bar            *progressbar.ProgressBar
+	ticker         *time.Ticker
+	done, stopped  chan struct{}
+}
+
+func startImportProgress(w io.Writer, in *countingReader, size int64, interval time.Duration) *importProgress {
+	p := &importProgress{w: w, in: in, start: time.Now(), done: make(chan struct{}), stopped: make(chan struct{})}
+	if fh, ok := w.(*os.File); ok && term.IsTerminal(int(fh.Fd())) {
+		p.bar = progressbar.NewOptions64(size,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription("reading"),
+			progressbar.OptionShowBytes(true),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionFullWidth(),
+			progressbar.OptionSpinnerType(14),
+		)
+		interval = 200 * time.Millisecond
+	}
+	p.ticker = time.NewTicker(interval)
+	go p.run()
+	return p
+}
+
+// update is the import's progress callback.
+func (p *importProgress) update(st datastore.ImportStats) {
+	p.parsed.Store(st.Parsed)
+	p.tuples.Store(st.Tuples)
+}
+
+func (p *importProgress) run() {
+	defer close(p.stopped)
+	var last int64
+	committing := false
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.ticker.C:
+		}
+		read := p.in.n.Load()
+		if p.bar == nil {
+			el := time.Since(p.start).Seconds()
+			fmt.Fprintf(p.w, "import: %d tuples read (%.1f MiB, %.0f/s), %d committed\n", p.parsed.Load(), float64(read)/(1<<20), float64(p.parsed.Load())/el, p.tuples.Load())
+			continue
+		}
+		if committing {
+			_ = p.bar.Set64(p.tuples.Load())
+			continue
+		}
+		_ = p.bar.Add64(read - last)
+		last = read
+		p.bar.Describe(fmt.Sprintf("reading (%d tuples)", p.parsed.Load()))
+		if p.tuples.Load() > 0 && p.tuples.Load() < p.parsed.Load() {
+			// Reading is done; a second bar follows the merge.
+			_ = p.bar.Finish()
+			fmt.Fprintln(p.w)
+			committing = true
+			p.bar = progressbar.NewOptions64(p.parsed.Load(),
+				progressbar.OptionSetWriter(p.w),
+				progressbar.OptionSetDescription("committing"),
+				progressbar.OptionShowCount(),
+				progressbar.OptionShowIts(),
+				progressbar.OptionSetItsString("tuples"),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionFullWidth(),
+			)
+			_ = p.bar.Set64(p.tuples.Load())
+		}
+	}
+}
+
+// stop ends the reports; the bar, if any, is finished.
+func (p *importProgress) stop() {
+	p.ticker.Stop()
+	close(p.done)
+	<-p.stopped
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fmt.Fprintln(p.w)
+	}
 }
 
 func newRelExportCmd(f *relFlags) *cobra.Command {

@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 
-	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/spf13/cobra"
+
+	"github.com/nexuspdp/nexus/internal/version"
 )
 
 func newRootCmd() *cobra.Command {

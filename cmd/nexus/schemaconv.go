@@ -11,11 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/modeltest"
 	"github.com/nexuspdp/nexus/internal/schemaconv"
-	"github.com/spf13/cobra"
 )
 
 // Models from OpenFGA and SpiceDB: nexus rel schema convert, the --from of

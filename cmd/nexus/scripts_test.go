@@ -76,8 +76,8 @@ func TestWrongInvocationExits2(t *testing.T) {
 func TestRelCheckAndReadForScripts(t *testing.T) {
 	dd := "--data-dir=" + t.TempDir()
 	for _, args := range [][]string{
-		{"rel", "schema", "write", "../../examples/drive/schema.yaml", dd},
-		{"rel", "import", "../../examples/drive/tuples.txt", dd},
+		{"rel", "schema", "write", "../../internal/defaults/drive/schema.yaml", dd},
+		{"rel", "import", "../../internal/defaults/drive/tuples.txt", dd},
 	} {
 		if out, err := runNexus(t, "", args...); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out)

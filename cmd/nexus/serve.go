@@ -16,14 +16,15 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/drive"
-	"github.com/nexuspdp/nexus/examples/drive/demo"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/defaults/demo"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -31,36 +32,37 @@ import (
 // serveConfig is the YAML config file of `nexus serve`; flags given on the
 // command line override it.
 type serveConfig struct {
-	GRPCAddr         string        `yaml:"grpc_addr"`
-	HTTPAddr         string        `yaml:"http_addr"`
-	AdminAddr        string        `yaml:"admin_addr"`
-	GRPCTLS          tlsConfig     `yaml:"grpc_tls"`
-	HTTPTLS          tlsConfig     `yaml:"http_tls"`
-	AdminTLS         tlsConfig     `yaml:"admin_tls"`
-	AdminToken       string        `yaml:"admin_token"`
-	AdminTokenFile   string        `yaml:"admin_token_file"`
-	AdminInsecure    bool          `yaml:"admin_insecure"`
-	AppAPIKey        string        `yaml:"app_api_key"`
-	AppAPIKeyFile    string        `yaml:"app_api_key_file"`
-	AppAPIInsecure   bool          `yaml:"app_api_insecure"`
-	PublicURL        string        `yaml:"public_url"`
-	DataDir          string        `yaml:"data_dir"`
-	Policy           string        `yaml:"policy"`
-	Schema           string        `yaml:"schema"`
-	Entrypoints      []string      `yaml:"entrypoints"`
-	EnvoyEntrypoint  string        `yaml:"envoy_entrypoint"`
-	AuthzEntrypoint  string        `yaml:"authz_entrypoint"`
-	DecisionLog      string        `yaml:"decision_log"`
-	CacheSize        int           `yaml:"cache_size"`
-	CacheDisabled    bool          `yaml:"cache_disabled"`
-	EvalTimeout      time.Duration `yaml:"eval_timeout"`
-	MaxBodyBytes     int64         `yaml:"max_body_bytes"`
-	Reflection       bool          `yaml:"reflection"`
-	Profiling        bool          `yaml:"profiling"`
-	LogLevel         string        `yaml:"log_level"`
-	ShutdownGrace    time.Duration `yaml:"shutdown_grace"`
-	MaxInstances     int           `yaml:"max_instances"`
-	DecisionLogQueue int           `yaml:"decision_log_queue"`
+	GRPCAddr             string        `yaml:"grpc_addr"`
+	HTTPAddr             string        `yaml:"http_addr"`
+	AdminAddr            string        `yaml:"admin_addr"`
+	GRPCTLS              tlsConfig     `yaml:"grpc_tls"`
+	HTTPTLS              tlsConfig     `yaml:"http_tls"`
+	AdminTLS             tlsConfig     `yaml:"admin_tls"`
+	AdminToken           string        `yaml:"admin_token"`
+	AdminTokenFile       string        `yaml:"admin_token_file"`
+	AdminInsecure        bool          `yaml:"admin_insecure"`
+	AppAPIKey            string        `yaml:"app_api_key"`
+	AppAPIKeyFile        string        `yaml:"app_api_key_file"`
+	AppAPIInsecure       bool          `yaml:"app_api_insecure"`
+	PublicURL            string        `yaml:"public_url"`
+	DataDir              string        `yaml:"data_dir"`
+	Policy               string        `yaml:"policy"`
+	TrustedSubjectHeader string        `yaml:"trusted_subject_header"`
+	Schema               string        `yaml:"schema"`
+	Entrypoints          []string      `yaml:"entrypoints"`
+	EnvoyEntrypoint      string        `yaml:"envoy_entrypoint"`
+	AuthzEntrypoint      string        `yaml:"authz_entrypoint"`
+	DecisionLog          string        `yaml:"decision_log"`
+	CacheSize            int           `yaml:"cache_size"`
+	CacheDisabled        bool          `yaml:"cache_disabled"`
+	EvalTimeout          time.Duration `yaml:"eval_timeout"`
+	MaxBodyBytes         int64         `yaml:"max_body_bytes"`
+	Reflection           bool          `yaml:"reflection"`
+	Profiling            bool          `yaml:"profiling"`
+	LogLevel             string        `yaml:"log_level"`
+	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
+	MaxInstances         int           `yaml:"max_instances"`
+	DecisionLogQueue     int           `yaml:"decision_log_queue"`
 }
 
 type tlsConfig struct {
@@ -86,7 +88,17 @@ func newServeCmd() *cobra.Command {
 With no flags it starts on the embedded default: the drive example's schema
 and demo relationships (written into --data-dir on first start) and the
 default policy (RBAC tenant roles, ReBAC folder inheritance, ABAC
-conditions), compiled from embedded Rego.`,
+conditions), compiled from embedded Rego.
+
+The subject of a proxied request is the "sub" of a JWT that Envoy's
+jwt_authn filter verified. --trusted-subject-header NAME also accepts the
+subject from the header NAME when no JWT came with the request: use it only
+where every request reaches nexus through a hop that sets NAME itself and
+removes a client's copy (the demo, nginx auth_basic, a proxy that copies a
+verified JWT claim into NAME).
+
+An admin listener on an address other than loopback requires a token
+(--admin-token, --admin-token-file or $NEXUS_ADMIN_TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := parseLevel(c.LogLevel); err != nil {
@@ -126,6 +138,7 @@ conditions), compiled from embedded Rego.`,
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
+	f.StringVar(&c.TrustedSubjectHeader, "trusted-subject-header", "", "request header a trusted hop sets to the verified subject, used when no verified JWT came (default: none, JWT only)")
 	f.StringSliceVarP(&c.Entrypoints, "entrypoint", "e", nil, "entrypoints to compile a --policy directory with (default: the envoy and authz entrypoints)")
 	f.StringVar(&c.EnvoyEntrypoint, "envoy-entrypoint", pdp.DefaultEnvoyEntrypoint, "entrypoint for ext_authz and forward-auth requests")
 	f.StringVar(&c.AuthzEntrypoint, "authz-entrypoint", pdp.DefaultAuthzEntrypoint, "entrypoint for AuthZEN and Permit checks")
@@ -187,6 +200,7 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 		c.AppAPIInsecure = true
 	}
 	str("public-url", &c.PublicURL, file.PublicURL)
+	str("trusted-subject-header", &c.TrustedSubjectHeader, file.TrustedSubjectHeader)
 	str("data-dir", &c.DataDir, file.DataDir)
 	str("policy", &c.Policy, file.Policy)
 	str("schema", &c.Schema, file.Schema)
@@ -241,6 +255,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := c.resolve(); err != nil {
+		return err
+	}
 
 	store, err := openStore(ctx, c, log)
 	if err != nil {
@@ -269,6 +286,15 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	bundle, err := loadPolicy(ctx, c)
 	if err != nil {
 		return err
+	}
+	if bundle, err = trustSubjectHeader(bundle, c.TrustedSubjectHeader); err != nil {
+		return err
+	}
+	switch h := dataSubjectHeader(bundle.Data); {
+	case c.TrustedSubjectHeader != "":
+		log.Info("the subject header is trusted when no verified JWT comes with a request", "header", c.TrustedSubjectHeader)
+	case h != "":
+		log.Warn("the policy's own data trusts a subject header (data.nexus.subject_header); the default trusts none", "header", h)
 	}
 	var dlog io.Writer
 	switch c.DecisionLog {
@@ -378,7 +404,7 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 
 // loadPolicy reads a bundle, compiles a directory, or compiles the
 // embedded default policy.
-func loadPolicy(ctx context.Context, c serveConfig) (*compiler.Bundle, error) {
+func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	eps := c.Entrypoints
 	if len(eps) == 0 {
 		eps = []string{c.EnvoyEntrypoint, c.AuthzEntrypoint}
@@ -419,7 +445,7 @@ func loadPolicy(ctx context.Context, c serveConfig) (*compiler.Bundle, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	defer f.Close()
-	b, err := compiler.ReadBundle(f)
+	b, err := bundle.Read(f)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", c.Policy, err)
 	}

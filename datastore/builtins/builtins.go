@@ -1,6 +1,7 @@
 // Package builtins exposes the relationship store to policies: it
-// registers nexus' host builtins (declared in compiler.NexusBuiltins) with
-// an engine's registry, backed by a datastore.Store.
+// registers nexus' host builtins (declared in bundle.NexusBuiltins) with
+// an engine's registry, backed by a Store (what *datastore.BoltStore
+// offers policies).
 //
 //	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
 //
@@ -31,15 +32,24 @@ import (
 	"github.com/nexuspdp/nexus/engine"
 )
 
-// roleAppender is the allocation-free form of Roles that *BoltStore has.
-type roleAppender interface {
+// Store is what the builtins read from the relationship store, one
+// method per builtin: nexus.check, nexus.roles, nexus.relations,
+// nexus.lookup_resources and nexus.lookup_subjects. *datastore.BoltStore
+// implements it; see datastore.Store for each method's contract.
+type Store interface {
+	Check(ctx context.Context, req datastore.CheckRequest) (datastore.CheckResult, error)
 	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
+	Read(ctx context.Context, f datastore.Filter) ([]api.Tuple, error)
+	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)
+	LookupSubjects(ctx context.Context, object api.Object, permission, subjectType string) ([]string, error)
 }
+
+var _ Store = (*datastore.BoltStore)(nil)
 
 // NewEngine returns an engine whose policies can call the relationship
 // builtins over s, besides those cfg.Builtins already holds (a new registry
 // if nil).
-func NewEngine(ctx context.Context, s datastore.Store, cfg engine.Config) (*engine.Engine, error) {
+func NewEngine(ctx context.Context, s Store, cfg engine.Config) (*engine.Engine, error) {
 	if cfg.Builtins == nil {
 		cfg.Builtins = engine.NewRegistry()
 	}
@@ -51,18 +61,25 @@ func NewEngine(ctx context.Context, s datastore.Store, cfg engine.Config) (*engi
 
 // Register adds nexus.check, nexus.roles, nexus.relations,
 // nexus.lookup_resources and nexus.lookup_subjects to reg.
-func Register(reg *engine.Registry, s datastore.Store) error {
-	ra, appends := s.(roleAppender)
+func Register(reg *engine.Registry, s Store) error {
+	check := func(ctx context.Context, object, permission, subject string) (bool, error) {
+		obj, err := api.ParseObject(object)
+		if err != nil {
+			return false, err
+		}
+		sub, err := api.ParseSubject(subject)
+		if err != nil {
+			return false, err
+		}
+		res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: permission, Subject: sub})
+		return res.Allowed, err
+	}
 	roles := func(ctx context.Context, dst []string, subject, tenant string) ([]string, error) {
 		sub, err := api.ParseSubject(subject)
 		if err != nil {
 			return dst, fmt.Errorf("nexus.roles: %w", err)
 		}
-		if appends {
-			return ra.AppendRoles(ctx, dst, sub, tenant)
-		}
-		rs, err := s.Roles(ctx, sub, tenant)
-		return append(dst, rs...), err
+		return s.AppendRoles(ctx, dst, sub, tenant)
 	}
 	relations := func(ctx context.Context, dst []string, object, relation string) ([]string, error) {
 		obj, err := api.ParseObject(object)
@@ -105,7 +122,7 @@ func Register(reg *engine.Registry, s datastore.Store) error {
 		arity int
 		fn    any
 	}{
-		{"nexus.check", 3, engine.Predicate3(s.CheckString)},
+		{"nexus.check", 3, engine.Predicate3(check)},
 		{"nexus.roles", 2, engine.StringList2(roles)},
 		{"nexus.relations", 2, engine.StringList2(relations)},
 		{"nexus.lookup_resources", 3, engine.StringList3(lookupResources)},

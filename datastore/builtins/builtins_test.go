@@ -15,7 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/drive/demo"
+	"github.com/nexuspdp/nexus/internal/defaults/demo"
 )
 
 // examplePolicy uses every relationship builtin.
@@ -83,12 +83,12 @@ func oracle(t *testing.T, s *datastore.BoltStore, input map[string]any) any {
 		rego.Input(input),
 		rego.Function3(&rego.Function{Name: "nexus.check", Decl: types.NewFunction(types.Args(types.S, types.S, types.S), types.B)},
 			func(_ rego.BuiltinContext, a, b, c *ast.Term) (*ast.Term, error) {
-				ok, err := s.CheckString(ctx, str(a), str(b), str(c))
-				return ast.BooleanTerm(ok), err
+				res, err := s.Check(ctx, datastore.CheckRequest{Object: obj(str(a)), Permission: str(b), Subject: sub(str(c))})
+				return ast.BooleanTerm(res.Allowed), err
 			}),
 		rego.Function2(&rego.Function{Name: "nexus.roles", Decl: types.NewFunction(types.Args(types.S, types.S), types.NewArray(nil, types.S))},
 			func(_ rego.BuiltinContext, a, b *ast.Term) (*ast.Term, error) {
-				rs, err := s.Roles(ctx, sub(str(a)), str(b))
+				rs, err := s.AppendRoles(ctx, nil, sub(str(a)), str(b))
 				return list(rs), err
 			}),
 		rego.Function2(&rego.Function{Name: "nexus.relations", Decl: types.NewFunction(types.Args(types.S, types.S), types.NewArray(nil, types.S))},

@@ -22,10 +22,12 @@ type rule struct {
 	// except are patterns of packages the rule leaves alone.
 	except []string
 	deep   bool // the transitive dependencies, not only direct imports
+	// tests adds the packages' test imports to what the rule checks.
+	tests bool
 }
 
 var rules = []rule{
-	{name: "nothing in the product imports the examples", from: "...", except: []string{"examples/..."}, not: []string{"examples/..."}},
+	{name: "nothing in the product or its tests imports the examples", from: "...", except: []string{"examples/..."}, not: []string{"examples/..."}, tests: true},
 	{name: "the shared types are a leaf", from: "api/...", not: []string{"..."}},
 	{name: "the bundle format is a leaf", from: "bundle/...", not: []string{"compiler/...", "engine/...", "datastore/...", "pdp/...", "extauthz/..."}, deep: true},
 	{name: "the engine links neither the compiler nor the store", from: "engine/...", not: []string{"compiler/...", "datastore/...", "pdp/...", "extauthz/...", "opa:compile", "opa:loader", "opa:bundle"}, deep: true},
@@ -76,9 +78,11 @@ func match(pattern, p string) bool {
 }
 
 type pkg struct {
-	ImportPath string
-	Imports    []string
-	Deps       []string
+	ImportPath   string
+	Imports      []string
+	Deps         []string
+	TestImports  []string
+	XTestImports []string
 }
 
 func listPackages(t *testing.T) []pkg {
@@ -128,6 +132,9 @@ func TestImportRules(t *testing.T) {
 				deps := p.Imports
 				if r.deep {
 					deps = p.Deps
+				}
+				if r.tests {
+					deps = append(append(slices.Clone(deps), p.TestImports...), p.XTestImports...)
 				}
 				for _, d := range deps {
 					if r.from != "..." && match(r.from, d) {

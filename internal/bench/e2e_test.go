@@ -15,17 +15,23 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/examples/allowall"
-	"github.com/nexuspdp/nexus/examples/drive/policy"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/defaults/allowall"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
-func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.Bundle, error) {
+// compileFS compiles files of fsys; data names the data file among them.
+// The benchmark client is the trusted hop of these runs: it sends the
+// subject in the x-user header, which the default policy accepts only when
+// data.nexus.subject_header names it (nexus serve --trusted-subject-header
+// x-user), so base data names it here.
+func compileFS(fsys fs.FS, files []string, data string, rev string) (*bundle.Bundle, error) {
 	mods := map[string]string{}
 	var dataJSON []byte
 	for _, f := range files {
@@ -41,15 +47,16 @@ func compileFS(fsys fs.FS, files []string, data string, rev string) (*compiler.B
 	}
 	return compiler.Compile(context.Background(), compiler.Options{
 		Modules: mods, DataJSON: dataJSON, Revision: rev,
+		Data:        map[string]any{"nexus": map[string]any{"subject_header": "x-user"}},
 		Entrypoints: []string{pdp.DefaultEnvoyEntrypoint, pdp.DefaultAuthzEntrypoint},
 	})
 }
 
 var (
-	defaultBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+	defaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 		return compileFS(policy.FS, []string{"authz.rego", "envoy.rego", "data.json"}, "data.json", "default")
 	})
-	allowBundle = sync.OnceValues(func() (*compiler.Bundle, error) {
+	allowBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 		return compileFS(allowall.FS, []string{"authz.rego", "envoy.rego"}, "", "allowall")
 	})
 )
@@ -77,7 +84,7 @@ func startInproc(t testing.TB, dataDir string, baseline bool) *inproc {
 	t.Helper()
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "nexus.db")
-	var b *compiler.Bundle
+	var b *bundle.Bundle
 	var err error
 	if baseline {
 		b, err = allowBundle()

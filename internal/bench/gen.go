@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 )
 
 // Profile sizes a generated data set. Every count is exact: the

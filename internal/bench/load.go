@@ -113,6 +113,68 @@ type job struct {
 	req   *Request
 }
 
+// tally counts the outcomes of one window; the workers share it.
+type tally struct {
+	expect bool
+
+	mu   sync.Mutex
+	hist *hdrhistogram.Histogram
+
+	inflight                                            atomic.Int64
+	completed, failed, wrong, allowed, c4xx, c5xx, grpc atomic.Int64
+	firstErr                                            atomic.Pointer[string]
+}
+
+// record counts the outcome o of j, answered lat after its scheduled time.
+func (t *tally) record(j job, o Outcome, lat time.Duration) {
+	t.inflight.Add(-1)
+	t.mu.Lock()
+	_ = t.hist.RecordValue(int64(lat))
+	t.mu.Unlock()
+	t.completed.Add(1)
+	bad := o.Err != nil
+	switch {
+	case o.HTTPStatus >= 500:
+		t.c5xx.Add(1)
+	case o.HTTPStatus >= 400:
+		t.c4xx.Add(1)
+	}
+	if o.Err != nil && o.GRPCCode != codes.OK {
+		t.grpc.Add(1)
+	}
+	if o.Err == nil {
+		if o.Allowed {
+			t.allowed.Add(1)
+		}
+		if o.Allowed != j.req.check.Allow {
+			t.wrong.Add(1)
+			if t.expect {
+				bad = true
+				if t.firstErr.Load() == nil {
+					s := fmt.Sprintf("wrong decision %v for %+v", o.Allowed, j.req.check)
+					t.firstErr.CompareAndSwap(nil, &s)
+				}
+			}
+		}
+	} else if t.firstErr.Load() == nil {
+		s := o.Err.Error()
+		t.firstErr.CompareAndSwap(nil, &s)
+	}
+	if bad {
+		t.failed.Add(1)
+	}
+}
+
+// fill copies the counts into res.
+func (t *tally) fill(res *LoadResult) {
+	res.Completed, res.Failed, res.Wrong, res.Allowed = t.completed.Load(), t.failed.Load(), t.wrong.Load(), t.allowed.Load()
+	res.HTTP4xx, res.HTTP5xx, res.GRPCErrors = t.c4xx.Load(), t.c5xx.Load(), t.grpc.Load()
+	if s := t.firstErr.Load(); s != nil {
+		res.FirstError = *s
+	}
+	res.Client = percentiles(t.hist)
+}
+
 // Load runs one window against t, drawing requests at random from reqs.
 func Load(ctx context.Context, t *Target, reqs []Request, cfg LoadConfig) (LoadResult, error) {
 	if err := cfg.validate(); err != nil {
@@ -125,69 +187,46 @@ func Load(ctx context.Context, t *Target, reqs []Request, cfg LoadConfig) (LoadR
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Millisecond
 	}
-	var (
-		mu                                                  sync.Mutex
-		hist                                                = newHistogram()
-		inflight                                            atomic.Int64
-		completed, failed, wrong, allowed, c4xx, c5xx, grpc atomic.Int64
-		firstErr                                            atomic.Pointer[string]
-	)
+	tl := &tally{expect: cfg.Expect, hist: newHistogram()}
 	jobs := make(chan job, cfg.MaxInFlight)
 	var wg sync.WaitGroup
 	for range cfg.MaxInFlight {
 		wg.Go(func() {
 			for j := range jobs {
 				o := t.Send(ctx, j.req)
-				lat := time.Since(j.sched)
-				inflight.Add(-1)
-				mu.Lock()
-				_ = hist.RecordValue(int64(lat))
-				mu.Unlock()
-				completed.Add(1)
-				bad := o.Err != nil
-				switch {
-				case o.HTTPStatus >= 500:
-					c5xx.Add(1)
-				case o.HTTPStatus >= 400:
-					c4xx.Add(1)
-				}
-				if o.Err != nil && o.GRPCCode != codes.OK {
-					grpc.Add(1)
-				}
-				if o.Err == nil {
-					if o.Allowed {
-						allowed.Add(1)
-					}
-					if o.Allowed != j.req.check.Allow {
-						wrong.Add(1)
-						if cfg.Expect {
-							bad = true
-							if firstErr.Load() == nil {
-								s := fmt.Sprintf("wrong decision %v for %+v", o.Allowed, j.req.check)
-								firstErr.CompareAndSwap(nil, &s)
-							}
-						}
-					}
-				} else if firstErr.Load() == nil {
-					s := o.Err.Error()
-					firstErr.CompareAndSwap(nil, &s)
-				}
-				if bad {
-					failed.Add(1)
-				}
+				tl.record(j, o, time.Since(j.sched))
 			}
 		})
 	}
+	start := time.Now()
+	err := dispatch(ctx, cfg, reqs, jobs, &tl.inflight, start, &res)
+	close(jobs)
+	wg.Wait()
+	res.Elapsed = time.Since(start).Seconds()
+	tl.fill(&res)
+	window := min(res.Elapsed, cfg.Duration.Seconds())
+	if window > 0 {
+		res.AchievedRate = float64(res.Completed) / window
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return res, err
+	}
+	return res, nil
+}
+
+// dispatch sends the window's arrivals to jobs at their scheduled times
+// from start, each to a free worker or counted as dropped when
+// MaxInFlight are in flight, and sets res.Scheduled, Sent and Dropped.
+// It returns ctx's error if ctx ends first.
+func dispatch(ctx context.Context, cfg LoadConfig, reqs []Request, jobs chan<- job, inflight *atomic.Int64, start time.Time, res *LoadResult) error {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Rate*1000)))
 	total := int64(cfg.Duration.Seconds() * cfg.Rate)
 	if total < 1 {
 		total = 1
 	}
 	interval := float64(time.Second) / cfg.Rate
-	start := time.Now()
 	var next int64
-	var err error
-dispatch:
+	defer func() { res.Scheduled = next }()
 	for next < total {
 		now := time.Now()
 		due := min(int64(float64(now.Sub(start))/interval)+1, total)
@@ -222,13 +261,11 @@ dispatch:
 			select {
 			case <-ctx.Done():
 				timer.Stop()
-				err = ctx.Err()
-				break dispatch
+				return ctx.Err()
 			case <-timer.C:
 			}
 		} else if ctx.Err() != nil {
-			err = ctx.Err()
-			break
+			return ctx.Err()
 		}
 		if spin {
 			for time.Now().Before(at) {
@@ -236,22 +273,5 @@ dispatch:
 			}
 		}
 	}
-	close(jobs)
-	wg.Wait()
-	res.Elapsed = time.Since(start).Seconds()
-	res.Scheduled = next
-	res.Completed, res.Failed, res.Wrong, res.Allowed = completed.Load(), failed.Load(), wrong.Load(), allowed.Load()
-	res.HTTP4xx, res.HTTP5xx, res.GRPCErrors = c4xx.Load(), c5xx.Load(), grpc.Load()
-	if s := firstErr.Load(); s != nil {
-		res.FirstError = *s
-	}
-	window := min(res.Elapsed, cfg.Duration.Seconds())
-	if window > 0 {
-		res.AchievedRate = float64(res.Completed) / window
-	}
-	res.Client = percentiles(hist)
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return res, err
-	}
-	return res, nil
+	return nil
 }

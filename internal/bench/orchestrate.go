@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,18 +142,9 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	checks := map[string][]Check{}
-	for _, p := range profiles {
-		if checks[p], err = ReadChecksFile(filepath.Join(cfg.Data, GateFile(p))); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range httpProfiles {
-		if checks[p] == nil {
-			if checks[p], err = ReadChecksFile(filepath.Join(cfg.Data, GateFile(p))); err != nil {
-				return nil, err
-			}
-		}
+	checks, err := readGates(cfg.Data, profiles, httpProfiles)
+	if err != nil {
+		return nil, err
 	}
 	rep := &Report{Started: time.Now().UTC(), Machine: machine(), Command: cfg.Command, DataSet: man}
 	logf("starting nexus")
@@ -169,92 +161,115 @@ func Run(ctx context.Context, cfg RunConfig) (*Report, error) {
 		}
 		defer func() { _ = base.Stop(context.WithoutCancel(ctx)) }()
 	}
-	addr := func(s Server, iface string) string {
-		if iface == InterfaceGRPC {
-			return s.GRPCAddr()
-		}
-		return s.HTTPAddr()
-	}
 	for _, iface := range ifaces {
 		ps := profiles
 		if iface != InterfaceGRPC {
 			ps = httpProfiles
 		}
-		type tgt struct {
-			name, profile string
-			srv           Server
-		}
-		var tgts []tgt
+		var tgts []runTarget
 		for _, p := range ps {
-			tgts = append(tgts, tgt{"nexus", p, nx})
+			tgts = append(tgts, runTarget{iface, "nexus", p, nx})
 		}
 		if base != nil && len(ps) > 0 {
-			tgts = append(tgts, tgt{"baseline", ps[0], base})
+			tgts = append(tgts, runTarget{iface, "baseline", ps[0], base})
 		}
 		for _, tg := range tgts {
-			t, err := NewTarget(TargetConfig{Interface: iface, Addr: addr(tg.srv, iface), Conns: cfg.Conns, Client: cfg.Client})
+			r, err := tg.run(ctx, cfg, checks[tg.profile], logf)
+			if r != nil {
+				rep.Results = append(rep.Results, *r)
+			}
 			if err != nil {
 				return rep, err
 			}
-			r := Result{Interface: iface, Profile: tg.profile, Target: tg.name}
-			if tg.name == "baseline" {
-				r.Profile = "allow-only (" + tg.profile + " requests)"
-			}
-			cs := checks[tg.profile]
-			if tg.name == "nexus" {
-				g, err := Gate(ctx, t, cs)
-				r.Gate = &g
-				if err != nil {
-					rep.Results = append(rep.Results, r)
-					_ = t.Close()
-					return rep, err
-				}
-				logf("%s %s: gate %d/%d right", iface, tg.profile, g.Right, g.Checks)
-			}
-			reqs, err := t.Prepare(cs)
-			if err != nil {
-				_ = t.Close()
-				return rep, err
-			}
-			expect := tg.name == "nexus"
-			if !cfg.SkipLatency {
-				lc := cfg.Latency
-				lc.Expect, lc.MetricsURL = expect, tg.srv.MetricsURL()
-				lr, err := Latency(ctx, t, reqs, lc)
-				if err != nil {
-					_ = t.Close()
-					return rep, err
-				}
-				r.Latency = &lr
-				logf("%s %s %s: latency at %.0f/s: client P50 %.3f P99 %.3f ms; server P99 %s", iface, tg.name, tg.profile,
-					lr.Load.OfferedRate, lr.Load.Client.P50, lr.Load.Client.P99, serverP99(lr.Server))
-			}
-			if !cfg.SkipCapacity {
-				cc := cfg.Capacity
-				cc.Expect, cc.MetricsURL = expect, tg.srv.MetricsURL()
-				cc.Limit = LimitFor(tg.profile)
-				cc.Progress = func(s Step) {
-					verdict := "pass"
-					if !s.Passed {
-						verdict = "FAIL: " + s.Reason
-					}
-					logf("  %s %s %s: step %.0f/s: achieved %.0f/s, P99 %.3f ms, dropped %d, failed %d: %s", iface, tg.name, tg.profile,
-						s.Load.OfferedRate, s.Load.AchievedRate, s.Load.Client.P99, s.Load.Dropped, s.Load.Failed, verdict)
-				}
-				cr, err := Capacity(ctx, t, reqs, cc)
-				if err != nil {
-					_ = t.Close()
-					return rep, err
-				}
-				r.Capacity = &cr
-				logf("%s %s %s: capacity %.0f/s", iface, tg.name, tg.profile, cr.Capacity)
-			}
-			_ = t.Close()
-			rep.Results = append(rep.Results, r)
 		}
 	}
 	rep.Finished = time.Now().UTC()
 	return rep, nil
+}
+
+// readGates reads the gate file of every profile of a run.
+func readGates(dir string, profiles, httpProfiles []string) (map[string][]Check, error) {
+	checks := map[string][]Check{}
+	for _, p := range append(slices.Clip(profiles), httpProfiles...) {
+		if checks[p] != nil {
+			continue
+		}
+		cs, err := ReadChecksFile(filepath.Join(dir, GateFile(p)))
+		if err != nil {
+			return nil, err
+		}
+		checks[p] = cs
+	}
+	return checks, nil
+}
+
+// runTarget is one server measured over one interface with the requests
+// of one profile: nexus (gated first), or the baseline.
+type runTarget struct {
+	iface, name, profile string
+	srv                  Server
+}
+
+// run gates (nexus only) and measures the target. The result is nil
+// when nothing was measured; a failed gate returns it with the error.
+func (tg runTarget) run(ctx context.Context, cfg RunConfig, cs []Check, logf func(string, ...any)) (*Result, error) {
+	addr := tg.srv.HTTPAddr()
+	if tg.iface == InterfaceGRPC {
+		addr = tg.srv.GRPCAddr()
+	}
+	t, err := NewTarget(TargetConfig{Interface: tg.iface, Addr: addr, Conns: cfg.Conns, Client: cfg.Client})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = t.Close() }()
+	r := Result{Interface: tg.iface, Profile: tg.profile, Target: tg.name}
+	nexus := tg.name == "nexus"
+	if !nexus {
+		r.Profile = "allow-only (" + tg.profile + " requests)"
+	}
+	if nexus {
+		g, err := Gate(ctx, t, cs)
+		r.Gate = &g
+		if err != nil {
+			return &r, err
+		}
+		logf("%s %s: gate %d/%d right", tg.iface, tg.profile, g.Right, g.Checks)
+	}
+	reqs, err := t.Prepare(cs)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.SkipLatency {
+		lc := cfg.Latency
+		lc.Expect, lc.MetricsURL = nexus, tg.srv.MetricsURL()
+		lr, err := Latency(ctx, t, reqs, lc)
+		if err != nil {
+			return nil, err
+		}
+		r.Latency = &lr
+		logf("%s %s %s: latency at %.0f/s: client P50 %.3f P99 %.3f ms; server P99 %s", tg.iface, tg.name, tg.profile,
+			lr.Load.OfferedRate, lr.Load.Client.P50, lr.Load.Client.P99, serverP99(lr.Server))
+	}
+	if !cfg.SkipCapacity {
+		cc := cfg.Capacity
+		cc.Expect, cc.MetricsURL = nexus, tg.srv.MetricsURL()
+		cc.Limit = LimitFor(tg.profile)
+		cc.Progress = func(s Step) {
+			verdict := "pass"
+			if !s.Passed {
+				verdict = "FAIL: " + s.Reason
+			}
+			logf("  %s %s %s: step %.0f/s: achieved %.0f/s, P99 %.3f ms, dropped %d, failed %d: %s", tg.iface, tg.name, tg.profile,
+				s.Load.OfferedRate, s.Load.AchievedRate, s.Load.Client.P99, s.Load.Dropped, s.Load.Failed, verdict)
+		}
+		cr, err := Capacity(ctx, t, reqs, cc)
+		if err != nil {
+			return nil, err
+		}
+		r.Capacity = &cr
+		logf("%s %s %s: capacity %.0f/s", tg.iface, tg.name, tg.profile, cr.Capacity)
+	}
+	return &r, nil
 }
 
 func serverP99(s *ServerStats) string {

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nexuspdp/nexus/examples/allowall"
+	"github.com/nexuspdp/nexus/internal/defaults/allowall"
 )
 
 // ProcessConfig starts `nexus serve` as a child process.
@@ -152,7 +152,7 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (Server, error) {
 	return p, nil
 }
 
-// WriteAllowAll writes the allow-only policy (examples/allowall) into dir
+// WriteAllowAll writes the allow-only policy (internal/defaults/allowall) into dir
 // and returns dir, for `nexus serve --policy dir`.
 func WriteAllowAll(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

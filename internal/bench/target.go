@@ -29,7 +29,9 @@ import (
 const (
 	// InterfaceGRPC is Envoy's ext_authz gRPC Check with Envoy-shaped
 	// CheckRequests (method and path of the default route rules, the
-	// x-user header, a fresh x-request-id per request).
+	// x-user header, a fresh x-request-id per request). The server must
+	// trust x-user (nexus serve --trusted-subject-header x-user): the
+	// load generator stands for the proxy that verified the subject.
 	InterfaceGRPC = "grpc"
 	// InterfaceAllowed is the Permit-compatible POST /allowed.
 	InterfaceAllowed = "allowed"

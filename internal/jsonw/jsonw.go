@@ -1,6 +1,7 @@
 // Package jsonw appends JSON values to byte slices without reflection,
-// escaping strings exactly as encoding/json does, for the server's hot
-// paths (input documents, decision log events).
+// escaping strings exactly as encoding/json does, for the hot paths: the
+// server's input documents and decision log events, and the values the
+// engine hands to a policy from host builtins.
 package jsonw
 
 import (

@@ -55,8 +55,11 @@ func TestExamples(t *testing.T) {
 	}
 	// The nexus test file against the two other forms of the model.
 	for _, model := range []string{"drive.fga", "drive.zed"} {
-		src := strings.Replace(string(native), "schema_file: schema.yaml", "schema_file: "+filepath.Join(abs, model), 1)
-		src = strings.Replace(src, "tuple_file: tuples.txt", "tuple_file: "+filepath.Join(abs, "tuples.txt"), 1)
+		src := strings.Replace(string(native), "schema_file: ../../internal/defaults/drive/schema.yaml", "schema_file: "+filepath.Join(abs, model), 1)
+		src = strings.Replace(src, "tuple_file: ../../internal/defaults/drive/tuples.txt", "tuple_file: "+filepath.Join(abs, "../../internal/defaults/drive/tuples.txt"), 1)
+		if src == string(native) {
+			t.Fatal("the nexus test file no longer names the drive's schema and tuples where this test expects them")
+		}
 		tests = append(tests, struct {
 			name       string
 			file       string

@@ -18,7 +18,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 )
 
 // Opener returns a fresh, empty store; the suite closes it.
@@ -76,6 +76,22 @@ func MustDrive(t *testing.T, s datastore.Store) {
 	}
 }
 
+// check is Check over text arguments ("type:id", permission,
+// "type:id[#relation]"), which must parse.
+func check(t *testing.T, s datastore.Store, object, permission, subject string) (bool, error) {
+	t.Helper()
+	obj, err := api.ParseObject(object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := api.ParseSubject(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Check(ctx(t), datastore.CheckRequest{Object: obj, Permission: permission, Subject: sub})
+	return res.Allowed, err
+}
+
 func tuples(t *testing.T, ss ...string) []api.Tuple {
 	t.Helper()
 	out := make([]api.Tuple, len(ss))
@@ -116,7 +132,7 @@ func testNoSchema(t *testing.T, s datastore.Store) {
 	if _, err := s.Write(ctx(t), datastore.WriteRequest{Touches: tuples(t, "folder:a#viewer@user:b")}); !errors.Is(err, datastore.ErrNoSchema) {
 		t.Fatalf("Write = %v, want ErrNoSchema", err)
 	}
-	if _, err := s.CheckString(ctx(t), "folder:a", "read", "user:b"); !errors.Is(err, datastore.ErrNoSchema) {
+	if _, err := check(t, s, "folder:a", "read", "user:b"); !errors.Is(err, datastore.ErrNoSchema) {
 		t.Fatalf("Check = %v, want ErrNoSchema", err)
 	}
 	if r, err := s.Revision(ctx(t)); err != nil || r != 0 {
@@ -186,7 +202,7 @@ func testWriteReadDelete(t *testing.T, s datastore.Store) {
 	if g := strs(got); !slices.Equal(g, []string{"folder:x#viewer@user:zed"}) {
 		t.Fatalf("after delete: %v", g)
 	}
-	if ok, _ := s.CheckString(ctx(t), "file:y", "read", "user:zed"); !ok {
+	if ok, _ := check(t, s, "file:y", "read", "user:zed"); !ok {
 		t.Fatal("zed cannot read file:y through folder:x")
 	}
 }
@@ -276,33 +292,37 @@ func testDriveChecks(t *testing.T, s datastore.Store) {
 	MustDrive(t, s)
 	for _, c := range DriveCases {
 		t.Run(c.Object+"#"+c.Permission+"@"+c.Subject, func(t *testing.T) {
-			got, err := s.CheckString(ctx(t), c.Object, c.Permission, c.Subject)
+			got, err := check(t, s, c.Object, c.Permission, c.Subject)
 			if err != nil || got != c.Want {
-				t.Fatalf("CheckString = %v, %v, want %v", got, err, c.Want)
+				t.Fatalf("Check = %v, %v, want %v", got, err, c.Want)
 			}
+			// With a trace the answer is the same.
 			sub, _ := api.ParseSubject(c.Subject)
 			obj, _ := api.ParseObject(c.Object)
-			res, err := s.Check(ctx(t), datastore.CheckRequest{Object: obj, Permission: c.Permission, Subject: sub})
-			if err != nil || res.Allowed != c.Want {
-				t.Fatalf("Check = %v, %v, want %v", res.Allowed, err, c.Want)
+			res, err := s.Check(ctx(t), datastore.CheckRequest{Object: obj, Permission: c.Permission, Subject: sub, Trace: true})
+			if err != nil || res.Allowed != c.Want || res.Trace == nil {
+				t.Fatalf("Check with trace = %v, %v (trace %v), want %v", res.Allowed, err, res.Trace != nil, c.Want)
 			}
 		})
 	}
+	bob := api.Subject{Type: "user", ID: "bob"}
+	fileX := api.Object{Type: "file", ID: "x"}
 	errTests := []struct {
-		name, obj, perm, sub string
-		want                 error
+		name string
+		req  datastore.CheckRequest
+		want error
 	}{
-		{"unknown type", "drive:x", "read", "user:bob", datastore.ErrUnknown},
-		{"unknown permission", "file:x", "print", "user:bob", datastore.ErrUnknown},
-		{"unknown subject type", "file:x", "read", "robot:r2", datastore.ErrUnknown},
-		{"unknown subject relation", "file:x", "read", "group:eng#owner", datastore.ErrUnknown},
-		{"bad object", "file", "read", "user:bob", api.ErrSyntax},
-		{"bad subject", "file:x", "read", "user:b b", api.ErrSyntax},
+		{"unknown type", datastore.CheckRequest{Object: api.Object{Type: "drive", ID: "x"}, Permission: "read", Subject: bob}, datastore.ErrUnknown},
+		{"unknown permission", datastore.CheckRequest{Object: fileX, Permission: "print", Subject: bob}, datastore.ErrUnknown},
+		{"unknown subject type", datastore.CheckRequest{Object: fileX, Permission: "read", Subject: api.Subject{Type: "robot", ID: "r2"}}, datastore.ErrUnknown},
+		{"unknown subject relation", datastore.CheckRequest{Object: fileX, Permission: "read", Subject: api.Subject{Type: "group", ID: "eng", Relation: "owner"}}, datastore.ErrUnknown},
+		{"bad object", datastore.CheckRequest{Object: api.Object{Type: "file"}, Permission: "read", Subject: bob}, api.ErrSyntax},
+		{"bad subject", datastore.CheckRequest{Object: fileX, Permission: "read", Subject: api.Subject{Type: "user", ID: "b b"}}, api.ErrSyntax},
 	}
 	for _, tt := range errTests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := s.CheckString(ctx(t), tt.obj, tt.perm, tt.sub); !errors.Is(err, tt.want) {
-				t.Fatalf("CheckString = %v, want %v", err, tt.want)
+			if _, err := s.Check(ctx(t), tt.req); !errors.Is(err, tt.want) {
+				t.Fatalf("Check = %v, want %v", err, tt.want)
 			}
 		})
 	}
@@ -325,13 +345,19 @@ func testRoles(t *testing.T, s datastore.Store) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sub, _ := api.ParseSubject(tt.subject)
-			got, err := s.Roles(ctx(t), sub, tt.tenant)
+			got, err := s.AppendRoles(ctx(t), nil, sub, tt.tenant)
 			if err != nil {
 				t.Fatal(err)
 			}
 			slices.Sort(got)
 			if !slices.Equal(got, tt.want) {
-				t.Fatalf("Roles = %v, want %v", got, tt.want)
+				t.Fatalf("AppendRoles = %v, want %v", got, tt.want)
+			}
+			// Roles are appended after what dst holds.
+			pre := []string{"kept"}
+			got, err = s.AppendRoles(ctx(t), pre, sub, tt.tenant)
+			if err != nil || len(got) != 1+len(tt.want) || got[0] != "kept" {
+				t.Fatalf("AppendRoles after %v = %v, %v", pre, got, err)
 			}
 		})
 	}
@@ -462,12 +488,12 @@ types:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := s.CheckString(ctx(t), tt.obj, tt.perm, tt.sub)
+			got, err := check(t, s, tt.obj, tt.perm, tt.sub)
 			if !errors.Is(err, tt.err) || (tt.err == nil && err != nil) {
-				t.Fatalf("CheckString err = %v, want %v", err, tt.err)
+				t.Fatalf("Check err = %v, want %v", err, tt.err)
 			}
 			if got != tt.want {
-				t.Fatalf("CheckString = %v, want %v", got, tt.want)
+				t.Fatalf("Check = %v, want %v", got, tt.want)
 			}
 		})
 	}
@@ -497,7 +523,7 @@ func testSchemaOrphans(t *testing.T, s datastore.Store) {
 	if got, _ := s.Read(ctx(t), datastore.Filter{ObjectType: "file", ObjectID: "notes.txt", Relation: "viewer"}); len(got) != 0 {
 		t.Fatalf("forced schema write kept %v", got)
 	}
-	if ok, _ := s.CheckString(ctx(t), "file:report.pdf", "write", "user:dave"); ok {
+	if ok, _ := check(t, s, "file:report.pdf", "write", "user:dave"); ok {
 		t.Fatal("dave still writes after the group editor tuple was dropped")
 	}
 }

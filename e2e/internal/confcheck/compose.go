@@ -20,6 +20,18 @@ type Compose struct {
 	Name     string                    `yaml:"name"`
 	Services map[string]ComposeService `yaml:"services"`
 	Volumes  map[string]*struct{}      `yaml:"volumes"`
+	Secrets  map[string]ComposeSecret  `yaml:"secrets"`
+	// Dir is the folder of the file (paths in it are relative to it).
+	Dir string `yaml:"-"`
+}
+
+// ComposeSecret is a top-level secret, mounted at /run/secrets/NAME in the
+// services that list it.
+type ComposeSecret struct {
+	// File is a file next to the Compose file.
+	File string `yaml:"file"`
+	// Environment is a variable of the environment Compose runs in.
+	Environment string `yaml:"environment"`
 }
 
 // ComposeService is one service of a Compose file.
@@ -32,6 +44,7 @@ type ComposeService struct {
 	Ports       []string          `yaml:"ports"`
 	DependsOn   []string          `yaml:"depends_on"`
 	Profiles    []string          `yaml:"profiles"`
+	Secrets     []string          `yaml:"secrets"`
 	Restart     string            `yaml:"restart"`
 	ReadOnly    bool              `yaml:"read_only"`
 	User        string            `yaml:"user"`
@@ -63,8 +76,9 @@ func expand(s string) (string, error) {
 // ComposeFile decodes the Compose file at path strictly and checks its
 // references against the files next to it: bind-mounted files and folders
 // exist, build contexts and Dockerfiles exist and name the build targets,
-// named volumes are declared, depends_on names services, and an Envoy
-// command's -c file is mounted into the container.
+// named volumes and secrets are declared, secret files exist, depends_on
+// names services, and an Envoy command's -c file is mounted into the
+// container.
 func ComposeFile(path string) (*Compose, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -77,9 +91,20 @@ func ComposeFile(path string) (*Compose, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnknownField, path, err)
 	}
 	dir := filepath.Dir(path)
+	c.Dir = dir
 	var errs []error
 	if len(c.Services) == 0 {
 		errs = append(errs, fmt.Errorf("%w: no services", ErrInvalid))
+	}
+	for name, sc := range c.Secrets {
+		switch {
+		case (sc.File == "") == (sc.Environment == ""):
+			errs = append(errs, fmt.Errorf("%w: secret %q: one of file and environment is required", ErrInvalid, name))
+		case sc.File != "":
+			if _, err := os.Stat(filepath.Join(dir, sc.File)); err != nil {
+				errs = append(errs, fmt.Errorf("%w: secret %q: %w", ErrReference, name, err))
+			}
+		}
 	}
 	for name, s := range c.Services {
 		if s.Image == "" && s.Build == nil {
@@ -125,6 +150,11 @@ func ComposeFile(path string) (*Compose, error) {
 				mounts[dst] = host
 			} else if _, ok := c.Volumes[src]; !ok {
 				errs = append(errs, fmt.Errorf("%w: service %q: named volume %q is not declared", ErrReference, name, src))
+			}
+		}
+		for _, sc := range s.Secrets {
+			if _, ok := c.Secrets[sc]; !ok {
+				errs = append(errs, fmt.Errorf("%w: service %q: secret %q is not declared", ErrReference, name, sc))
 			}
 		}
 		for _, d := range s.DependsOn {

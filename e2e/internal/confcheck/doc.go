@@ -11,6 +11,20 @@
 //	if err != nil { ... } // a typo, an unresolvable typed_config, a rule broken
 //	_ = b
 //
+// Beyond the schemas, rules check what a file means, and fail with
+// ErrUnsafe where a valid file would not work or would open a hole:
+// AuthzHeaders and MeshAuthzHeaders (the authorization service gets every
+// header the policy reads), RequireJWT and JWTToAuthz (a JWT is verified
+// and what jwt_authn verified reaches ext_authz), IdentityHeadersStripped
+// and IstioIdentity (a client cannot send its own identity header),
+// WasmPluginsSafe (an edge filter reading identity runs after
+// authentication and is pinned by digest), AdminClosed, ComposeAdminClosed
+// and DockerfileAdminClosed (no open admin listener, no Service publishing
+// it), NoDemoData and OneStore (Kubernetes serves its own data from one
+// persistent store), EnvoyImagesAtLeast (Envoy is recent enough for the
+// edge filter) and ProxyIdentity (nginx, Caddy and HAProxy pass nexus only
+// a user they verified).
+//
 // # Caveats
 //
 // Only what can be checked without running the program is checked: an

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -135,6 +136,9 @@ func envoyReferences(b *bootstrapv3.Bootstrap) error {
 			if hcm, ok := m.(*hcmv3.HttpConnectionManager); ok {
 				errs = append(errs, filterNames(hcm)...)
 			}
+			if j, ok := m.(*jwtauthnv3.JwtAuthentication); ok {
+				errs = append(errs, jwtProviderNames(j)...)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -198,6 +202,42 @@ func filterNames(hcm *hcmv3.HttpConnectionManager) []error {
 				}
 			}
 		}
+	}
+	return errs
+}
+
+// jwtProviderNames checks that every provider a jwt_authn requirement names
+// is defined (Envoy refuses the filter otherwise).
+func jwtProviderNames(j *jwtauthnv3.JwtAuthentication) []error {
+	var errs []error
+	var walk func(r *jwtauthnv3.JwtRequirement)
+	walk = func(r *jwtauthnv3.JwtRequirement) {
+		name := r.GetProviderName()
+		if pa := r.GetProviderAndAudiences(); pa != nil {
+			name = pa.GetProviderName()
+		}
+		if name != "" {
+			if _, ok := j.GetProviders()[name]; !ok {
+				errs = append(errs, fmt.Errorf("%w: jwt_authn requirement names provider %q, which is not defined", ErrReference, name))
+			}
+		}
+		for _, c := range r.GetRequiresAny().GetRequirements() {
+			walk(c)
+		}
+		for _, c := range r.GetRequiresAll().GetRequirements() {
+			walk(c)
+		}
+	}
+	for _, rule := range j.GetRules() {
+		walk(rule.GetRequires())
+		if n := rule.GetRequirementName(); n != "" {
+			if _, ok := j.GetRequirementMap()[n]; !ok {
+				errs = append(errs, fmt.Errorf("%w: jwt_authn rule names requirement %q, which is not defined", ErrReference, n))
+			}
+		}
+	}
+	for _, r := range j.GetRequirementMap() {
+		walk(r)
 	}
 	return errs
 }

@@ -12,3 +12,9 @@ var ErrInvalid = errors.New("confcheck: invalid configuration")
 // ErrReference reports a name that refers to nothing: a cluster, a filter,
 // a file.
 var ErrReference = errors.New("confcheck: dangling reference")
+
+// ErrUnsafe reports a file that decodes and validates but would not work as
+// meant or would open a hole: the authorization service never gets a header
+// the policy reads, a client can name its own identity, the admin API is
+// reachable without a token, the filter runs on an Envoy too old for it.
+var ErrUnsafe = errors.New("confcheck: unsafe or broken configuration")

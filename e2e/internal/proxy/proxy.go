@@ -3,13 +3,22 @@
 // loopback port, configured to ask nexus' HTTP listener before passing a
 // request to an upstream. It is a test helper for the end-to-end tests.
 //
-//	p := proxy.Start(t, proxy.Config{Kind: proxy.Nginx, Nexus: "127.0.0.1:8181", Upstream: up})
-//	resp, err := http.Get(p.URL + "/api/files/1")
+//	p := proxy.Start(t, proxy.Config{Kind: proxy.Nginx, Nexus: "127.0.0.1:8181", Upstream: up, Users: []string{"alice"}})
+//	req, _ := http.NewRequest("GET", p.URL+"/api/files/1", nil)
+//	req.SetBasicAuth("alice", proxy.Password)
 //
 // The templates under templates/ show the directives a user needs in front
-// of nexus (the check, fail closed, the headers passed upstream); their
-// process settings (daemon off, single process, files in a temporary
-// folder) are for tests.
+// of nexus (who the user is, the check, fail closed, the headers passed
+// upstream); their process settings (daemon off, single process, files in
+// a temporary folder) and their user lists are for tests.
+//
+// # Identity
+//
+// Each proxy authenticates the user itself (HTTP basic authentication
+// against its own user list) and sets SubjectHeader to the user it
+// verified, replacing whatever the client sent under that name: nexus runs
+// with --trusted-subject-header naming it, so the header must only ever
+// carry what the proxy verified.
 //
 // # Caveats
 //
@@ -21,7 +30,9 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -62,6 +73,13 @@ type Config struct {
 	// to the upstream request (a client's own copies are dropped). Empty
 	// means none.
 	UpstreamHeaders []string
+	// Users are the accounts the proxy authenticates, each with the
+	// password Password. Required.
+	Users []string
+	// SubjectHeader is the request header the proxy sets to the user it
+	// authenticated, for nexus (--trusted-subject-header) and the upstream;
+	// a client's own copy never passes. "" means "X-User".
+	SubjectHeader string
 	// StartTimeout bounds the wait for the proxy to accept connections.
 	// Zero means 15 seconds.
 	StartTimeout time.Duration
@@ -77,9 +95,20 @@ func (c *Config) Validate() error {
 	if c.Nexus == "" || c.Upstream == "" {
 		return errors.New("proxy: Nexus and Upstream are required")
 	}
-	for _, h := range c.UpstreamHeaders {
+	if c.SubjectHeader == "" {
+		c.SubjectHeader = "X-User"
+	}
+	for _, h := range append([]string{c.SubjectHeader}, c.UpstreamHeaders...) {
 		if h == "" || strings.ContainsAny(h, " \t:;{}\"'$") {
 			return fmt.Errorf("proxy: bad header name %q", h)
+		}
+	}
+	if len(c.Users) == 0 {
+		return errors.New("proxy: at least one user is required")
+	}
+	for _, u := range c.Users {
+		if u == "" || strings.ContainsAny(u, " \t\r\n:;{}\"'$#\\") {
+			return fmt.Errorf("proxy: bad user name %q", u)
 		}
 	}
 	if c.StartTimeout == 0 {
@@ -108,8 +137,31 @@ func (p *Proxy) Output() string { return p.output.String() }
 //go:embed templates
 var templates embed.FS
 
+// Password is the password of every user of Config.Users.
+const Password = "nexus-e2e"
+
+// passwordBcrypt is Password hashed with bcrypt (cost 10) and encoded in
+// base64, as Caddy's basicauth takes it.
+const passwordBcrypt = "JDJhJDEwJGVKUTB4cVp0MFpWQVRLeFZ5djd5Vy5XeTRvMVhLS3J5S1FxNVJCaGZHUWllYXphSmVlYjRX"
+
+// htpasswd is an nginx auth_basic_user_file for users, each with
+// Password ({SHA} scheme: base64 of SHA-1, which nginx reads natively).
+func htpasswd(users []string) []byte {
+	sum := sha1.Sum([]byte(Password))
+	hash := "{SHA}" + base64.StdEncoding.EncodeToString(sum[:])
+	var b bytes.Buffer
+	for _, u := range users {
+		fmt.Fprintf(&b, "%s:%s\n", u, hash)
+	}
+	return b.Bytes()
+}
+
 var funcs = template.FuncMap{
 	"join": strings.Join,
+	// password is Password: HAProxy's userlist reads it in clear
+	// (insecure-password), which is fine for a test.
+	"password":       func() string { return Password },
+	"passwordBcrypt": func() string { return passwordBcrypt },
 	// lowerUnderscore turns a header name into nginx's variable suffix.
 	"lowerUnderscore": func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") },
 }
@@ -149,6 +201,9 @@ func Render(cfg Config, listen, dir string) (map[string][]byte, error) {
 			return nil, fmt.Errorf("proxy: template %s: %w", n, err)
 		}
 		out[name] = b.Bytes()
+	}
+	if cfg.Kind == Nginx {
+		out["htpasswd"] = htpasswd(cfg.Users)
 	}
 	return out, nil
 }

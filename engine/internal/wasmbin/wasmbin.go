@@ -45,6 +45,10 @@ type section struct {
 	body []byte
 }
 
+// interruptGlobal is the definition of the interrupt flag: a mutable i32
+// initialised by i32.const 0.
+var interruptGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+
 // Rewrite returns the rewritten module (see the package doc).
 func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 	defer func() {
@@ -55,125 +59,160 @@ func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 	if len(mod) < 8 || !bytes.Equal(mod[:8], header) {
 		return nil, fmt.Errorf("%w: bad header", ErrMalformed)
 	}
+	secs, seen, err := readSections(mod)
+	if err != nil {
+		return nil, err
+	}
+	if seen[secMemory] {
+		return nil, fmt.Errorf("%w: module defines its own memory", ErrMalformed)
+	}
+	memMin, flag, err := dropMemoryImportOf(secs)
+	if err != nil {
+		return nil, err
+	}
+	if maxPages != 0 && memMin > maxPages {
+		return nil, fmt.Errorf("%w: module needs %d memory pages, limit is %d", ErrMalformed, memMin, maxPages)
+	}
+
+	// Sections the module lacks, in the order of the binary format.
+	pending := []section{{secMemory, memorySection(memMin, maxPages)}}
+	if !seen[secGlobal] {
+		pending = append(pending, section{secGlobal, append(appendU32(nil, 1), interruptGlobal...)})
+	}
+	if !seen[secExport] {
+		pending = append(pending, section{secExport, appendU32(nil, 0)})
+	}
+	w := writer{
+		out:           append(make([]byte, 0, len(mod)+len(mod)/16+64), header...),
+		flag:          flag,
+		extendGlobals: seen[secGlobal],
+	}
+	for _, s := range secs {
+		if s.id != secCustom {
+			for len(pending) > 0 && rank[pending[0].id] < rank[s.id] {
+				if err := w.emit(pending[0]); err != nil {
+					return nil, err
+				}
+				pending = pending[1:]
+			}
+		}
+		if err := w.emit(s); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range pending {
+		if err := w.emit(s); err != nil {
+			return nil, err
+		}
+	}
+	return w.out, nil
+}
+
+// readSections splits the module after its header into sections and
+// reports which known sections it has; custom sections may repeat, known
+// ones may not.
+func readSections(mod []byte) ([]section, map[byte]bool, error) {
 	var secs []section
 	seen := map[byte]bool{}
 	for p := 8; p < len(mod); {
 		id := mod[p]
 		size, n, err := readU32(mod, p+1)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		start := p + 1 + n
 		end := start + int(size)
 		if end > len(mod) || end < start {
-			return nil, fmt.Errorf("%w: section %d overruns module", ErrMalformed, id)
+			return nil, nil, fmt.Errorf("%w: section %d overruns module", ErrMalformed, id)
 		}
 		if id != secCustom {
 			if _, ok := rank[id]; !ok {
-				return nil, fmt.Errorf("%w: unknown section %d", ErrMalformed, id)
+				return nil, nil, fmt.Errorf("%w: unknown section %d", ErrMalformed, id)
 			}
 			if seen[id] {
-				return nil, fmt.Errorf("%w: duplicate section %d", ErrMalformed, id)
+				return nil, nil, fmt.Errorf("%w: duplicate section %d", ErrMalformed, id)
 			}
 			seen[id] = true
 		}
 		secs = append(secs, section{id, mod[start:end]})
 		p = end
 	}
-	if seen[secMemory] {
-		return nil, fmt.Errorf("%w: module defines its own memory", ErrMalformed)
-	}
+	return secs, seen, nil
+}
 
-	var memMin uint32
-	importedGlobals, definedGlobals := uint32(0), uint32(0)
+// dropMemoryImportOf removes the memory import from the import section in
+// secs. It returns the memory's minimum pages and the index the interrupt
+// flag gets: after every imported and defined global.
+func dropMemoryImportOf(secs []section) (memMin, flag uint32, err error) {
+	var importedGlobals, definedGlobals uint32
 	foundMem := false
 	for i, s := range secs {
 		switch s.id {
 		case secImport:
 			body, mn, ng, ok, err := dropMemoryImport(s.body)
 			if err != nil {
-				return nil, err
+				return 0, 0, err
 			}
 			secs[i].body, memMin, importedGlobals, foundMem = body, mn, ng, ok
 		case secGlobal:
 			c, _, err := readU32(s.body, 0)
 			if err != nil {
-				return nil, err
+				return 0, 0, err
 			}
 			definedGlobals = c
 		}
 	}
 	if !foundMem {
-		return nil, fmt.Errorf("%w: no imported memory", ErrMalformed)
+		return 0, 0, fmt.Errorf("%w: no imported memory", ErrMalformed)
 	}
-	if maxPages != 0 && memMin > maxPages {
-		return nil, fmt.Errorf("%w: module needs %d memory pages, limit is %d", ErrMalformed, memMin, maxPages)
-	}
-	flag := importedGlobals + definedGlobals
+	return memMin, importedGlobals + definedGlobals, nil
+}
 
-	// New or extended sections.
-	memBody := appendU32(nil, 1)
+// memorySection is the body of a memory section defining one memory of
+// memMin pages, bounded by maxPages unless it is 0.
+func memorySection(memMin, maxPages uint32) []byte {
+	b := appendU32(nil, 1)
 	if maxPages == 0 {
-		memBody = append(memBody, 0x00)
-		memBody = appendU32(memBody, memMin)
-	} else {
-		memBody = append(memBody, 0x01)
-		memBody = appendU32(memBody, memMin)
-		memBody = appendU32(memBody, maxPages)
+		b = append(b, 0x00)
+		return appendU32(b, memMin)
 	}
-	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b} // mut i32 = i32.const 0
-	pending := []section{{secMemory, memBody}}
-	if !seen[secGlobal] {
-		pending = append(pending, section{secGlobal, append(appendU32(nil, 1), newGlobal...)})
-	}
-	if !seen[secExport] {
-		pending = append(pending, section{secExport, appendU32(nil, 0)})
-	}
+	b = append(b, 0x01)
+	b = appendU32(b, memMin)
+	return appendU32(b, maxPages)
+}
 
-	out := append(make([]byte, 0, len(mod)+len(mod)/16+64), header...)
-	emit := func(s section) error {
-		body := s.body
-		var err error
-		switch s.id {
-		case secGlobal:
-			if seen[secGlobal] {
-				body, err = appendToVec(body, newGlobal)
-			}
-		case secExport:
-			e := appendName(nil, InterruptGlobal)
-			e = append(e, 0x03)
-			e = appendU32(e, flag)
-			body, err = appendToVec(body, e)
-		case secCode:
-			body, err = instrumentCode(body, flag)
+// writer writes the rewritten module's sections.
+type writer struct {
+	out           []byte
+	flag          uint32 // global index of the interrupt flag
+	extendGlobals bool   // the module has a global section: add the flag to it
+}
+
+// emit writes s, with the interrupt flag added to the global and export
+// sections and the loop checks to the code section.
+func (w *writer) emit(s section) error {
+	body := s.body
+	var err error
+	switch s.id {
+	case secGlobal:
+		if w.extendGlobals {
+			body, err = appendToVec(body, interruptGlobal)
 		}
-		if err != nil {
-			return err
-		}
-		out = append(out, s.id)
-		out = appendU32(out, uint32(len(body)))
-		out = append(out, body...)
-		return nil
+	case secExport:
+		e := appendName(nil, InterruptGlobal)
+		e = append(e, 0x03)
+		e = appendU32(e, w.flag)
+		body, err = appendToVec(body, e)
+	case secCode:
+		body, err = instrumentCode(body, w.flag)
 	}
-	for _, s := range secs {
-		if s.id != secCustom {
-			for len(pending) > 0 && rank[pending[0].id] < rank[s.id] {
-				if err := emit(pending[0]); err != nil {
-					return nil, err
-				}
-				pending = pending[1:]
-			}
-		}
-		if err := emit(s); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return err
 	}
-	for _, s := range pending {
-		if err := emit(s); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	w.out = append(w.out, s.id)
+	w.out = appendU32(w.out, uint32(len(body)))
+	w.out = append(w.out, body...)
+	return nil
 }
 
 func appendName(b []byte, s string) []byte {

@@ -24,7 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
@@ -267,7 +267,7 @@ func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 // handlePutPolicy swaps in a new bundle (.tar.gz) atomically; in-flight
 // checks finish on the old one.
 func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
-	b, err := compiler.ReadBundle(http.MaxBytesReader(w, r.Body, 64<<20))
+	b, err := bundle.Read(http.MaxBytesReader(w, r.Body, 64<<20))
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
@@ -427,6 +427,13 @@ func buildEdgeSnapshot(ctx context.Context, store datastore.Store) (*api.EdgeSna
 	}
 	for _, t := range sc.Types() {
 		if t == sc.TenantType() || len(sc.Permissions(t)) == 0 {
+			continue
+		}
+		// The edge reads a request's tenant from the request itself. For
+		// a type whose resources the store assigns to tenants, the
+		// store's tenant may differ from the claimed one, and only the
+		// PDP can tell: such a type is left out, so the edge passes it on.
+		if slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool { return st.Type == sc.TenantType() }) {
 			continue
 		}
 		mode := api.ModeRBAC

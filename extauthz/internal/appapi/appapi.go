@@ -27,7 +27,7 @@ import (
 type Store interface {
 	Schema(ctx context.Context) (*datastore.Schema, error)
 	Read(ctx context.Context, f datastore.Filter) ([]api.Tuple, error)
-	Roles(ctx context.Context, subject api.Subject, tenant string) ([]string, error)
+	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
 	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)
 	LookupSubjects(ctx context.Context, object api.Object, permission, subjectType string) ([]string, error)
 }

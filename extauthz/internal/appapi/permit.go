@@ -128,7 +128,7 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, t := range tenants {
-		roles, err := s.Store.Roles(ctx, user, t)
+		roles, err := s.Store.AppendRoles(ctx, nil, user, t)
 		if err != nil {
 			wire.WriteError(s.Log, w, err)
 			return

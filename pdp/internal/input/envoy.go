@@ -305,6 +305,9 @@ func parseBody(headers map[string]string, body string, rawBody []byte, opts Opti
 	}
 	if body == "" && len(rawBody) > 0 {
 		body = string(rawBody)
+		if err := validStrings(body); err != nil {
+			return nil, false, fmt.Errorf("%w: raw body: %w", ErrInvalidBody, err)
+		}
 	}
 	ct := headers["content-type"]
 	isJSON := strings.Contains(ct, "application/json")

@@ -7,9 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/nexuspdp/nexus/pdp/internal/prune"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -205,19 +207,28 @@ func TestTruncatedBody(t *testing.T) {
 }
 
 func FuzzAppendEnvoy(f *testing.F) {
-	f.Add("/folders/d1?x=1", "GET", "content-type", "application/json", `{"a":1}`, "alice", int64(3), int32(0))
-	f.Add("/", "POST", "content-type", "application/x-www-form-urlencoded", "a=b&c", "", int64(-1), int32(999))
-	f.Fuzz(func(t *testing.T, path, method, hk, hv, body, principal string, secs int64, nanos int32) {
+	f.Add("/folders/d1?x=1", "GET", "content-type", "application/json", `{"a":1}`, "alice", int64(3), int32(0), []byte(nil))
+	f.Add("/", "POST", "content-type", "application/x-www-form-urlencoded", "a=b&c", "", int64(-1), int32(999), []byte(nil))
+	f.Add("/", "POST", "content-type", "application/json", "", "", int64(0), int32(0), []byte("{\"a\":\"\xff\"}"))
+	f.Fuzz(func(t *testing.T, path, method, hk, hv, body, principal string, secs int64, nanos int32, rawBody []byte) {
 		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 			Source: &authv3.AttributeContext_Peer{Principal: principal},
 			Request: &authv3.AttributeContext_Request{
 				Time: &timestamppb.Timestamp{Seconds: secs % 1e10, Nanos: (nanos%1e9 + 1e9) % 1e9},
-				Http: &authv3.AttributeContext_HttpRequest{Path: path, Method: method, Headers: map[string]string{hk: hv}, Body: body},
+				Http: &authv3.AttributeContext_HttpRequest{Path: path, Method: method, Headers: map[string]string{hk: hv}, Body: body, RawBody: rawBody},
 			},
 		}}
 		got, err := AppendEnvoy(nil, req, Options{})
 		if err != nil {
 			return // a precise error is an acceptable answer to bad input
+		}
+		// The engine takes this document as trusted (no JSON scan): it
+		// must be JSON and UTF-8 whatever the request held.
+		if !json.Valid(got) || !utf8.Valid(got) {
+			t.Fatalf("output is not valid UTF-8 JSON: %q", got)
+		}
+		if len(rawBody) > 0 {
+			return // the reference reads the body field only
 		}
 		var doc map[string]any
 		if err := json.Unmarshal(got, &doc); err != nil {
@@ -253,4 +264,23 @@ func BenchmarkProtojsonReference(b *testing.B) {
 		var m map[string]any
 		_ = json.Unmarshal(js, &m)
 	}
+}
+
+// FuzzAppendHTTP: the forward-auth document is always UTF-8 JSON, or a
+// precise error.
+func FuzzAppendHTTP(f *testing.F) {
+	f.Add("/folders/d1?x=1", "GET", "x-user", "alice", `{"a":1}`, "application/json", "10.0.0.1:5")
+	f.Add("//a;b?c=%zz", "POST", "x", "\xff", "a=b", "application/x-www-form-urlencoded", "")
+	f.Fuzz(func(t *testing.T, path, method, hk, hv, body, ct, source string) {
+		h := &HTTP{Method: method, Path: path, Headers: map[string]string{hk: hv, "content-type": ct}, Body: body}
+		for _, keep := range []*prune.Tree{nil, prune.New([][]string{{"parsed_path"}, {"attributes", "request", "http", "headers", hk}})} {
+			got, err := AppendHTTP(nil, h, source, Options{Keep: keep})
+			if err != nil {
+				continue
+			}
+			if !json.Valid(got) || !utf8.Valid(got) {
+				t.Fatalf("output is not valid UTF-8 JSON: %q", got)
+			}
+		}
+	})
 }

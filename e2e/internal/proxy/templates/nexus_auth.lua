@@ -18,9 +18,10 @@ core.register_action("nexus_auth", { "http-req" }, function(txn)
 	}
 	-- Pass the client's headers on, as nginx's auth_request does, except
 	-- the ones that describe the (empty) check request's own body and
-	-- connection.
+	-- connection, and the password HAProxy checked.
 	local skip = { ["content-length"] = true, ["transfer-encoding"] = true, ["connection"] = true,
-		["x-original-method"] = true, ["x-original-uri"] = true, ["x-forwarded-for"] = true }
+		["x-original-method"] = true, ["x-original-uri"] = true, ["x-forwarded-for"] = true,
+		["authorization"] = true }
 	for name, vals in pairs(txn.http:req_get_headers()) do
 		if not skip[name] and vals[0] ~= nil then
 			headers[name] = { vals[0] }

@@ -1,5 +1,7 @@
-// Package demo loads the drive example (schema and demo tuples) into a
-// relationship store: what nexus serve writes on first start.
+// Package demo loads the drive schema and demo tuples (package drive)
+// into a relationship store: what nexus serve writes on first start.
+//
+//	n, err := demo.Load(ctx, store)
 package demo
 
 import (
@@ -8,7 +10,7 @@ import (
 	"fmt"
 
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/examples/drive"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 )
 
 // Load writes the drive schema and the demo tuples into s and returns the

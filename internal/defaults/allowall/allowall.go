@@ -3,7 +3,7 @@
 // request. `nexus bench` runs it as the baseline, so the cost of nexus'
 // real policy shows as the difference.
 //
-//	nexus serve --policy examples/allowall
+//	nexus serve --policy internal/defaults/allowall
 //
 // # Caveats
 //

@@ -1,6 +1,13 @@
-// Package policy embeds the default nexus policy: the Rego that answers
+// Package policy embeds nexus' default policy: the Rego that answers
 // application checks (nexus.authz) and proxied HTTP requests
 // (nexus.envoy), and its data (route rules, ABAC conditions, headers).
+// `nexus serve` compiles it when no --policy is given.
+//
+// The directory holds only the Rego files, data.json and this file, so a
+// copy of it is a policy directory to start from:
+//
+//	cp -r internal/defaults/policy my-policy
+//	nexus serve --policy my-policy
 package policy
 
 import "embed"

@@ -1,4 +1,4 @@
-package compiler
+package bundle
 
 import (
 	"archive/tar"
@@ -14,9 +14,9 @@ import (
 	"time"
 )
 
-// MaxBundleBytes bounds what ReadBundle accepts: the compressed archive and
-// the sum of the uncompressed files each stay under it.
-const MaxBundleBytes = 256 << 20
+// MaxBytes bounds what Read accepts: the compressed archive and the sum of
+// the uncompressed files each stay under it.
+const MaxBytes = 256 << 20
 
 // File names inside a bundle archive.
 const (
@@ -43,7 +43,9 @@ type Manifest struct {
 	// Entrypoints are the rules that can be evaluated ("nexus/authz/allow").
 	// In the JSON form they are OPA's "wasm" resolvers.
 	Entrypoints []string `json:"-"`
-	// Metadata is free-form information about the bundle.
+	// Metadata is free-form information about the bundle. The compiler
+	// records the paths of input the policy reads under
+	// [MetadataInputPaths] (see [Manifest.InputPaths]).
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
@@ -89,7 +91,7 @@ func (m *Manifest) UnmarshalJSON(b []byte) error {
 func (b *Bundle) Write(w io.Writer) error {
 	man, err := json.Marshal(b.Manifest)
 	if err != nil {
-		return fmt.Errorf("compiler: encode manifest: %w", err)
+		return fmt.Errorf("bundle: encode manifest: %w", err)
 	}
 	data := b.Data
 	if len(data) == 0 {
@@ -103,38 +105,37 @@ func (b *Bundle) Write(w io.Writer) error {
 	}{{DataFile, data}, {WasmFile, b.Wasm}, {ManifestFile, man}} {
 		hdr := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0).UTC()}
 		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("compiler: write bundle: %w", err)
+			return fmt.Errorf("bundle: write: %w", err)
 		}
 		if _, err := tw.Write(f.body); err != nil {
-			return fmt.Errorf("compiler: write bundle: %w", err)
+			return fmt.Errorf("bundle: write: %w", err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return fmt.Errorf("compiler: write bundle: %w", err)
+		return fmt.Errorf("bundle: write: %w", err)
 	}
 	if err := gz.Close(); err != nil {
-		return fmt.Errorf("compiler: write bundle: %w", err)
+		return fmt.Errorf("bundle: write: %w", err)
 	}
 	return nil
 }
 
-// ReadBundle reads an OPA-format wasm bundle (.tar.gz). Files other than the
+// Read reads an OPA-format wasm bundle (.tar.gz). Files other than the
 // manifest, policy.wasm and data.json (Rego sources, signatures) are
-// ignored. It never panics on malformed input; errors wrap
-// [ErrInvalidBundle] or [ErrBundleTooLarge].
-func ReadBundle(r io.Reader) (*Bundle, error) {
-	lr := &io.LimitedReader{R: r, N: MaxBundleBytes + 1}
+// ignored. It never panics on malformed input; errors wrap [ErrInvalid] or
+// [ErrTooLarge].
+func Read(r io.Reader) (*Bundle, error) {
+	lr := &io.LimitedReader{R: r, N: MaxBytes + 1}
 	gz, err := gzip.NewReader(lr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: gzip: %v", ErrInvalidBundle, err)
+		return nil, fmt.Errorf("%w: gzip: %v", ErrInvalid, err)
 	}
 	defer gz.Close()
 	tr := tar.NewReader(gz)
 	var (
-		b                 Bundle
-		haveMan, haveWasm bool
-		haveData          bool
-		budget            int64 = MaxBundleBytes
+		b                           Bundle
+		haveMan, haveWasm, haveData bool
+		budget                      int64 = MaxBytes
 	)
 	for {
 		hdr, err := tr.Next()
@@ -143,43 +144,40 @@ func ReadBundle(r io.Reader) (*Bundle, error) {
 		}
 		if err != nil {
 			if lr.N <= 0 {
-				return nil, ErrBundleTooLarge
+				return nil, ErrTooLarge
 			}
-			return nil, fmt.Errorf("%w: tar: %v", ErrInvalidBundle, err)
+			return nil, fmt.Errorf("%w: tar: %v", ErrInvalid, err)
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			continue
 		}
 		if hdr.Size < 0 || hdr.Size > budget {
-			return nil, fmt.Errorf("%w: %s is %d bytes", ErrBundleTooLarge, hdr.Name, hdr.Size)
+			return nil, fmt.Errorf("%w: %s is %d bytes", ErrTooLarge, hdr.Name, hdr.Size)
 		}
-		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
-		var dst *[]byte
-		switch name {
+		switch path.Clean("/" + strings.TrimPrefix(hdr.Name, "./")) {
 		case ManifestFile:
 			haveMan = true
-			var raw []byte
-			dst = &raw
-			if err := readAll(tr, hdr.Size, dst); err != nil {
+			raw, err := readAll(tr, hdr.Size)
+			if err != nil {
 				return nil, err
 			}
 			if err := json.Unmarshal(raw, &b.Manifest); err != nil {
-				return nil, fmt.Errorf("%w: manifest: %v", ErrInvalidBundle, err)
+				return nil, fmt.Errorf("%w: manifest: %v", ErrInvalid, err)
 			}
 		case WasmFile:
 			if haveWasm {
-				return nil, fmt.Errorf("%w: more than one %s", ErrInvalidBundle, WasmFile)
+				return nil, fmt.Errorf("%w: more than one %s", ErrInvalid, WasmFile)
 			}
 			haveWasm = true
-			if err := readAll(tr, hdr.Size, &b.Wasm); err != nil {
+			if b.Wasm, err = readAll(tr, hdr.Size); err != nil {
 				return nil, err
 			}
 		case DataFile:
 			if haveData {
-				return nil, fmt.Errorf("%w: more than one %s", ErrInvalidBundle, DataFile)
+				return nil, fmt.Errorf("%w: more than one %s", ErrInvalid, DataFile)
 			}
 			haveData = true
-			if err := readAll(tr, hdr.Size, &b.Data); err != nil {
+			if b.Data, err = readAll(tr, hdr.Size); err != nil {
 				return nil, err
 			}
 		default:
@@ -188,40 +186,48 @@ func ReadBundle(r io.Reader) (*Bundle, error) {
 		budget -= hdr.Size
 	}
 	if lr.N <= 0 {
-		return nil, ErrBundleTooLarge
+		return nil, ErrTooLarge
 	}
+	if err := b.check(haveMan, haveWasm); err != nil {
+		return nil, err
+	}
+	sort.Strings(b.Manifest.Roots)
+	return &b, nil
+}
+
+// check validates what Read assembled and defaults empty data to {}.
+func (b *Bundle) check(haveMan, haveWasm bool) error {
 	if !haveWasm {
-		return nil, fmt.Errorf("%w: no %s", ErrInvalidBundle, WasmFile)
+		return fmt.Errorf("%w: no %s", ErrInvalid, WasmFile)
 	}
 	if len(b.Wasm) < 8 || !bytes.Equal(b.Wasm[:4], []byte("\x00asm")) {
-		return nil, fmt.Errorf("%w: %s is not a WebAssembly module", ErrInvalidBundle, WasmFile)
+		return fmt.Errorf("%w: %s is not a WebAssembly module", ErrInvalid, WasmFile)
 	}
 	if !haveMan {
-		return nil, fmt.Errorf("%w: no %s", ErrInvalidBundle, ManifestFile)
+		return fmt.Errorf("%w: no %s", ErrInvalid, ManifestFile)
 	}
 	if len(b.Manifest.Entrypoints) == 0 {
-		return nil, fmt.Errorf("%w: manifest lists no wasm entrypoints", ErrInvalidBundle)
+		return fmt.Errorf("%w: manifest lists no wasm entrypoints", ErrInvalid)
 	}
 	if len(bytes.TrimSpace(b.Data)) == 0 {
 		b.Data = []byte("{}")
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(b.Data, &probe); err != nil {
-		return nil, fmt.Errorf("%w: %s must be a JSON object: %v", ErrInvalidBundle, DataFile, err)
+		return fmt.Errorf("%w: %s must be a JSON object: %v", ErrInvalid, DataFile, err)
 	}
-	sort.Strings(b.Manifest.Roots)
-	return &b, nil
+	return nil
 }
 
-func readAll(r io.Reader, size int64, dst *[]byte) error {
-	// Grow as bytes arrive rather than trusting the header's size.
+// readAll reads a file of size bytes, growing the buffer as bytes arrive
+// rather than trusting the header's size.
+func readAll(r io.Reader, size int64) ([]byte, error) {
 	buf, err := io.ReadAll(io.LimitReader(r, size))
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidBundle, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if int64(len(buf)) != size {
-		return fmt.Errorf("%w: short file", ErrInvalidBundle)
+		return nil, fmt.Errorf("%w: short file", ErrInvalid)
 	}
-	*dst = buf
-	return nil
+	return buf, nil
 }

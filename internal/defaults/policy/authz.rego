@@ -9,6 +9,11 @@
 #   - ReBAC: the relationship store says the subject has the permission named
 #     by the action on the resource (folder inheritance and all).
 #
+# The resource's tenant is the store's when the store holds one
+# (type:id#tenant@tenant:T): a request that claims another tenant is denied
+# with reason "tenant_mismatch", whoever sent it. A resource the store
+# assigns to no tenant is judged in the tenant the request names.
+#
 # The proxied-request policy (envoy.rego) calls decide() with the subject,
 # action and resource its route rules found.
 package nexus.authz
@@ -20,7 +25,37 @@ decision := decide(input.subject, input.action, input.resource)
 allow := decision.allow
 
 # decide answers one check: {"allow": bool, "reason": string}.
-decide(subject, action, resource) := {"allow": false, "reason": min(ds)} if {
+decide(subject, action, resource) := {"allow": false, "reason": "tenant_mismatch"} if {
+	claimed := object.get(resource, "tenant", "")
+	claimed != ""
+	stored := stored_tenants(resource)
+	count(stored) > 0
+	not claimed in stored
+} else := decide_in_tenant(subject, action, object.union(resource, {"tenant": tenant_of(resource)}))
+
+# stored_tenants are the tenants the store assigns the resource to (none
+# for a type without a tenant relation, or a resource without an id).
+stored_tenants(resource) := {t |
+	resource.id != ""
+	data.nexus.tenanted[resource.type]
+	prefix := concat("", [data.nexus.tenant_type, ":"])
+	some s in nexus.relations(concat(":", [resource.type, resource.id]), "tenant")
+	startswith(s, prefix)
+	t := substring(s, count(prefix), -1)
+}
+
+# tenant_of is the tenant a check is judged in: the one the request names
+# (decide refused it if the store disagrees), else the store's single one.
+tenant_of(resource) := t if {
+	t := object.get(resource, "tenant", "")
+	t != ""
+} else := t if {
+	stored := stored_tenants(resource)
+	count(stored) == 1
+	some t in stored
+} else := ""
+
+decide_in_tenant(subject, action, resource) := {"allow": false, "reason": min(ds)} if {
 	ds := denials(action, resource)
 	count(ds) > 0
 } else := {"allow": true, "reason": "rbac"} if {

@@ -8,10 +8,12 @@
 # the resource, "{tenant}" its tenant, "*" matches any one segment. The
 # server adds each route's "segments" (its path split at "/") when it loads
 # the policy; without them the policy splits the path itself. The subject
-# comes from the header data.nexus.subject_header (or the "sub" of a JWT
-# verified by Envoy's jwt_authn filter); the tenant from a path segment or
-# the header data.nexus.tenant_header. The server also indexes the route rules
-# (data.nexus.route_index, below).
+# is the "sub" of a JWT verified by Envoy's jwt_authn filter (its payload in
+# the request's metadata) or, only without one, the header
+# data.nexus.subject_header, which the server sets only when told that a
+# trusted hop sets it (nexus serve --trusted-subject-header); the tenant
+# comes from a path segment or the header data.nexus.tenant_header. The
+# server also indexes the route rules (data.nexus.route_index, below).
 package nexus.envoy
 
 import rego.v1
@@ -74,13 +76,32 @@ jwt_subjects contains sub if {
 	sub := payload.sub
 }
 
-subject_id := subject_header
-
-subject_id := s if {
-	not subject_header
+# A verified JWT decides; the header counts only when no JWT came with the
+# request.
+claimed_subject := s if {
 	count(jwt_subjects) == 1
 	some s in jwt_subjects
 }
+
+claimed_subject := subject_header if count(jwt_subjects) == 0
+
+# A result names the subject it decided for ("subject"): nexus' decision
+# log records it. Envoy ignores the field.
+#
+# The subject, the tenant and the resource ID must be IDs the store can
+# hold (letters, digits and _-.=+/|~, at most 256 bytes): anything else, a
+# header sent twice (joined with ","), a space, an empty value, is the
+# client's error, answered before the store is asked.
+id_chars := "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.=+/|~"
+
+valid_id(s) if {
+	is_string(s)
+	s != ""
+	count(s) <= 256
+	trim(s, id_chars) == ""
+}
+
+subject_id := claimed_subject if valid_id(claimed_subject)
 
 default tenant := ""
 
@@ -98,6 +119,18 @@ resource_id := input.parsed_path[i] if {
 	p == "{id}"
 }
 
+# invalid names the first part of the request that is not a valid ID.
+invalid := "subject" if {
+	claimed_subject
+	not subject_id
+} else := "tenant" if {
+	tenant != ""
+	not valid_id(tenant)
+} else := "resource" if {
+	"{id}" in route_segments
+	not valid_id(resource_id)
+}
+
 authz := data.nexus.authz.decide(
 	{"type": "user", "id": subject_id},
 	route.action,
@@ -106,16 +139,30 @@ authz := data.nexus.authz.decide(
 
 default result := {"allowed": false, "http_status": 403, "reason": "no_route", "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}}
 
-result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: send the subject header or a verified JWT\"}", "headers": {"content-type": "application/json"}} if {
+result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: a verified JWT is required\"}", "headers": {"content-type": "application/json", "www-authenticate": "Bearer realm=\"nexus\""}} if {
 	route
-	not subject_id
+	not claimed_subject
+}
+
+result := {
+	"allowed": false,
+	"http_status": 400,
+	"reason": "invalid_request",
+	"body": concat("", ["{\"error\":\"the request's ", invalid, " is not a valid ID\"}"]),
+	"headers": {"content-type": "application/json"},
+} if {
+	route
+	claimed_subject
+	invalid
 }
 
 result := {
 	"allowed": true,
 	"reason": authz.reason,
+	"subject": subject_id,
 	"headers": {"x-nexus-subject": subject_id, "x-nexus-decision": authz.reason},
 } if {
+	not invalid
 	authz.allow
 }
 
@@ -123,8 +170,10 @@ result := {
 	"allowed": false,
 	"http_status": 403,
 	"reason": authz.reason,
+	"subject": subject_id,
 	"body": concat("", ["{\"error\":\"forbidden\",\"reason\":\"", authz.reason, "\"}"]),
 	"headers": {"content-type": "application/json", "x-nexus-decision": authz.reason},
 } if {
+	not invalid
 	not authz.allow
 }

@@ -1,0 +1,46 @@
+package bundle
+
+import "github.com/open-policy-agent/opa/v1/types"
+
+// HostBuiltin declares one builtin that nexus' host provides to policies.
+type HostBuiltin struct {
+	// Name is the name policies call, e.g. "nexus.check".
+	Name string
+	// Decl is the builtin's type: its arguments and result.
+	Decl *types.Function
+	// Description says what the builtin answers.
+	Description string
+}
+
+var stringArray = types.NewArray(nil, types.S)
+
+// NexusBuiltins is the table of nexus' relationship builtins. The compiler
+// declares them in its capabilities; the engine's registry provides their
+// implementations (package datastore/builtins registers them).
+var NexusBuiltins = []HostBuiltin{
+	{
+		Name:        "nexus.check",
+		Decl:        types.NewFunction(types.Args(types.Named("object", types.S), types.Named("permission", types.S), types.Named("subject", types.S)), types.B),
+		Description: "Reports whether subject has permission on object.",
+	},
+	{
+		Name:        "nexus.roles",
+		Decl:        types.NewFunction(types.Args(types.Named("subject", types.S), types.Named("tenant", types.S)), stringArray),
+		Description: "Lists the roles subject holds in tenant.",
+	},
+	{
+		Name:        "nexus.relations",
+		Decl:        types.NewFunction(types.Args(types.Named("object", types.S), types.Named("relation", types.S)), stringArray),
+		Description: "Lists the subjects of relation on object.",
+	},
+	{
+		Name:        "nexus.lookup_resources",
+		Decl:        types.NewFunction(types.Args(types.Named("subject", types.S), types.Named("permission", types.S), types.Named("type", types.S)), stringArray),
+		Description: "Lists the objects of type on which subject has permission.",
+	},
+	{
+		Name:        "nexus.lookup_subjects",
+		Decl:        types.NewFunction(types.Args(types.Named("object", types.S), types.Named("permission", types.S), types.Named("subject_type", types.S)), stringArray),
+		Description: "Lists the subjects of subject_type that have permission on object.",
+	},
+}

@@ -1,0 +1,129 @@
+package datastore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/nexuspdp/nexus/api"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Filter selects tuples. Empty fields match anything; ObjectID needs
+// ObjectType and SubjectID needs SubjectType. SubjectRelation matches the
+// subject's relation exactly when set ("" matches any). Limit bounds the
+// result (0 means no limit).
+type Filter struct {
+	ObjectType      string
+	ObjectID        string
+	Relation        string
+	SubjectType     string
+	SubjectID       string
+	SubjectRelation string
+	Limit           int
+}
+
+// Schema returns the current schema.
+func (s *BoltStore) Schema(ctx context.Context) (*Schema, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	sc := s.state.Load().schema
+	if sc == nil {
+		return nil, ErrNoSchema
+	}
+	return sc, nil
+}
+
+// Read returns the tuples matching f.
+func (s *BoltStore) Read(ctx context.Context, f Filter) ([]api.Tuple, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	st := s.state.Load()
+	var out []api.Tuple
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return s.scan(tx, st, f, func(t api.Tuple) bool {
+			out = append(out, t)
+			return ctx.Err() == nil
+		})
+	})
+	if err == nil {
+		err = ctx.Err()
+	}
+	return out, err
+}
+
+// exists reports whether some tuple matches f.
+func (s *BoltStore) exists(tx *bolt.Tx, st *state, f Filter) (bool, error) {
+	f.Limit = 1
+	found := false
+	err := s.scan(tx, st, f, func(api.Tuple) bool { found = true; return false })
+	return found, err
+}
+
+// scan calls fn for each tuple matching f until fn returns false.
+func (s *BoltStore) scan(tx *bolt.Tx, st *state, f Filter, fn func(api.Tuple) bool) error {
+	if f.ObjectID != "" && f.ObjectType == "" || f.SubjectID != "" && f.SubjectType == "" || f.SubjectRelation != "" && f.SubjectType == "" {
+		return fmt.Errorf("datastore: filter %+v: an ID or subject relation needs its type", f)
+	}
+	d := st.dict
+	lookup := func(name string) (uint64, bool) {
+		if name == "" {
+			return 0, true
+		}
+		return d.id(name)
+	}
+	ot, ok1 := lookup(f.ObjectType)
+	rel, ok2 := lookup(f.Relation)
+	stp, ok3 := lookup(f.SubjectType)
+	sr, ok4 := lookup(f.SubjectRelation)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return nil // a name never seen matches nothing
+	}
+	var prefix []byte
+	useSubj := false
+	switch {
+	case f.ObjectType != "":
+		prefix = binary.AppendUvarint(nil, ot)
+		if f.ObjectID != "" {
+			prefix = append(append(prefix, f.ObjectID...), 0)
+			if f.Relation != "" {
+				prefix = binary.AppendUvarint(prefix, rel)
+			}
+		}
+	case f.SubjectType != "":
+		useSubj = true
+		prefix = binary.AppendUvarint(nil, stp)
+		if f.SubjectID != "" {
+			prefix = append(append(prefix, f.SubjectID...), 0)
+		}
+	}
+	bucket, decode := bObj, decodeObjKey
+	if useSubj {
+		bucket, decode = bSubj, decodeSubjKey
+	}
+	c := tx.Bucket(bucket).Cursor()
+	n := 0
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		ids, oid, sid, err := decode(k)
+		if err != nil {
+			return err
+		}
+		if f.ObjectType != "" && ids.ot != ot || f.ObjectID != "" && string(oid) != f.ObjectID ||
+			f.Relation != "" && ids.rel != rel || f.SubjectType != "" && ids.st != stp ||
+			f.SubjectID != "" && string(sid) != f.SubjectID || f.SubjectRelation != "" && ids.sr != sr {
+			continue
+		}
+		t, err := tupleFromIDs(d, ids, oid, sid)
+		if err != nil {
+			return err
+		}
+		n++
+		if !fn(t) || f.Limit > 0 && n >= f.Limit {
+			return nil
+		}
+	}
+	return nil
+}

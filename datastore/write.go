@@ -1,0 +1,358 @@
+package datastore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nexuspdp/nexus/api"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Every transaction that changes the store is in this file: Write,
+// WriteSchema and the import's (importTx). Each changes the indexes and
+// then calls bumpRev, which adds one revision and its change set to the
+// changelog; once it commits, committed publishes the revision and the
+// caller wakes watchers (signal).
+
+// WriteRequest is one atomic write.
+type WriteRequest struct {
+	Touches       []api.Tuple
+	Deletes       []api.Tuple
+	Preconditions []Precondition
+}
+
+// Precondition must hold for a Write to apply: some tuple matches Filter
+// (MustExist) or none does (!MustExist).
+type Precondition struct {
+	Filter    Filter
+	MustExist bool
+}
+
+// Write applies a WriteRequest atomically.
+func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if s.cfg.ReadOnly {
+		return 0, errors.New("datastore: write: store opened read-only")
+	}
+	st := s.state.Load()
+	if st.schema == nil {
+		return 0, ErrNoSchema
+	}
+	for _, t := range req.Touches {
+		if err := st.schema.validateTuple(t); err != nil {
+			return 0, err
+		}
+	}
+	for _, t := range req.Deletes {
+		if err := st.schema.validateTuple(t); err != nil {
+			return 0, err
+		}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.writeBegin()
+	defer s.writeEnd()
+	var rev Revision
+	err := s.db.Batch(func(tx *bolt.Tx) error {
+		if cur := s.state.Load(); cur != st {
+			// The schema changed since validation: validate again.
+			st = cur
+			for _, t := range append(append([]api.Tuple(nil), req.Touches...), req.Deletes...) {
+				if err := st.schema.validateTuple(t); err != nil {
+					return err
+				}
+			}
+		}
+		for i, p := range req.Preconditions {
+			found, err := s.exists(tx, st, p.Filter)
+			if err != nil {
+				return err
+			}
+			if found != p.MustExist {
+				return fmt.Errorf("%w: precondition %d (%+v, must exist %v)", ErrPreconditionFailed, i, p.Filter, p.MustExist)
+			}
+		}
+		cs := &ChangeSet{Time: time.Now()}
+		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+		var kb, sk []byte
+		for _, t := range req.Deletes {
+			n, _ := tupleIDs(st.dict, t)
+			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
+			if ob.Get(kb) == nil {
+				continue
+			}
+			if err := ob.Delete(kb); err != nil {
+				return err
+			}
+			sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
+			if err := sb.Delete(sk); err != nil {
+				return err
+			}
+			cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
+		}
+		for _, t := range req.Touches {
+			n, _ := tupleIDs(st.dict, t)
+			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
+			if ob.Get(kb) != nil {
+				continue
+			}
+			if err := ob.Put(kb, nil); err != nil {
+				return err
+			}
+			sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
+			if err := sb.Put(sk, nil); err != nil {
+				return err
+			}
+			cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})
+		}
+		enc, err := encodeChangeSet(st.dict, cs)
+		if err != nil {
+			return err
+		}
+		rev, err = s.bumpRev(tx, cs, enc)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrInvalidTuple) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("datastore: write: %w", err)
+	}
+	s.signal()
+	return rev, nil
+}
+
+// WriteSchema stores a schema; see Store.
+func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (Revision, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if sc == nil {
+		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
+	}
+	// A private copy: its compiled form is bound to this store's dictionary.
+	sc, err := ParseSchema(sc.src)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writeBegin()
+	defer s.writeEnd()
+	var rev Revision
+	var newState *state
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		old := s.state.Load()
+		d := &dict{ids: make(map[string]uint64, len(old.dict.ids)), names: append([]string(nil), old.dict.names...)}
+		for k, v := range old.dict.ids {
+			d.ids[k] = v
+		}
+		db := tx.Bucket(bDict)
+		for _, n := range sc.names() {
+			if _, ok := d.ids[n]; ok {
+				continue
+			}
+			id := uint64(len(d.names))
+			d.ids[n] = id
+			d.names = append(d.names, n)
+			if err := db.Put([]byte(n), binary.AppendUvarint(nil, id)); err != nil {
+				return err
+			}
+		}
+		cs := &ChangeSet{Time: time.Now(), Schema: true}
+		if old.schema != nil {
+			orphans, err := s.findOrphans(ctx, tx, old, sc)
+			if err != nil {
+				return err
+			}
+			if len(orphans) > 0 {
+				if !force {
+					oe := &OrphanError{Count: len(orphans)}
+					for i, t := range orphans {
+						if i == 100 {
+							break
+						}
+						oe.Examples = append(oe.Examples, t.String())
+					}
+					return oe
+				}
+				for _, t := range orphans {
+					n, _ := tupleIDs(d, t)
+					if err := deleteKeys(tx, n, t); err != nil {
+						return err
+					}
+					cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
+				}
+			}
+		}
+		if err := tx.Bucket(bMeta).Put(kSchema, sc.src); err != nil {
+			return err
+		}
+		enc, err := encodeChangeSet(d, cs)
+		if err != nil {
+			return err
+		}
+		rev, err = s.bumpRev(tx, cs, enc)
+		sc.bind(d)
+		newState = &state{schema: sc, dict: d}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("datastore: write schema: %w", err)
+	}
+	s.state.Store(newState)
+	s.signal()
+	s.log.Info("schema written", "revision", rev)
+	return rev, nil
+}
+
+// findOrphans lists stored tuples of the types whose relations or accepted
+// subject types shrink from old to next, that next does not allow.
+func (s *BoltStore) findOrphans(ctx context.Context, tx *bolt.Tx, old *state, next *Schema) ([]api.Tuple, error) {
+	var out []api.Tuple
+	for _, tn := range old.schema.order {
+		ot := old.schema.types[tn]
+		nt := next.types[tn]
+		shrinks := nt == nil
+		if !shrinks {
+			for _, m := range ot.order {
+				if m.perm {
+					continue
+				}
+				nm := nt.members[m.name]
+				if nm == nil || nm.perm {
+					shrinks = true
+					break
+				}
+				for _, a := range m.allowed {
+					found := false
+					for _, b := range nm.allowed {
+						if a == b {
+							found = true
+						}
+					}
+					if !found {
+						shrinks = true
+					}
+				}
+			}
+		}
+		if !shrinks {
+			continue
+		}
+		typeID, _ := old.dict.id(tn)
+		prefix := binary.AppendUvarint(nil, typeID)
+		c := tx.Bucket(bObj).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			t, err := decodeTuple(old.dict, k)
+			if err != nil {
+				return nil, err
+			}
+			if next.validateTuple(t) != nil {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+func deleteKeys(tx *bolt.Tx, n ids, t api.Tuple) error {
+	if err := tx.Bucket(bObj).Delete(appendObjKey(nil, n, t.Object.ID, t.Subject.ID)); err != nil {
+		return err
+	}
+	return tx.Bucket(bSubj).Delete(appendSubjKey(nil, n, t.Object.ID, t.Subject.ID))
+}
+
+// bumpRev increments the revision, appends cs to the changelog and prunes
+// what the retention no longer keeps.
+func (s *BoltStore) bumpRev(tx *bolt.Tx, cs *ChangeSet, encoded []byte) (Revision, error) {
+	rev := readRev(tx) + 1
+	m := tx.Bucket(bMeta)
+	if err := m.Put(kRev, be64(uint64(rev))); err != nil {
+		return 0, err
+	}
+	tx.OnCommit(func() { s.committed(rev) })
+	cs.Revision = rev
+	lb := tx.Bucket(bLog)
+	if err := lb.Put(be64(uint64(rev)), encoded); err != nil {
+		return 0, err
+	}
+	keep := uint64(s.cfg.ChangelogRetention)
+	if uint64(rev) > keep {
+		cut := uint64(rev) - keep // revisions <= cut are dropped
+		start := binary.BigEndian.Uint64(m.Get(kLogStart))
+		if start <= cut {
+			c := lb.Cursor()
+			for k, _ := c.First(); k != nil && binary.BigEndian.Uint64(k) <= cut; k, _ = c.Next() {
+				if err := c.Delete(); err != nil {
+					return 0, err
+				}
+			}
+			if err := m.Put(kLogStart, be64(cut+1)); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return rev, nil
+}
+
+func readRev(tx *bolt.Tx) Revision {
+	v := tx.Bucket(bMeta).Get(kRev)
+	if len(v) != 8 {
+		return 0
+	}
+	return Revision(binary.BigEndian.Uint64(v))
+}
+
+// committed records rev once its transaction has committed. Commit
+// handlers run after bbolt's write lock is released, so two may run out
+// of order: the revision only moves forward.
+func (s *BoltStore) committed(rev Revision) {
+	for {
+		cur := s.rev.Load()
+		if uint64(rev) <= cur || s.rev.CompareAndSwap(cur, uint64(rev)) {
+			return
+		}
+	}
+}
+
+// Revision returns the latest committed revision.
+func (s *BoltStore) Revision(ctx context.Context) (Revision, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	return Revision(s.rev.Load()), nil
+}
+
+// importTx runs fill in one write transaction that adds a revision whose
+// change set fill appends to the given header.
+func (s *BoltStore) importTx(st *state, fill func(tx *bolt.Tx, log []byte) ([]byte, error)) (Revision, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.state.Load() != st {
+		return 0, errors.New("the schema changed during the import")
+	}
+	s.writeBegin()
+	defer s.writeEnd()
+	var rev Revision
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		enc := binary.AppendUvarint(make([]byte, 0, 1<<16), uint64(time.Now().UnixNano()))
+		enc = binary.AppendUvarint(enc, 0)
+		enc, err := fill(tx, enc)
+		if err != nil {
+			return err
+		}
+		rev, err = s.bumpRev(tx, &ChangeSet{}, enc)
+		return err
+	})
+	return rev, err
+}
