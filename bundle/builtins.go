@@ -10,6 +10,14 @@ type HostBuiltin struct {
 	Decl *types.Function
 	// Description says what the builtin answers.
 	Description string
+	// Nondeterministic says that the builtin may answer differently for
+	// the same arguments within one data revision (it reads a clock,
+	// randomness or the network), as OPA marks time.now_ns or http.send.
+	// The compiler records which entrypoints can reach such a builtin
+	// ([Manifest.Nondeterministic]) and the decision cache does not reuse
+	// their decisions. Nexus' relationship builtins are deterministic: they
+	// read the store at the revision that keys the cache.
+	Nondeterministic bool
 }
 
 var stringArray = types.NewArray(nil, types.S)
@@ -22,6 +30,11 @@ var NexusBuiltins = []HostBuiltin{
 		Name:        "nexus.check",
 		Decl:        types.NewFunction(types.Args(types.Named("object", types.S), types.Named("permission", types.S), types.Named("subject", types.S)), types.B),
 		Description: "Reports whether subject has permission on object.",
+	},
+	{
+		Name:        "nexus.valid_ids",
+		Decl:        types.NewFunction(types.Args(types.Named("a", types.S), types.Named("b", types.S), types.Named("c", types.S)), types.B),
+		Description: "Reports whether each argument is empty or an ID the store can hold (letters, digits and _-.=+/|~, at most 256 bytes): what a policy checks before it asks the store about a request's IDs.",
 	},
 	{
 		Name:        "nexus.roles",

@@ -45,7 +45,9 @@ type Manifest struct {
 	Entrypoints []string `json:"-"`
 	// Metadata is free-form information about the bundle. The compiler
 	// records the paths of input the policy reads under
-	// [MetadataInputPaths] (see [Manifest.InputPaths]).
+	// [MetadataInputPaths] (see [Manifest.InputPaths]) and the
+	// non-deterministic builtins each entrypoint can reach under
+	// [MetadataNondeterministic] (see [Manifest.Nondeterministic]).
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
 

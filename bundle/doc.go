@@ -1,6 +1,7 @@
 // Package bundle is nexus' policy bundle format: the types (a [Bundle] of
 // a Wasm module, base data and a [Manifest] with revision, roots,
-// entrypoints and the input paths the policy reads), the archive reader
+// entrypoints, the input paths the policy reads and the non-deterministic
+// builtins each entrypoint can reach), the archive reader
 // and writer, and the declarations of nexus' host builtins
 // ([NexusBuiltins]).
 //
@@ -33,6 +34,7 @@
 //     checked by the engine when it loads the bundle.
 //   - Files other than the three above (Rego sources, OPA's signatures)
 //     are ignored, and bundles are not signed yet.
-//   - [Manifest.InputPaths] is only known for bundles built by nexus'
-//     compiler; for any other bundle the policy may read all of input.
+//   - [Manifest.InputPaths] and [Manifest.Nondeterministic] are only known
+//     for bundles built by nexus' compiler; for any other bundle the policy
+//     may read all of input and may call non-deterministic builtins.
 package bundle

@@ -26,6 +26,9 @@ func Capabilities() *ast.Capabilities {
 				Name:        hb.Name,
 				Decl:        hb.Decl,
 				Description: hb.Description,
+				// false for nexus' relationship builtins: they read
+				// the store at the data revision that keys the cache.
+				Nondeterministic: hb.Nondeterministic,
 			})
 		}
 		capsVal = c

@@ -93,7 +93,7 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 		roots = defaultRoots(files, data)
 	}
 	// Before OPA's build, which rewrites the parsed modules.
-	paths, inputKnown := inputPaths(files, caps)
+	ac := analysed(files, caps)
 
 	wasm, eps, err := build(ctx, opts, files, caps, regoVersion)
 	if err != nil {
@@ -104,16 +104,40 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 		return nil, fmt.Errorf("compiler: encode data: %w", err)
 	}
 	man := bundle.Manifest{Revision: opts.Revision, Roots: slices.Clone(roots), Entrypoints: eps}
-	if inputKnown {
-		// Recorded as JSON-shaped values so that it survives Write and
-		// Read unchanged.
+	man.Metadata = metadata(ac, caps, eps)
+	return &bundle.Bundle{Manifest: man, Wasm: wasm, Data: raw}, nil
+}
+
+// metadata is what the manifest records of the analyses: the paths of
+// input the policy reads, and the non-deterministic builtins each
+// entrypoint can reach; neither when the modules did not compile on their
+// own (ac is nil), so that both are unknown. Values are JSON-shaped so
+// that they survive Write and Read unchanged. It returns nil when there is
+// nothing to record.
+func metadata(ac *ast.Compiler, caps *ast.Capabilities, eps []string) map[string]any {
+	md := map[string]any{}
+	if paths, ok := inputPaths(ac); ok {
 		list := make([]any, len(paths))
 		for i, p := range paths {
 			list[i] = p
 		}
-		man.Metadata = map[string]any{bundle.MetadataInputPaths: list}
+		md[bundle.MetadataInputPaths] = list
 	}
-	return &bundle.Bundle{Manifest: man, Wasm: wasm, Data: raw}, nil
+	if ac != nil {
+		nd := map[string]any{}
+		for ep, names := range nondeterministic(ac, caps, eps) {
+			list := make([]any, len(names))
+			for i, n := range names {
+				list[i] = n
+			}
+			nd[ep] = list
+		}
+		md[bundle.MetadataNondeterministic] = nd
+	}
+	if len(md) == 0 {
+		return nil
+	}
+	return md
 }
 
 // capabilitiesWith is [Capabilities] with further host builtins declared.
@@ -128,7 +152,7 @@ func capabilitiesWith(extra []bundle.HostBuiltin) (*ast.Capabilities, error) {
 		if hb.Name == "" || hb.Decl == nil {
 			return nil, fmt.Errorf("compiler: host builtin %q needs a name and a declaration", hb.Name)
 		}
-		c.Builtins = append(c.Builtins, &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description})
+		c.Builtins = append(c.Builtins, &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description, Nondeterministic: hb.Nondeterministic})
 	}
 	return &c, nil
 }

@@ -169,6 +169,7 @@ func TestBundleRoundTrip(t *testing.T) {
 func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
 	want := map[string]string{
 		"nexus.check":            "(string, string, string) => boolean",
+		"nexus.valid_ids":        "(string, string, string) => boolean",
 		"nexus.roles":            "(string, string) => array[string]",
 		"nexus.relations":        "(string, string) => array[string]",
 		"nexus.lookup_resources": "(string, string, string) => array[string]",
@@ -196,8 +197,8 @@ func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
 			t.Errorf("OPA builtin %s is declared %d times, want once", name, seen[name])
 		}
 	}
-	if len(bundle.NexusBuiltins) != 5 {
-		t.Errorf("bundle.NexusBuiltins has %d entries, this test knows 5", len(bundle.NexusBuiltins))
+	if len(bundle.NexusBuiltins) != 6 {
+		t.Errorf("bundle.NexusBuiltins has %d entries, this test knows 6", len(bundle.NexusBuiltins))
 	}
 
 	for _, tc := range []struct{ name, rule string }{

@@ -1,7 +1,10 @@
 // Package compiler turns Rego policies and data into nexus bundles
 // ([bundle.Bundle]): the policy compiled to WebAssembly, the base data
-// document and a manifest with revision, roots, entrypoints and the paths
-// of input the policy reads. Package bundle reads and writes the archive.
+// document and a manifest with revision, roots, entrypoints, the paths of
+// input the policy reads and, for each entrypoint, the non-deterministic
+// builtins it can reach ([bundle.Manifest.Nondeterministic]: a decision
+// cache must not reuse decisions that read a clock, randomness or the
+// network). Package bundle reads and writes the archive.
 //
 // Compilation uses OPA's own compiler with its wasm target and capabilities
 // that declare nexus' host builtins ([bundle.NexusBuiltins]), so policies
@@ -28,5 +31,15 @@
 //     lookup and data.json can change without a recompile. Keep base data
 //     out of the packages' own paths (data.<package>.x that is not a rule)
 //     when optimising: that data would be read as empty.
+//   - Which non-deterministic builtins an entrypoint reaches is found on
+//     the policy as written, before optimisation, and errs on the side of
+//     caution: a builtin counts in any rule the entrypoint may refer to
+//     (a dynamic reference data.x[k] refers to every rule under data.x),
+//     even in a branch the optimiser removes or where `with` replaces it.
+//     Only http.send with "cache": true or "force_cache": true written as
+//     a constant in its request object does not count: that is the policy
+//     author's opt-in to reuse a response, as in OPA (a cached decision is
+//     then reused until the policy or the data changes, whatever the
+//     response's Cache-Control says).
 //   - Bundles are not signed yet.
 package compiler

@@ -7,14 +7,10 @@ import (
 	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 )
 
-// inputPaths analyses the modules (imports resolved) for the references to
-// input: for each, the longest prefix of constant string keys, extended by
-// one key taken from base data (input.headers[data.nexus.subject_header])
-// when no rule defines that part of data. It returns ok=false when some
-// reference has no such prefix (input itself, or input[x]), when input is
-// replaced with `with`, or when the modules do not compile on their own.
-// Each path's segments are JSON-shaped, as the manifest records them.
-func inputPaths(files []opabundle.ModuleFile, caps *ast.Capabilities) ([][]any, bool) {
+// analysed compiles copies of the modules on their own, for the analyses
+// of what the policy reads and calls (OPA's build rewrites the modules it
+// is given). It returns nil when they do not compile so.
+func analysed(files []opabundle.ModuleFile, caps *ast.Capabilities) *ast.Compiler {
 	mods := make(map[string]*ast.Module, len(files))
 	for _, f := range files {
 		mods[f.Path] = f.Parsed.Copy()
@@ -22,6 +18,21 @@ func inputPaths(files []opabundle.ModuleFile, caps *ast.Capabilities) ([][]any, 
 	c := ast.NewCompiler().WithCapabilities(caps)
 	c.Compile(mods)
 	if c.Failed() {
+		return nil
+	}
+	return c
+}
+
+// inputPaths analyses the compiled modules (imports resolved) for the
+// references to input: for each, the longest prefix of constant string
+// keys, extended by one key taken from base data
+// (input.headers[data.nexus.subject_header]) when no rule defines that
+// part of data. It returns ok=false when some reference has no such prefix
+// (input itself, or input[x]), when input is replaced with `with`, or when
+// the modules did not compile on their own (c is nil). Each path's
+// segments are JSON-shaped, as the manifest records them.
+func inputPaths(c *ast.Compiler) ([][]any, bool) {
+	if c == nil {
 		return nil, false
 	}
 	keys := dataKeys(c)

@@ -22,7 +22,10 @@
 // Example:
 //
 //	reg := engine.NewRegistry()
-//	if err := reg.Register("nexus.check", 0, engine.Predicate3(store.CheckString)); err != nil {
+//	allowed := func(ctx context.Context, object, permission, subject string) (bool, error) {
+//		return object == "file:f1" && subject == "user:bob", nil
+//	}
+//	if err := reg.Register("nexus.check", 0, engine.Predicate3(allowed)); err != nil {
 //		return err
 //	}
 //	e, err := engine.New(ctx, engine.Config{Builtins: reg})

@@ -115,6 +115,10 @@ type Config struct {
 	CacheSize int
 	// CacheDisabled turns the decision cache off.
 	CacheDisabled bool
+	// CacheNondeterministic caches decisions of policies that can call
+	// non-deterministic builtins (or whose bundle does not say) like any
+	// other; see pdp.Config.CacheNondeterministic.
+	CacheNondeterministic bool
 
 	// DecisionLog receives one policy.decision JSON line per decision;
 	// nil disables the decision log.
@@ -241,7 +245,7 @@ func (c *Config) pdpConfig() pdp.Config {
 		Engine: c.Engine, Store: c.Store, Policy: c.Policy,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
-		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
+		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: c.DecisionLog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: c.Logger, Registerer: c.Registerer,
 	}

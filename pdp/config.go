@@ -73,6 +73,16 @@ type Config struct {
 	CacheSize int
 	// CacheDisabled turns the decision cache off.
 	CacheDisabled bool
+	// CacheNondeterministic caches the decisions of an entrypoint whose
+	// policy can call a non-deterministic builtin (time.now_ns, rand.intn,
+	// uuid.rfc4122, http.send, opa.runtime, ...: see
+	// bundle.Manifest.Nondeterministic), or whose bundle does not say (one
+	// built by opa build), like any other: the first answer to an input is
+	// reused for the same input until the policy or the data revision
+	// changes. It is the server-wide form of the opt-in OPA offers per
+	// call with http.send's "cache" option. False (the default) makes
+	// such an entrypoint's decisions bypass the cache (CacheDisabled).
+	CacheNondeterministic bool
 
 	// DecisionLog receives one policy.decision JSON line per decision;
 	// nil disables the decision log.

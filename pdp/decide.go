@@ -28,10 +28,11 @@ type Decision struct {
 	// ID names the decision: in the decision log, in Envoy's dynamic
 	// metadata (decision_id), in the server's log. It has a UUID's shape.
 	ID string
-	// Cache is CacheHit, CacheMiss or CacheDisabled.
+	// Cache is CacheHit, CacheMiss or CacheDisabled (the cache is off,
+	// or the entrypoint's policy can call a non-deterministic builtin).
 	Cache string
-	// rev is the data revision the decision was cached under (0 when the
-	// cache is off).
+	// rev is the data revision the decision was cached under (0 when it
+	// did not go through the cache).
 	rev datastore.Revision
 }
 
@@ -158,7 +159,7 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 	p.m.obs[[2]string{iface, d.Cache}].Observe(elapsed.Seconds())
 	if p.log.Enabled() {
 		rev := d.rev
-		if p.cache == nil {
+		if d.Cache == CacheDisabled {
 			rev, _ = p.store.Revision(ctx)
 		}
 		subject := md.subject
@@ -234,7 +235,8 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		}
 	}()
 	var key string
-	if p.cache != nil {
+	cached := p.cache != nil && v.cached(entrypoint)
+	if cached {
 		d.Cache = CacheMiss
 		rev, err := p.store.Revision(ctx)
 		if err != nil {
@@ -275,7 +277,7 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	if err != nil {
 		return d, err
 	}
-	if p.cache != nil {
+	if cached {
 		p.cache.Set(key, d.Decision)
 	}
 	return d, nil

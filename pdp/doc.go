@@ -21,4 +21,12 @@
 // evaluation error or a result that is not a decision all deny, and the
 // error's Code is the stable reason (also the metric label). Mapping codes
 // to HTTP and gRPC statuses is the transports' job.
+//
+// The decision cache keys a decision by the input the policy reads, the
+// policy and the data revision, which is only right when the decision is
+// a function of those. An entrypoint whose policy can call a
+// non-deterministic builtin (time.now_ns, rand.intn, http.send, ...), or
+// whose bundle does not say so (one not compiled by nexus), bypasses the
+// cache (Decision.Cache is CacheDisabled) unless
+// Config.CacheNondeterministic opts in.
 package pdp

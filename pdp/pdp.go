@@ -61,6 +61,15 @@ type PDP struct {
 // policy its input was pruned for.
 type inputView struct {
 	keep *prune.Tree // nil: the whole input
+	// uncached lists the entrypoints whose decisions bypass the decision
+	// cache: their policy can call a non-deterministic builtin.
+	uncached []string
+}
+
+// cached reports whether decisions of entrypoint may go through the
+// decision cache under this view.
+func (v *inputView) cached(entrypoint string) bool {
+	return v != nil && (len(v.uncached) == 0 || !slices.Contains(v.uncached, entrypoint))
 }
 
 // New validates cfg, loads its policy (with the schema's roles and
@@ -104,13 +113,17 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 // in its data; nil reloads the current bundle (after a schema change). A
 // bundle that lacks a configured entrypoint or fails to load is refused
 // and the previous policy keeps serving. In-flight decisions finish on the
-// policy they started with.
+// policy they started with. A configured entrypoint whose policy can call
+// a non-deterministic builtin (or whose bundle does not say) bypasses the
+// decision cache, unless Config.CacheNondeterministic; loading a new
+// bundle logs which builtins made it so.
 func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b == nil {
 		b = p.base
 	}
+	fresh := b != p.base // not a reload after a schema change
 	for _, ep := range []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint} {
 		if ep != Disabled && !slices.Contains(b.Manifest.Entrypoints, ep) {
 			return fmt.Errorf("%w: %q is not among the bundle's entrypoints %q (compile the policy with it, or configure the entrypoint the policy has; %q disables one)",
@@ -134,7 +147,7 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	p.types.Store(&types)
 	routes := routeRules(b.Data)
 	p.routes.Store(&routes)
-	v := &inputView{}
+	v := &inputView{uncached: p.uncached(&b.Manifest, fresh)}
 	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
 		v.keep = prune.New(paths)
 	}
@@ -147,6 +160,43 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	}
 	p.ready.Store(true)
 	return nil
+}
+
+// uncached returns the configured entrypoints of m whose decisions must
+// bypass the decision cache: those whose policy can call a
+// non-deterministic builtin, or whose manifest does not say, unless
+// Config.CacheNondeterministic. With logIt it says so in the log.
+func (p *PDP) uncached(m *bundle.Manifest, logIt bool) []string {
+	if p.cache == nil {
+		return nil
+	}
+	var out []string
+	eps := []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint}
+	for i, ep := range eps {
+		if ep == Disabled || slices.Contains(eps[:i], ep) {
+			continue
+		}
+		names, known := m.Nondeterministic(ep)
+		if known && len(names) == 0 {
+			continue
+		}
+		logger := p.cfg.Logger
+		switch {
+		case !logIt:
+		case p.cfg.CacheNondeterministic && known:
+			logger.Info("the policy can call non-deterministic builtins; its decisions are cached all the same, as configured (CacheNondeterministic)", "entrypoint", ep, "builtins", names)
+		case p.cfg.CacheNondeterministic:
+			logger.Info("the bundle does not say whether the policy calls non-deterministic builtins; its decisions are cached all the same, as configured (CacheNondeterministic)", "entrypoint", ep)
+		case known:
+			logger.Info("the policy can call non-deterministic builtins: its decisions bypass the decision cache", "entrypoint", ep, "builtins", names)
+		default:
+			logger.Warn("the bundle does not say whether the policy calls non-deterministic builtins (it was not compiled by nexus): its decisions bypass the decision cache", "entrypoint", ep)
+		}
+		if !p.cfg.CacheNondeterministic {
+			out = append(out, ep)
+		}
+	}
+	return out
 }
 
 // Ready reports whether a policy is loaded.

@@ -63,6 +63,10 @@ type serveConfig struct {
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
 	DecisionLogQueue     int           `yaml:"decision_log_queue"`
+
+	// CacheNondeterministic opts in to caching the decisions of policies
+	// that call non-deterministic builtins.
+	CacheNondeterministic bool `yaml:"cache_nondeterministic"`
 }
 
 type tlsConfig struct {
@@ -145,6 +149,7 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.DecisionLog, "decision-log", "", `decision log: "stdout", "stderr" or a file path (default off)`)
 	f.IntVar(&c.CacheSize, "cache-size", pdp.DefaultCacheSize, "decision cache entries")
 	f.BoolVar(&c.CacheDisabled, "no-cache", false, "disable the decision cache")
+	f.BoolVar(&c.CacheNondeterministic, "cache-nondeterministic", false, "also cache decisions of policies that call non-deterministic builtins (time.now_ns, rand.intn, http.send, ...) or whose bundle does not say (opa build): one answer per input until the policy or the data changes, an opt-in like OPA's http.send cache option")
 	f.DurationVar(&c.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
 	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
@@ -216,6 +221,9 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	}
 	if !set("no-cache") && file.CacheDisabled {
 		c.CacheDisabled = true
+	}
+	if !set("cache-nondeterministic") && file.CacheNondeterministic {
+		c.CacheNondeterministic = true
 	}
 	if !set("eval-timeout") && file.EvalTimeout != 0 {
 		c.EvalTimeout = file.EvalTimeout
@@ -318,7 +326,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
-		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled,
+		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: log,
 	})

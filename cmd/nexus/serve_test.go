@@ -11,7 +11,7 @@ import (
 func TestServeConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
-	if err := os.WriteFile(good, []byte("grpc_addr: 0.0.0.0:9999\ndata_dir: /var/lib/nexus\ncache_size: 42\ngrpc_tls:\n  cert_file: c.pem\n  key_file: k.pem\n"), 0o600); err != nil {
+	if err := os.WriteFile(good, []byte("grpc_addr: 0.0.0.0:9999\ndata_dir: /var/lib/nexus\ncache_size: 42\ncache_nondeterministic: true\ngrpc_tls:\n  cert_file: c.pem\n  key_file: k.pem\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
@@ -36,7 +36,7 @@ func TestServeConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	mergeFlags(cmd, &c, file)
-	if c.GRPCAddr != "0.0.0.0:9999" || c.CacheSize != 42 || c.GRPCTLS.CertFile != "c.pem" {
+	if c.GRPCAddr != "0.0.0.0:9999" || c.CacheSize != 42 || !c.CacheNondeterministic || c.GRPCTLS.CertFile != "c.pem" {
 		t.Fatalf("file values not applied: %+v", c)
 	}
 	if c.DataDir != "/tmp/flag-wins" {

@@ -123,6 +123,7 @@ func Register(reg *engine.Registry, s Store) error {
 		fn    any
 	}{
 		{"nexus.check", 3, engine.Predicate3(check)},
+		{"nexus.valid_ids", 3, engine.Predicate3(validIDs)},
 		{"nexus.roles", 2, engine.StringList2(roles)},
 		{"nexus.relations", 2, engine.StringList2(relations)},
 		{"nexus.lookup_resources", 3, engine.StringList3(lookupResources)},
@@ -133,4 +134,14 @@ func Register(reg *engine.Registry, s Store) error {
 		}
 	}
 	return nil
+}
+
+// validIDs reports whether each of a, b and c is empty or a valid ID.
+func validIDs(_ context.Context, a, b, c string) (bool, error) {
+	for _, s := range [3]string{a, b, c} {
+		if s != "" && !api.ValidID(s) {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -202,4 +203,28 @@ func newEngine(t *testing.T, s *datastore.BoltStore, file, module, entrypoint st
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+func TestValidIDs(t *testing.T) {
+	tests := []struct {
+		name    string
+		a, b, c string
+		want    bool
+	}{
+		{"all-valid", "bob", "acme", "report.pdf", true},
+		{"empty-is-valid", "bob", "", "", true},
+		{"space", "bob smith", "", "", false},
+		{"comma", "", "a,b", "", false},
+		{"colon", "", "", "a:b", false},
+		{"hash", "bob#member", "", "", false},
+		{"too-long", strings.Repeat("a", 257), "", "", false},
+		{"non-ascii", "", "", "caf\u00e9", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, err := builtins.ValidIDs(context.Background(), tt.a, tt.b, tt.c); got != tt.want || err != nil {
+				t.Fatalf("validIDs = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
 }

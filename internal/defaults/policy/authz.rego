@@ -24,14 +24,16 @@ decision := decide(input.subject, input.action, input.resource)
 
 allow := decision.allow
 
-# decide answers one check: {"allow": bool, "reason": string}.
-decide(subject, action, resource) := {"allow": false, "reason": "tenant_mismatch"} if {
+# decide answers one check: {"allow": bool, "reason": string}. The store
+# is asked for the resource's tenants once.
+decide(subject, action, resource) := decide_stored(subject, action, resource, stored_tenants(resource))
+
+decide_stored(subject, action, resource, stored) := {"allow": false, "reason": "tenant_mismatch"} if {
 	claimed := object.get(resource, "tenant", "")
 	claimed != ""
-	stored := stored_tenants(resource)
 	count(stored) > 0
 	not claimed in stored
-} else := decide_in_tenant(subject, action, object.union(resource, {"tenant": tenant_of(resource)}))
+} else := decide_in_tenant(subject, action, resource, tenant_of(resource, stored))
 
 # stored_tenants are the tenants the store assigns the resource to (none
 # for a type without a tenant relation, or a resource without an id).
@@ -46,30 +48,30 @@ stored_tenants(resource) := {t |
 
 # tenant_of is the tenant a check is judged in: the one the request names
 # (decide refused it if the store disagrees), else the store's single one.
-tenant_of(resource) := t if {
+tenant_of(resource, stored) := t if {
 	t := object.get(resource, "tenant", "")
 	t != ""
 } else := t if {
-	stored := stored_tenants(resource)
 	count(stored) == 1
 	some t in stored
 } else := ""
 
-decide_in_tenant(subject, action, resource) := {"allow": false, "reason": min(ds)} if {
+decide_in_tenant(subject, action, resource, tenant) := {"allow": false, "reason": min(ds)} if {
 	ds := denials(action, resource)
 	count(ds) > 0
 } else := {"allow": true, "reason": "rbac"} if {
-	rbac(concat(":", [subject.type, subject.id]), action, resource)
+	rbac(concat(":", [subject.type, subject.id]), action, resource.type, tenant)
 } else := {"allow": true, "reason": "rebac"} if {
 	rebac(concat(":", [subject.type, subject.id]), action, resource)
 } else := {"allow": false, "reason": "no_grant"}
 
-# rbac holds when a tenant role of the subject grants the action.
-rbac(subject, action, resource) if {
-	resource.tenant != ""
-	some role in nexus.roles(subject, resource.tenant)
+# rbac holds when a tenant role of the subject grants the action on the
+# resource type in tenant.
+rbac(subject, action, type, tenant) if {
+	tenant != ""
+	some role in nexus.roles(subject, tenant)
 	some grant in data.nexus.roles[role]
-	grant in {concat(":", [resource.type, action]), concat(":", [resource.type, "*"])}
+	grant in {concat(":", [type, action]), concat(":", [type, "*"])}
 }
 
 # rebac holds when the relationship store grants the permission.

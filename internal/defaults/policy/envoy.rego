@@ -92,13 +92,10 @@ claimed_subject := subject_header if count(jwt_subjects) == 0
 # hold (letters, digits and _-.=+/|~, at most 256 bytes): anything else, a
 # header sent twice (joined with ","), a space, an empty value, is the
 # client's error, answered before the store is asked.
-id_chars := "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.=+/|~"
-
 valid_id(s) if {
 	is_string(s)
 	s != ""
-	count(s) <= 256
-	trim(s, id_chars) == ""
+	nexus.valid_ids(s, "", "")
 }
 
 subject_id := claimed_subject if valid_id(claimed_subject)

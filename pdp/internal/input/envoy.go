@@ -288,6 +288,9 @@ func parsePath(path string) (decoded string, query url.Values, err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidPath, truncate(path), err)
 	}
+	if rawQuery == "" {
+		return decoded, nil, nil
+	}
 	query, err = url.ParseQuery(rawQuery)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidQuery, truncate(rawQuery), err)

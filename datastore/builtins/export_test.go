@@ -1,0 +1,4 @@
+package builtins
+
+// ValidIDs is validIDs, for the tests.
+var ValidIDs = validIDs
