@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -21,11 +22,12 @@ type CheckRequest struct {
 	Trace bool
 }
 
-// CheckResult is the answer to a CheckRequest.
+// CheckResult is the answer to a CheckRequest. Its JSON form is
+// {"allowed": bool, "trace": {...}}.
 type CheckResult struct {
-	Allowed bool
+	Allowed bool `json:"allowed"`
 	// Trace explains the decision when CheckRequest.Trace was set.
-	Trace *Trace
+	Trace *Trace `json:"trace,omitempty"`
 }
 
 // Trace is one node of a check's evaluation: a relation or permission of
@@ -40,6 +42,26 @@ type Trace struct {
 	Cached   bool // answered from this check's memo
 	Cycle    bool // cut because it was already being evaluated
 	Children []*Trace
+}
+
+// MarshalJSON writes the trace with lower-case field names and the object
+// as "type:id": {"kind", "object", "name", "result", "cached", "cycle",
+// "children"}, the last three only when set.
+func (t *Trace) MarshalJSON() ([]byte, error) {
+	type node struct {
+		Kind     string   `json:"kind"`
+		Object   string   `json:"object,omitempty"`
+		Name     string   `json:"name"`
+		Result   bool     `json:"result"`
+		Cached   bool     `json:"cached,omitempty"`
+		Cycle    bool     `json:"cycle,omitempty"`
+		Children []*Trace `json:"children,omitempty"`
+	}
+	n := node{Kind: t.Kind, Name: t.Name, Result: t.Result, Cached: t.Cached, Cycle: t.Cycle, Children: t.Children}
+	if t.Object.Type != "" {
+		n.Object = t.Object.String()
+	}
+	return json.Marshal(n)
 }
 
 // String renders the trace as an indented tree.

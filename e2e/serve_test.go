@@ -38,11 +38,17 @@ func readmeExamples(t *testing.T) []readmeExample {
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
+		// A command continued on the next lines is one command.
+		start := n
+		for strings.HasSuffix(line, "\\") && sc.Scan() {
+			n++
+			line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(sc.Text())
+		}
 		isCmd := strings.HasPrefix(line, "curl ") || strings.HasPrefix(line, "go run ./examples/checkclient")
 		switch {
 		case isCmd:
 			cmd, comment, _ := strings.Cut(line, "  # ")
-			ex := readmeExample{line: n, cmd: strings.TrimSpace(cmd)}
+			ex := readmeExample{line: start, cmd: strings.TrimSpace(cmd)}
 			if comment != "" {
 				ex.want = strings.TrimSpace(comment)
 				out = append(out, ex)
@@ -96,14 +102,23 @@ func TestServeDefaultREADME(t *testing.T) {
 	p := nexusproc.Start(t, "", "127.0.0.1:8282", args...)
 	t.Logf("nexus serve ready after %v (time to first /readyz 200, including process start)", time.Since(start).Round(time.Millisecond))
 
+	// The README has users export the application API key nexus serve
+	// generated; its examples send $NEXUS_APP_API_KEY.
+	key, err := os.ReadFile(filepath.Join(p.Dir, "nexus-data", "app-api-key"))
+	if err != nil {
+		t.Fatalf("no generated application API key: %v", err)
+	}
+	env := append(os.Environ(), "NEXUS_APP_API_KEY="+strings.TrimSpace(string(key)))
 	for _, ex := range examples {
 		t.Run(strings.ReplaceAll(ex.cmd[:min(len(ex.cmd), 60)], "/", "_"), func(t *testing.T) {
-			// The README's commands run where the user started nexus
-			// serve: the repository, whose ./nexus-data is the server's
-			// data directory (here the server runs in a directory of its
-			// own).
-			cmd := exec.Command("sh", "-c", strings.ReplaceAll(ex.cmd, "nexus-data/", filepath.Join(p.Dir, "nexus-data")+"/"))
-			cmd.Dir = nexusproc.RepoRoot()
+			cmd := exec.Command("sh", "-c", ex.cmd)
+			cmd.Env = env
+			// The README runs from the repository root, where nexus serve
+			// keeps ./nexus-data; here the server's directory holds it.
+			cmd.Dir = p.Dir
+			if strings.HasPrefix(ex.cmd, "go run ") {
+				cmd.Dir = nexusproc.RepoRoot()
+			}
 			outb, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("README line %d: %s: %v\n%s", ex.line, ex.cmd, err, outb)
@@ -145,7 +160,8 @@ func TestServeDefaultREADME(t *testing.T) {
 		t.Fatalf("SIGTERM: %v\n%s", err, p.Output.String())
 	}
 	nexusproc.Start(t, p.Dir, "127.0.0.1:8282", args...)
-	out, err := exec.Command("curl", "-s", "localhost:8181/allowed", "-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
+	out, err := exec.Command("curl", "-s", "localhost:8181/allowed", "-H", "Authorization: Bearer "+strings.TrimSpace(string(key)),
+		"-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"allow":true`) {
 		t.Fatalf("after a restart carol's relationship is gone: %s %v", out, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -71,6 +72,21 @@ type Config struct {
 	// AdminInsecure allows an admin listener without AdminToken: anyone
 	// who reaches it may rewrite policy and relationships.
 	AdminInsecure bool
+	// AppAPIKey is the bearer token (Authorization: Bearer KEY) the
+	// application endpoints on the HTTP listener require: AuthZEN
+	// (/access/v1/...) and the Permit-compatible API. It is required
+	// unless the HTTP listener is disabled or AppAPIInsecure is set, and
+	// it may not be AdminToken. Forward auth (/ext_authz), /kong, the
+	// AuthZEN metadata document, /healthz and /readyz need no key.
+	AppAPIKey string
+	// AppAPIInsecure allows the application endpoints without AppAPIKey:
+	// anyone who reaches the HTTP listener may ask for any decision.
+	AppAPIInsecure bool
+	// PublicURL is the base URL applications reach the HTTP listener at
+	// (https://pdp.example.com), as the AuthZEN metadata document
+	// (/.well-known/authzen-configuration) announces it; "" means the
+	// scheme and Host of each metadata request.
+	PublicURL string
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
 	// Profiling serves Go's profiles under /debug/pprof/ on the admin
@@ -143,6 +159,18 @@ func (c *Config) Validate() error {
 	}
 	if c.AdminAddr != "-" && c.AdminToken == "" && !c.AdminInsecure {
 		return errors.New("extauthz: the admin listener needs an AdminToken (or AdminInsecure to run it open)")
+	}
+	if c.HTTPAddr != "-" && c.AppAPIKey == "" && !c.AppAPIInsecure {
+		return errors.New("extauthz: the application endpoints need an AppAPIKey (or AppAPIInsecure to run them open)")
+	}
+	if c.AppAPIKey != "" && c.AppAPIKey == c.AdminToken {
+		return errors.New("extauthz: the application API key may not be the admin token: applications would hold the keys to the admin API")
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("extauthz: PublicURL %q must be an http or https URL without a query or fragment", c.PublicURL)
+		}
 	}
 	for name, t := range map[string]TLS{"grpc": c.GRPCTLS, "http": c.HTTPTLS, "admin": c.AdminTLS} {
 		if t.enabled() && (t.CertFile == "" || t.KeyFile == "") {

@@ -6,9 +6,13 @@
 //     unchanged, and the gRPC health service;
 //   - HTTP ext_authz and forward auth under /ext_authz/ (Envoy http_service,
 //     nginx auth_request, Caddy forward_auth, Traefik ForwardAuth);
-//   - the AuthZEN Authorization API 1.0 (/access/v1/evaluation[s]);
-//   - Permit-compatible /allowed, /allowed/bulk, /user-permissions and
-//     /authorized_users;
+//   - the AuthZEN Authorization API 1.0: /access/v1/evaluation[s], the
+//     subject, resource and action searches under /access/v1/search/, and
+//     the metadata document /.well-known/authzen-configuration;
+//   - the Permit-compatible PDP API: /allowed, /allowed/bulk,
+//     /allowed/all-tenants, /allowed_url, /nginx_allowed, /kong,
+//     /user-permissions, /user-tenants and /authorized_users;
+//   - an API key (Config.AppAPIKey) on the application endpoints;
 //   - an admin API (relationships, schema, policy bundle, edge snapshot)
 //     behind a bearer token, with /metrics, /healthz and /readyz.
 //

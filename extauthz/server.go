@@ -242,7 +242,10 @@ func streamWorkers() uint32 {
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&forwardauth.Handler{PDP: s.p, MaxBodyBytes: s.cfg.MaxBodyBytes}).Register(mux)
-	(&appapi.API{PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.cfg.MaxBodyBytes, MaxBatch: s.cfg.MaxBatch, Log: s.cfg.Logger}).Register(mux)
+	(&appapi.API{
+		PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.cfg.MaxBodyBytes, MaxBatch: s.cfg.MaxBatch,
+		APIKey: s.cfg.AppAPIKey, PublicURL: s.cfg.PublicURL, Log: s.cfg.Logger,
+	}).Register(mux)
 	s.probes(mux)
 	return mux
 }

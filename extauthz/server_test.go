@@ -73,6 +73,7 @@ func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 		Engine: eng, Store: store, Policy: b,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
 		AdminInsecure: true, // tests of the token set AdminToken
+		AppAPIKey:     testAppKey,
 		DecisionLog:   ts.log,
 	}
 	if mutate != nil {
@@ -217,12 +218,19 @@ func TestGRPCHealth(t *testing.T) {
 	}
 }
 
+// testAppKey is the application API key of newTestServer's servers.
+const testAppKey = "test-app-key"
+
+// post sends body as JSON with the application API key (unless header
+// names another Content-Type or Authorization).
 func post(t *testing.T, url, body string, header ...string) (int, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+testAppKey)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -713,7 +721,10 @@ func BenchmarkAllowedHTTP(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			resp, err := client.Post(ts.http+"/allowed", "application/json", strings.NewReader(body))
+			req, _ := http.NewRequest(http.MethodPost, ts.http+"/allowed", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+testAppKey)
+			resp, err := client.Do(req)
 			if err != nil {
 				b.Fatal(err)
 			}

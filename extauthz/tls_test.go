@@ -113,7 +113,9 @@ func TestMTLS(t *testing.T) {
 	url := "https://" + ts.srv.Addr("http").String() + "/allowed"
 	body := `{"user":"bob","action":"read","resource":"file:report.pdf"}`
 	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{pki.client}}}}
-	resp, err := withCert.Post(url, "application/json", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testAppKey)
+	resp, err := withCert.Do(req)
 	if err != nil {
 		t.Fatalf("HTTPS with a client certificate: %v", err)
 	}
@@ -140,6 +142,10 @@ func TestConfigValidate(t *testing.T) {
 		{"negative-body", func(c *extauthz.Config) { c.MaxBodyBytes = -1 }, "MaxBodyBytes -1 is negative"},
 		{"negative-cache", func(c *extauthz.Config) { c.CacheSize = -5 }, "CacheSize -5 is negative"},
 		{"admin-without-token", func(c *extauthz.Config) { c.AdminInsecure = false }, "admin listener needs an AdminToken"},
+		{"app-without-key", func(c *extauthz.Config) { c.AppAPIInsecure = false }, "application endpoints need an AppAPIKey"},
+		{"app-key-is-admin-token", func(c *extauthz.Config) { c.AdminToken, c.AppAPIKey = "same", "same" }, "may not be the admin token"},
+		{"public-url-query", func(c *extauthz.Config) { c.PublicURL = "https://pdp.example.com/?x=1" }, "without a query"},
+		{"public-url-relative", func(c *extauthz.Config) { c.PublicURL = "pdp.example.com" }, "must be an http or https URL"},
 	}
 	base := newTestServer(t, nil)
 	for _, tt := range tests {
@@ -153,7 +159,7 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = eng.Close(context.Background()) })
-			cfg := extauthz.Config{Engine: eng, Store: base.store, Policy: b, AdminInsecure: true}
+			cfg := extauthz.Config{Engine: eng, Store: base.store, Policy: b, AdminInsecure: true, AppAPIInsecure: true}
 			tt.mutate(&cfg)
 			err = cfg.Validate()
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {

@@ -28,10 +28,13 @@ type Resource struct {
 // Check is an application check (AuthZEN, the Permit-compatible API): the
 // input document of the authz entrypoint.
 type Check struct {
-	Subject  Subject        `json:"subject"`
-	Action   string         `json:"action"`
-	Resource Resource       `json:"resource"`
-	Context  map[string]any `json:"context,omitempty"`
+	Subject Subject `json:"subject"`
+	Action  string  `json:"action"`
+	// ActionAttributes are the action's properties (AuthZEN's
+	// action.properties): input.action_attributes.
+	ActionAttributes map[string]any `json:"action_attributes,omitempty"`
+	Resource         Resource       `json:"resource"`
+	Context          map[string]any `json:"context,omitempty"`
 }
 
 // HTTPRequest is the part of a proxied HTTP request (forward auth) that

@@ -114,3 +114,35 @@ func routeIndex(routes []any) ([]map[string][]int, bool) {
 	}
 	return idx, true
 }
+
+// Route is a route rule of the policy's data (data.nexus.routes): a
+// request whose method and path match it is an action on a resource type.
+// Method is a method or "*"; Path's segments are literal, or "{id}" (the
+// resource's id), "{tenant}" (its tenant) or "*" (any one segment).
+type Route struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Action string `json:"action"`
+	Type   string `json:"type"`
+}
+
+// routeRules reads data.nexus.routes; a rule lacking a string method,
+// path, action or type is left out.
+func routeRules(data []byte) []Route {
+	var doc struct {
+		Nexus struct {
+			Routes []json.RawMessage `json:"routes"`
+		} `json:"nexus"`
+	}
+	if json.Unmarshal(data, &doc) != nil {
+		return nil
+	}
+	var out []Route
+	for _, raw := range doc.Nexus.Routes {
+		var r Route
+		if json.Unmarshal(raw, &r) == nil && r.Method != "" && r.Path != "" && r.Action != "" && r.Type != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}

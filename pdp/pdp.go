@@ -46,6 +46,7 @@ type PDP struct {
 	gen    atomic.Uint64 // bumped on every policy load; part of the cache key
 	ready  atomic.Bool
 	types  atomic.Pointer[map[string]bool] // resource types of the schema
+	routes atomic.Pointer[[]Route]         // the loaded policy's route rules
 	policy atomic.Pointer[string]          // revision of the loaded policy
 	view   atomic.Pointer[inputView]       // what the loaded policy reads of the input
 
@@ -144,6 +145,8 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	}
 	p.base = b
 	p.types.Store(&types)
+	routes := routeRules(b.Data)
+	p.routes.Store(&routes)
 	v := &inputView{uncached: p.uncached(&b.Manifest, fresh)}
 	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
 		v.keep = prune.New(paths)
@@ -226,6 +229,15 @@ func (p *PDP) Generation() uint64 { return p.gen.Load() }
 func (p *PDP) KnownType(typ string) bool {
 	t := p.types.Load()
 	return t == nil || *t == nil || (*t)[typ]
+}
+
+// Routes returns the loaded policy's route rules (data.nexus.routes), in
+// data order; nil when it has none. Callers must not modify them.
+func (p *PDP) Routes() []Route {
+	if r := p.routes.Load(); r != nil {
+		return *r
+	}
+	return nil
 }
 
 // Close flushes the decision log, waiting until ctx ends at most.

@@ -68,7 +68,7 @@ func newBenchGenCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, ok := bench.Profiles[profile]
 			if !ok {
-				return fmt.Errorf("profile %q: want small or large", profile)
+				return usageError(cmd, fmt.Errorf("profile %q: want small or large", profile))
 			}
 			start := time.Now()
 			m, err := bench.Generate(cmd.Context(), bench.GenConfig{Profile: p, Seed: seed, Out: out})
@@ -350,7 +350,7 @@ func (o *benchRunOptions) ensureData(ctx context.Context, errOut io.Writer) (ben
 	if _, err := bench.ReadManifest(o.data); err != nil {
 		p, ok := bench.Profiles[o.profile]
 		if !ok {
-			return bench.Manifest{}, fmt.Errorf("profile %q: want small or large", o.profile)
+			return bench.Manifest{}, &cliExitError{exitUsage, fmt.Errorf("profile %q: want small or large", o.profile)}
 		}
 		fmt.Fprintf(errOut, "generating the %s data set (seed %d) into %s\n", o.profile, o.seed, o.data)
 		if _, err := bench.Generate(ctx, bench.GenConfig{Profile: p, Seed: o.seed, Out: o.data}); err != nil {

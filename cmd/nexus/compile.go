@@ -31,7 +31,7 @@ printed as file:line:col: message.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(entrypoints) == 0 {
-				return fmt.Errorf("compile: at least one -e ENTRYPOINT is required")
+				return usageError(cmd, fmt.Errorf("compile: at least one -e ENTRYPOINT is required"))
 			}
 			b, err := compiler.Compile(cmd.Context(), compiler.Options{
 				Paths:             args,

@@ -23,16 +23,26 @@ func newEvalCmd() *cobra.Command {
 		inputPath  string
 		timeout    time.Duration
 		fail       bool
+		failDeny   bool
+		format     string
 	)
 	cmd := &cobra.Command{
 		Use:   "eval -b bundle.tar.gz -e ENTRYPOINT [-i input.json]",
 		Short: "Evaluate an entrypoint of a bundle against an input, like opa eval",
 		Long: `Load a bundle, evaluate one entrypoint against the input document (a JSON
 file, or - for standard input) and print the result as JSON. An undefined
-result prints "undefined" (and exits non-zero with --fail). nexus' relationship
-builtins are not available here: they need the datastore of nexus serve.`,
+result prints "undefined" (and exits 1 with --fail). nexus' relationship
+builtins are not available here: they need the datastore of nexus serve.
+
+--format json prints one line: {"result": VALUE}, or {} when undefined.
+--fail-deny exits 3 when the result is a deny: false, an object whose
+"allowed" (or "allow") is false, or undefined; a result that is not a
+decision then exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFormat(cmd, format); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -72,23 +82,44 @@ builtins are not available here: they need the datastore of nexus serve.`,
 			}
 			out, err := e.Eval(ctx, entrypoint, bytes.TrimSpace(input), nil)
 			if errors.Is(err, engine.ErrUndefined) {
-				fmt.Fprintln(cmd.OutOrStdout(), "undefined")
-				if fail {
+				if format == formatJSON {
+					fmt.Fprintln(cmd.OutOrStdout(), "{}")
+				} else {
+					fmt.Fprintln(cmd.OutOrStdout(), "undefined")
+				}
+				switch {
+				case fail:
 					return fmt.Errorf("eval: %s is undefined", entrypoint)
+				case failDeny:
+					return denied("denied: %s is undefined", entrypoint)
 				}
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			var pretty bytes.Buffer
-			if json.Indent(&pretty, out, "", "  ") != nil {
-				pretty.Reset()
-				pretty.Write(out)
+			if format == formatJSON {
+				err = writeJSON(cmd.OutOrStdout(), map[string]json.RawMessage{"result": out})
+			} else {
+				var pretty bytes.Buffer
+				if json.Indent(&pretty, out, "", "  ") != nil {
+					pretty.Reset()
+					pretty.Write(out)
+				}
+				pretty.WriteByte('\n')
+				_, err = cmd.OutOrStdout().Write(pretty.Bytes())
 			}
-			pretty.WriteByte('\n')
-			_, err = cmd.OutOrStdout().Write(pretty.Bytes())
-			return err
+			if err != nil || !failDeny {
+				return err
+			}
+			allowed, ok := decisionOf(out)
+			if !ok {
+				return fmt.Errorf("eval: --fail-deny: the result of %s is not a decision (a boolean, or an object with a boolean allowed or allow)", entrypoint)
+			}
+			if !allowed {
+				return denied("denied: %s", entrypoint)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -96,7 +127,29 @@ builtins are not available here: they need the datastore of nexus serve.`,
 	f.StringVarP(&entrypoint, "entrypoint", "e", "", "entrypoint to evaluate, e.g. nexus/authz/allow")
 	f.StringVarP(&inputPath, "input", "i", "", "input JSON file (- for standard input; default: no input)")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "evaluation deadline (0: none)")
-	f.BoolVar(&fail, "fail", false, "exit non-zero when the result is undefined")
+	f.BoolVar(&fail, "fail", false, "exit 1 when the result is undefined")
+	f.BoolVar(&failDeny, "fail-deny", false, "exit 3 when the result is a deny (false, {\"allowed\": false} or undefined)")
+	formatFlag(cmd, &format)
 	_ = cmd.MarkFlagRequired("entrypoint")
 	return cmd
+}
+
+// decisionOf reads a policy result as a decision: a boolean, or an object
+// with a boolean "allowed" (opa-envoy-plugin's results) or "allow".
+func decisionOf(result []byte) (allowed, ok bool) {
+	var v any
+	if json.Unmarshal(result, &v) != nil {
+		return false, false
+	}
+	switch x := v.(type) {
+	case bool:
+		return x, true
+	case map[string]any:
+		for _, k := range []string{"allowed", "allow"} {
+			if b, isBool := x[k].(bool); isBool {
+				return b, true
+			}
+		}
+	}
+	return false, false
 }

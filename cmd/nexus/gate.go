@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,14 +12,15 @@ import (
 )
 
 func newGateCmd() *cobra.Command {
-	var target, iface, file string
+	var target, iface, file, apiKey, format string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "gate --target ADDR --file GATE",
 		Short: "Run a gate file of checks against a server; fail unless every decision is right",
 		Long: `Send every check of a gate file (NDJSON, written by nexus bench gen) to a
 running server and compare each decision with the expected one. Exits
-non-zero and lists the wrong checks unless all are right.
+1 and lists the wrong checks unless all are right; --format json prints
+{"file", "interface", "passed", "checks", "right", "wrong": [...]}.
 
 --interface grpc sends Envoy-shaped CheckRequests to the ext_authz gRPC
 listener (GET/PUT/DELETE /tenants/{tenant}/files/{id} with the x-user
@@ -28,17 +30,46 @@ and authzen POST to the HTTP listener.`,
   nexus gate --target 127.0.0.1:8181 --interface authzen --file bench-data/gate-rbac.ndjson`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch iface {
+			case bench.InterfaceGRPC, bench.InterfaceAllowed, bench.InterfaceAuthZEN:
+			default:
+				return usageError(cmd, fmt.Errorf("--interface %q: want grpc, allowed or authzen", iface))
+			}
+			if err := checkFormat(cmd, format); err != nil {
+				return err
+			}
+			if apiKey == "" {
+				apiKey = os.Getenv("NEXUS_APP_API_KEY")
+			}
 			checks, err := bench.ReadChecksFile(file)
 			if err != nil {
 				return err
 			}
-			t, err := bench.NewTarget(bench.TargetConfig{Interface: iface, Addr: target, Timeout: timeout})
+			t, err := bench.NewTarget(bench.TargetConfig{Interface: iface, Addr: target, Timeout: timeout, APIKey: apiKey})
 			if err != nil {
 				return err
 			}
 			defer t.Close()
 			res, err := bench.Gate(cmd.Context(), t, checks)
 			out := cmd.OutOrStdout()
+			if err != nil && !errors.Is(err, bench.ErrGateFailed) {
+				return err
+			}
+			if format == formatJSON {
+				if res.Wrong == nil {
+					res.Wrong = []bench.WrongCheck{}
+				}
+				if werr := writeJSON(out, struct {
+					File      string `json:"file"`
+					Interface string `json:"interface"`
+					Passed    bool   `json:"passed"`
+					bench.GateResult
+					Wrong []bench.WrongCheck `json:"wrong"` // [] when none
+				}{file, iface, res.Passed(), res, res.Wrong}); werr != nil {
+					return werr
+				}
+				return err
+			}
 			for _, w := range res.Wrong {
 				c := w.Check
 				if w.Error != "" {
@@ -46,9 +77,6 @@ and authzen POST to the HTTP listener.`,
 					continue
 				}
 				fmt.Fprintf(out, "line %d: %s %s %s:%s in %s: got allow=%v, want %v\n", w.Line, c.User, c.Action, c.Type, c.ID, c.Tenant, w.Got, c.Allow)
-			}
-			if err != nil && !errors.Is(err, bench.ErrGateFailed) {
-				return err
 			}
 			fmt.Fprintf(out, "gate %s over %s: %d/%d right\n", file, iface, res.Right, res.Checks)
 			return err
@@ -59,6 +87,8 @@ and authzen POST to the HTTP listener.`,
 	f.StringVar(&iface, "interface", bench.InterfaceGRPC, "grpc, allowed or authzen")
 	f.StringVar(&file, "file", "", "gate file (NDJSON)")
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "timeout of one check")
+	formatFlag(cmd, &format)
+	f.StringVar(&apiKey, "api-key", "", "the server's application API key, for allowed and authzen (default $NEXUS_APP_API_KEY)")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }

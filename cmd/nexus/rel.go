@@ -193,13 +193,18 @@ func newRelWriteCmd(f *relFlags, del bool) *cobra.Command {
 }
 
 func newRelReadCmd(f *relFlags) *cobra.Command {
-	var object, relation, subject string
+	var object, relation, subject, format string
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "read",
 		Short: "Print stored tuples that match a filter",
-		Args:  cobra.NoArgs,
+		Long: `Print the stored tuples that match a filter, one per line, or with
+--format json as {"tuples": ["type:id#relation@type:id", ...]}.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFormat(cmd, format); err != nil {
+				return err
+			}
 			var flt datastore.Filter
 			flt.ObjectType, flt.ObjectID, _ = strings.Cut(object, ":")
 			flt.Relation = relation
@@ -218,6 +223,13 @@ func newRelReadCmd(f *relFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if format == formatJSON {
+				out := make([]string, len(ts))
+				for i, t := range ts {
+					out[i] = t.String()
+				}
+				return writeJSON(cmd.OutOrStdout(), map[string][]string{"tuples": out})
+			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			for _, t := range ts {
 				fmt.Fprintln(w, t)
@@ -229,18 +241,28 @@ func newRelReadCmd(f *relFlags) *cobra.Command {
 	cmd.Flags().StringVar(&relation, "relation", "", "relation")
 	cmd.Flags().StringVar(&subject, "subject", "", "subject type, type:id or type:id#relation")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many tuples (0: all)")
+	formatFlag(cmd, &format)
 	return cmd
 }
 
 func newRelCheckCmd(f *relFlags) *cobra.Command {
-	var trace bool
+	var trace, failDeny bool
+	var format string
 	cmd := &cobra.Command{
 		Use:   "check OBJECT PERMISSION SUBJECT",
 		Short: "Check a permission; prints allowed or denied",
+		Long: `Check a permission (or relation) of an object for a subject in the
+relationship store. Prints allowed or denied (with --trace, how), or with
+--format json {"allowed": bool, "trace": {...}}. With --fail-deny a deny
+exits 3, so that scripts can test the exit status.`,
 		Example: `  nexus rel check file:report.pdf read user:bob
-  nexus rel check --trace folder:q3 write group:eng#member`,
+  nexus rel check --trace folder:q3 write group:eng#member
+  nexus rel check --fail-deny --format json file:report.pdf write user:bob`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(cmd, format); err != nil {
+				return err
+			}
 			obj, err := api.ParseObject(args[0])
 			if err != nil {
 				return err
@@ -259,18 +281,28 @@ func newRelCheckCmd(f *relFlags) *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if trace && res.Trace != nil {
-				fmt.Fprint(out, res.Trace)
+			switch {
+			case format == formatJSON:
+				err = writeJSON(out, res)
+			default:
+				if trace && res.Trace != nil {
+					fmt.Fprint(out, res.Trace)
+				}
+				if res.Allowed {
+					_, err = fmt.Fprintln(out, "allowed")
+				} else {
+					_, err = fmt.Fprintln(out, "denied")
+				}
 			}
-			if res.Allowed {
-				_, err = fmt.Fprintln(out, "allowed")
-			} else {
-				_, err = fmt.Fprintln(out, "denied")
+			if err == nil && failDeny && !res.Allowed {
+				return denied("denied: %s may not %s %s", sub, args[1], obj)
 			}
 			return err
 		},
 	}
 	cmd.Flags().BoolVar(&trace, "trace", false, "print how the decision was reached")
+	cmd.Flags().BoolVar(&failDeny, "fail-deny", false, "exit 3 on a deny")
+	formatFlag(cmd, &format)
 	return cmd
 }
 
@@ -365,13 +397,13 @@ the error says how many tuples they hold.`,
 func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions) error {
 	ctx := cmd.Context()
 	if o.interval <= 0 {
-		return fmt.Errorf("--progress-interval %v: want a positive duration", o.interval)
+		return usageError(cmd, fmt.Errorf("--progress-interval %v: want a positive duration", o.interval))
 	}
 	fm := datastore.FormatForPath(name)
 	if o.format != "" {
 		var err error
 		if fm, err = datastore.ParseFormat(o.format); err != nil {
-			return err
+			return usageError(cmd, err)
 		}
 	}
 	var in io.Reader = cmd.InOrStdin()
@@ -536,7 +568,7 @@ func newRelExportCmd(f *relFlags) *cobra.Command {
 			if format != "" {
 				var err error
 				if fm, err = datastore.ParseFormat(format); err != nil {
-					return err
+					return usageError(cmd, err)
 				}
 			}
 			s, err := f.open(cmd.Context(), true)

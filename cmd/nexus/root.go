@@ -10,8 +10,13 @@ import (
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "nexus",
-		Short:         "nexus is a policy decision point for proxies",
+		Use:   "nexus",
+		Short: "nexus is a policy decision point for proxies",
+		Long: `nexus is a policy decision point for proxies.
+
+Exit status: 0 success, 1 failure, 2 wrong invocation (an unknown command
+or flag, bad arguments or flag values), 3 a deny (rel check and eval with
+--fail-deny).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -24,6 +29,7 @@ func newRootCmd() *cobra.Command {
 		newBenchCmd(),
 		newGateCmd(),
 	)
+	scriptable(root)
 	return root
 }
 

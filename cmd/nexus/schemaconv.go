@@ -22,43 +22,6 @@ import (
 // Models from OpenFGA and SpiceDB: nexus rel schema convert, the --from of
 // rel schema write and rel import, and nexus rel test.
 
-// cliExitError carries the process exit status of an error.
-type cliExitError struct {
-	code int
-	err  error
-}
-
-func (e *cliExitError) Error() string { return e.err.Error() }
-func (e *cliExitError) Unwrap() error { return e.err }
-
-// exitCodeOf is the exit status for err: 2 for a wrong invocation, what a
-// command chose, or 1.
-func exitCodeOf(err error) int {
-	var e *cliExitError
-	if errors.As(err, &e) {
-		return e.code
-	}
-	return 1
-}
-
-// usageArgs makes an argument check's error a wrong invocation (exit 2).
-func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return &cliExitError{2, fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())}
-		}
-		return nil
-	}
-}
-
-// usageFlags makes a flag error of cmd a wrong invocation (exit 2).
-func usageFlags(cmd *cobra.Command) *cobra.Command {
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &cliExitError{2, fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
-	})
-	return cmd
-}
-
 // schemaFormat picks the language of a schema: --from, else the file's
 // extension (.fga, .zed), else its first word.
 func schemaFormat(from, name string, src []byte) (schemaconv.Format, error) {
@@ -137,7 +100,7 @@ Exit status: 0 converted, 1 the model cannot be converted, 2 wrong usage.`,
 		Example: `  nexus rel schema convert examples/drive/drive.fga
   nexus rel schema convert --from spicedb schema.zed > schema.yaml
   fga model get --store-id $STORE --format json | nexus rel schema convert --from openfga -`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := schemaFormat(from, "", nil); err != nil {
 				return err
@@ -155,7 +118,7 @@ Exit status: 0 converted, 1 the model cannot be converted, 2 wrong usage.`,
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", fromHelp)
-	return usageFlags(cmd)
+	return cmd
 }
 
 // importText imports SpiceDB relationships (document:1#viewer@user:anne),
@@ -300,7 +263,7 @@ when every assertion holds, 1 when one fails, 2 when a file cannot run
 (a bad schema, a tuple the schema refuses) or on wrong usage.`,
 		Example: `  nexus rel test examples/drive/drive.test.yaml
   nexus rel test model.fga.yaml validation.zed.yaml`,
-		Args: usageArgs(cobra.MinimumNArgs(1)),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			failed, broken, total := 0, 0, 0
@@ -339,5 +302,5 @@ when every assertion holds, 1 when one fails, 2 when a file cannot run
 			return nil
 		},
 	}
-	return usageFlags(cmd)
+	return cmd
 }

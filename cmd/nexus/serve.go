@@ -41,6 +41,10 @@ type serveConfig struct {
 	AdminToken           string        `yaml:"admin_token"`
 	AdminTokenFile       string        `yaml:"admin_token_file"`
 	AdminInsecure        bool          `yaml:"admin_insecure"`
+	AppAPIKey            string        `yaml:"app_api_key"`
+	AppAPIKeyFile        string        `yaml:"app_api_key_file"`
+	AppAPIInsecure       bool          `yaml:"app_api_insecure"`
+	PublicURL            string        `yaml:"public_url"`
 	DataDir              string        `yaml:"data_dir"`
 	Policy               string        `yaml:"policy"`
 	TrustedSubjectHeader string        `yaml:"trusted_subject_header"`
@@ -101,6 +105,9 @@ An admin listener on an address other than loopback requires a token
 (--admin-token, --admin-token-file or $NEXUS_ADMIN_TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := parseLevel(c.LogLevel); err != nil {
+				return usageError(cmd, err)
+			}
 			if cfgFile != "" {
 				fileCfg, err := readServeConfig(cfgFile)
 				if err != nil {
@@ -128,6 +135,10 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token the admin API requires (default: $NEXUS_ADMIN_TOKEN, else on loopback a token generated into <data-dir>/admin-token)")
 	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (e.g. a mounted Secret)")
 	f.BoolVar(&c.AdminInsecure, "admin-insecure", false, "run the admin API without a token when none is given (never on a shared network)")
+	f.StringVar(&c.AppAPIKey, "app-api-key", "", "bearer key the application endpoints (AuthZEN, Permit-compatible) require (default: $NEXUS_APP_API_KEY, else a key generated into <data-dir>/app-api-key)")
+	f.StringVar(&c.AppAPIKeyFile, "app-api-key-file", "", "file holding the application API key (e.g. a mounted Secret)")
+	f.BoolVar(&c.AppAPIInsecure, "app-api-insecure", false, "run the application endpoints without a key when none is given: anyone who reaches the HTTP listener may ask for any decision")
+	f.StringVar(&c.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
@@ -188,6 +199,12 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if !set("admin-insecure") && file.AdminInsecure {
 		c.AdminInsecure = true
 	}
+	str("app-api-key", &c.AppAPIKey, file.AppAPIKey)
+	str("app-api-key-file", &c.AppAPIKeyFile, file.AppAPIKeyFile)
+	if !set("app-api-insecure") && file.AppAPIInsecure {
+		c.AppAPIInsecure = true
+	}
+	str("public-url", &c.PublicURL, file.PublicURL)
 	str("trusted-subject-header", &c.TrustedSubjectHeader, file.TrustedSubjectHeader)
 	str("data-dir", &c.DataDir, file.DataDir)
 	str("policy", &c.Policy, file.Policy)
@@ -259,6 +276,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		_ = store.Close()
 		return err
 	}
+	appKey, appKeyFile, err := appAPIKey(c, log)
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
 	defer func() {
 		if err := store.Close(); err != nil {
 			log.Error("closing the store", "err", err)
@@ -301,7 +323,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
-		AdminToken: token, AdminInsecure: c.AdminInsecure, Reflection: c.Reflection, Profiling: c.Profiling,
+		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
@@ -317,6 +339,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
 	if tokenFile != "" {
 		log.Info("the admin API needs the token in "+tokenFile, "example", "curl -H \"Authorization: Bearer $(cat "+tokenFile+")\" http://"+c.AdminAddr+"/v1/schema")
+	}
+	if appKeyFile != "" {
+		log.Info("the application API needs the key in "+appKeyFile, "example", "curl -H \"Authorization: Bearer $(cat "+appKeyFile+")\" -H 'Content-Type: application/json' http://"+c.HTTPAddr+"/access/v1/evaluation -d '{...}'")
 	}
 	<-ctx.Done()
 	grace := c.ShutdownGrace

@@ -77,7 +77,8 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (Server, error) {
 	if logw == nil {
 		logw = io.Discard
 	}
-	args := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, cfg.Args...)
+	// The load generator stands for the applications: it sends no API key.
+	args := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--app-api-insecure"}, cfg.Args...)
 	cmd := exec.Command(cfg.Exe, args...)
 	cmd.Stdout = logw
 	stderr, err := cmd.StderrPipe()

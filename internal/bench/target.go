@@ -67,6 +67,9 @@ type TargetConfig struct {
 	Timeout time.Duration
 	// Client is the gRPC client: ClientLean (the default) or ClientGRPCGo.
 	Client string
+	// APIKey is sent as "Authorization: Bearer APIKey" to the HTTP
+	// listener's application endpoints; "" sends none.
+	APIKey string
 }
 
 // gRPC clients of the load generator.
@@ -120,6 +123,7 @@ type Target struct {
 	next  atomic.Uint64
 	http  *http.Client
 	url   string
+	auth  string // the Authorization header, if any
 	seq   atomic.Uint64
 	// idPrefix makes request IDs unique across runs and processes.
 	idPrefix string
@@ -167,6 +171,9 @@ func NewTarget(cfg TargetConfig) (*Target, error) {
 			path = "/access/v1/evaluation"
 		}
 		t.url = "http://" + cfg.Addr + path
+		if cfg.APIKey != "" {
+			t.auth = "Bearer " + cfg.APIKey
+		}
 	}
 	return t, nil
 }
@@ -432,6 +439,9 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 		return Outcome{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if t.auth != "" {
+		req.Header.Set("Authorization", t.auth)
+	}
 	resp, err := t.http.Do(req)
 	if err != nil {
 		return Outcome{Err: err}

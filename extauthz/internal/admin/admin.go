@@ -52,14 +52,14 @@ type API struct {
 // Register adds the admin endpoints to mux.
 func (s *API) Register(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
-	mux.Handle("POST /v1/relationships", s.auth(s.handleWriteRelationships))
+	mux.Handle("POST /v1/relationships", s.auth(s.noParams(s.handleWriteRelationships)))
 	mux.Handle("GET /v1/relationships", s.auth(s.handleReadRelationships))
 	mux.Handle("PUT /v1/schema", s.auth(s.handlePutSchema))
-	mux.Handle("GET /v1/schema", s.auth(s.handleGetSchema))
-	mux.Handle("PUT /v1/policy", s.auth(s.handlePutPolicy))
-	mux.Handle("GET /v1/policy", s.auth(s.handleGetPolicy))
-	mux.Handle("POST /v1/check", s.auth(s.handleDebugCheck))
-	mux.Handle("GET /v1/edge/snapshot", s.auth(s.handleEdgeSnapshot))
+	mux.Handle("GET /v1/schema", s.auth(s.noParams(s.handleGetSchema)))
+	mux.Handle("PUT /v1/policy", s.auth(s.noParams(s.handlePutPolicy)))
+	mux.Handle("GET /v1/policy", s.auth(s.noParams(s.handleGetPolicy)))
+	mux.Handle("POST /v1/check", s.auth(s.noParams(s.handleDebugCheck)))
+	mux.Handle("GET /v1/edge/snapshot", s.auth(s.noParams(s.handleEdgeSnapshot)))
 	if s.Profiling {
 		mux.Handle("GET /debug/pprof/", s.auth(pprof.Index))
 		mux.Handle("GET /debug/pprof/cmdline", s.auth(pprof.Cmdline))
@@ -112,10 +112,8 @@ func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req writeRelationshipsRequest
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+	if err := decodeStrict(body, &req, "touches", "deletes"); err != nil {
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	touches, err := parseTuples("touches", req.Touches)
@@ -180,6 +178,19 @@ func (s *API) handleReadRelationships(w http.ResponseWriter, r *http.Request) {
 		out[i] = t.String()
 	}
 	wire.WriteJSON(w, http.StatusOK, map[string]any{"tuples": out})
+}
+
+// noParams refuses a request with any query parameter, naming it: an
+// endpoint that takes none must not let a misspelt one pass unnoticed.
+func (s *API) noParams(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if q := r.URL.Query(); len(q) > 0 {
+			k := slices.Sorted(maps.Keys(q))[0]
+			wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "unknown query parameter %q (this endpoint takes none)", k))
+			return
+		}
+		h(w, r)
+	}
 }
 
 // knownParams refuses a query parameter outside known, or one given twice,
@@ -272,15 +283,35 @@ func (s *API) handleGetPolicy(w http.ResponseWriter, _ *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, s.PDP.Manifest())
 }
 
+// debugCheckRequest is the body of POST /v1/check. OpenFGA users name
+// the permission "relation": either field is accepted.
 type debugCheckRequest struct {
 	Object     string `json:"object"`
 	Permission string `json:"permission"`
+	Relation   string `json:"relation"`
 	Subject    string `json:"subject"`
 	Trace      bool   `json:"trace"`
 }
 
+// decodeStrict reads one JSON object into v, refusing a field outside
+// fields by name, and anything after the object.
+func decodeStrict(body []byte, v any, fields ...string) error {
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return pdp.Errorf(pdp.ErrBadRequest, "unknown field %s (accepted: %s)", f, strings.Join(fields, ", "))
+		}
+		return pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return pdp.Errorf(pdp.ErrBadRequest, "unexpected data after the JSON object")
+	}
+	return nil
+}
+
 // handleDebugCheck asks the relationship store directly, with an optional
-// trace that explains the answer.
+// trace that explains the answer: {"allowed": bool, "trace": {...}}.
 func (s *API) handleDebugCheck(w http.ResponseWriter, r *http.Request) {
 	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
 	if err != nil {
@@ -288,8 +319,19 @@ func (s *API) handleDebugCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req debugCheckRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+	if err := decodeStrict(body, &req, "object", "permission", "relation", "subject", "trace"); err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	switch {
+	case req.Permission == "":
+		req.Permission = req.Relation
+	case req.Relation != "" && req.Relation != req.Permission:
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "permission %q and relation %q differ: send one of them", req.Permission, req.Relation))
+		return
+	}
+	if req.Permission == "" {
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "permission (or relation) is required"))
 		return
 	}
 	obj, err := api.ParseObject(req.Object)

@@ -1,22 +1,24 @@
-// Package appapi is the transport of the application APIs: AuthZEN
-// Authorization API 1.0 (/access/v1/evaluation[s]) and the
-// Permit-compatible /allowed, /allowed/bulk, /user-permissions and
-// /authorized_users. It maps their JSON bodies to the decision core's
-// checks and the decisions back; the listings read the relationship store
-// for candidates and confirm each one through the policy.
+// Package appapi is the transport of the application APIs: the AuthZEN
+// Authorization API 1.0 (evaluation, evaluations, the subject, resource
+// and action searches, and the metadata document) and the
+// Permit-compatible PDP API (/allowed, /allowed/bulk,
+// /allowed/all-tenants, /allowed_url, /nginx_allowed, /kong,
+// /user-permissions, /user-tenants, /authorized_users). It maps their JSON bodies to the
+// decision core's checks and the decisions back; the listings and
+// searches read the relationship store for candidates and confirm each
+// one through the policy.
 package appapi
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/subtle"
 	"log/slog"
+	"mime"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -30,380 +32,97 @@ type Store interface {
 	LookupSubjects(ctx context.Context, object api.Object, permission, subjectType string) ([]string, error)
 }
 
+var _ Store = (*datastore.BoltStore)(nil)
+
 // API serves the application endpoints.
 type API struct {
 	PDP   *pdp.PDP
 	Store Store
 	// MaxBodyBytes bounds request bodies; MaxBatch the checks of one
-	// request.
+	// request and the results of one search page.
 	MaxBodyBytes int64
 	MaxBatch     int
+	// APIKey is the bearer token every endpoint but the metadata document
+	// requires; "" leaves them open.
+	APIKey string
+	// PublicURL is the base URL applications reach this listener at,
+	// for the AuthZEN metadata document; "" means the scheme and Host of
+	// each metadata request.
+	PublicURL string
 	// Log receives the details of server-side failures.
 	Log *slog.Logger
 }
 
 // Register adds the endpoints to mux.
 func (s *API) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /access/v1/evaluation", s.handleAuthZEN)
-	mux.HandleFunc("POST /access/v1/evaluations", s.handleAuthZENBatch)
-	mux.HandleFunc("POST /allowed", s.handleAllowed)
-	mux.HandleFunc("POST /allowed/bulk", s.handleAllowedBulk)
-	mux.HandleFunc("POST /user-permissions", s.handleUserPermissions)
-	mux.HandleFunc("POST /authorized_users", s.handleAuthorizedUsers)
+	mux.Handle("GET /.well-known/authzen-configuration", requestID(http.HandlerFunc(s.handleMetadata)))
+	for path, h := range map[string]http.HandlerFunc{
+		"/access/v1/evaluation":      s.handleAuthZEN,
+		"/access/v1/evaluations":     s.handleAuthZENBatch,
+		"/access/v1/search/subject":  s.handleSearch(searchSubject),
+		"/access/v1/search/resource": s.handleSearch(searchResource),
+		"/access/v1/search/action":   s.handleSearch(searchAction),
+	} {
+		mux.Handle("POST "+path, requestID(s.auth(s.jsonOnly(h))))
+	}
+	for path, h := range map[string]http.HandlerFunc{
+		"/allowed":             s.handleAllowed,
+		"/allowed/bulk":        s.handleAllowedBulk,
+		"/allowed/all-tenants": s.handleAllowedAllTenants,
+		"/allowed_url":         s.handleAllowedURL,
+		"/user-permissions":    s.handleUserPermissions,
+		"/user-tenants":        s.handleUserTenants,
+		"/authorized_users":    s.handleAuthorizedUsers,
+	} {
+		mux.Handle("POST "+path, requestID(s.auth(h)))
+	}
+	// nginx's auth_request sends the original request's method.
+	mux.Handle("/nginx_allowed", requestID(s.auth(http.HandlerFunc(s.handleNginxAllowed))))
+	// Kong's OPA plugin sends no credentials (see handleKong).
+	mux.Handle("POST /kong", requestID(http.HandlerFunc(s.handleKong)))
 }
 
-func (s *API) handleAuthZEN(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
+// auth requires the API key when one is configured: "Authorization:
+// Bearer KEY", the scheme in any case, as Permit's SDKs send it.
+func (s *API) auth(h http.Handler) http.Handler {
+	if s.APIKey == "" {
+		return h
 	}
-	c, err := checkapi.ReadAuthZEN(strings.NewReader(string(body)))
-	if err != nil {
-		s.PDP.CountError(pdp.IfaceAuthZEN, err)
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	d, err := s.PDP.Check(r.Context(), pdp.IfaceAuthZEN, &c)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	wire.WriteJSON(w, http.StatusOK, authzenResponse(d))
-}
-
-func authzenResponse(d pdp.Decision) checkapi.AuthZENResponse {
-	resp := checkapi.AuthZENResponse{Decision: d.Allowed}
-	if d.Reason != "" {
-		resp.Context = map[string]any{"reason": d.Reason}
-	}
-	return resp
-}
-
-func (s *API) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	cs, sem, err := checkapi.ReadAuthZENBatch(strings.NewReader(string(body)), s.MaxBatch)
-	if err != nil {
-		s.PDP.CountError(pdp.IfaceAuthZEN, err)
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	resp := checkapi.AuthZENBatchResponse{Evaluations: make([]checkapi.AuthZENResponse, 0, len(cs))}
-	for i := range cs {
-		d, err := s.PDP.Check(r.Context(), pdp.IfaceAuthZEN, &cs[i])
-		var e checkapi.AuthZENResponse
-		if err != nil {
-			code := pdp.Code(err)
-			e = checkapi.AuthZENResponse{Context: map[string]any{"error": wire.Describe(err), "reason": code}}
-		} else {
-			e = authzenResponse(d)
-		}
-		resp.Evaluations = append(resp.Evaluations, e)
-		if (sem == checkapi.DenyOnFirstDeny && !e.Decision) || (sem == checkapi.PermitOnFirstPermit && e.Decision) {
-			break
-		}
-	}
-	wire.WriteJSON(w, http.StatusOK, resp)
-}
-
-func permitResponse(d pdp.Decision) checkapi.PermitResponse {
-	resp := checkapi.PermitResponse{Allow: d.Allowed, Result: d.Allowed}
-	if d.Reason != "" {
-		resp.Debug = map[string]any{"reason": d.Reason}
-	}
-	return resp
-}
-
-func (s *API) handleAllowed(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	c, err := checkapi.ReadPermit(strings.NewReader(string(body)))
-	if err != nil {
-		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	d, err := s.PDP.Check(r.Context(), pdp.IfacePermit, &c)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	wire.WriteJSON(w, http.StatusOK, permitResponse(d))
-}
-
-func (s *API) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	cs, err := checkapi.ReadPermitBulk(strings.NewReader(string(body)), s.MaxBatch)
-	if err != nil {
-		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	resp := checkapi.PermitBulkResponse{Allow: make([]checkapi.PermitResponse, len(cs))}
-	for i := range cs {
-		d, err := s.PDP.Check(r.Context(), pdp.IfacePermit, &cs[i])
-		if err != nil {
-			code := pdp.Code(err)
-			resp.Allow[i] = checkapi.PermitResponse{Debug: map[string]any{"error": wire.Describe(err), "reason": code}}
-			continue
-		}
-		resp.Allow[i] = permitResponse(d)
-	}
-	wire.WriteJSON(w, http.StatusOK, resp)
-}
-
-// userPermissionsRequest is Permit's /user-permissions body.
-type userPermissionsRequest struct {
-	User          json.RawMessage `json:"user"`
-	Tenants       []string        `json:"tenants"`
-	Resources     []string        `json:"resources"`
-	ResourceTypes []string        `json:"resource_types"`
-	Context       map[string]any  `json:"context"`
-}
-
-type permissionsEntry struct {
-	Tenant      map[string]string `json:"tenant,omitempty"`
-	Resource    map[string]string `json:"resource,omitempty"`
-	Permissions []string          `json:"permissions"`
-	Roles       []string          `json:"roles,omitempty"`
-}
-
-// handleUserPermissions answers Permit's /user-permissions: for each of
-// the user's tenants ("__tenant:<key>") the permissions its roles grant,
-// and for each resource (those given, or those the user reaches through
-// relationships) the permissions the policy allows, each confirmed by a
-// check through the policy.
-func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	var req userPermissionsRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
-		return
-	}
-	q := checkapi.PermitQuery{User: req.User, Action: "-", Resource: json.RawMessage(`"-:-"`)}
-	userCheck, err := q.Check()
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	user := api.Subject{Type: "user", ID: userCheck.Subject.ID}
-	sc, err := s.Store.Schema(ctx)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	out := map[string]permissionsEntry{}
-
-	tenants := req.Tenants
-	if len(tenants) == 0 {
-		ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: sc.TenantType(), SubjectType: "user", SubjectID: user.ID})
-		if err != nil {
-			wire.WriteError(s.Log, w, err)
+	want := []byte(s.APIKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus"`)
+			wire.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid API key is required (Authorization: Bearer KEY)", "reason": "unauthorized"})
 			return
 		}
-		for _, t := range ts {
-			if !slices.Contains(tenants, t.Object.ID) {
-				tenants = append(tenants, t.Object.ID)
-			}
-		}
-	}
-	for _, t := range tenants {
-		roles, err := s.Store.AppendRoles(ctx, nil, user, t)
-		if err != nil {
-			wire.WriteError(s.Log, w, err)
-			return
-		}
-		if len(roles) == 0 {
-			continue
-		}
-		var perms []string
-		for _, role := range roles {
-			for _, g := range sc.RoleGrants(role) {
-				if !slices.Contains(perms, g) {
-					perms = append(perms, g)
-				}
-			}
-		}
-		slices.Sort(perms)
-		out["__tenant:"+t] = permissionsEntry{Tenant: map[string]string{"key": t}, Permissions: perms, Roles: roles}
-	}
-
-	resources := req.Resources
-	if len(resources) == 0 {
-		types := req.ResourceTypes
-		if len(types) == 0 {
-			types = sc.Types()
-		}
-		seen := map[string]bool{}
-		for _, typ := range types {
-			for _, perm := range sc.Permissions(typ) {
-				ids, err := s.Store.LookupResources(ctx, user, perm, typ)
-				if err != nil {
-					wire.WriteError(s.Log, w, err)
-					return
-				}
-				for _, id := range ids {
-					if k := typ + ":" + id; !seen[k] {
-						seen[k] = true
-						resources = append(resources, k)
-					}
-				}
-			}
-		}
-		slices.Sort(resources)
-	}
-	if len(resources) > s.MaxBatch {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "%d resources, at most %d in one request", len(resources), s.MaxBatch))
-		return
-	}
-	for _, res := range resources {
-		obj, err := api.ParseObject(res)
-		if err != nil {
-			wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "resources: %v", err))
-			return
-		}
-		tenant := s.resourceTenant(r, obj)
-		var perms []string
-		for _, perm := range sc.Permissions(obj.Type) {
-			c := checkapi.Check{Subject: checkapi.Subject{Type: "user", ID: user.ID}, Action: perm,
-				Resource: checkapi.Resource{Type: obj.Type, ID: obj.ID, Tenant: tenant}, Context: req.Context}
-			d, err := s.PDP.Check(ctx, pdp.IfacePermit, &c)
-			if err != nil {
-				wire.WriteError(s.Log, w, err)
-				return
-			}
-			if d.Allowed {
-				perms = append(perms, obj.Type+":"+perm)
-			}
-		}
-		if len(perms) > 0 {
-			e := permissionsEntry{Resource: map[string]string{"type": obj.Type, "key": obj.ID}, Permissions: perms}
-			if tenant != "" {
-				e.Tenant = map[string]string{"key": tenant}
-			}
-			out[res] = e
-		}
-	}
-	wire.WriteJSON(w, http.StatusOK, out)
-}
-
-// resourceTenant is the tenant a resource belongs to: the subject of its
-// "tenant" relation, if the schema has one.
-func (s *API) resourceTenant(r *http.Request, obj api.Object) string {
-	ts, err := s.Store.Read(r.Context(), datastore.Filter{ObjectType: obj.Type, ObjectID: obj.ID, Relation: "tenant", Limit: 1})
-	if err != nil || len(ts) == 0 {
-		return ""
-	}
-	return ts[0].Subject.ID
-}
-
-type authorizedUsersRequest struct {
-	Action   string          `json:"action"`
-	Resource json.RawMessage `json:"resource"`
-	Context  map[string]any  `json:"context"`
-}
-
-type assignment struct {
-	User     string `json:"user"`
-	Tenant   string `json:"tenant,omitempty"`
-	Resource string `json:"resource"`
-	Role     string `json:"role"`
-}
-
-// handleAuthorizedUsers answers Permit's /authorized_users: the users who
-// may do action on resource, through a tenant role or a relationship,
-// each confirmed by a check through the policy.
-func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	var req authorizedUsersRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
-		return
-	}
-	q := checkapi.PermitQuery{User: json.RawMessage(`"-"`), Action: req.Action, Resource: req.Resource}
-	c, err := q.Check()
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	sc, err := s.Store.Schema(ctx)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	if !s.PDP.KnownType(c.Resource.Type) {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrUnknownType, "resource.type %q is not a type of the schema", c.Resource.Type))
-		return
-	}
-	obj := api.Object{Type: c.Resource.Type, ID: c.Resource.ID}
-	if c.Resource.Tenant == "" && obj.ID != "" {
-		c.Resource.Tenant = s.resourceTenant(r, obj)
-	}
-	candidates := map[string][]assignment{}
-	if c.Resource.Tenant != "" {
-		ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: sc.TenantType(), ObjectID: c.Resource.Tenant, SubjectType: "user"})
-		if err != nil {
-			wire.WriteError(s.Log, w, err)
-			return
-		}
-		for _, t := range ts {
-			if sc.Grants([]string{t.Relation}, obj.Type, c.Action) {
-				candidates[t.Subject.ID] = append(candidates[t.Subject.ID], assignment{User: t.Subject.ID, Tenant: c.Resource.Tenant, Resource: "__tenant:" + c.Resource.Tenant, Role: t.Relation})
-			}
-		}
-	}
-	if obj.ID != "" && slices.Contains(sc.Permissions(obj.Type), c.Action) {
-		ids, err := s.Store.LookupSubjects(ctx, obj, c.Action, "user")
-		if err != nil {
-			wire.WriteError(s.Log, w, err)
-			return
-		}
-		for _, id := range ids {
-			candidates[id] = append(candidates[id], assignment{User: id, Tenant: c.Resource.Tenant, Resource: obj.String(), Role: c.Action})
-		}
-	}
-	if len(candidates) > s.MaxBatch {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "%d candidate users, at most %d in one request", len(candidates), s.MaxBatch))
-		return
-	}
-	users := map[string][]assignment{}
-	for id, as := range candidates {
-		uc := c
-		uc.Subject = checkapi.Subject{Type: "user", ID: id}
-		uc.Context = req.Context
-		d, err := s.PDP.Check(ctx, pdp.IfacePermit, &uc)
-		if err != nil {
-			wire.WriteError(s.Log, w, err)
-			return
-		}
-		if d.Allowed {
-			users[id] = as
-		}
-	}
-	wire.WriteJSON(w, http.StatusOK, map[string]any{
-		"resource": strings.TrimSuffix(obj.String(), ":"),
-		"tenant":   c.Resource.Tenant,
-		"users":    users,
+		h.ServeHTTP(w, r)
 	})
+}
+
+// requestID echoes the request's X-Request-ID on the answer, as AuthZEN
+// requires (and whatever the answer is).
+func requestID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get("X-Request-ID"); id != "" {
+			w.Header().Set("X-Request-ID", id)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// jsonOnly refuses a body that is not application/json, as AuthZEN's
+// HTTPS binding requires.
+func (s *API) jsonOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ct := r.Header.Get("Content-Type")
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			err := pdp.Errorf(pdp.ErrBadRequest, "the Content-Type must be application/json, not %q", ct)
+			s.PDP.CountError(pdp.IfaceAuthZEN, err)
+			wire.WriteError(s.Log, w, err)
+			return
+		}
+		h(w, r)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 )
 
@@ -125,4 +126,129 @@ type PermitResponse struct {
 // PermitBulkResponse is the body of an /allowed/bulk answer.
 type PermitBulkResponse struct {
 	Allow []PermitResponse `json:"allow"`
+}
+
+// PermitUser reads a Permit user: a key string or an object with "key".
+func PermitUser(raw json.RawMessage) (Subject, error) {
+	var u permitUser
+	if err := stringOrObject(raw, &u.Key, &u, "user"); err != nil {
+		return Subject{}, err
+	}
+	s := Subject{Type: "user", ID: u.Key, Attributes: u.Attributes}
+	if s.ID == "" {
+		return Subject{}, fmt.Errorf("%w: user.key is required", ErrBadRequest)
+	}
+	probe := Check{Subject: s, Action: "-", Resource: Resource{Type: "-"}}
+	return s, probe.Validate()
+}
+
+// PermitURLQuery is the body of POST /allowed_url: may the user send
+// this request? The route rules map it to a check.
+type PermitURLQuery struct {
+	User     Subject
+	Method   string
+	Segments []string // the URL's path, percent-decoded, split at "/"
+	Tenant   string
+	Context  map[string]any
+	RawURL   string
+}
+
+// ReadPermitURL reads the body of POST /allowed_url: user, http_method,
+// url (an http or https URL, or a path) and, optionally, tenant and
+// context.
+func ReadPermitURL(r io.Reader) (PermitURLQuery, error) {
+	var q struct {
+		User       json.RawMessage `json:"user"`
+		HTTPMethod string          `json:"http_method"`
+		URL        string          `json:"url"`
+		Tenant     string          `json:"tenant"`
+		Context    map[string]any  `json:"context"`
+	}
+	if err := decode(r, &q); err != nil {
+		return PermitURLQuery{}, err
+	}
+	u, err := PermitUser(q.User)
+	if err != nil {
+		return PermitURLQuery{}, err
+	}
+	if q.HTTPMethod == "" {
+		return PermitURLQuery{}, fmt.Errorf("%w: http_method is required", ErrBadRequest)
+	}
+	if q.URL == "" {
+		return PermitURLQuery{}, fmt.Errorf("%w: url is required", ErrBadRequest)
+	}
+	segs, err := PathSegments(q.URL)
+	if err != nil {
+		return PermitURLQuery{}, err
+	}
+	return PermitURLQuery{User: u, Method: strings.ToUpper(q.HTTPMethod), Segments: segs, Tenant: q.Tenant, Context: q.Context, RawURL: q.URL}, nil
+}
+
+// PathSegments splits the path of an http or https URL (or of a path
+// that starts with "/") as opa-envoy-plugin computes parsed_path: the
+// whole path percent-decoded, its leading slashes dropped, split at "/".
+// A path or query that does not parse is an error, not another path.
+func PathSegments(raw string) ([]string, error) {
+	p := raw
+	if !strings.HasPrefix(raw, "/") {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%w: url %q must be an http or https URL, or a path", ErrBadRequest, raw)
+		}
+		p = u.EscapedPath()
+		if u.RawQuery != "" {
+			p += "?" + u.RawQuery
+		}
+	}
+	rawPath, rawQuery, _ := strings.Cut(p, "?")
+	rawPath, _, _ = strings.Cut(rawPath, "#")
+	decoded, err := url.PathUnescape(rawPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: url %q: the path does not parse: %v", ErrBadRequest, raw, err)
+	}
+	if _, err := url.ParseQuery(rawQuery); err != nil {
+		return nil, fmt.Errorf("%w: url %q: the query does not parse: %v", ErrBadRequest, raw, err)
+	}
+	return strings.Split(strings.TrimLeft(decoded, "/"), "/"), nil
+}
+
+// KongQuery is what /kong reads of the input Kong's OPA plugin sends.
+type KongQuery struct {
+	Method, Path string
+	// Consumer is the consumer Kong authenticated ("" when the plugin
+	// was not told to include it).
+	Consumer string
+}
+
+// ReadKong reads the body of POST /kong: {"input": {"request": {"http":
+// {"method", "path", ...}}, "consumer": {"username"}, ...}}.
+func ReadKong(r io.Reader) (KongQuery, error) {
+	var q struct {
+		Input *struct {
+			Request struct {
+				HTTP struct {
+					Method string `json:"method"`
+					Path   string `json:"path"`
+				} `json:"http"`
+			} `json:"request"`
+			Consumer *struct {
+				Username string `json:"username"`
+			} `json:"consumer"`
+		} `json:"input"`
+	}
+	if err := decode(r, &q); err != nil {
+		return KongQuery{}, err
+	}
+	if q.Input == nil {
+		return KongQuery{}, fmt.Errorf("%w: input is required", ErrBadRequest)
+	}
+	h := q.Input.Request.HTTP
+	if h.Method == "" || h.Path == "" {
+		return KongQuery{}, fmt.Errorf("%w: input.request.http.method and path are required", ErrBadRequest)
+	}
+	k := KongQuery{Method: strings.ToUpper(h.Method), Path: h.Path}
+	if q.Input.Consumer != nil {
+		k.Consumer = q.Input.Consumer.Username
+	}
+	return k, nil
 }

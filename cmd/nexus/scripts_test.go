@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/fixture"
+)
+
+// exitOf runs nexus and returns its output and exit status.
+func exitOf(t *testing.T, stdin string, args ...string) (string, int) {
+	t.Helper()
+	out, err := runNexus(t, stdin, args...)
+	if err != nil {
+		return out, exitCodeOf(err)
+	}
+	return out, exitOK
+}
+
+// TestWrongInvocationExits2: every kind of wrong invocation, of every
+// command, exits 2 and says what was wrong.
+func TestWrongInvocationExits2(t *testing.T) {
+	dd := "--data-dir=" + t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown-command", []string{"serv"}, `unknown command "serv" for "nexus"`},
+		{"unknown-subcommand", []string{"rel", "chek"}, `unknown command "chek" for "nexus rel"`},
+		{"unknown-sub-subcommand", []string{"rel", "schema", "show"}, `unknown command "show" for "nexus rel schema"`},
+		{"unknown-bench-command", []string{"bench", "go"}, `unknown command "go"`},
+		{"unknown-flag", []string{"serve", "--grpc-adr", "x"}, "unknown flag: --grpc-adr"},
+		{"unknown-root-flag", []string{"--verbose"}, "unknown flag: --verbose"},
+		{"bad-flag-value", []string{"serve", "--cache-size", "many"}, `invalid argument "many"`},
+		{"bad-log-level", []string{"serve", "--log-level", "loud"}, `log level "loud"`},
+		{"serve-args", []string{"serve", "now"}, `unknown command "now" for "nexus serve"`},
+		{"version-args", []string{"version", "2"}, `unknown command "2"`},
+		{"eval-no-entrypoint", []string{"eval", "-b", "x.tar.gz"}, `required flag(s) "entrypoint" not set`},
+		{"eval-bad-format", []string{"eval", "-b", "x.tar.gz", "-e", "a/b", "--format", "yaml"}, `--format "yaml": want pretty or json`},
+		{"compile-no-entrypoint", []string{"compile", "dir"}, "ENTRYPOINT is required"},
+		{"compile-no-path", []string{"compile", "-e", "a/b"}, "requires at least 1 arg(s)"},
+		{"check-two-args", []string{"rel", "check", "file:x", "read", dd}, "accepts 3 arg(s), received 2"},
+		{"check-bad-format", []string{"rel", "check", "--format", "xml", "file:x", "read", "user:a", dd}, `--format "xml"`},
+		{"read-bad-format", []string{"rel", "read", "--format", "table", dd}, `--format "table"`},
+		{"read-args", []string{"rel", "read", "file:x", dd}, `unknown command "file:x"`},
+		{"write-no-tuple", []string{"rel", "write", dd}, "requires at least 1 arg(s)"},
+		{"import-bad-format", []string{"rel", "import", "--format", "xml", "-", dd}, `"xml"`},
+		{"export-bad-format", []string{"rel", "export", "--format", "xml", dd}, `"xml"`},
+		{"gate-no-file", []string{"gate"}, `required flag(s) "file" not set`},
+		{"gate-bad-interface", []string{"gate", "--interface", "smtp", "--file", "x"}, `--interface "smtp"`},
+		{"gate-bad-format", []string{"gate", "--file", "x", "--format", "csv"}, `--format "csv"`},
+		{"bench-bad-profile", []string{"bench", "gen", "--profile", "huge", "--out", t.TempDir()}, `profile "huge"`},
+		{"convert-no-file", []string{"rel", "schema", "convert"}, "accepts 1 arg(s)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code := exitOf(t, "", tt.args...)
+			if code != exitUsage || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, exitUsage, tt.want, out)
+			}
+		})
+	}
+	// A group without a subcommand prints its help and succeeds.
+	if out, code := exitOf(t, "", "rel"); code != exitOK || !strings.Contains(out, "Available Commands") {
+		t.Fatalf("nexus rel: exit %d\n%s", code, out)
+	}
+}
+
+func TestRelCheckAndReadForScripts(t *testing.T) {
+	dd := "--data-dir=" + t.TempDir()
+	for _, args := range [][]string{
+		{"rel", "schema", "write", "../../internal/defaults/drive/schema.yaml", dd},
+		{"rel", "import", "../../internal/defaults/drive/tuples.txt", dd},
+	} {
+		if out, err := runNexus(t, "", args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // the whole output, or with "~" a substring of it
+	}{
+		{"allowed", []string{"rel", "check", "file:report.pdf", "read", "user:bob"}, exitOK, "allowed\n"},
+		{"denied", []string{"rel", "check", "file:report.pdf", "read", "user:carol"}, exitOK, "denied\n"},
+		{"denied-fails", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:carol"}, exitDenied, "~denied: user:carol may not read file:report.pdf"},
+		{"allowed-fail-deny", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:bob"}, exitOK, "allowed\n"},
+		{"json", []string{"rel", "check", "--format", "json", "file:report.pdf", "write", "user:bob"}, exitOK, `{"allowed":false}` + "\n"},
+		{"json-fail-deny", []string{"rel", "check", "--format", "json", "--fail-deny", "file:report.pdf", "write", "user:bob"}, exitDenied, `~{"allowed":false}`},
+		{"json-trace", []string{"rel", "check", "--format", "json", "--trace", "group:eng", "member", "user:dave"}, exitOK,
+			`{"allowed":true,"trace":{"kind":"relation","object":"group:eng","name":"member","result":true,"children":[{"kind":"tuple","name":"group:eng#member@user:dave","result":true}]}}` + "\n"},
+		{"unknown-permission", []string{"rel", "check", "file:report.pdf", "print", "user:bob"}, exitFailure, "~print"},
+		{"read-json", []string{"rel", "read", "--format", "json", "--object", "file:report.pdf"}, exitOK,
+			`{"tuples":["file:report.pdf#parent@folder:q3","file:report.pdf#tenant@tenant:acme"]}` + "\n"},
+		{"read-json-empty", []string{"rel", "read", "--format", "json", "--subject", "user:nobody"}, exitOK, `{"tuples":[]}` + "\n"},
+		{"read-pretty", []string{"rel", "read", "--object", "file:report.pdf", "--relation", "parent"}, exitOK, "file:report.pdf#parent@folder:q3\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code := exitOf(t, "", append(tt.args, dd)...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tt.code, out)
+			}
+			if want, ok := strings.CutPrefix(tt.want, "~"); ok {
+				if !strings.Contains(out, want) {
+					t.Fatalf("output lacks %q:\n%s", want, out)
+				}
+			} else if out != tt.want {
+				t.Fatalf("output %q, want %q", out, tt.want)
+			}
+		})
+	}
+}
+
+func TestEvalForScripts(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte(`package p
+import rego.v1
+default allow := false
+allow if input.user == "bob"
+result := {"allowed": allow}
+maybe := true if input.user == "bob"
+number := 7
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "b.tar.gz")
+	if out, err := runNexus(t, "", "compile", "-o", bundle, "-e", "p/allow", "-e", "p/result", "-e", "p/maybe", "-e", "p/number", dir); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		want  string
+	}{
+		{"bool-json", `{"user":"bob"}`, []string{"-e", "p/allow", "--format", "json"}, exitOK, `{"result":true}` + "\n"},
+		{"bool-deny", `{"user":"eve"}`, []string{"-e", "p/allow", "--fail-deny"}, exitDenied, "false\n"},
+		{"object-deny-json", `{"user":"eve"}`, []string{"-e", "p/result", "--fail-deny", "--format", "json"}, exitDenied, `{"result":{"allowed":false}}` + "\n"},
+		{"object-allow", `{"user":"bob"}`, []string{"-e", "p/result", "--fail-deny"}, exitOK, "{\n  \"allowed\": true\n}\n"},
+		{"undefined-json", `{"user":"eve"}`, []string{"-e", "p/maybe", "--format", "json"}, exitOK, "{}\n"},
+		{"undefined-deny", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail-deny"}, exitDenied, "undefined\n"},
+		{"undefined-fail", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail"}, exitFailure, "undefined\n"},
+		{"not-a-decision", `{}`, []string{"-e", "p/number", "--fail-deny"}, exitFailure, "7\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"eval", "-b", bundle, "-i", "-"}, tt.args...)
+			out, err := runNexus(t, tt.stdin, args...)
+			code := exitOK
+			if err != nil {
+				code = exitCodeOf(err)
+				out = strings.TrimSuffix(out, err.Error())
+			}
+			if code != tt.code || out != tt.want {
+				t.Fatalf("exit %d, output %q; want %d, %q (err %v)", code, out, tt.code, tt.want, err)
+			}
+		})
+	}
+}
+
+// TestGateForScripts runs nexus gate against a real server: --format
+// json, the exit status, and --api-key for the application interfaces.
+func TestGateForScripts(t *testing.T) {
+	ctx := context.Background()
+	store := fixture.DemoStore(t)
+	srv, err := extauthz.New(ctx, extauthz.Config{
+		Engine: fixture.StoreEngine(t, store), Store: store, Policy: fixture.Bundle(t),
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIKey: "gate-key",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	dir := t.TempDir()
+	right := filepath.Join(dir, "right.ndjson")
+	wrong := filepath.Join(dir, "wrong.ndjson")
+	const alice = `{"user":"alice","action":"read","type":"file","id":"report.pdf","tenant":"acme","allow":true}` + "\n"
+	const carol = `{"user":"carol","action":"read","type":"file","id":"report.pdf","tenant":"acme","allow":false}` + "\n"
+	const carolWrong = `{"user":"carol","action":"read","type":"file","id":"report.pdf","tenant":"acme","allow":true}` + "\n"
+	if err := os.WriteFile(right, []byte(alice+carol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(wrong, []byte(alice+carolWrong), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr, httpAddr := srv.Addr("grpc").String(), srv.Addr("http").String()
+	type answer struct {
+		File      string `json:"file"`
+		Interface string `json:"interface"`
+		Passed    bool   `json:"passed"`
+		Checks    int    `json:"checks"`
+		Right     int    `json:"right"`
+		Wrong     []struct {
+			Line  int    `json:"line"`
+			Got   bool   `json:"got"`
+			Error string `json:"error"`
+		} `json:"wrong"`
+	}
+	tests := []struct {
+		name      string
+		args      []string
+		env       string
+		code      int
+		right     int
+		wrongLine int
+		wrongErr  string
+	}{
+		{"grpc", []string{"--target", grpcAddr, "--file", right}, "", exitOK, 2, 0, ""},
+		{"grpc-wrong", []string{"--target", grpcAddr, "--file", wrong}, "", exitFailure, 1, 2, ""},
+		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-key", "--file", right}, "", exitOK, 2, 0, ""},
+		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-key", exitOK, 2, 0, ""},
+		{"allowed-no-key", []string{"--target", httpAddr, "--interface", "allowed", "--file", right}, "", exitFailure, 0, 1, "401"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("NEXUS_APP_API_KEY", tt.env)
+			out, code := exitOf(t, "", append([]string{"gate", "--format", "json"}, tt.args...)...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tt.code, out)
+			}
+			line, _, _ := strings.Cut(out, "\n")
+			var a answer
+			if err := json.Unmarshal([]byte(line), &a); err != nil {
+				t.Fatalf("not one line of JSON: %v\n%s", err, out)
+			}
+			if a.Checks != 2 || a.Right != tt.right || a.Passed != (tt.code == exitOK) || a.File == "" || a.Interface == "" || a.Wrong == nil {
+				t.Fatalf("answer %+v", a)
+			}
+			if tt.wrongLine != 0 && (a.Wrong[0].Line != tt.wrongLine || !strings.Contains(a.Wrong[0].Error, tt.wrongErr)) {
+				t.Fatalf("wrong %+v, want line %d with error %q", a.Wrong, tt.wrongLine, tt.wrongErr)
+			}
+		})
+	}
+}
