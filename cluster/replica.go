@@ -44,6 +44,7 @@ type Replica struct {
 	msgSeq      atomic.Uint64
 	identified  bool          // the store records the log it follows (follow goroutine only)
 	wake        chan struct{} // the connection came back: follow again now
+	condSem     chan struct{} // one conditional write of this replica at a time
 
 	mu        sync.Mutex
 	stream    jetstream.Stream      // set while following
@@ -130,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	r := &Replica{
 		cfg: cfg, log: cfg.Logger.With("cluster", cfg.Name), store: cfg.Store, id: nuid.Next(),
-		notify: make(chan struct{}), wake: make(chan struct{}, 1),
+		notify: make(chan struct{}), wake: make(chan struct{}, 1), condSem: make(chan struct{}, 1),
 		pending: map[string]*pendingWrite{}, reason: "connecting to NATS",
 	}
 	r.applied.Store(uint64(rev))

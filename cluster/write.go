@@ -47,7 +47,7 @@ func (r *Replica) Write(ctx context.Context, req datastore.WriteRequest) (datast
 	if err != nil {
 		return 0, fmt.Errorf("cluster: encode write: %w", err)
 	}
-	return r.submit(ctx, payload, func(ctx context.Context) (datastore.Revision, error) {
+	return r.submit(ctx, payload, len(req.Preconditions) > 0, func(ctx context.Context) (datastore.Revision, error) {
 		return r.store.CheckWrite(ctx, req)
 	})
 }
@@ -63,7 +63,7 @@ func (r *Replica) WriteSchema(ctx context.Context, sc *datastore.Schema, force b
 	if err != nil {
 		return 0, fmt.Errorf("cluster: encode schema: %w", err)
 	}
-	return r.submit(ctx, payload, func(ctx context.Context) (datastore.Revision, error) {
+	return r.submit(ctx, payload, true, func(ctx context.Context) (datastore.Revision, error) {
 		return r.store.CheckSchema(ctx, sc, force)
 	})
 }
@@ -94,7 +94,7 @@ func (r *Replica) LoadPolicy(ctx context.Context, bundle []byte) (datastore.Revi
 	if err != nil {
 		return 0, fmt.Errorf("cluster: encode policy: %w", err)
 	}
-	return r.submit(ctx, payload, func(ctx context.Context) (datastore.Revision, error) {
+	return r.submit(ctx, payload, false, func(ctx context.Context) (datastore.Revision, error) {
 		return r.store.Revision(ctx)
 	})
 }
@@ -103,10 +103,15 @@ func (r *Replica) LoadPolicy(ctx context.Context, bundle []byte) (datastore.Revi
 // its WriteTimeout while a JetStream leader is elected.
 const publishTimeout = 3 * time.Second
 
-// submit appends payload to the log with the revision prepare checked it
-// at as the expected last sequence, and waits until this replica applied
-// it. On a conflict it catches up and checks again.
-func (r *Replica) submit(ctx context.Context, payload []byte, prepare func(context.Context) (datastore.Revision, error)) (datastore.Revision, error) {
+// submit appends payload to the log and waits until this replica applied
+// it. prepare checks the write against the local store; a conditional
+// write (preconditions, a schema) is published with the revision prepare
+// checked it at as the expected last sequence, so that it applies to
+// exactly that state: on a conflict it catches up and checks again. An
+// unconditional write (touches and deletes only, a policy load) depends
+// on nothing but the schema, which the apply checks again; it is
+// published without an expected sequence and never conflicts.
+func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, prepare func(context.Context) (datastore.Revision, error)) (datastore.Revision, error) {
 	if r.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -115,6 +120,16 @@ func (r *Replica) submit(ctx context.Context, payload []byte, prepare func(conte
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 	defer cancel()
+	if conditional {
+		// Conditional writes of one replica go one at a time: each would
+		// otherwise conflict with its neighbours on every round.
+		select {
+		case r.condSem <- struct{}{}:
+			defer func() { <-r.condSem }()
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: waiting for this replica's earlier conditional writes: %w", ErrUnavailable, ctx.Err())
+		}
+	}
 	// One message id for every attempt: JetStream drops a copy it already
 	// has, and the apply loop recognises the entry whichever attempt
 	// landed.
@@ -159,10 +174,12 @@ func (r *Replica) submit(ctx context.Context, payload []byte, prepare func(conte
 			}
 			continue
 		}
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectStream(stream)}
+		if conditional {
+			opts = append(opts, jetstream.WithExpectLastSequence(uint64(base)))
+		}
 		actx, acancel := context.WithTimeout(ctx, publishTimeout)
-		ack, err := r.js.PublishMsg(actx, &nats.Msg{Subject: subject, Data: payload},
-			jetstream.WithMsgID(id), jetstream.WithExpectStream(stream),
-			jetstream.WithExpectLastSequence(uint64(base)))
+		ack, err := r.js.PublishMsg(actx, &nats.Msg{Subject: subject, Data: payload}, opts...)
 		acancel()
 		switch {
 		case err == nil:
