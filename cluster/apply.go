@@ -23,7 +23,8 @@ var errGap = errors.New("cluster: the log skipped entries this replica has not a
 // run follows the log until Close, starting again after every failure.
 func (r *Replica) run() {
 	defer r.wg.Done()
-	backoff := 100 * time.Millisecond
+	const first, most = 100 * time.Millisecond, 2 * time.Second
+	backoff := first
 	for r.ctx.Err() == nil {
 		started := time.Now()
 		err := r.follow(r.ctx)
@@ -33,7 +34,7 @@ func (r *Replica) run() {
 		}
 		r.setFollowing(false, nil, err)
 		if time.Since(started) > 10*time.Second {
-			backoff = 100 * time.Millisecond
+			backoff = first
 		}
 		r.log.Warn("not following the cluster log; trying again", "err", err, "in", backoff)
 		select {
@@ -41,7 +42,7 @@ func (r *Replica) run() {
 		case <-r.wake:
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, most)
 	}
 }
 
@@ -84,14 +85,35 @@ func (r *Replica) follow(ctx context.Context) error {
 	if applied+1 < first && last >= first {
 		return fmt.Errorf("%w: the store is at revision %d, the log keeps %d..%d and no snapshot reaches it", ErrDiverged, applied, first, last)
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   applied + 1,
+	// An ephemeral pull consumer from the next sequence, remade by this
+	// loop whenever it fails: the library's ordered consumer remakes
+	// itself too, but waits up to 10s for an answer while a new stream
+	// leader is elected, and longer between attempts. Ordering and gaps
+	// are checked here, by stream sequence.
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	cons, err := s.CreateConsumer(cctx, jetstream.ConsumerConfig{
+		Description:       "nexus replica " + r.id,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       applied + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute,
 	})
+	ccancel()
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	defer func() {
+		// Best effort: the server drops it after InactiveThreshold anyway.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = s.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		cancel()
+	}()
+	// Heartbeats every 2s: a consumer lost with its server is noticed
+	// within seconds, not after the default 30s.
+	it, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.PullExpiry(10*time.Second),
+		jetstream.PullHeartbeat(2*time.Second), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -101,12 +123,14 @@ func (r *Replica) follow(ctx context.Context) error {
 	r.setFollowing(true, s, nil)
 	r.log.Info("following the cluster log", "stream", r.cfg.streamName(), "from", applied+1, "last", last)
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		run, err := nextRun(ctx, it)
+		if len(run) > 0 {
+			if aerr := r.applyRun(ctx, run, logID); aerr != nil {
+				return aerr
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("consumer: %w", err)
-		}
-		if err := r.apply(ctx, msg, logID); err != nil {
-			return err
 		}
 	}
 }
@@ -187,64 +211,129 @@ func (r *Replica) checkIdentity(ctx context.Context, logID string) error {
 	return nil
 }
 
-// apply applies one log entry as the next revision.
-func (r *Replica) apply(ctx context.Context, msg jetstream.Msg, logID string) error {
-	md, err := msg.Metadata()
+// maxRun bounds the entries applied in one transaction.
+const maxRun = 256
+
+// nextRun waits for the next entry, then takes the ones already on their
+// way (the log says how many follow) up to maxRun: the entries that
+// arrived while the last transaction committed share the next one. err is
+// an error of the consumer after the run (apply the run, then stop).
+func nextRun(ctx context.Context, it jetstream.MessagesContext) (run []jetstream.Msg, err error) {
+	msg, err := it.Next(jetstream.NextContext(ctx))
 	if err != nil {
-		return fmt.Errorf("entry metadata: %w", err)
+		return nil, err
 	}
-	seq := md.Sequence.Stream
+	run = append(run, msg)
+	for len(run) < maxRun {
+		md, merr := run[len(run)-1].Metadata()
+		if merr != nil || md.NumPending == 0 {
+			return run, nil
+		}
+		gctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		msg, err = it.Next(jetstream.NextContext(gctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				err = nil
+			}
+			return run, err
+		}
+		run = append(run, msg)
+	}
+	return run, nil
+}
+
+// entry is a log entry ready to apply.
+type entry struct {
+	seq   uint64
+	batch datastore.Batch
+	pol   *Policy
+	cause error // why it applies without effect
+	id    string
+}
+
+// applyRun applies consecutive log entries in one transaction.
+func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID string) error {
 	applied := r.applied.Load()
-	if seq <= applied {
-		return nil // a restored snapshot already holds it
+	var es []entry
+	for _, msg := range run {
+		md, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("entry metadata: %w", err)
+		}
+		seq := md.Sequence.Stream
+		if seq <= applied {
+			continue // a restored snapshot already holds it
+		}
+		if seq != applied+1 {
+			if len(es) > 0 {
+				break // apply what is contiguous, the gap shows next time
+			}
+			return fmt.Errorf("%w: next entry %d, applied %d", errGap, seq, applied)
+		}
+		r.seeLast(seq + md.NumPending)
+		e := entry{seq: seq, id: msg.Headers().Get(jetstream.MsgIDHeader)}
+		if e.batch, e.pol, e.cause, err = r.decode(ctx, seq, msg.Data()); err != nil {
+			if len(es) > 0 {
+				break
+			}
+			return err
+		}
+		e.batch.Time = md.Timestamp
+		es = append(es, e)
+		applied = seq
 	}
-	if seq != applied+1 {
-		return fmt.Errorf("%w: next entry %d, applied %d", errGap, seq, applied)
+	if len(es) == 0 {
+		return nil
 	}
-	r.seeLast(seq + md.NumPending)
-	start := time.Now()
-	batch, pol, cause, err := r.decode(ctx, seq, msg.Data())
-	if err != nil {
-		return err
-	}
-	batch.Time = md.Timestamp
 	if !r.identified {
 		// The first entry this store applies records which log it follows.
-		if batch.Meta == nil {
-			batch.Meta = map[string][]byte{}
+		if es[0].batch.Meta == nil {
+			es[0].batch.Meta = map[string][]byte{}
 		}
-		batch.Meta[metaStream] = []byte(logID)
+		es[0].batch.Meta[metaStream] = []byte(logID)
 	}
-	err = r.store.ApplyAt(ctx, datastore.Revision(seq), batch)
+	start := time.Now()
+	bs := make([]datastore.Batch, len(es))
+	for i := range es {
+		bs[i] = es[i].batch
+	}
+	results, err := r.store.ApplyRun(ctx, datastore.Revision(es[0].seq), bs)
 	switch {
 	case err == nil:
-	case errors.Is(err, datastore.ErrBatchRejected):
-		cause = err
 	case errors.Is(err, datastore.ErrRevisionApplied):
 		return nil
 	default:
-		return fmt.Errorf("apply entry %d: %w", seq, err)
+		return fmt.Errorf("apply entries %d..%d: %w", es[0].seq, applied, err)
 	}
 	r.identified = true
 	r.m.applyDuration.Observe(time.Since(start).Seconds())
-	if cause != nil {
-		r.m.rejected.Inc()
-		r.mu.Lock()
-		r.rejected++
-		r.mu.Unlock()
-		r.log.Warn("log entry rejected", "revision", seq, "err", cause)
-	}
-	r.setApplied(seq)
-	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		r.mu.Lock()
-		if p := r.pending[id]; p != nil {
-			p.finish(datastore.Revision(seq), cause)
+	r.m.applyRun.Observe(float64(len(es)))
+	for i := range es {
+		if results[i] != nil {
+			es[i].cause = results[i]
 		}
-		r.mu.Unlock()
+		if es[i].cause != nil {
+			r.m.rejected.Inc()
+			r.mu.Lock()
+			r.rejected++
+			r.mu.Unlock()
+			r.log.Warn("log entry recorded without effect", "revision", es[i].seq, "err", es[i].cause)
+		}
 	}
-	if pol != nil && cause == nil {
-		pol.Revision = datastore.Revision(seq)
-		r.policyChanged(ctx, *pol)
+	r.setApplied(applied)
+	r.mu.Lock()
+	for _, e := range es {
+		if p := r.pending[e.id]; e.id != "" && p != nil {
+			p.finish(datastore.Revision(e.seq), e.cause)
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range es {
+		if e.pol != nil && e.cause == nil {
+			e.pol.Revision = datastore.Revision(e.seq)
+			r.policyChanged(ctx, *e.pol)
+		}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 // replica's state are read from it when scraped.
 type metrics struct {
 	applyDuration prometheus.Histogram
+	applyRun      prometheus.Histogram
 	conflicts     prometheus.Counter
 	retries       prometheus.Counter
 	rejected      prometheus.Counter
@@ -19,8 +20,13 @@ func newMetrics(r *Replica, reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nexus_cluster_apply_duration_seconds",
-			Help:    "Time to apply one log entry to the local store (one bbolt transaction, fsync included).",
+			Help:    "Time to apply a run of consecutive log entries to the local store (one bbolt transaction, fsync included).",
 			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5},
+		}),
+		applyRun: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "nexus_cluster_apply_run_entries",
+			Help:    "Log entries applied in one transaction (those that arrived while the previous one committed).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nexus_cluster_conflicts_total",
@@ -50,7 +56,7 @@ func newMetrics(r *Replica, reg prometheus.Registerer) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	reg.MustRegister(
-		m.applyDuration, m.conflicts, m.retries, m.rejected, m.policyErrors, m.snapshots,
+		m.applyDuration, m.applyRun, m.conflicts, m.retries, m.rejected, m.policyErrors, m.snapshots,
 		gauge("nexus_cluster_applied_revision", "The last log sequence applied to the local store (the store's revision).",
 			func() float64 { return float64(r.applied.Load()) }),
 		gauge("nexus_cluster_stream_last_sequence", "The log's last sequence as last seen by this replica.",

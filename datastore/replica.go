@@ -71,88 +71,114 @@ type Batch struct {
 // ErrRevisionApplied when the store is at or past rev. Any other error
 // means nothing was written.
 func (s *BoltStore) ApplyAt(ctx context.Context, rev Revision, b Batch) error {
-	if err := s.check(ctx); err != nil {
+	res, err := s.ApplyRun(ctx, rev, []Batch{b})
+	if err != nil {
 		return err
 	}
+	return res[0]
+}
+
+// ApplyRun is ApplyAt for consecutive revisions: batch i takes revision
+// from+i, each applied to the state the ones before it left, all in one
+// transaction (one commit, one fsync). It returns one result per batch
+// (nil, or wrapping ErrBatchRejected) when the transaction committed;
+// err (ErrRevisionApplied, or any other failure) means nothing was
+// written.
+func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]error, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
 	if s.cfg.ReadOnly {
-		return errors.New("datastore: apply: store opened read-only")
+		return nil, errors.New("datastore: apply: store opened read-only")
 	}
-	if b.Schema != nil && len(b.Write.Touches)+len(b.Write.Deletes)+len(b.Write.Preconditions) > 0 {
-		return errors.New("datastore: apply: a batch is a schema write or a tuple write, not both")
+	if from == 0 {
+		return nil, errors.New("datastore: apply: revision 0 is the empty store")
 	}
-	var sc *Schema
-	if b.Schema != nil {
+	schemas := make([]*Schema, len(bs))
+	exclusive := false
+	for i, b := range bs {
+		if b.Schema == nil {
+			continue
+		}
+		if len(b.Write.Touches)+len(b.Write.Deletes)+len(b.Write.Preconditions) > 0 {
+			return nil, errors.New("datastore: apply: a batch is a schema write or a tuple write, not both")
+		}
 		// A private copy: its compiled form is bound to this store's dictionary.
 		var err error
-		if sc, err = ParseSchema(b.Schema.src); err != nil {
-			return fmt.Errorf("datastore: apply: %w", err)
+		if schemas[i], err = ParseSchema(b.Schema.src); err != nil {
+			return nil, fmt.Errorf("datastore: apply: %w", err)
 		}
+		exclusive = true
+	}
+	if exclusive {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 	} else {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 	}
-	if cur := Revision(s.rev.Load()); rev <= cur {
-		return fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, rev, cur)
+	if cur := Revision(s.rev.Load()); from <= cur {
+		return nil, fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, from, cur)
 	}
 	s.writeBegin()
 	defer s.writeEnd()
-	var (
-		rejected error
-		newState *state
-	)
+	results := make([]error, len(bs))
+	var newState *state
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		if cur := readRev(tx); rev <= cur {
-			return fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, rev, cur)
+		if cur := readRev(tx); from <= cur {
+			return fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, from, cur)
 		}
 		st := s.state.Load()
-		cs := &ChangeSet{Time: b.Time}
-		if cs.Time.IsZero() {
-			cs.Time = time.Now()
-		}
-		d := st.dict
-		var err error
-		if sc != nil {
-			cs.Schema = true
-			newState, rejected, err = s.applySchema(ctx, tx, st, sc, b.Force, cs)
-			if newState != nil {
-				d = newState.dict
+		newState = nil
+		for i, b := range bs {
+			rev := from + Revision(i)
+			cs := &ChangeSet{Time: b.Time}
+			if cs.Time.IsZero() {
+				cs.Time = time.Now()
 			}
-		} else {
-			rejected, err = s.applyWrite(tx, st, b.Write, cs)
+			var rejected, err error
+			if schemas[i] != nil {
+				cs.Schema = true
+				var next *state
+				next, rejected, err = s.applySchema(ctx, tx, st, schemas[i], b.Force, cs)
+				if next != nil {
+					st, newState = next, next
+				}
+			} else {
+				rejected, err = s.applyWrite(tx, st, b.Write, cs)
+			}
+			if err != nil {
+				return err
+			}
+			if rejected != nil {
+				cs.Schema, cs.Changes = false, nil
+				results[i] = fmt.Errorf("%w: revision %d: %w", ErrBatchRejected, rev, rejected)
+			}
+			if err := putMeta(tx, b.Meta); err != nil {
+				return err
+			}
+			enc, err := encodeChangeSet(st.dict, cs)
+			if err != nil {
+				return err
+			}
+			// bumpRev adds one to the stored revision and keeps the changelog.
+			if err := tx.Bucket(bMeta).Put(kRev, be64(uint64(rev)-1)); err != nil {
+				return err
+			}
+			if _, err = s.bumpRev(tx, cs, enc); err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return err
-		}
-		if rejected != nil {
-			cs.Schema, cs.Changes = false, nil
-		}
-		if err := putMeta(tx, b.Meta); err != nil {
-			return err
-		}
-		enc, err := encodeChangeSet(d, cs)
-		if err != nil {
-			return err
-		}
-		// bumpRev adds one to the stored revision and keeps the changelog.
-		if err := tx.Bucket(bMeta).Put(kRev, be64(uint64(rev)-1)); err != nil {
-			return err
-		}
-		_, err = s.bumpRev(tx, cs, enc)
-		return err
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("datastore: apply revision %d: %w", rev, err)
+		return nil, fmt.Errorf("datastore: apply revisions %d..%d: %w", from, from+Revision(len(bs))-1, err)
 	}
 	if newState != nil {
 		s.state.Store(newState)
 	}
 	s.signal()
-	if rejected != nil {
-		return fmt.Errorf("%w: revision %d: %w", ErrBatchRejected, rev, rejected)
-	}
-	return nil
+	return results, nil
 }
 
 // applyWrite does what Write does inside its transaction. A batch that

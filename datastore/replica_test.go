@@ -247,3 +247,52 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("restoring an older snapshot = %v, want ErrRevisionApplied", err)
 	}
 }
+
+// TestApplyRun: a run of batches in one transaction leaves the store as
+// the same batches applied one by one.
+func TestApplyRun(t *testing.T) {
+	ctx := context.Background()
+	grown := replicaSchema + "  doc:\n    relations:\n      owner: [user]\n"
+	run := []datastore.Batch{
+		{Schema: mustParseSchema(t, replicaSchema)},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:d#owner@user:ann")}}, // not in the schema yet
+		{Schema: mustParseSchema(t, grown), Meta: map[string][]byte{"k": []byte("v")}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:d#owner@user:ann"),
+			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: true}}}},
+		{Write: datastore.WriteRequest{Deletes: mustTuples(t, "folder:a#viewer@user:ann"),
+			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "doc", ObjectID: "zzz"}, MustExist: true}}}},
+	}
+	one := openTemp(t, datastore.Config{})
+	var want []error
+	for i, b := range run {
+		want = append(want, one.ApplyAt(ctx, datastore.Revision(10+i), b))
+	}
+	all := openTemp(t, datastore.Config{})
+	got, err := all.ApplyRun(ctx, 10, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range run {
+		if (got[i] == nil) != (want[i] == nil) || got[i] != nil && got[i].Error() != want[i].Error() {
+			t.Fatalf("batch %d: run says %v, one by one %v", i, got[i], want[i])
+		}
+	}
+	if want[2] == nil || want[5] == nil || want[4] != nil {
+		t.Fatalf("unexpected results %v", want)
+	}
+	if a, b := export(t, one), export(t, all); a != b || a != "folder:a#viewer@user:ann\ndoc:d#owner@user:ann\n" {
+		t.Fatalf("run export %q, one by one %q", b, a)
+	}
+	for _, s := range []*datastore.BoltStore{one, all} {
+		if rev, _ := s.Revision(ctx); rev != 15 {
+			t.Fatalf("revision %d, want 15", rev)
+		}
+		if ok, err := s.CheckString(ctx, "doc:d", "owner", "user:ann"); err != nil || !ok {
+			t.Fatalf("check after run: %v, %v", ok, err)
+		}
+	}
+	if _, err := all.ApplyRun(ctx, 15, run[:1]); !errors.Is(err, datastore.ErrRevisionApplied) {
+		t.Fatalf("ApplyRun at an applied revision = %v", err)
+	}
+}
