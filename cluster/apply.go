@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -214,10 +215,11 @@ func (r *Replica) checkIdentity(ctx context.Context, logID string) error {
 // maxRun bounds the entries applied in one transaction.
 const maxRun = 256
 
-// nextRun waits for the next entry, then takes the ones already on their
-// way (the log says how many follow) up to maxRun: the entries that
-// arrived while the last transaction committed share the next one. err is
-// an error of the consumer after the run (apply the run, then stop).
+// nextRun waits for the next entry, then takes the ones already received
+// (or, when the log says more follow, on their way) up to maxRun: the
+// entries that arrived while the last transaction committed share the
+// next one. err is an error of the consumer after the run (apply the run,
+// then stop).
 func nextRun(ctx context.Context, it jetstream.MessagesContext) (run []jetstream.Msg, err error) {
 	msg, err := it.Next(jetstream.NextContext(ctx))
 	if err != nil {
@@ -225,15 +227,15 @@ func nextRun(ctx context.Context, it jetstream.MessagesContext) (run []jetstream
 	}
 	run = append(run, msg)
 	for len(run) < maxRun {
-		md, merr := run[len(run)-1].Metadata()
-		if merr != nil || md.NumPending == 0 {
-			return run, nil
+		// Entries already received come at once; the short wait only
+		// ends the run when there are none.
+		wait := 200 * time.Microsecond
+		if md, merr := run[len(run)-1].Metadata(); merr == nil && md.NumPending > 0 {
+			wait = 20 * time.Millisecond
 		}
-		gctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		msg, err = it.Next(jetstream.NextContext(gctx))
-		cancel()
+		msg, err = it.Next(jetstream.NextMaxWait(wait))
 		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, nats.ErrTimeout) {
 				err = nil
 			}
 			return run, err

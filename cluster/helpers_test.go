@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,7 +146,7 @@ func converge(t testing.TB, rev datastore.Revision, rs ...*replica) []byte {
 	want := export(t, rs[0].store)
 	for i, r := range rs[1:] {
 		if got := export(t, r.store); !bytes.Equal(got, want) {
-			t.Fatalf("replica %d export differs from replica 0:\n%s\nwant\n%s", i+1, got, want)
+			t.Fatalf("replica %d (at %d) export differs from replica 0 (at %d): %s", i+1, r.Revision(), rs[0].Revision(), lineDiff(got, want))
 		}
 	}
 	return want
@@ -160,4 +161,31 @@ func waitRev(r *replica, rev datastore.Revision, d time.Duration) error {
 			return err
 		}
 	}
+}
+
+// lineDiff lists the lines only one of two exports has.
+func lineDiff(got, want []byte) string {
+	in := func(b []byte) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range bytes.Split(b, []byte("\n")) {
+			m[string(l)] = true
+		}
+		return m
+	}
+	g, w := in(got), in(want)
+	var out []string
+	for l := range g {
+		if !w[l] {
+			out = append(out, "+ "+l)
+		}
+	}
+	for l := range w {
+		if !g[l] {
+			out = append(out, "- "+l)
+		}
+	}
+	if len(out) == 0 {
+		return "same lines, another order"
+	}
+	return strings.Join(out, "\n")
 }

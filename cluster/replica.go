@@ -302,16 +302,28 @@ func (r *Replica) revisionError(min datastore.Revision) *RevisionError {
 }
 
 // Sync waits until this replica has applied every entry the log held when
-// Sync was called: after it returns, reads on this replica see every write
-// acknowledged anywhere before the call. It fails with ErrUnavailable
-// when the log cannot be asked, and as WaitRevision does when applying
-// takes longer than ctx allows (without MaxWait's bound).
+// Sync asked it: after it returns, reads on this replica see every write
+// acknowledged anywhere before the call. While the replica cannot ask the
+// log (it is starting, or NATS is unreachable) Sync waits for it; when
+// ctx ends first it fails with ErrUnavailable, or as WaitRevision does if
+// the replica was still applying (without MaxWait's bound).
 func (r *Replica) Sync(ctx context.Context) error {
-	last, err := r.lastSequence(ctx)
-	if err != nil {
-		return err
+	for {
+		last, err := r.lastSequence(ctx)
+		if err == nil {
+			return r.waitApplied(ctx, last)
+		}
+		if errors.Is(err, ErrClosed) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-r.ctx.Done():
+			return ErrClosed
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return r.waitApplied(ctx, last)
 }
 
 // waitApplied waits for rev until ctx ends.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -294,5 +295,44 @@ func TestApplyRun(t *testing.T) {
 	}
 	if _, err := all.ApplyRun(ctx, 15, run[:1]); !errors.Is(err, datastore.ErrRevisionApplied) {
 		t.Fatalf("ApplyRun at an applied revision = %v", err)
+	}
+}
+
+// TestApplyRunTouchThenDelete: a tuple touched by one batch of a run and
+// deleted by a later one is gone, and the changelog has both changes.
+func TestApplyRunTouchThenDelete(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	res, err := s.ApplyRun(ctx, 1, []datastore.Batch{
+		{Schema: mustParseSchema(t, replicaSchema)},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Deletes: mustTuples(t, "folder:a#viewer@user:ann"), Touches: mustTuples(t, "folder:b#viewer@user:bob")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res {
+		if e != nil {
+			t.Fatalf("batch %d: %v", i, e)
+		}
+	}
+	if got := export(t, s); got != "folder:b#viewer@user:bob\n" {
+		t.Fatalf("export %q", got)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var changes []int
+	for cs, err := range s.Watch(wctx, 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes = append(changes, len(cs.Changes))
+		if cs.Revision == 4 {
+			break
+		}
+	}
+	if fmt.Sprint(changes) != "[1 0 2]" {
+		t.Fatalf("changes per revision %v, want [1 0 2] (touch, touch of a present tuple, delete and touch)", changes)
 	}
 }

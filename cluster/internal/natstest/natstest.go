@@ -21,7 +21,6 @@ import (
 
 // Cluster is a set of NATS servers with JetStream.
 type Cluster struct {
-	t     testing.TB
 	mu    sync.Mutex
 	nodes []*node
 }
@@ -36,13 +35,26 @@ type node struct {
 // returns once JetStream answers.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
-	ports := freePorts(t, 2*n)
+	c, err := New(n, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.StopAll)
+	return c
+}
+
+// New is Start for callers without a testing.TB (examples): storage goes
+// under dir, and the caller stops the servers with StopAll.
+func New(n int, dir string) (*Cluster, error) {
+	c := &Cluster{}
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
 	}
-	dir := t.TempDir()
 	for i := range n {
 		o := &server.Options{
 			ServerName:             fmt.Sprintf("n%d", i+1),
@@ -62,32 +74,36 @@ func Start(t testing.TB, n int) *Cluster {
 		}
 		c.nodes = append(c.nodes, &node{opts: o})
 	}
-	t.Cleanup(c.StopAll)
 	for i := range c.nodes {
 		if err := c.start(i); err != nil {
-			t.Fatal(err)
+			c.StopAll()
+			return nil, err
 		}
 	}
-	c.WaitJetStream(t, 30*time.Second)
-	return c
+	if err := c.waitJetStream(30 * time.Second); err != nil {
+		c.StopAll()
+		return nil, err
+	}
+	return c, nil
 }
 
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
+func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
 	var out []int
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		ls = append(ls, l)
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
+	return out, nil
 }
 
 func (c *Cluster) start(i int) error {
@@ -174,16 +190,21 @@ func (c *Cluster) Index(name string) int {
 // WaitJetStream waits until JetStream answers an account info request.
 func (c *Cluster) WaitJetStream(t testing.TB, timeout time.Duration) {
 	t.Helper()
+	if err := c.waitJetStream(timeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *Cluster) waitJetStream(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		last = c.ping()
-		if last == nil {
-			return
+		if last = c.ping(); last == nil {
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("natstest: JetStream not available after %v: %v", timeout, last)
+	return fmt.Errorf("natstest: JetStream not available after %v: %w", timeout, last)
 }
 
 func (c *Cluster) ping() error {
