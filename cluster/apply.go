@@ -63,6 +63,11 @@ func (r *Replica) follow(ctx context.Context) error {
 	if err := r.checkIdentity(ctx, logID); err != nil {
 		return err
 	}
+	if rev, err := r.store.Revision(ctx); err != nil {
+		return err
+	} else if uint64(rev) != r.applied.Load() {
+		return r.foreignWrites(ctx)
+	}
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	info, err := s.Info(ictx)
 	cancel()
@@ -212,6 +217,13 @@ func (r *Replica) checkIdentity(ctx context.Context, logID string) error {
 	return nil
 }
 
+// foreignWrites reports a store that moved without this replica: written
+// directly (Write, WriteSchema, Import) instead of through the log.
+func (r *Replica) foreignWrites(ctx context.Context) error {
+	cur, _ := r.store.Revision(ctx)
+	return fmt.Errorf("%w: the store is at revision %d but this replica applied the log up to %d: it was written outside the cluster", ErrDiverged, cur, r.applied.Load())
+}
+
 // maxRun bounds the entries applied in one transaction.
 const maxRun = 256
 
@@ -304,7 +316,9 @@ func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID strin
 	switch {
 	case err == nil:
 	case errors.Is(err, datastore.ErrRevisionApplied):
-		return nil
+		// Restores and applies both run on this goroutine and keep
+		// r.applied equal to the store's revision: something else wrote.
+		return r.foreignWrites(ctx)
 	default:
 		return fmt.Errorf("apply entries %d..%d: %w", es[0].seq, applied, err)
 	}

@@ -21,10 +21,14 @@
 // "nexus.<Name>.log"); it is the source of truth. One write (relationship
 // touches and deletes with their preconditions, a schema, a policy load) is
 // one message. Every replica, the writer included, reads the stream in
-// order with an ordered consumer and applies each message in one bbolt
-// transaction (datastore.BoltStore.ApplyAt) whose revision is the
-// message's stream sequence: the same revision means the same state on
-// every replica, and a replica's revision is how far it has read.
+// order (an ephemeral pull consumer from its next sequence) and applies
+// each message as the revision equal to the message's stream sequence:
+// the same revision means the same state on every replica, and a
+// replica's revision is how far it has read. A message is applied to the
+// state the messages before it left, atomically; the messages that arrive
+// while one commit runs share the next bbolt transaction
+// (datastore.BoltStore.ApplyRun), so that a replica applies a burst with
+// one fsync rather than one per message.
 //
 // A write is first checked against the local store (the tuples against
 // the schema, the preconditions against the tuples). A conditional write
@@ -92,7 +96,8 @@
 //
 // On Config.Registerer: nexus_cluster_applied_revision,
 // nexus_cluster_stream_last_sequence, nexus_cluster_lag_messages,
-// nexus_cluster_lag_seconds, nexus_cluster_apply_duration_seconds,
+// nexus_cluster_lag_seconds, nexus_cluster_apply_duration_seconds (one
+// transaction), nexus_cluster_apply_run_entries (messages in it),
 // nexus_cluster_snapshot_age_seconds, nexus_cluster_snapshot_revision,
 // nexus_cluster_conflicts_total, nexus_cluster_retries_total,
 // nexus_cluster_rejected_entries_total, nexus_cluster_snapshots_total,

@@ -220,3 +220,35 @@ func TestPolicy(t *testing.T) {
 		t.Fatalf("new replica's callback saw %d policies, want the restored one", len(cgot))
 	}
 }
+
+// TestForeignWrite: a store written directly, not through the log, stops
+// following the log (reads go on, writes are refused) instead of skipping
+// entries in silence.
+func TestForeignWrite(t *testing.T) {
+	ns := natstest.Start(t, 1)
+	cfg := cluster.Config{URLs: ns.URLs(), SnapshotInterval: -1}
+	a := newReplica(t, cfg, "")
+	b := newReplica(t, cfg, "")
+	waitFollowing(t, a)
+	waitFollowing(t, b)
+	mustSchema(t, a, testSchema)
+	converge(t, writeN(t, a, "x", 2), a, b)
+	ctx := ctxT(t, 20*time.Second)
+	if _, err := b.store.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:local#viewer@user:ann")}); err != nil {
+		t.Fatal(err)
+	}
+	writeN(t, a, "y", 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.Status().Reason, "written outside the cluster") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := b.Status(); !st.Degraded || !strings.Contains(st.Reason, "written outside the cluster") {
+		t.Fatalf("b status %+v, want diverged", st)
+	}
+	if _, err := b.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:z#viewer@user:z")}); !errors.Is(err, cluster.ErrDiverged) {
+		t.Fatalf("b write = %v, want ErrDiverged", err)
+	}
+	if ok, err := b.store.CheckString(ctx, "doc:x-1", "read", "user:u1"); err != nil || !ok {
+		t.Fatalf("b read: %v, %v", ok, err)
+	}
+}
