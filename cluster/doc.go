@@ -115,8 +115,9 @@
 //     NATS tools).
 //   - A restore copies the whole snapshot in one bbolt transaction, which
 //     holds the copy's dirty pages in memory.
-//   - A write is at most one NATS message (max_payload, 1 MiB by default):
-//     about ten thousand tuples.
+//   - A write is at most one NATS message (max_payload, 1 MiB by default:
+//     some 25,000 tuples of 40 characters); ErrTooLarge otherwise. Larger
+//     imports go in several writes.
 //   - Config.OnPolicy runs on the goroutine that applies the log: a slow
 //     callback delays every later entry.
 package cluster

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -55,6 +56,15 @@ func TestWriteReplicates(t *testing.T) {
 	}
 	if _, err := a.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:d2#editor@user:ann")}); !errors.Is(err, datastore.ErrInvalidTuple) {
 		t.Fatalf("invalid tuple = %v, want ErrInvalidTuple", err)
+	}
+
+	// A write larger than one NATS message (1 MiB here) is refused before it is sent.
+	big := datastore.WriteRequest{}
+	for i := range 40000 {
+		big.Touches = append(big.Touches, tuples(t, fmt.Sprintf("doc:big-%d#viewer@user:u%d", i, i))...)
+	}
+	if _, err := a.Write(ctx, big); !errors.Is(err, cluster.ErrTooLarge) {
+		t.Fatalf("a write of 40,000 tuples = %v, want ErrTooLarge", err)
 	}
 
 	// A token from the future fails closed after MaxWait.
