@@ -252,3 +252,43 @@ func TestForeignWrite(t *testing.T) {
 		t.Fatalf("b read: %v, %v", ok, err)
 	}
 }
+
+// TestPeriodicSnapshots: a replica snapshots by itself when its revision
+// moved, and only the newest SnapshotsKept stay in the bucket.
+func TestPeriodicSnapshots(t *testing.T) {
+	ns := natstest.Start(t, 1)
+	a := newReplica(t, cluster.Config{URLs: ns.URLs(), SnapshotInterval: 100 * time.Millisecond, SnapshotsKept: 2}, "")
+	waitFollowing(t, a)
+	mustSchema(t, a, testSchema)
+	for round := range 4 {
+		rev := writeN(t, a, fmt.Sprintf("r%d", round), 2)
+		deadline := time.Now().Add(10 * time.Second)
+		for a.Status().SnapshotRevision < rev && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st := a.Status(); st.SnapshotRevision != rev || st.SnapshotAge > 5*time.Second {
+			t.Fatalf("round %d: snapshot at %d (age %v), want %d", round, st.SnapshotRevision, st.SnapshotAge, rev)
+		}
+	}
+	nc, err := nats.Connect(ns.URLs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	obs, err := js.ObjectStore(ctxT(t, 5*time.Second), "nexus-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := obs.List(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, oi := range infos {
+		names = append(names, oi.Name)
+	}
+	if len(names) != 2 {
+		t.Fatalf("bucket holds %v, want the 2 newest snapshots", names)
+	}
+}
