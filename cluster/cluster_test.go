@@ -27,6 +27,15 @@ func startReplicas(t *testing.T, ns *natstest.Cluster, n int, cfg cluster.Config
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = 64 << 20
 	}
+	if cfg.MaxWait == 0 {
+		// Tokens are checked right after each write; a machine busy with
+		// other test packages can leave a replica more than the default
+		// 2s behind, which would be a slow machine, not a wrong answer.
+		cfg.MaxWait = 15 * time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
 	var rs []*replica
 	for range n {
 		rs = append(rs, newReplica(t, cfg, ""))
