@@ -222,6 +222,9 @@ func (s *BoltStore) check(ctx context.Context) error {
 }
 
 // Close releases the data file. It waits for running reads to finish.
+// Path returns the data file's path.
+func (s *BoltStore) Path() string { return s.cfg.Path }
+
 func (s *BoltStore) Close() error {
 	if s.closed.Swap(true) {
 		return nil

@@ -84,7 +84,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, erro
 		for _, t := range req.Deletes {
 			n, _ := tupleIDs(st.dict, t)
 			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-			if ob.Get(kb) == nil {
+			if !present(ob, kb) {
 				continue
 			}
 			if err := ob.Delete(kb); err != nil {
@@ -99,7 +99,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, erro
 		for _, t := range req.Touches {
 			n, _ := tupleIDs(st.dict, t)
 			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-			if ob.Get(kb) != nil {
+			if present(ob, kb) {
 				continue
 			}
 			if err := ob.Put(kb, nil); err != nil {

@@ -1,0 +1,67 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nexuspdp/nexus/datastore"
+)
+
+// ErrUnavailable is returned (wrapped, with the cause) by writes while the
+// replica cannot reach the log: NATS is unreachable, JetStream has no
+// quorum, or the replica cannot follow the log (see Status). Nothing was
+// written. Servers answer 503: the client may retry, on this replica or
+// another.
+var ErrUnavailable = errors.New("cluster: the cluster log is unavailable; writes are refused while reads go on from local data")
+
+// ErrRevisionTimeout is matched by *RevisionError: WaitRevision gave up
+// before this replica applied the revision asked for. A check that asked
+// for that revision must fail closed.
+var ErrRevisionTimeout = errors.New("cluster: revision not reached in time")
+
+// ErrNotApplied is returned with a revision by a write that the log
+// accepted but that this replica did not apply before the write's
+// deadline. The write is durable and every replica will apply it; only
+// read-your-writes on this replica is not yet given.
+var ErrNotApplied = errors.New("cluster: the write is in the log but not yet applied on this replica")
+
+// ErrContention is returned when a write met a conflicting write from
+// another replica more than Config.MaxRetries times in a row.
+var ErrContention = errors.New("cluster: too many conflicting writes; try again")
+
+// ErrTooLarge is returned when a write does not fit in one message of the
+// log (the NATS server's max_payload).
+var ErrTooLarge = errors.New("cluster: write too large for one log message")
+
+// ErrDiverged is the cause of ErrUnavailable when the local store cannot
+// follow the log: it is ahead of the log, holds history from another log
+// (a stream deleted and created again, a data directory from another
+// cluster or from single-node mode), or is behind the log's retention
+// with no snapshot that reaches the log. It needs an operator: start the
+// replica on an empty data directory.
+var ErrDiverged = errors.New("cluster: the local store does not follow this cluster's log")
+
+// ErrNoPolicy is returned by Policy when no policy was loaded through the
+// cluster.
+var ErrNoPolicy = errors.New("cluster: no policy loaded")
+
+// ErrClosed is returned by every method after Close.
+var ErrClosed = errors.New("cluster: replica is closed")
+
+// RevisionError says which revision a wait wanted and where the replica
+// was when it gave up.
+type RevisionError struct {
+	Want, Have datastore.Revision
+	Reason     string // why the replica is behind, when known (degraded)
+}
+
+func (e *RevisionError) Error() string {
+	s := fmt.Sprintf("cluster: revision %d not reached in time (replica at %d)", e.Want, e.Have)
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrRevisionTimeout) true.
+func (e *RevisionError) Is(target error) bool { return target == ErrRevisionTimeout }

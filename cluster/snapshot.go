@@ -1,0 +1,199 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/nexuspdp/nexus/datastore"
+)
+
+// Snapshots are objects "snapshot/<revision, 20 digits>" in the cluster's
+// bucket: a Backup of a replica's store, with the revision and the log id
+// in the object's metadata. One name per revision deduplicates them.
+const snapshotPrefix = "snapshot/"
+
+func snapshotName(rev datastore.Revision) string {
+	return fmt.Sprintf("%s%020d", snapshotPrefix, rev)
+}
+
+type snapshotInfo struct {
+	name  string
+	rev   datastore.Revision
+	logID string
+	mtime time.Time
+}
+
+// listSnapshots returns the snapshots of this log, newest first.
+func (r *Replica) listSnapshots(ctx context.Context, obs jetstream.ObjectStore, logID string) ([]snapshotInfo, error) {
+	infos, err := obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshotInfo
+	for _, oi := range infos {
+		if oi.Deleted || !strings.HasPrefix(oi.Name, snapshotPrefix) {
+			continue
+		}
+		rev, err := strconv.ParseUint(strings.TrimPrefix(oi.Name, snapshotPrefix), 10, 64)
+		if err != nil || oi.Metadata["log"] != logID {
+			continue
+		}
+		out = append(out, snapshotInfo{name: oi.Name, rev: datastore.Revision(rev), logID: oi.Metadata["log"], mtime: oi.ModTime})
+	}
+	slices.SortFunc(out, func(a, b snapshotInfo) int { return -cmpRev(a.rev, b.rev) })
+	if len(out) > 0 {
+		r.mu.Lock()
+		r.snapRev, r.snapTime = out[0].rev, out[0].mtime
+		r.mu.Unlock()
+	}
+	return out, nil
+}
+
+func cmpRev(a, b datastore.Revision) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Snapshot writes a snapshot of this replica's store to the object store
+// now, unless one of the same revision is there, keeps the newest
+// Config.SnapshotsKept and returns the revision snapshotted. Replicas do it
+// every Config.SnapshotInterval by themselves.
+func (r *Replica) Snapshot(ctx context.Context) (datastore.Revision, error) {
+	if _, err := r.currentStream(); err != nil {
+		return 0, err
+	}
+	return r.writeSnapshot(ctx, true)
+}
+
+// maybeSnapshot writes a snapshot if the newest one is older than this
+// replica's revision.
+func (r *Replica) maybeSnapshot(ctx context.Context) (datastore.Revision, error) {
+	if _, err := r.currentStream(); err != nil {
+		return 0, nil // degraded: nothing to do
+	}
+	return r.writeSnapshot(ctx, false)
+}
+
+func (r *Replica) writeSnapshot(ctx context.Context, always bool) (datastore.Revision, error) {
+	r.mu.Lock()
+	obs, newest := r.obs, r.snapRev
+	logID := r.logID
+	r.mu.Unlock()
+	if obs == nil || logID == "" {
+		return 0, fmt.Errorf("%w: object store not ready", ErrUnavailable)
+	}
+	applied := r.Revision()
+	if applied == 0 || (!always && applied <= newest) {
+		return newest, nil
+	}
+	snaps, err := r.listSnapshots(ctx, obs, logID)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: snapshot: list: %w", err)
+	}
+	tmp, err := os.CreateTemp(dirOf(r.store.Path()), ".nexus-snapshot-*")
+	if err != nil {
+		return 0, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	rev, size, err := r.store.Backup(ctx, tmp)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	if len(snaps) > 0 && rev <= snaps[0].rev {
+		return snaps[0].rev, nil // another replica was first
+	}
+	if _, err := tmp.Seek(0, 0); err != nil {
+		return 0, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	start := time.Now()
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{
+		Name:        snapshotName(rev),
+		Description: "nexus store snapshot",
+		Metadata:    map[string]string{"revision": strconv.FormatUint(uint64(rev), 10), "log": logID, "replica": r.id},
+	}, tmp)
+	if err != nil {
+		r.m.snapshots.WithLabelValues("write", "error").Inc()
+		return 0, fmt.Errorf("cluster: snapshot: put: %w", err)
+	}
+	r.m.snapshots.WithLabelValues("write", "ok").Inc()
+	r.mu.Lock()
+	if rev > r.snapRev {
+		r.snapRev, r.snapTime = rev, time.Now()
+	}
+	r.mu.Unlock()
+	r.log.Info("snapshot written", "revision", rev, "bytes", size, "took", time.Since(start).Round(time.Millisecond))
+	// Keep the newest SnapshotsKept (this one included).
+	snaps = append([]snapshotInfo{{name: snapshotName(rev), rev: rev}}, snaps...)
+	for _, s := range snaps[min(len(snaps), r.cfg.SnapshotsKept):] {
+		if err := obs.Delete(ctx, s.name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			r.log.Warn("deleting an old snapshot", "name", s.name, "err", err)
+		}
+	}
+	return rev, nil
+}
+
+func dirOf(path string) string {
+	if i := strings.LastIndexByte(path, os.PathSeparator); i >= 0 {
+		return path[:i+1]
+	}
+	return "."
+}
+
+// restoreNewest restores the newest snapshot of this log if it is newer
+// than the store; first is the log's first retained sequence. A snapshot
+// that does not reach first is still restored when it is newer (fewer
+// entries are missing), and follow reports the rest.
+func (r *Replica) restoreNewest(ctx context.Context, first uint64) error {
+	r.mu.Lock()
+	obs, logID := r.obs, r.logID
+	r.mu.Unlock()
+	snaps, err := r.listSnapshots(ctx, obs, logID)
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	applied := r.Revision()
+	if len(snaps) == 0 || snaps[0].rev <= applied {
+		return nil
+	}
+	s := snaps[0]
+	start := time.Now()
+	tmp := r.store.Path() + ".restore"
+	defer os.Remove(tmp)
+	if err := obs.GetFile(ctx, s.name, tmp); err != nil {
+		r.m.snapshots.WithLabelValues("restore", "error").Inc()
+		return fmt.Errorf("fetch snapshot %s: %w", s.name, err)
+	}
+	before, _ := r.storedPolicy(ctx)
+	rev, err := r.store.Restore(ctx, tmp)
+	if err != nil {
+		r.m.snapshots.WithLabelValues("restore", "error").Inc()
+		return fmt.Errorf("restore snapshot %s: %w", s.name, err)
+	}
+	r.m.snapshots.WithLabelValues("restore", "ok").Inc()
+	r.identified = true
+	r.setApplied(uint64(rev))
+	r.log.Info("restored a snapshot", "revision", rev, "log_first", first, "took", time.Since(start).Round(time.Millisecond))
+	if after, ok := r.storedPolicy(ctx); ok && after != before {
+		if p, err := r.Policy(ctx); err == nil {
+			r.policyChanged(ctx, p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,570 @@
+package datastore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nexuspdp/nexus/api"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Replication hooks. A replicated store (package cluster) does not write
+// through Write and WriteSchema, which number revisions themselves: an
+// ordered log numbers the writes, and every replica applies the log's
+// entries with ApplyAt at the log's sequence numbers. CheckWrite and
+// CheckSchema tell a writer, before it appends to the log, what Write and
+// WriteSchema would have said, and at which revision that held. Backup and
+// Restore move a whole store between replicas.
+//
+// A store applied to with ApplyAt must not also take Write, WriteSchema or
+// Import: their revisions would collide with the log's.
+
+// The errors of the replication hooks live here rather than in errors.go
+// while the hooks are new; they are documented like the others.
+var (
+	// ErrBatchRejected is returned (wrapped, with the reason: a failed
+	// precondition, an invalid tuple, orphaned tuples, no schema) by
+	// ApplyAt when the batch does not apply to the state it meets. The
+	// revision was recorded all the same, with no change: every replica
+	// rejects the same batch the same way.
+	ErrBatchRejected = errors.New("datastore: replicated batch rejected")
+	// ErrRevisionApplied is returned by ApplyAt when the store is already
+	// at or past the revision (nothing was written), and by Restore when
+	// the snapshot is not newer than the store.
+	ErrRevisionApplied = errors.New("datastore: revision already applied")
+)
+
+// bReplica holds replica metadata (Batch.Meta); it is created by the first
+// ApplyAt that sets a key.
+var bReplica = []byte("replica")
+
+// Batch is one replicated write: a tuple write or a schema write, plus
+// replica metadata, applied in one transaction at a revision the log chose.
+type Batch struct {
+	// Write is a tuple write: touches, deletes and their preconditions,
+	// with the semantics of Store.Write.
+	Write WriteRequest
+	// Schema, when set, makes the batch a schema write with the semantics
+	// of Store.WriteSchema (Force included); Write must then be empty.
+	Schema *Schema
+	// Force drops the tuples a schema write orphans.
+	Force bool
+	// Meta sets replica metadata (read back with ReplicaMeta) in the same
+	// transaction; a nil value deletes the key. It is written even when
+	// the batch is rejected.
+	Meta map[string][]byte
+	// Time is when the log accepted the batch; it is the change set's time
+	// in the changelog. Zero means now.
+	Time time.Time
+}
+
+// ApplyAt applies b in one transaction as revision rev, which must be
+// greater than the store's revision (gaps are allowed: a snapshot may
+// cover them). It returns nil when b applied, an error wrapping
+// ErrBatchRejected (and the reason) when b does not apply to the current
+// state, in which case rev is recorded with no change, or
+// ErrRevisionApplied when the store is at or past rev. Any other error
+// means nothing was written.
+func (s *BoltStore) ApplyAt(ctx context.Context, rev Revision, b Batch) error {
+	res, err := s.ApplyRun(ctx, rev, []Batch{b})
+	if err != nil {
+		return err
+	}
+	return res[0]
+}
+
+// ApplyRun is ApplyAt for consecutive revisions: batch i takes revision
+// from+i, each applied to the state the ones before it left, all in one
+// transaction (one commit, one fsync). It returns one result per batch
+// (nil, or wrapping ErrBatchRejected) when the transaction committed;
+// err (ErrRevisionApplied, or any other failure) means nothing was
+// written.
+func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]error, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if s.cfg.ReadOnly {
+		return nil, errors.New("datastore: apply: store opened read-only")
+	}
+	if from == 0 {
+		return nil, errors.New("datastore: apply: revision 0 is the empty store")
+	}
+	schemas := make([]*Schema, len(bs))
+	exclusive := false
+	for i, b := range bs {
+		if b.Schema == nil {
+			continue
+		}
+		if len(b.Write.Touches)+len(b.Write.Deletes)+len(b.Write.Preconditions) > 0 {
+			return nil, errors.New("datastore: apply: a batch is a schema write or a tuple write, not both")
+		}
+		// A private copy: its compiled form is bound to this store's dictionary.
+		var err error
+		if schemas[i], err = ParseSchema(b.Schema.src); err != nil {
+			return nil, fmt.Errorf("datastore: apply: %w", err)
+		}
+		exclusive = true
+	}
+	if exclusive {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	} else {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+	}
+	if cur := Revision(s.rev.Load()); from <= cur {
+		return nil, fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, from, cur)
+	}
+	s.writeBegin()
+	defer s.writeEnd()
+	results := make([]error, len(bs))
+	var newState *state
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if cur := readRev(tx); from <= cur {
+			return fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, from, cur)
+		}
+		st := s.state.Load()
+		newState = nil
+		for i, b := range bs {
+			rev := from + Revision(i)
+			cs := &ChangeSet{Time: b.Time}
+			if cs.Time.IsZero() {
+				cs.Time = time.Now()
+			}
+			var rejected, err error
+			if schemas[i] != nil {
+				cs.Schema = true
+				var next *state
+				next, rejected, err = s.applySchema(ctx, tx, st, schemas[i], b.Force, cs)
+				if next != nil {
+					st, newState = next, next
+				}
+			} else {
+				rejected, err = s.applyWrite(tx, st, b.Write, cs)
+			}
+			if err != nil {
+				return err
+			}
+			if rejected != nil {
+				cs.Schema, cs.Changes = false, nil
+				results[i] = fmt.Errorf("%w: revision %d: %w", ErrBatchRejected, rev, rejected)
+			}
+			if err := putMeta(tx, b.Meta); err != nil {
+				return err
+			}
+			enc, err := encodeChangeSet(st.dict, cs)
+			if err != nil {
+				return err
+			}
+			// bumpRev adds one to the stored revision and keeps the changelog.
+			if err := tx.Bucket(bMeta).Put(kRev, be64(uint64(rev)-1)); err != nil {
+				return err
+			}
+			if _, err = s.bumpRev(tx, cs, enc); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("datastore: apply revisions %d..%d: %w", from, from+Revision(len(bs))-1, err)
+	}
+	if newState != nil {
+		s.state.Store(newState)
+	}
+	s.signal()
+	return results, nil
+}
+
+// applyWrite does what Write does inside its transaction. A batch that
+// does not apply returns rejected and changes nothing.
+func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *ChangeSet) (rejected, err error) {
+	if len(req.Touches)+len(req.Deletes)+len(req.Preconditions) == 0 {
+		return nil, nil
+	}
+	if rejected = validateWrite(st, req); rejected != nil {
+		return rejected, nil
+	}
+	if rejected, err = s.checkPreconditions(tx, st, req.Preconditions); rejected != nil || err != nil {
+		return rejected, err
+	}
+	ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+	var kb, sk []byte
+	for _, t := range req.Deletes {
+		n, _ := tupleIDs(st.dict, t)
+		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
+		if !present(ob, kb) {
+			continue
+		}
+		if err := ob.Delete(kb); err != nil {
+			return nil, err
+		}
+		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
+		if err := sb.Delete(sk); err != nil {
+			return nil, err
+		}
+		cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
+	}
+	for _, t := range req.Touches {
+		n, _ := tupleIDs(st.dict, t)
+		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
+		if present(ob, kb) {
+			continue
+		}
+		if err := ob.Put(kb, nil); err != nil {
+			return nil, err
+		}
+		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
+		if err := sb.Put(sk, nil); err != nil {
+			return nil, err
+		}
+		cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})
+	}
+	return nil, nil
+}
+
+// present reports whether b holds key k. Tuple keys have empty values,
+// and bbolt's Get returns nil for a key put with a nil value earlier in
+// the same transaction, as for a missing key: a run of batches that
+// touches a tuple and then deletes it would skip the delete. A cursor
+// finds the key either way.
+func present(b *bolt.Bucket, k []byte) bool {
+	got, _ := b.Cursor().Seek(k)
+	return bytes.Equal(got, k)
+}
+
+// validateWrite checks every tuple of req against the schema in force.
+func validateWrite(st *state, req WriteRequest) error {
+	if st.schema == nil {
+		return ErrNoSchema
+	}
+	for _, ts := range [][]api.Tuple{req.Touches, req.Deletes} {
+		for _, t := range ts {
+			if err := st.schema.validateTuple(t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkPreconditions evaluates pre in tx; rejected names the first that
+// does not hold.
+func (s *BoltStore) checkPreconditions(tx *bolt.Tx, st *state, pre []Precondition) (rejected, err error) {
+	for i, p := range pre {
+		found, err := s.exists(tx, st, p.Filter)
+		if err != nil {
+			return nil, err
+		}
+		if found != p.MustExist {
+			return fmt.Errorf("%w: precondition %d (%+v, must exist %v)", ErrPreconditionFailed, i, p.Filter, p.MustExist), nil
+		}
+	}
+	return nil, nil
+}
+
+// applySchema does what WriteSchema does inside its transaction. A schema
+// that would orphan tuples without force returns rejected and changes
+// nothing.
+func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc *Schema, force bool, cs *ChangeSet) (next *state, rejected, err error) {
+	var orphans []api.Tuple
+	if old.schema != nil {
+		if orphans, err = s.findOrphans(ctx, tx, old, sc); err != nil {
+			return nil, nil, err
+		}
+		if len(orphans) > 0 && !force {
+			return nil, orphanError(orphans), nil
+		}
+	}
+	d := &dict{ids: make(map[string]uint64, len(old.dict.ids)), names: append([]string(nil), old.dict.names...)}
+	for k, v := range old.dict.ids {
+		d.ids[k] = v
+	}
+	db := tx.Bucket(bDict)
+	for _, n := range sc.names() {
+		if _, ok := d.ids[n]; ok {
+			continue
+		}
+		id := uint64(len(d.names))
+		d.ids[n] = id
+		d.names = append(d.names, n)
+		if err := db.Put([]byte(n), binary.AppendUvarint(nil, id)); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, t := range orphans {
+		n, _ := tupleIDs(d, t)
+		if err := deleteKeys(tx, n, t); err != nil {
+			return nil, nil, err
+		}
+		cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
+	}
+	if err := tx.Bucket(bMeta).Put(kSchema, sc.src); err != nil {
+		return nil, nil, err
+	}
+	sc.bind(d)
+	return &state{schema: sc, dict: d}, nil, nil
+}
+
+func orphanError(orphans []api.Tuple) *OrphanError {
+	oe := &OrphanError{Count: len(orphans)}
+	for i, t := range orphans {
+		if i == 100 {
+			break
+		}
+		oe.Examples = append(oe.Examples, t.String())
+	}
+	return oe
+}
+
+func putMeta(tx *bolt.Tx, meta map[string][]byte) error {
+	if len(meta) == 0 {
+		return nil
+	}
+	b, err := tx.CreateBucketIfNotExists(bReplica)
+	if err != nil {
+		return err
+	}
+	for k, v := range meta {
+		if v == nil {
+			err = b.Delete([]byte(k))
+		} else {
+			err = b.Put([]byte(k), v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReplicaMeta returns the replica metadata stored under key by ApplyAt, or
+// nil if there is none.
+func (s *BoltStore) ReplicaMeta(ctx context.Context, key string) ([]byte, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bReplica); b != nil {
+			out = bytes.Clone(b.Get([]byte(key)))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CheckWrite reports what Write would say of req without writing: nil, or
+// the error Write would return (ErrNoSchema, ErrInvalidTuple,
+// ErrPreconditionFailed, all wrapped). It returns the revision of the
+// state it checked, which a log writer uses as the expected last entry.
+func (s *BoltStore) CheckWrite(ctx context.Context, req WriteRequest) (Revision, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	// Holding mu keeps the state in force and the transaction in step: a
+	// schema apply stores its state before it lets go of mu.
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var rev Revision
+	var rejected error
+	err := s.db.View(func(tx *bolt.Tx) error {
+		rev = readRev(tx)
+		st := s.state.Load()
+		if rejected = validateWrite(st, req); rejected != nil {
+			return nil
+		}
+		var err error
+		rejected, err = s.checkPreconditions(tx, st, req.Preconditions)
+		return err
+	})
+	if err != nil {
+		return rev, fmt.Errorf("datastore: check write: %w", err)
+	}
+	return rev, rejected
+}
+
+// CheckSchema reports what WriteSchema would say of sc without writing:
+// nil, or an *OrphanError when sc would orphan stored tuples and force is
+// not set. It returns the revision of the state it checked.
+func (s *BoltStore) CheckSchema(ctx context.Context, sc *Schema, force bool) (Revision, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if sc == nil {
+		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var rev Revision
+	var rejected error
+	err := s.db.View(func(tx *bolt.Tx) error {
+		rev = readRev(tx)
+		old := s.state.Load()
+		if old.schema == nil || force {
+			return nil
+		}
+		orphans, err := s.findOrphans(ctx, tx, old, sc)
+		if len(orphans) > 0 {
+			rejected = orphanError(orphans)
+		}
+		return err
+	})
+	if err != nil {
+		return rev, fmt.Errorf("datastore: check schema: %w", err)
+	}
+	return rev, rejected
+}
+
+// Backup writes a consistent copy of the data file to w (a bbolt file that
+// Open and Restore accept) and returns the revision it holds and the bytes
+// written. Reads and writes go on meanwhile.
+func (s *BoltStore) Backup(ctx context.Context, w io.Writer) (Revision, int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, 0, err
+	}
+	var rev Revision
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		rev = readRev(tx)
+		var err error
+		n, err = tx.WriteTo(ctxWriter{ctx, w})
+		return err
+	})
+	if err != nil {
+		return 0, n, fmt.Errorf("datastore: backup: %w", err)
+	}
+	return rev, n, nil
+}
+
+// ctxWriter stops a long copy when its context ends.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}
+
+// SnapshotRevision returns the revision held by the data file at path (a
+// Backup), which must not be open.
+func SnapshotRevision(path string) (Revision, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: defaultOpenTimeout})
+	if err != nil {
+		return 0, fmt.Errorf("datastore: snapshot %s: %w", path, err)
+	}
+	defer db.Close()
+	var rev Revision
+	err = db.View(func(tx *bolt.Tx) error {
+		if err := checkFormat(tx, path); err != nil {
+			return err
+		}
+		rev = readRev(tx)
+		return nil
+	})
+	return rev, err
+}
+
+func checkFormat(tx *bolt.Tx, path string) error {
+	m := tx.Bucket(bMeta)
+	if m == nil {
+		return fmt.Errorf("%w: %s has no meta bucket", ErrFormat, path)
+	}
+	if v := m.Get(kFormat); len(v) != 1 || v[0] != formatVersion {
+		return fmt.Errorf("%w: %s: format %v, want %d", ErrFormat, path, v, formatVersion)
+	}
+	return nil
+}
+
+// Restore replaces the store's whole content (schema, tuples, changelog,
+// replica metadata, revision) with that of the data file at path, a
+// Backup, in one transaction. The snapshot must be newer than the store
+// (ErrRevisionApplied otherwise). Watchers from before it get
+// ErrRevisionCompacted if the snapshot's changelog does not reach back to
+// them. It returns the revision restored.
+func (s *BoltStore) Restore(ctx context.Context, path string) (Revision, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if s.cfg.ReadOnly {
+		return 0, errors.New("datastore: restore: store opened read-only")
+	}
+	src, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: defaultOpenTimeout})
+	if err != nil {
+		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
+	}
+	defer src.Close()
+	stx, err := src.Begin(false)
+	if err != nil {
+		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
+	}
+	defer func() { _ = stx.Rollback() }()
+	if err := checkFormat(stx, path); err != nil {
+		return 0, err
+	}
+	rev := readRev(stx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := Revision(s.rev.Load()); rev <= cur {
+		return 0, fmt.Errorf("%w: snapshot at revision %d, store at %d", ErrRevisionApplied, rev, cur)
+	}
+	s.writeBegin()
+	defer s.writeEnd()
+	var newState *state
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bMeta, bDict, bObj, bSubj, bLog, bReplica} {
+			if tx.Bucket(name) != nil {
+				if err := tx.DeleteBucket(name); err != nil {
+					return err
+				}
+			}
+			from := stx.Bucket(name)
+			if from == nil {
+				if bytes.Equal(name, bReplica) {
+					continue
+				}
+				return fmt.Errorf("%w: %s has no %s bucket", ErrFormat, path, name)
+			}
+			to, err := tx.CreateBucket(name)
+			if err != nil {
+				return err
+			}
+			to.FillPercent = 1 // keys arrive in order
+			c := from.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if v == nil && from.Bucket(k) != nil {
+					return fmt.Errorf("%w: %s: nested bucket in %s", ErrFormat, path, name)
+				}
+				if err := to.Put(k, v); err != nil {
+					return err
+				}
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		var err error
+		newState, err = loadState(tx)
+		if err != nil {
+			return err
+		}
+		tx.OnCommit(func() { s.committed(rev) })
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
+	}
+	s.state.Store(newState)
+	s.signal()
+	s.log.Info("datastore restored from a snapshot", "path", path, "revision", rev)
+	return rev, nil
+}

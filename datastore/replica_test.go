@@ -1,0 +1,338 @@
+package datastore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
+)
+
+const replicaSchema = `
+types:
+  user: {}
+  folder:
+    relations:
+      viewer: [user]
+      editor: [user]
+    permissions:
+      read: viewer + editor
+`
+
+func mustTuples(t *testing.T, ss ...string) []api.Tuple {
+	t.Helper()
+	out := make([]api.Tuple, len(ss))
+	for i, s := range ss {
+		tu, err := api.ParseTuple(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = tu
+	}
+	return out
+}
+
+func mustParseSchema(t *testing.T, src string) *datastore.Schema {
+	t.Helper()
+	sc, err := datastore.ParseSchema([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+func export(t *testing.T, s *datastore.BoltStore) string {
+	t.Helper()
+	var b bytes.Buffer
+	if _, err := s.Export(context.Background(), &b, datastore.FormatText); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestApplyAt(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	if err := s.ApplyAt(ctx, 3, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
+		t.Fatal(err)
+	}
+	if rev, _ := s.Revision(ctx); rev != 3 {
+		t.Fatalf("revision %d, want 3", rev)
+	}
+	w := datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann", "folder:b#editor@user:bob")}
+	if err := s.ApplyAt(ctx, 7, datastore.Batch{Write: w, Meta: map[string][]byte{"k": []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := checkString(ctx, s, "folder:a", "read", "user:ann"); err != nil || !ok {
+		t.Fatalf("check = %v, %v", ok, err)
+	}
+	if v, _ := s.ReplicaMeta(ctx, "k"); string(v) != "v" {
+		t.Fatalf("meta = %q", v)
+	}
+	if err := s.ApplyAt(ctx, 7, datastore.Batch{}); !errors.Is(err, datastore.ErrRevisionApplied) {
+		t.Fatalf("reapply = %v, want ErrRevisionApplied", err)
+	}
+
+	tests := []struct {
+		name  string
+		batch datastore.Batch
+		cause error
+	}{
+		{"precondition", datastore.Batch{Write: datastore.WriteRequest{
+			Touches:       mustTuples(t, "folder:c#viewer@user:cat"),
+			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "zzz"}, MustExist: true}},
+		}}, datastore.ErrPreconditionFailed},
+		{"invalid tuple", datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:c#owner@user:cat")}}, datastore.ErrInvalidTuple},
+		{"orphans", datastore.Batch{Schema: mustParseSchema(t, "types:\n  user: {}\n  folder:\n    relations:\n      viewer: [user]\n")}, datastore.ErrSchemaOrphans},
+	}
+	rev := datastore.Revision(7)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := export(t, s)
+			rev++
+			err := s.ApplyAt(ctx, rev, tt.batch)
+			if !errors.Is(err, datastore.ErrBatchRejected) || !errors.Is(err, tt.cause) {
+				t.Fatalf("ApplyAt = %v, want ErrBatchRejected and %v", err, tt.cause)
+			}
+			if got, _ := s.Revision(ctx); got != rev {
+				t.Fatalf("revision %d, want %d (a rejected batch still takes its revision)", got, rev)
+			}
+			if after := export(t, s); after != before {
+				t.Fatalf("a rejected batch changed the store:\n%s\nwant\n%s", after, before)
+			}
+		})
+	}
+
+	// A forced schema write drops the orphans, in the changelog too.
+	rev++
+	if err := s.ApplyAt(ctx, rev, datastore.Batch{Force: true, Schema: mustParseSchema(t, "types:\n  user: {}\n  folder:\n    relations:\n      viewer: [user]\n")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := export(t, s); got != "folder:a#viewer@user:ann\n" {
+		t.Fatalf("after forced schema: %q", got)
+	}
+	var seen []datastore.Revision
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for cs, err := range s.Watch(wctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, cs.Revision)
+		if cs.Revision == rev {
+			if !cs.Schema || len(cs.Changes) != 1 || cs.Changes[0].Op != datastore.OpDelete {
+				t.Fatalf("forced schema change set %+v", cs)
+			}
+			break
+		}
+	}
+	if want := []datastore.Revision{3, 7, 8, 9, 10, 11}; !equalRevs(seen, want) {
+		t.Fatalf("watched revisions %v, want %v", seen, want)
+	}
+}
+
+func equalRevs(a, b []datastore.Revision) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCheckWrite(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	if _, err := s.CheckWrite(ctx, datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}); !errors.Is(err, datastore.ErrNoSchema) {
+		t.Fatalf("no schema: %v", err)
+	}
+	if err := s.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		req  datastore.WriteRequest
+		want error
+	}{
+		{"ok", datastore.WriteRequest{Touches: mustTuples(t, "folder:b#viewer@user:ann")}, nil},
+		{"must exist holds", datastore.WriteRequest{Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: true}}}, nil},
+		{"must not exist fails", datastore.WriteRequest{Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}}}}, datastore.ErrPreconditionFailed},
+		{"invalid", datastore.WriteRequest{Deletes: mustTuples(t, "file:a#viewer@user:ann")}, datastore.ErrInvalidTuple},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rev, err := s.CheckWrite(ctx, tt.req)
+			if rev != 2 || !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("CheckWrite = %d, %v; want 2, %v", rev, err, tt.want)
+			}
+		})
+	}
+	shrink := mustParseSchema(t, "types:\n  user: {}\n  folder:\n    relations:\n      editor: [user]\n")
+	if _, err := s.CheckSchema(ctx, shrink, false); !errors.Is(err, datastore.ErrSchemaOrphans) {
+		t.Fatalf("CheckSchema = %v, want orphans", err)
+	}
+	if _, err := s.CheckSchema(ctx, shrink, true); err != nil {
+		t.Fatalf("CheckSchema force = %v", err)
+	}
+}
+
+func TestBackupRestore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := openTemp(t, datastore.Config{})
+	if err := src.ApplyAt(ctx, 5, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.ApplyAt(ctx, 6, datastore.Batch{
+		Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann", "folder:a#editor@user:bob")},
+		Meta:  map[string][]byte{"policy": []byte("p1")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, "snap.db")
+	f, err := os.Create(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, n, err := src.Backup(ctx, f)
+	if err != nil || rev != 6 || n == 0 {
+		t.Fatalf("Backup = %d, %d, %v", rev, n, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := datastore.SnapshotRevision(snap); err != nil || got != 6 {
+		t.Fatalf("SnapshotRevision = %d, %v", got, err)
+	}
+
+	// The destination has other content at an older revision.
+	dst := openTemp(t, datastore.Config{})
+	if err := dst.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, "types:\n  user: {}\n  doc:\n    relations:\n      owner: [user]\n")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:x#owner@user:zed")}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := dst.Restore(ctx, snap)
+	if err != nil || got != 6 {
+		t.Fatalf("Restore = %d, %v", got, err)
+	}
+	if a, b := export(t, src), export(t, dst); a != b {
+		t.Fatalf("restored export\n%s\nwant\n%s", b, a)
+	}
+	if ok, err := checkString(ctx, dst, "folder:a", "read", "user:bob"); err != nil || !ok {
+		t.Fatalf("check after restore = %v, %v", ok, err)
+	}
+	if v, _ := dst.ReplicaMeta(ctx, "policy"); string(v) != "p1" {
+		t.Fatalf("meta after restore = %q", v)
+	}
+	if r, _ := dst.Revision(ctx); r != 6 {
+		t.Fatalf("revision after restore %d", r)
+	}
+	// Applying continues from the restored revision.
+	if err := dst.ApplyAt(ctx, 7, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:c#viewer@user:cat")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Restore(ctx, snap); !errors.Is(err, datastore.ErrRevisionApplied) {
+		t.Fatalf("restoring an older snapshot = %v, want ErrRevisionApplied", err)
+	}
+}
+
+// TestApplyRun: a run of batches in one transaction leaves the store as
+// the same batches applied one by one.
+func TestApplyRun(t *testing.T) {
+	ctx := context.Background()
+	grown := replicaSchema + "  doc:\n    relations:\n      owner: [user]\n"
+	run := []datastore.Batch{
+		{Schema: mustParseSchema(t, replicaSchema)},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:d#owner@user:ann")}}, // not in the schema yet
+		{Schema: mustParseSchema(t, grown), Meta: map[string][]byte{"k": []byte("v")}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:d#owner@user:ann"),
+			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: true}}}},
+		{Write: datastore.WriteRequest{Deletes: mustTuples(t, "folder:a#viewer@user:ann"),
+			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "doc", ObjectID: "zzz"}, MustExist: true}}}},
+	}
+	one := openTemp(t, datastore.Config{})
+	var want []error
+	for i, b := range run {
+		want = append(want, one.ApplyAt(ctx, datastore.Revision(10+i), b))
+	}
+	all := openTemp(t, datastore.Config{})
+	got, err := all.ApplyRun(ctx, 10, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range run {
+		if (got[i] == nil) != (want[i] == nil) || got[i] != nil && got[i].Error() != want[i].Error() {
+			t.Fatalf("batch %d: run says %v, one by one %v", i, got[i], want[i])
+		}
+	}
+	if want[2] == nil || want[5] == nil || want[4] != nil {
+		t.Fatalf("unexpected results %v", want)
+	}
+	if a, b := export(t, one), export(t, all); a != b || a != "folder:a#viewer@user:ann\ndoc:d#owner@user:ann\n" {
+		t.Fatalf("run export %q, one by one %q", b, a)
+	}
+	for _, s := range []*datastore.BoltStore{one, all} {
+		if rev, _ := s.Revision(ctx); rev != 15 {
+			t.Fatalf("revision %d, want 15", rev)
+		}
+		if ok, err := checkString(ctx, s, "doc:d", "owner", "user:ann"); err != nil || !ok {
+			t.Fatalf("check after run: %v, %v", ok, err)
+		}
+	}
+	if _, err := all.ApplyRun(ctx, 15, run[:1]); !errors.Is(err, datastore.ErrRevisionApplied) {
+		t.Fatalf("ApplyRun at an applied revision = %v", err)
+	}
+}
+
+// TestApplyRunTouchThenDelete: a tuple touched by one batch of a run and
+// deleted by a later one is gone, and the changelog has both changes.
+func TestApplyRunTouchThenDelete(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	res, err := s.ApplyRun(ctx, 1, []datastore.Batch{
+		{Schema: mustParseSchema(t, replicaSchema)},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Deletes: mustTuples(t, "folder:a#viewer@user:ann"), Touches: mustTuples(t, "folder:b#viewer@user:bob")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range res {
+		if e != nil {
+			t.Fatalf("batch %d: %v", i, e)
+		}
+	}
+	if got := export(t, s); got != "folder:b#viewer@user:bob\n" {
+		t.Fatalf("export %q", got)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var changes []int
+	for cs, err := range s.Watch(wctx, 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes = append(changes, len(cs.Changes))
+		if cs.Revision == 4 {
+			break
+		}
+	}
+	if fmt.Sprint(changes) != "[1 0 2]" {
+		t.Fatalf("changes per revision %v, want [1 0 2] (touch, touch of a present tuple, delete and touch)", changes)
+	}
+}
