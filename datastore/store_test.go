@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,6 +206,57 @@ func TestWatchImport(t *testing.T) {
 	for k, n := range seen {
 		if n != 1 {
 			t.Fatalf("%s seen %d times", k, n)
+		}
+	}
+}
+
+// TestTouchThenDeleteInOneBatch: concurrent writes share bbolt
+// transactions; a delete batched after a touch of the same tuple must
+// still delete it (a key put earlier in the transaction has a nil value,
+// which Get cannot tell from a missing key). The write with the later
+// revision wins.
+func TestTouchThenDeleteInOneBatch(t *testing.T) {
+	s := openTemp(t, datastore.Config{})
+	ctx := context.Background()
+	sc, err := datastore.ParseSchema([]byte("types:\n  user: {}\n  doc:\n    relations:\n      viewer: [user]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteSchema(ctx, sc, false); err != nil {
+		t.Fatal(err)
+	}
+	const pairs = 200
+	type result struct{ touch, del datastore.Revision }
+	results := make([]result, pairs)
+	var wg sync.WaitGroup
+	for i := range pairs {
+		tu, err := api.ParseTuple(fmt.Sprintf("doc:d%d#viewer@user:u", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			rev, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{tu}})
+			if err != nil {
+				t.Error(err)
+			}
+			results[i].touch = rev
+		})
+		wg.Go(func() {
+			rev, err := s.Write(ctx, datastore.WriteRequest{Deletes: []api.Tuple{tu}})
+			if err != nil {
+				t.Error(err)
+			}
+			results[i].del = rev
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		ts, err := s.Read(ctx, datastore.Filter{ObjectType: "doc", ObjectID: fmt.Sprintf("d%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if present, want := len(ts) == 1, r.touch > r.del; present != want {
+			t.Errorf("doc:d%d: touch at revision %d, delete at %d: present = %v, want %v", i, r.touch, r.del, present, want)
 		}
 	}
 }
