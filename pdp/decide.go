@@ -20,6 +20,9 @@ import (
 // Header is one header a decision sets.
 type Header = result.Header
 
+// QueryParameter is one query parameter a decision sets.
+type QueryParameter = result.QueryParameter
+
 // Decision is the answer to one request: the policy's decision (allowed,
 // reason, headers, status, body, dynamic metadata), its ID and how the
 // decision cache answered.
