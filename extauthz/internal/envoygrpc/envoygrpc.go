@@ -81,10 +81,10 @@ func withDecisionID(md *structpb.Struct, id string) *structpb.Struct {
 const requestParseError = "request_parse_error: "
 
 // requestParseResponse is opa-envoy-plugin's answer to a request it cannot
-// turn into an input: PERMISSION_DENIED, 400 and the error as a
+// turn into an input: PERMISSION_DENIED, 400 and the parser's error as a
 // plain-text body, no dynamic metadata.
 func requestParseResponse(err error) *authv3.CheckResponse {
-	msg := requestParseError + err.Error()
+	msg := requestParseError + pdp.RequestParseCause(err)
 	return &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: msg},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{

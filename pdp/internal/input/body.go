@@ -3,7 +3,6 @@ package input
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"unicode/utf8"
 	"unsafe"
+
+	opautil "github.com/open-policy-agent/opa/v1/util"
 )
 
 // partialBodyHeader is set to "true" by Envoy when it sent the
@@ -69,7 +70,7 @@ func appendBody(dst []byte, headers map[string]string, body string, rawBody []by
 	if cl, ok := headers["content-length"]; ok {
 		n, err := strconv.ParseInt(cl, 10, 64)
 		if err != nil {
-			return dst, false, fmt.Errorf("%w: content-length %q is not a number", ErrInvalidBody, truncate(cl))
+			return dst, false, requestError(ErrInvalidBody, err, "content-length %q", truncate(cl))
 		}
 		if n > int64(len(payload)) { // -1, unknown, is never larger
 			return dst, true, nil
@@ -82,7 +83,7 @@ func appendBody(dst []byte, headers map[string]string, body string, rawBody []by
 	case isForm:
 		var vals url.Values
 		if vals, err = url.ParseQuery(string(payload)); err != nil {
-			return dst, false, fmt.Errorf("%w: form: %w", ErrInvalidBody, err)
+			return dst, false, requestError(ErrInvalidBody, err, "form")
 		}
 		if write {
 			dst = appendValues(dst, vals)
@@ -101,7 +102,7 @@ func appendBody(dst []byte, headers map[string]string, body string, rawBody []by
 func appendJSONBody(dst, b []byte, write bool) ([]byte, error) {
 	if !json.Valid(b) {
 		_, err := decodeJSON(b)
-		return dst, fmt.Errorf("%w: JSON: %w", ErrInvalidBody, err)
+		return dst, requestError(ErrInvalidBody, err, "JSON")
 	}
 	if !write {
 		return dst, nil
@@ -111,22 +112,18 @@ func appendJSONBody(dst, b []byte, write bool) ([]byte, error) {
 	}
 	v, err := decodeJSON(b)
 	if err != nil {
-		return dst, fmt.Errorf("%w: JSON: %w", ErrInvalidBody, err)
+		return dst, requestError(ErrInvalidBody, err, "JSON")
 	}
 	return appendAny(dst, v), nil
 }
 
 // decodeJSON decodes one JSON value, numbers as json.Number, and nothing
-// after it.
+// after it, with the function opa-envoy-plugin decodes bodies with (OPA's
+// util.UnmarshalJSON), so that values and errors are the same.
 func decodeJSON(b []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
 	var v any
-	if err := d.Decode(&v); err != nil {
+	if err := opautil.UnmarshalJSON(b, &v); err != nil {
 		return nil, err
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON value")
 	}
 	return v, nil
 }
@@ -205,7 +202,7 @@ func appendAny(dst []byte, v any) []byte {
 func appendMultipart(dst []byte, ct string, payload []byte, write bool) ([]byte, error) {
 	_, params, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return dst, fmt.Errorf("%w: multipart: %w", ErrInvalidBody, err)
+		return dst, requestError(ErrInvalidBody, err, "multipart content-type")
 	}
 	boundary, ok := params["boundary"]
 	if !ok {
@@ -219,7 +216,7 @@ func appendMultipart(dst []byte, ct string, payload []byte, write bool) ([]byte,
 			break
 		}
 		if err != nil {
-			return dst, fmt.Errorf("%w: multipart: %w", ErrInvalidBody, err)
+			return dst, requestError(ErrInvalidBody, err, "multipart")
 		}
 		name := p.FormName()
 		if name == "" {
@@ -227,12 +224,12 @@ func appendMultipart(dst []byte, ct string, payload []byte, write bool) ([]byte,
 		}
 		b, err := io.ReadAll(p)
 		if err != nil {
-			return dst, fmt.Errorf("%w: multipart: part %q: %w", ErrInvalidBody, truncate(name), err)
+			return dst, requestError(ErrInvalidBody, err, "multipart part %q", truncate(name))
 		}
 		var v any = string(b)
 		if strings.Contains(p.Header.Get("Content-Type"), "application/json") {
 			if v, err = decodeJSON(b); err != nil {
-				return dst, fmt.Errorf("%w: multipart: part %q: JSON: %w", ErrInvalidBody, truncate(name), err)
+				return dst, requestError(ErrInvalidBody, err, "multipart part %q: JSON", truncate(name))
 			}
 		}
 		values[name] = append(values[name], v)

@@ -47,6 +47,27 @@ var ErrInvalidQuery = errors.New("input: invalid query")
 // parsed, or a content-length that is not a number.
 var ErrInvalidBody = errors.New("input: invalid request body")
 
+// RequestError is a request that cannot become an input document because
+// a part of it does not parse: Kind is ErrInvalidPath, ErrInvalidQuery or
+// ErrInvalidBody, Cause the parser's own error (the text opa-envoy-plugin
+// answers after "request_parse_error: ", as its parsers are the same).
+type RequestError struct {
+	Kind  error
+	What  string // what did not parse, for the message
+	Cause error
+}
+
+func (e *RequestError) Error() string {
+	return e.Kind.Error() + ": " + e.What + ": " + e.Cause.Error()
+}
+
+// Unwrap returns Kind and Cause.
+func (e *RequestError) Unwrap() []error { return []error{e.Kind, e.Cause} }
+
+func requestError(kind error, cause error, format string, args ...any) error {
+	return &RequestError{Kind: kind, What: fmt.Sprintf(format, args...), Cause: cause}
+}
+
 // Options tune how a request becomes an input document.
 type Options struct {
 	// SkipBody does not read the body (opa-envoy-plugin's
@@ -244,14 +265,14 @@ func parsePath(path string) (decoded string, query url.Values, err error) {
 	rawPath, rawQuery, _ := strings.Cut(path, "?")
 	decoded, err = url.PathUnescape(rawPath)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidPath, truncate(path), err)
+		return "", nil, requestError(ErrInvalidPath, err, "%q", truncate(path))
 	}
 	if rawQuery == "" {
 		return decoded, nil, nil // no parameters, as ParseQuery would find
 	}
 	query, err = url.ParseQuery(rawQuery)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidQuery, truncate(rawQuery), err)
+		return "", nil, requestError(ErrInvalidQuery, err, "%q", truncate(rawQuery))
 	}
 	return decoded, query, nil
 }

@@ -222,6 +222,41 @@ func TestAppendEnvoyErrors(t *testing.T) {
 	}
 }
 
+// TestRequestErrorCause: a request that does not parse is a RequestError
+// whose cause reads as the plugin's parsers (Go's url, strconv and mime,
+// OPA's JSON decoding) word it.
+func TestRequestErrorCause(t *testing.T) {
+	js := map[string]string{"content-type": "application/json"}
+	tests := []struct {
+		name string
+		h    *authv3.AttributeContext_HttpRequest
+		kind error
+		want string
+	}{
+		{"path", &authv3.AttributeContext_HttpRequest{Path: "/a%zz"}, ErrInvalidPath, `invalid URL escape "%zz"`},
+		{"semicolon", &authv3.AttributeContext_HttpRequest{Path: "/a?x=1;y=2"}, ErrInvalidQuery, "invalid semicolon separator in query"},
+		{"query-escape", &authv3.AttributeContext_HttpRequest{Path: "/a?x=%g"}, ErrInvalidQuery, `invalid URL escape "%g"`},
+		{"json-eof", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: "{"}, ErrInvalidBody, "unexpected EOF"},
+		{"json-syntax", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: "{nope}"}, ErrInvalidBody, "invalid character 'n' looking for beginning of object key string"},
+		{"json-after", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: "{} 1"}, ErrInvalidBody, "error: invalid character '1' after top-level value"},
+		{"content-length", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json", "content-length": "ten"}, Body: "{}"}, ErrInvalidBody, `strconv.ParseInt: parsing "ten": invalid syntax`},
+		{"form", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: "a=1;b"}, ErrInvalidBody, "invalid semicolon separator in query"},
+		{"multipart-type", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "multipart/form-data; boundary"}, Body: "x"}, ErrInvalidBody, "mime: invalid media parameter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := AppendEnvoy(nil, withHTTP(tt.h), Options{})
+			var re *RequestError
+			if !errors.As(err, &re) || !errors.Is(err, tt.kind) {
+				t.Fatalf("err = %v, want a RequestError of %v", err, tt.kind)
+			}
+			if got := re.Cause.Error(); got != tt.want {
+				t.Fatalf("cause %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestTruncatedBody(t *testing.T) {
 	req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 		Path: "/", Headers: map[string]string{"content-type": "application/json", "content-length": "100"}, Body: `{"a":`,
