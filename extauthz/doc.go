@@ -29,7 +29,10 @@
 //
 // The decision path fails closed: an input that cannot be built, an
 // evaluation error or a result that is not a decision all deny, with a
-// coded reason that is also the metric label. Envoy CheckRequests carry
+// coded reason that is also the metric label. Over ext_authz gRPC the
+// answers are opa-envoy-plugin's: a failure other than a request that does
+// not parse is a gRPC error, which Envoy denies unless its
+// failure_mode_allow is set. Envoy CheckRequests carry
 // per-request headers (x-request-id), so their cache hit ratio is low by
 // nature; the cache pays off for application checks.
 package extauthz

@@ -129,8 +129,8 @@ func TestGRPCCheck(t *testing.T) {
 		path       string
 		headers    map[string]string
 		wantAllow  bool
-		wantStatus int // HTTP status of a denial
-		wantReason string
+		wantStatus int    // HTTP status of a denial
+		wantReason string // x-nexus-decision, or in the body of a denial
 	}{
 		{"rbac-tenant-admin", "DELETE", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"}, true, 0, "rbac"},
 		{"rebac-folder-three-up", "GET", "/files/report.pdf", map[string]string{"x-user": "bob"}, true, 0, "rebac"},
@@ -138,8 +138,8 @@ func TestGRPCCheck(t *testing.T) {
 		{"group-editor-writes", "PUT", "/folders/q3", map[string]string{"x-user": "frank"}, true, 0, "rebac"},
 		{"stranger", "GET", "/files/report.pdf", map[string]string{"x-user": "carol"}, false, 403, "no_grant"},
 		{"tenant-from-header", "GET", "/files/anything", map[string]string{"x-user": "erin", "x-tenant": "acme"}, true, 0, "rbac"},
-		{"no-subject", "GET", "/files/report.pdf", nil, false, 401, "no_subject"},
-		{"no-route", "GET", "/admin", map[string]string{"x-user": "alice"}, false, 403, "no_route"},
+		{"no-subject", "GET", "/files/report.pdf", nil, false, 401, "no subject"},
+		{"no-route", "GET", "/admin", map[string]string{"x-user": "alice"}, false, 403, "no route"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,8 +168,12 @@ func TestGRPCCheck(t *testing.T) {
 			if int(den.GetStatus().GetCode()) != tt.wantStatus {
 				t.Fatalf("HTTP status %d, want %d", den.GetStatus().GetCode(), tt.wantStatus)
 			}
-			if !strings.Contains(den.GetBody(), tt.wantReason) && resp.GetStatus().GetMessage() != tt.wantReason {
-				t.Fatalf("body %q / message %q lacks reason %q", den.GetBody(), resp.GetStatus().GetMessage(), tt.wantReason)
+			if !strings.Contains(den.GetBody(), tt.wantReason) {
+				t.Fatalf("body %q lacks %q", den.GetBody(), tt.wantReason)
+			}
+			// As opa-envoy-plugin answers a decision: no message.
+			if msg := resp.GetStatus().GetMessage(); msg != "" {
+				t.Fatalf("status message %q, want none", msg)
 			}
 		})
 	}
@@ -843,21 +847,10 @@ func TestGRPCBodyTooLarge(t *testing.T) {
 	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 1024 })
 	req := fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
 	req.Attributes.Request.Http.Body = strings.Repeat("x", 2048)
+	// As grpc-go answers a message over its size limit.
 	resp, err := ts.grpc.Check(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if codes.Code(resp.GetStatus().GetCode()) != codes.InvalidArgument {
-		t.Fatalf("status = %v, want InvalidArgument", resp.GetStatus())
-	}
-	var reason string
-	for _, h := range resp.GetDeniedResponse().GetHeaders() {
-		if h.GetHeader().GetKey() == "x-nexus-reason" {
-			reason = h.GetHeader().GetValue()
-		}
-	}
-	if reason != pdp.CodeTooLarge {
-		t.Fatalf("x-nexus-reason = %q, want %q", reason, pdp.CodeTooLarge)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Check = %v, %v; want a RESOURCE_EXHAUSTED error", resp, err)
 	}
 }
 
@@ -903,7 +896,7 @@ func TestPolicyResultShapeHidden(t *testing.T) {
 	b, err := compiler.Compile(context.Background(), compiler.Options{
 		Modules: map[string]string{
 			"p.rego": "package nexus.authz\ndecision := {\"allow\": \"yes\"}\n",
-			"e.rego": "package nexus.envoy\nresult := {\"allowed\": true, \"http_status\": \"teapot\"}\n",
+			"e.rego": "package nexus.envoy\nresult := {\"allowed\": false, \"http_status\": \"teapot\"}\n",
 		},
 		Entrypoints: []string{"nexus/authz/decision", "nexus/envoy/result"}, Revision: "bad-shape",
 	})
@@ -919,23 +912,22 @@ func TestPolicyResultShapeHidden(t *testing.T) {
 		t.Fatalf("put policy: %d %s", status, body)
 	}
 	leaks := []string{"json:", "Go value", "unmarshal", "*bool", "json.Number"}
-	status, _, body := post(t, ts.http+"/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`)
-	if status != 500 || !strings.Contains(body, pdp.CodePolicyResult) {
-		t.Fatalf("/allowed: %d %s, want 500 with reason %s", status, body, pdp.CodePolicyResult)
+	code, _, body := post(t, ts.http+"/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`)
+	if code != 500 || !strings.Contains(body, pdp.CodePolicyResult) {
+		t.Fatalf("/allowed: %d %s, want 500 with reason %s", code, body, pdp.CodePolicyResult)
 	}
+	// As opa-envoy-plugin answers a result that is not a decision: a gRPC
+	// error, which Envoy answers by its failure_mode_allow (false: denied).
 	resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}))
-	if err != nil {
-		t.Fatal(err)
+	if status.Code(err) != codes.Unknown {
+		t.Fatalf("Check = %v, %v; want an UNKNOWN error", resp, err)
 	}
-	for _, leak := range leaks {
-		for _, s := range []string{body, resp.GetStatus().GetMessage(), resp.GetDeniedResponse().GetBody()} {
+	for _, leak := range append(leaks, "teapot") {
+		for _, s := range []string{body, status.Convert(err).Message()} {
 			if strings.Contains(s, leak) {
 				t.Fatalf("the client sees %q: %s", leak, s)
 			}
 		}
-	}
-	if headerValue(resp.GetDeniedResponse().GetHeaders(), "x-nexus-reason") != pdp.CodePolicyResult {
-		t.Fatalf("gRPC denial %v, want x-nexus-reason %s", resp, pdp.CodePolicyResult)
 	}
 	if !strings.Contains(logs.String(), "invalid_policy_result") || !strings.Contains(logs.String(), "allow") {
 		t.Fatalf("the log lacks the detail: %s", logs.String())

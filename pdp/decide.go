@@ -20,6 +20,9 @@ import (
 // Header is one header a decision sets.
 type Header = result.Header
 
+// QueryParameter is one query parameter a decision sets.
+type QueryParameter = result.QueryParameter
+
 // Decision is the answer to one request: the policy's decision (allowed,
 // reason, headers, status, body, dynamic metadata), its ID and how the
 // decision cache answered.
@@ -41,13 +44,16 @@ type meta struct {
 	subject, action, resource string
 	// view is the view the input was written (pruned) for.
 	view *inputView
+	// envoy reads the result as opa-envoy-plugin does (result.ParseEnvoy),
+	// for Envoy and forward-auth requests; else with result.Parse.
+	envoy bool
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
 // opa-envoy-plugin input document built from it.
 func (p *PDP) Envoy(ctx context.Context, iface string, req *authv3.CheckRequest) (Decision, error) {
 	h := req.GetAttributes().GetRequest().GetHttp()
-	md := meta{action: h.GetMethod(), resource: h.GetPath()}
+	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		if int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes {
 			return dst, ErrTooLarge
@@ -60,7 +66,7 @@ func (p *PDP) Envoy(ctx context.Context, iface string, req *authv3.CheckRequest)
 // peer's address) with the envoy entrypoint, on the same input document
 // as Envoy's.
 func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source string) (Decision, error) {
-	md := meta{action: req.Method, resource: req.Path}
+	md := meta{action: req.Method, resource: req.Path, envoy: true}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		return input.AppendHTTP(dst, req, source, input.Options{Keep: keep})
 	})
@@ -138,7 +144,7 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 // counts, measures and logs the decision.
 func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (Decision, error) {
 	start := time.Now()
-	d, err := p.decideUncounted(ctx, entrypoint, input, md.view)
+	d, err := p.decideUncounted(ctx, entrypoint, input, md.view, md.envoy)
 	if err == errStale {
 		return d, err // the caller builds the input again
 	}
@@ -222,9 +228,10 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 }
 
 // decideUncounted decides input, written for view v (nil before a policy
-// is loaded). It returns errStale if v is no longer the loaded view when
-// the decision is made.
-func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, v *inputView) (d Decision, err error) {
+// is loaded), reading the result as opa-envoy-plugin does if envoy. It
+// returns errStale if v is no longer the loaded view when the decision is
+// made.
+func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, v *inputView, envoy bool) (d Decision, err error) {
 	d = Decision{Cache: CacheDisabled}
 	if !p.ready.Load() {
 		return d, ErrNotReady
@@ -249,7 +256,7 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		kb = strconv.AppendUint(kb, uint64(rev), 36)
 		kb = append(kb, '/')
 		kb = append(kb, entrypoint...)
-		kb = append(kb, 0)
+		kb = append(kb, resultKind(envoy), 0)
 		kb = append(kb, input...)
 		// The lookup does not keep its key, so it reads the buffer in
 		// place; only a miss copies the key, to insert it.
@@ -271,7 +278,7 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	// engine need not scan it again.
 	out, err := p.eng.EvalTrusted(ctx, entrypoint, input, (*bp)[:0])
 	if err == nil {
-		d.Decision, err = p.parseResult(out)
+		d.Decision, err = p.parseResult(out, envoy)
 	}
 	p.putBuf(bp, out)
 	if err != nil {
@@ -283,17 +290,35 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	return d, nil
 }
 
-// parseResult is result.Parse through the memo of parsed results.
-func (p *PDP) parseResult(out []byte) (result.Decision, error) {
-	if len(out) > 4096 {
-		return result.Parse(out)
+// resultKind tells the two ways of reading a result apart in the keys of
+// the decision cache and of the memo of parsed results.
+func resultKind(envoy bool) byte {
+	if envoy {
+		return 'e'
 	}
-	if d, ok := p.results.GetIfPresent(string(out)); ok {
+	return 'a'
+}
+
+// parseResult is result.ParseEnvoy (if envoy) or result.Parse through the
+// memo of parsed results.
+func (p *PDP) parseResult(out []byte, envoy bool) (result.Decision, error) {
+	parse := result.Parse
+	if envoy {
+		parse = result.ParseEnvoy
+	}
+	if len(out) > 4096 {
+		return parse(out)
+	}
+	kp := p.buf()
+	kb := append(append((*kp)[:0], resultKind(envoy)), out...)
+	defer p.putBuf(kp, kb)
+	// The lookup does not keep its key: it reads the buffer in place.
+	if d, ok := p.results.GetIfPresent(unsafe.String(unsafe.SliceData(kb), len(kb))); ok {
 		return d, nil
 	}
-	d, err := result.Parse(out)
+	d, err := parse(out)
 	if err == nil {
-		p.results.Set(string(out), d)
+		p.results.Set(string(kb), d)
 	}
 	return d, err
 }

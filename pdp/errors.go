@@ -61,6 +61,17 @@ func IsRequestParse(err error) bool {
 		errors.Is(err, input.ErrInvalidBody) || errors.Is(err, input.ErrInvalidUTF8)
 }
 
+// RequestParseCause is what opa-envoy-plugin says of a request that does
+// not parse (IsRequestParse) after "request_parse_error: ": the parser's
+// own error. For any other error it is the error's text.
+func RequestParseCause(err error) string {
+	var re *input.RequestError
+	if errors.As(err, &re) {
+		return re.Cause.Error()
+	}
+	return err.Error()
+}
+
 // Code maps an error to its stable reason code. This is the one place
 // where errors meet codes; transports map codes to statuses.
 func Code(err error) string {

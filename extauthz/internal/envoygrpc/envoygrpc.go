@@ -1,17 +1,42 @@
 // Package envoygrpc is the Envoy ext_authz gRPC transport: it hands a
-// CheckRequest to the decision core and maps the decision back to a
-// CheckResponse.
+// CheckRequest to the decision core and maps the decision back to the
+// CheckResponse opa-envoy-plugin answers with.
+//
+// A decision is answered as the plugin answers it:
+//
+//   - a boolean result: the status alone (OK or PERMISSION_DENIED), no HTTP
+//     response;
+//   - an object result, allowed: OK and an OkHttpResponse with headers,
+//     headers_to_remove, response_headers_to_add, query_parameters_to_set
+//     and query_parameters_to_remove;
+//   - an object result, denied: PERMISSION_DENIED and a DeniedHttpResponse
+//     with the status (403 unless http_status says), headers and body;
+//   - the object's dynamic_metadata, and decision_id in the dynamic
+//     metadata of every decision;
+//   - each header as a HeaderValueOption with its key and value alone
+//     (neither append nor append_action), one per value of an array.
+//
+// A request that cannot be turned into an input document (a path, query
+// or body that does not parse) is PERMISSION_DENIED with a 400 response
+// whose body is "request_parse_error: " and the cause, and no decision_id.
+// Any other failure (an undefined decision, an evaluation error, a result
+// that is not a decision, no policy loaded) is a gRPC error, as the plugin
+// returns: UNKNOWN, or CANCELLED or DEADLINE_EXCEEDED when the request's
+// context ended. Envoy answers a gRPC error by its own failure_mode_allow
+// and status_on_error; nexus' shipped configurations keep it closed
+// (failure_mode_allow: false).
 package envoygrpc
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
@@ -26,16 +51,14 @@ type Server struct {
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
 
-var okStatus = &rpcstatus.Status{Code: int32(codes.OK)}
-
-// Check answers one Envoy ext_authz request. It never returns a gRPC
-// error for a decision: bad input and evaluation failures are denials
-// (fail closed) with the reason in the body and x-nexus-reason, as Envoy
-// expects.
+// Check answers one Envoy ext_authz request as opa-envoy-plugin does.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	d, err := s.PDP.Envoy(ctx, pdp.IfaceGRPC, req)
 	if err != nil {
-		return errorResponse(err), nil
+		if pdp.IsRequestParse(err) {
+			return requestParseResponse(err), nil
+		}
+		return nil, grpcError(err)
 	}
 	resp := checkResponse(d)
 	resp.DynamicMetadata = withDecisionID(d.DynamicMetadata, d.ID)
@@ -57,81 +80,92 @@ func withDecisionID(md *structpb.Struct, id string) *structpb.Struct {
 // not parse, as opa-envoy-plugin words it.
 const requestParseError = "request_parse_error: "
 
-func errorResponse(err error) *authv3.CheckResponse {
-	if pdp.IsRequestParse(err) {
-		// As opa-envoy-plugin answers it: PERMISSION_DENIED, 400 and the
-		// error as a plain-text body.
-		msg := requestParseError + err.Error()
-		return &authv3.CheckResponse{
-			Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: msg},
-			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-				Status: &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
-				Body:   msg,
-			}},
-		}
-	}
-	code, httpStatus, grpcCode := wire.Status(err)
-	msg := wire.Describe(err)
-	body, _ := json.Marshal(map[string]string{"error": msg, "reason": code})
+// requestParseResponse is opa-envoy-plugin's answer to a request it cannot
+// turn into an input: PERMISSION_DENIED, 400 and the parser's error as a
+// plain-text body, no dynamic metadata.
+func requestParseResponse(err error) *authv3.CheckResponse {
+	msg := requestParseError + pdp.RequestParseCause(err)
 	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(grpcCode), Message: msg},
+		Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: msg},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(httpStatus)},
-			Headers: []*corev3.HeaderValueOption{
-				header("content-type", "application/json"),
-				header("x-nexus-reason", code),
-			},
-			Body: string(body),
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
+			Body:   msg,
 		}},
 	}
 }
 
+// grpcError is the gRPC error a failed decision returns. The code is the
+// plugin's (grpc-go's for a plain error): DEADLINE_EXCEEDED or CANCELLED
+// when the request's context ended, RESOURCE_EXHAUSTED for a body over
+// the limit (as for a message over the gRPC size limit), UNKNOWN
+// otherwise. The message is the client's view of the error (wire.Describe):
+// the detail of a server-side failure stays in nexus' log.
+func grpcError(err error) error {
+	code := codes.Unknown
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, pdp.ErrTooLarge):
+		code = codes.ResourceExhausted
+	}
+	return status.Error(code, wire.Describe(err))
+}
+
+var (
+	okStatus     = &rpcstatus.Status{Code: int32(codes.OK)}
+	deniedStatus = &rpcstatus.Status{Code: int32(codes.PermissionDenied)}
+)
+
 func checkResponse(d pdp.Decision) *authv3.CheckResponse {
+	if !d.Object {
+		if d.Allowed {
+			return &authv3.CheckResponse{Status: okStatus}
+		}
+		return &authv3.CheckResponse{Status: deniedStatus}
+	}
 	if d.Allowed {
 		ok := &authv3.OkHttpResponse{
-			Headers:              headers(d.Headers),
-			HeadersToRemove:      d.RequestHeadersToRemove,
-			ResponseHeadersToAdd: headers(d.ResponseHeadersToAdd),
+			Headers:                 headers(d.Headers),
+			HeadersToRemove:         d.RequestHeadersToRemove,
+			ResponseHeadersToAdd:    headers(d.ResponseHeadersToAdd),
+			QueryParametersToRemove: d.QueryParametersToRemove,
+			QueryParametersToSet:    queryParameters(d.QueryParametersToSet),
 		}
 		return &authv3.CheckResponse{Status: okStatus, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
 	}
-	status := d.HTTPStatus
-	if status == 0 {
-		status = 403
-	}
-	resp := &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: d.Reason},
+	return &authv3.CheckResponse{
+		Status: deniedStatus,
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(d.HTTPStatus)},
 			Headers: headers(d.Headers),
 			Body:    d.Body,
 		}},
 	}
-	return resp
 }
 
+// headers are HeaderValueOptions as the plugin writes them: the header
+// alone, Envoy's default for each (an ext_authz response's header
+// overwrites the request's, or is added).
 func headers(hs []pdp.Header) []*corev3.HeaderValueOption {
 	if len(hs) == 0 {
 		return nil
 	}
 	out := make([]*corev3.HeaderValueOption, len(hs))
 	for i, h := range hs {
-		out[i] = header(h.Key, h.Value)
-	}
-	// Repeated keys append; the first occurrence overwrites.
-	seen := map[string]bool{}
-	for _, o := range out {
-		if seen[o.Header.Key] {
-			o.AppendAction = corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
-		}
-		seen[o.Header.Key] = true
+		out[i] = &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: h.Key, Value: h.Value}}
 	}
 	return out
 }
 
-func header(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: k, Value: v},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+func queryParameters(qs []pdp.QueryParameter) []*corev3.QueryParameter {
+	if len(qs) == 0 {
+		return nil
 	}
+	out := make([]*corev3.QueryParameter, len(qs))
+	for i, q := range qs {
+		out[i] = &corev3.QueryParameter{Key: q.Key, Value: q.Value}
+	}
+	return out
 }

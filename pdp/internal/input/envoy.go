@@ -1,24 +1,34 @@
 // Package input builds the policy input documents that nexus evaluates:
 // the opa-envoy-plugin input from an Envoy CheckRequest or a forward-auth
 // HTTP request, so that existing OPA-Envoy policies run unchanged.
+//
+// The document is the one opa-envoy-plugin builds:
+//
+//	attributes        the CheckRequest's attributes, mapped field by field
+//	                  as the plugin maps them (see proto.go): JSON names,
+//	                  int64 as numbers, a Timestamp as {"seconds","nanos"}
+//	parsed_path       the percent-decoded path split at "/"
+//	parsed_query      the query, each key to its list of values
+//	parsed_body       a JSON, form or multipart body, parsed (else null)
+//	truncated_body    whether Envoy sent only part of the body
+//	version           {"encoding": "protojson", "ext_authz": "v3"}
+//	source_principal  attributes.source.principal, when there is one
+//
+// With Options.SkipBody (the plugin's skip-request-body-parse) the body is
+// not read at all, and parsed_body and truncated_body are absent.
 package input
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
@@ -33,12 +43,36 @@ var ErrInvalidPath = errors.New("input: invalid request path")
 // separator, a bad percent escape).
 var ErrInvalidQuery = errors.New("input: invalid query")
 
-// ErrInvalidBody reports a JSON or form body that cannot be parsed.
+// ErrInvalidBody reports a JSON, form or multipart body that cannot be
+// parsed, or a content-length that is not a number.
 var ErrInvalidBody = errors.New("input: invalid request body")
+
+// RequestError is a request that cannot become an input document because
+// a part of it does not parse: Kind is ErrInvalidPath, ErrInvalidQuery or
+// ErrInvalidBody, Cause the parser's own error (the text opa-envoy-plugin
+// answers after "request_parse_error: ", as its parsers are the same).
+type RequestError struct {
+	Kind  error
+	What  string // what did not parse, for the message
+	Cause error
+}
+
+func (e *RequestError) Error() string {
+	return e.Kind.Error() + ": " + e.What + ": " + e.Cause.Error()
+}
+
+// Unwrap returns Kind and Cause.
+func (e *RequestError) Unwrap() []error { return []error{e.Kind, e.Cause} }
+
+func requestError(kind error, cause error, format string, args ...any) error {
+	return &RequestError{Kind: kind, What: fmt.Sprintf(format, args...), Cause: cause}
+}
 
 // Options tune how a request becomes an input document.
 type Options struct {
-	// SkipBody leaves parsed_body null even for JSON and form bodies.
+	// SkipBody does not read the body (opa-envoy-plugin's
+	// skip-request-body-parse): parsed_body and truncated_body are left
+	// out of the document, and a body that does not parse is no error.
 	SkipBody bool
 	// Keep, if not nil, is the part of the document the policy reads: the
 	// document is written already pruned, the same bytes as Keep.Append
@@ -62,34 +96,16 @@ type HTTP struct {
 	RawBody  []byte
 }
 
-var protoMarshal = protojson.MarshalOptions{}
-
 // AppendEnvoy appends the opa-envoy-plugin input document for req to dst.
-// The attributes are encoded as protojson would encode them (the field
-// names, the omission of empty fields, int64 as strings), with map keys
-// sorted so that equal requests give equal bytes.
+// Map keys are sorted, so that equal requests give equal bytes.
 func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, error) {
 	a := req.GetAttributes()
-	if opts.Keep != nil && rare(a) {
-		// Fields spliced from protojson are pruned from the whole
-		// document.
-		whole, err := AppendEnvoy(nil, req, Options{SkipBody: opts.SkipBody})
-		if err != nil {
-			return dst, err
-		}
-		out, err := opts.Keep.Append(dst, whole)
-		if err != nil {
-			return dst, fmt.Errorf("input: %w", err)
-		}
-		return out, nil
-	}
 	o := obj{sel: opts.Keep}
 	o.open(dst)
 	if a != nil {
 		if c, ok := o.member("attributes"); ok {
 			var err error
-			o.buf, err = appendAttributes(o.buf, c, a)
-			if err != nil {
+			if o.buf, err = appendAttributes(o.buf, c, a); err != nil {
 				return dst, err
 			}
 		} else if err := validAttributes(a); err != nil {
@@ -97,82 +113,24 @@ func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, er
 		}
 	}
 	h := a.GetRequest().GetHttp()
-	return appendParsed(&o, h.GetPath(), h.GetHeaders(), h.GetBody(), h.GetRawBody(), opts)
-}
-
-// rare reports whether a has fields that AppendEnvoy splices from
-// protojson's encoding.
-func rare(a *authv3.AttributeContext) bool {
-	if a.GetMetadataContext() != nil || a.GetRouteMetadataContext() != nil || a.GetTlsSession() != nil {
-		return true
+	out, err := appendParsed(&o, h.GetPath(), h.GetHeaders(), h.GetBody(), h.GetRawBody(), a.GetSource().GetPrincipal(), opts)
+	if err != nil {
+		return dst, err
 	}
-	h := a.GetRequest().GetHttp()
-	if h.GetQuery() != "" || h.GetFragment() != "" || h.GetHeaderMap() != nil {
-		return true
-	}
-	return !simpleAddress(a.GetSource().GetAddress()) || !simpleAddress(a.GetDestination().GetAddress())
-}
-
-// validAttributes validates what appendAttributes would write, without
-// writing it: for attributes the policy does not read, so that a request
-// is refused or accepted alike whatever the policy reads. AppendEnvoy
-// only calls it for attributes without the rare fields it splices.
-func validAttributes(a *authv3.AttributeContext) error {
-	for _, p := range []*authv3.AttributeContext_Peer{a.Source, a.Destination} {
-		if p != nil {
-			if err := validPeer(p); err != nil {
-				return err
-			}
-		}
-	}
-	if err := validRequest(a.Request); err != nil {
-		return err
-	}
-	return validMap(a.ContextExtensions)
-}
-
-// validRequest validates the request attributes that appendAttributes
-// writes itself.
-func validRequest(r *authv3.AttributeContext_Request) error {
-	if r == nil {
-		return nil
-	}
-	if r.Time != nil {
-		if err := r.Time.CheckValid(); err != nil {
-			return fmt.Errorf("input: request time: %w", err)
-		}
-	}
-	if h := r.Http; h != nil {
-		if err := validStrings(h.Id, h.Method, h.Path, h.Host, h.Scheme, h.Query, h.Fragment, h.Protocol, h.Body); err != nil {
-			return err
-		}
-		return validMap(h.Headers)
-	}
-	return nil
-}
-
-// validPeer validates the peer fields that appendPeer writes itself.
-func validPeer(p *authv3.AttributeContext_Peer) error {
-	if err := validStrings(p.Service, p.Principal, p.Certificate); err != nil {
-		return err
-	}
-	if err := validMap(p.Labels); err != nil {
-		return err
-	}
-	if ad := p.Address; ad != nil && simpleAddress(ad) {
-		return validStrings(ad.GetSocketAddress().GetAddress())
-	}
-	return nil
+	return out, nil
 }
 
 // AppendHTTP appends the input document for a request that did not come
 // as a CheckRequest (HTTP ext_authz and forward auth): the same shape, with
-// attributes.request.http filled from h.
+// attributes.request.http filled from h and attributes.source.address from
+// source (host:port).
 func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error) {
-	if err := validStrings(h.ID, h.Method, h.Path, h.Host, h.Scheme, h.Protocol, h.Body, source); err != nil {
+	hf := httpFields{id: h.ID, method: h.Method, headers: h.Headers, path: h.Path, host: h.Host, scheme: h.Scheme,
+		size: h.Size, protocol: h.Protocol, body: h.Body, rawBody: h.RawBody}
+	if err := hf.valid(); err != nil {
 		return dst, err
 	}
-	if err := validMap(h.Headers); err != nil {
+	if err := validStrings(source); err != nil {
 		return dst, err
 	}
 	o := obj{sel: opts.Keep}
@@ -184,7 +142,7 @@ func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error
 			if sc, ok := a.member("source"); ok {
 				s := obj{sel: sc}
 				s.open(a.buf)
-				s.buf = appendSocketAddress(&s, source)
+				appendHostPort(&s, source)
 				a.buf = s.close()
 			}
 		}
@@ -192,30 +150,39 @@ func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error
 			r := obj{sel: rc}
 			r.open(a.buf)
 			if hc, ok := r.member("http"); ok {
-				r.buf = appendHTTP(r.buf, hc, h.ID, h.Method, h.Headers, h.Path, h.Host, h.Scheme, h.Size, h.Protocol, h.Body, h.RawBody)
+				var err error
+				if r.buf, err = hf.append(r.buf, hc); err != nil {
+					return dst, err
+				}
 			}
 			a.buf = r.close()
 		}
 		o.buf = a.close()
 	}
-	return appendParsed(&o, h.Path, h.Headers, h.Body, h.RawBody, opts)
+	out, err := appendParsed(&o, h.Path, h.Headers, h.Body, h.RawBody, "", opts)
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
 }
 
-func appendSocketAddress(o *obj, hostport string) []byte {
+// appendHostPort writes the address member of a peer from host:port.
+func appendHostPort(o *obj, hostport string) {
 	host, port := hostport, uint64(0)
 	if i := strings.LastIndexByte(hostport, ':'); i >= 0 {
 		if p, err := strconv.ParseUint(hostport[i+1:], 10, 32); err == nil {
 			host, port = strings.Trim(hostport[:i], "[]"), p
 		}
 	}
-	return appendAddress(o, host, uint32(port))
+	appendAddress(o, host, uint32(port), port != 0)
 }
 
-// appendAddress writes the member "address" of a peer.
-func appendAddress(o *obj, host string, port uint32) []byte {
+// appendAddress writes the member "address" of a peer: a socket address
+// with its port (when hasPort: a set port_value oneof, even 0).
+func appendAddress(o *obj, host string, port uint32, hasPort bool) {
 	adc, ok := o.member("address")
 	if !ok {
-		return o.buf
+		return
 	}
 	ad := obj{sel: adc}
 	ad.open(o.buf)
@@ -223,14 +190,21 @@ func appendAddress(o *obj, host string, port uint32) []byte {
 		sa := obj{sel: sac}
 		sa.open(ad.buf)
 		sa.str("address", host)
-		sa.uint32("portValue", port)
+		if hasPort {
+			if _, ok := sa.member("portValue"); ok {
+				sa.buf = strconv.AppendUint(sa.buf, uint64(port), 10)
+			}
+		}
 		ad.buf = sa.close()
 	}
-	return ad.close()
+	o.buf = ad.close()
 }
 
-func appendParsed(o *obj, path string, headers map[string]string, body string, rawBody []byte, opts Options) ([]byte, error) {
-	if err := validStrings(path, body); err != nil {
+// appendParsed writes the members the plugin computes from the request:
+// parsed_path, parsed_query, parsed_body, truncated_body, version and
+// source_principal, and closes the document.
+func appendParsed(o *obj, path string, headers map[string]string, body string, rawBody []byte, principal string, opts Options) ([]byte, error) {
+	if err := validStrings(path, body, principal); err != nil {
 		return o.buf, err
 	}
 	decoded, query, err := parsePath(path)
@@ -256,24 +230,29 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 	if _, ok := o.member("parsed_query"); ok {
 		o.buf = appendValues(o.buf, query)
 	}
-	_, wantBody := o.sel.Child("parsed_body")
-	parsed, truncated, err := parseBody(headers, body, rawBody, opts, wantBody)
-	if err != nil {
-		return o.buf, err
-	}
-	if _, ok := o.member("parsed_body"); ok {
-		if parsed == nil {
-			o.buf = append(o.buf, "null"...)
-		} else {
-			o.buf = append(o.buf, parsed...)
+	if !opts.SkipBody {
+		// A kept body is written in place, after its key; one the
+		// policy does not read is only checked.
+		var truncated bool
+		if _, ok := o.member("parsed_body"); ok {
+			mark := len(o.buf)
+			if o.buf, truncated, err = appendBody(o.buf, headers, body, rawBody, true); err != nil {
+				return o.buf, err
+			}
+			if len(o.buf) == mark {
+				o.buf = append(o.buf, "null"...)
+			}
+		} else if _, truncated, err = appendBody(nil, headers, body, rawBody, false); err != nil {
+			return o.buf, err
 		}
-	}
-	if _, ok := o.member("truncated_body"); ok {
-		o.buf = strconv.AppendBool(o.buf, truncated)
+		if _, ok := o.member("truncated_body"); ok {
+			o.buf = strconv.AppendBool(o.buf, truncated)
+		}
 	}
 	if _, ok := o.member("version"); ok {
 		o.buf = append(o.buf, `{"encoding":"protojson","ext_authz":"v3"}`...)
 	}
+	o.str("source_principal", principal)
 	return o.close(), nil
 }
 
@@ -286,67 +265,19 @@ func parsePath(path string) (decoded string, query url.Values, err error) {
 	rawPath, rawQuery, _ := strings.Cut(path, "?")
 	decoded, err = url.PathUnescape(rawPath)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidPath, truncate(path), err)
+		return "", nil, requestError(ErrInvalidPath, err, "%q", truncate(path))
+	}
+	if rawQuery == "" {
+		return decoded, nil, nil // no parameters, as ParseQuery would find
 	}
 	if rawQuery == "" {
 		return decoded, nil, nil
 	}
 	query, err = url.ParseQuery(rawQuery)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %q: %w", ErrInvalidQuery, truncate(rawQuery), err)
+		return "", nil, requestError(ErrInvalidQuery, err, "%q", truncate(rawQuery))
 	}
 	return decoded, query, nil
-}
-
-// parseBody returns the body as compact JSON when it is a JSON or form
-// body, nil when it is neither, and truncated when Envoy sent less of the
-// body than its Content-Length announced.
-// With !want a valid body is only checked, not compacted.
-func parseBody(headers map[string]string, body string, rawBody []byte, opts Options, want bool) (js []byte, truncated bool, err error) {
-	if opts.SkipBody {
-		return nil, false, nil
-	}
-	if body == "" && len(rawBody) > 0 {
-		body = string(rawBody)
-		if err := validStrings(body); err != nil {
-			return nil, false, fmt.Errorf("%w: raw body: %w", ErrInvalidBody, err)
-		}
-	}
-	ct := headers["content-type"]
-	isJSON := strings.Contains(ct, "application/json")
-	isForm := strings.Contains(ct, "application/x-www-form-urlencoded")
-	if body == "" || (!isJSON && !isForm) {
-		return nil, false, nil
-	}
-	if cl, ok := headers["content-length"]; ok {
-		n, err := strconv.ParseInt(cl, 10, 64)
-		if err != nil {
-			return nil, false, fmt.Errorf("%w: content-length %q is not a number", ErrInvalidBody, truncate(cl))
-		}
-		if n > int64(len(body)) {
-			return nil, true, nil
-		}
-	}
-	if isJSON {
-		if !want {
-			if !json.Valid([]byte(body)) {
-				var v any
-				err := json.Unmarshal([]byte(body), &v)
-				return nil, false, fmt.Errorf("%w: JSON: %w", ErrInvalidBody, err)
-			}
-			return nil, false, nil
-		}
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, []byte(body)); err != nil {
-			return nil, false, fmt.Errorf("%w: JSON: %w", ErrInvalidBody, err)
-		}
-		return buf.Bytes(), false, nil
-	}
-	vals, err := url.ParseQuery(body)
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: form: %w", ErrInvalidBody, err)
-	}
-	return appendValues(nil, vals), false, nil
 }
 
 func appendValues(dst []byte, v url.Values) []byte {
@@ -406,50 +337,25 @@ func appendSorted[V any](dst []byte, m map[string]V, val func([]byte, V) []byte)
 	return append(dst, '}')
 }
 
+// appendAttributes writes the attributes: the fields every request has
+// by hand, the rest (metadata, TLS, header maps, other addresses) by
+// reflection, to the same mapping.
 func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext) ([]byte, error) {
 	o := obj{sel: sel}
 	o.open(dst)
-	var err error
 	if a.Source != nil {
-		if o.buf, err = appendPeer(&o, "source", a.Source); err != nil {
+		if err := appendPeer(&o, "source", a.Source); err != nil {
 			return dst, err
 		}
 	}
 	if a.Destination != nil {
-		if o.buf, err = appendPeer(&o, "destination", a.Destination); err != nil {
+		if err := appendPeer(&o, "destination", a.Destination); err != nil {
 			return dst, err
 		}
 	}
 	if r := a.Request; r != nil {
-		if err := validRequest(r); err != nil {
+		if err := appendRequest(&o, r); err != nil {
 			return dst, err
-		}
-		h := r.Http
-		if rc, ok := o.member("request"); ok {
-			ro := obj{sel: rc}
-			ro.open(o.buf)
-			if r.Time != nil {
-				if _, ok := ro.member("time"); ok {
-					ro.buf = appendTimestamp(ro.buf, r.Time.Seconds, r.Time.Nanos)
-				}
-			}
-			if h != nil {
-				if hc, ok := ro.member("http"); ok {
-					ro.buf = appendHTTP(ro.buf, hc, h.Id, h.Method, h.Headers, h.Path, h.Host, h.Scheme, h.Size, h.Protocol, h.Body, h.RawBody)
-					if h.Query != "" || h.Fragment != "" || h.HeaderMap != nil {
-						// Rare fields: splice protojson's own encoding
-						// of them (AppendEnvoy prunes such documents
-						// whole).
-						ro.buf = ro.buf[:len(ro.buf)-1]
-						extra := &authv3.AttributeContext_HttpRequest{Query: h.Query, Fragment: h.Fragment, HeaderMap: h.HeaderMap}
-						if ro.buf, err = spliceMembers(ro.buf, extra); err != nil {
-							return dst, err
-						}
-						ro.buf = append(ro.buf, '}')
-					}
-				}
-			}
-			o.buf = ro.close()
 		}
 	}
 	if len(a.ContextExtensions) > 0 {
@@ -460,91 +366,140 @@ func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext) (
 			o.buf = appendMap(o.buf, c, a.ContextExtensions)
 		}
 	}
-	if a.MetadataContext != nil || a.RouteMetadataContext != nil || a.TlsSession != nil {
-		extra := &authv3.AttributeContext{MetadataContext: a.MetadataContext, RouteMetadataContext: a.RouteMetadataContext, TlsSession: a.TlsSession}
-		if o.buf, err = spliceMembersInto(&o, extra); err != nil {
+	if a.MetadataContext != nil {
+		if err := appendMetadata(&o, "metadataContext", a.MetadataContext); err != nil {
+			return dst, err
+		}
+	}
+	if a.RouteMetadataContext != nil {
+		if err := appendMetadata(&o, "routeMetadataContext", a.RouteMetadataContext); err != nil {
+			return dst, err
+		}
+	}
+	if a.TlsSession != nil {
+		if err := appendGeneric(&o, "tlsSession", a.TlsSession.ProtoReflect()); err != nil {
 			return dst, err
 		}
 	}
 	return o.close(), nil
 }
 
-// spliceMembersInto adds the members of protojson's encoding of m to the
-// object being written by o.
-func spliceMembersInto(o *obj, m proto.Message) ([]byte, error) {
-	js, err := marshalCompact(m)
-	if err != nil {
-		return o.buf, err
+func appendRequest(parent *obj, r *authv3.AttributeContext_Request) error {
+	var hf httpFields
+	if h := r.Http; h != nil {
+		hf = httpFields{id: h.Id, method: h.Method, headers: h.Headers, headerMap: h.HeaderMap, path: h.Path, host: h.Host,
+			scheme: h.Scheme, query: h.Query, fragment: h.Fragment, size: h.Size, protocol: h.Protocol, body: h.Body, rawBody: h.RawBody}
+		if err := hf.valid(); err != nil {
+			return err
+		}
 	}
-	if len(js) <= 2 {
-		return o.buf, nil
+	sel, ok := parent.member("request")
+	if !ok {
+		return nil
 	}
-	if !o.first {
-		o.buf = append(o.buf, ',')
+	o := obj{sel: sel}
+	o.open(parent.buf)
+	if t := r.Time; t != nil {
+		if c, ok := o.member("time"); ok {
+			ts := obj{sel: c}
+			ts.open(o.buf)
+			ts.int64("seconds", t.Seconds)
+			ts.int64("nanos", int64(t.Nanos))
+			o.buf = ts.close()
+		}
 	}
-	o.first = false
-	return append(o.buf, js[1:len(js)-1]...), nil
+	if r.Http != nil {
+		if c, ok := o.member("http"); ok {
+			var err error
+			if o.buf, err = hf.append(o.buf, c); err != nil {
+				return err
+			}
+		}
+	}
+	parent.buf = o.close()
+	return nil
 }
 
-// spliceMembers appends the members of protojson's encoding of m to an
-// object whose closing brace has been removed from dst.
-func spliceMembers(dst []byte, m proto.Message) ([]byte, error) {
-	js, err := marshalCompact(m)
-	if err != nil {
-		return dst, err
-	}
-	if len(js) <= 2 {
-		return dst, nil
-	}
-	if dst[len(dst)-1] != '{' {
-		dst = append(dst, ',')
-	}
-	return append(dst, js[1:len(js)-1]...), nil
-}
-
-func marshalCompact(m proto.Message) ([]byte, error) {
-	js, err := protoMarshal.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("input: %w", err)
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, js); err != nil {
-		return nil, fmt.Errorf("input: %w", err)
-	}
-	return buf.Bytes(), nil
-}
-
-// simpleAddress reports whether ad is nil or a socket address that
-// appendPeer writes itself.
-func simpleAddress(ad *corev3.Address) bool {
-	if ad == nil {
-		return true
-	}
+// simpleSocket returns ad's socket address if appendPeer writes it by hand:
+// an address and a port value, nothing else.
+func simpleSocket(ad *corev3.Address) (*corev3.SocketAddress, bool) {
 	sa := ad.GetSocketAddress()
-	return sa != nil && sa.GetNamedPort() == "" && sa.GetResolverName() == "" && !sa.GetIpv4Compat() && sa.GetNetworkNamespaceFilepath() == "" && sa.Protocol == 0
+	if sa == nil || sa.Protocol != 0 || sa.GetNamedPort() != "" || sa.ResolverName != "" || sa.Ipv4Compat || sa.NetworkNamespaceFilepath != "" {
+		return nil, false
+	}
+	return sa, true
+}
+
+// validAttributes checks what appendAttributes would refuse, without
+// writing anything.
+func validAttributes(a *authv3.AttributeContext) error {
+	for _, p := range []*authv3.AttributeContext_Peer{a.Source, a.Destination} {
+		if p != nil {
+			if err := validPeer(p); err != nil {
+				return err
+			}
+		}
+	}
+	if h := a.GetRequest().GetHttp(); h != nil {
+		hf := httpFields{id: h.Id, method: h.Method, headers: h.Headers, headerMap: h.HeaderMap, path: h.Path, host: h.Host,
+			scheme: h.Scheme, query: h.Query, fragment: h.Fragment, protocol: h.Protocol, body: h.Body}
+		if err := hf.valid(); err != nil {
+			return err
+		}
+	}
+	if err := validMap(a.ContextExtensions); err != nil {
+		return err
+	}
+	for _, m := range []*corev3.Metadata{a.MetadataContext, a.RouteMetadataContext} {
+		if m != nil {
+			if err := validMetadata(m); err != nil {
+				return err
+			}
+		}
+	}
+	if a.TlsSession != nil {
+		return validMessage(a.TlsSession.ProtoReflect())
+	}
+	return nil
+}
+
+// validPeer checks what appendPeer would refuse.
+func validPeer(p *authv3.AttributeContext_Peer) error {
+	if err := validStrings(p.Service, p.Principal, p.Certificate); err != nil {
+		return err
+	}
+	if err := validMap(p.Labels); err != nil {
+		return err
+	}
+	if ad := p.Address; ad != nil {
+		if sa, ok := simpleSocket(ad); ok {
+			return validStrings(sa.Address)
+		}
+		return validMessage(ad.ProtoReflect())
+	}
+	return nil
 }
 
 // appendPeer validates p and writes it as member name of parent.
-func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer) ([]byte, error) {
+func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer) error {
 	if err := validPeer(p); err != nil {
-		return parent.buf, err
+		return err
 	}
 	sel, ok := parent.member(name)
 	if !ok {
-		return parent.buf, nil
+		return nil
 	}
 	o := obj{sel: sel}
 	o.open(parent.buf)
 	if ad := p.Address; ad != nil {
-		if simpleAddress(ad) {
-			sa := ad.GetSocketAddress()
-			o.buf = appendAddress(&o, sa.Address, sa.GetPortValue())
-		} else if _, ok := o.member("address"); ok {
-			js, err := marshalCompact(ad)
-			if err != nil {
-				return parent.buf, err
+		if sa, ok := simpleSocket(ad); ok {
+			_, hasPort := sa.PortSpecifier.(*corev3.SocketAddress_PortValue)
+			appendAddress(&o, sa.Address, sa.GetPortValue(), hasPort)
+		} else if c, ok := o.member("address"); ok {
+			var err error
+			if o.buf, err = appendMessage(o.buf, c, ad.ProtoReflect()); err != nil {
+				return err
 			}
-			o.buf = append(o.buf, js...)
 		}
 	}
 	o.str("service", p.Service)
@@ -555,47 +510,64 @@ func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer) ([]by
 	}
 	o.str("principal", p.Principal)
 	o.str("certificate", p.Certificate)
-	return o.close(), nil
+	parent.buf = o.close()
+	return nil
 }
 
-func appendHTTP(dst []byte, sel *prune.Tree, id, method string, headers map[string]string, path, host, scheme string, size int64, protocol, body string, rawBody []byte) []byte {
+// httpFields are the fields of AttributeContext.HttpRequest.
+type httpFields struct {
+	id, method         string
+	headers            map[string]string
+	headerMap          *corev3.HeaderMap
+	path, host, scheme string
+	query, fragment    string
+	size               int64
+	protocol, body     string
+	rawBody            []byte
+}
+
+// valid checks what append writes, kept or not.
+func (h *httpFields) valid() error {
+	if err := validStrings(h.id, h.method, h.path, h.host, h.scheme, h.query, h.fragment, h.protocol, h.body); err != nil {
+		return err
+	}
+	if err := validMap(h.headers); err != nil {
+		return err
+	}
+	if h.headerMap != nil {
+		return validMessage(h.headerMap.ProtoReflect())
+	}
+	return nil
+}
+
+func (h *httpFields) append(dst []byte, sel *prune.Tree) ([]byte, error) {
 	o := obj{sel: sel}
 	o.open(dst)
-	o.str("id", id)
-	o.str("method", method)
-	if len(headers) > 0 {
+	o.str("id", h.id)
+	o.str("method", h.method)
+	if len(h.headers) > 0 {
 		if c, ok := o.member("headers"); ok {
-			o.buf = appendMap(o.buf, c, headers)
+			o.buf = appendMap(o.buf, c, h.headers)
 		}
 	}
-	o.str("path", path)
-	o.str("host", host)
-	o.str("scheme", scheme)
-	o.int64str("size", size)
-	o.str("protocol", protocol)
-	o.str("body", body)
-	o.bytes("rawBody", rawBody)
-	return o.close()
-}
-
-// appendTimestamp encodes a timestamp as protojson does: RFC 3339 in UTC
-// with 0, 3, 6 or 9 fractional digits.
-func appendTimestamp(dst []byte, secs int64, nanos int32) []byte {
-	t := time.Unix(secs, int64(nanos)).UTC()
-	dst = append(dst, '"')
-	dst = t.AppendFormat(dst, "2006-01-02T15:04:05")
-	if nanos != 0 {
-		frac := fmt.Appendf(nil, "%09d", nanos)
-		switch {
-		case nanos%1e6 == 0:
-			frac = frac[:3]
-		case nanos%1e3 == 0:
-			frac = frac[:6]
+	o.str("path", h.path)
+	o.str("host", h.host)
+	o.str("scheme", h.scheme)
+	o.str("query", h.query)
+	o.str("fragment", h.fragment)
+	o.int64("size", h.size)
+	o.str("protocol", h.protocol)
+	o.str("body", h.body)
+	o.bytes("rawBody", h.rawBody)
+	if h.headerMap != nil {
+		if c, ok := o.member("headerMap"); ok {
+			var err error
+			if o.buf, err = appendMessage(o.buf, c, h.headerMap.ProtoReflect()); err != nil {
+				return dst, err
+			}
 		}
-		dst = append(dst, '.')
-		dst = append(dst, frac...)
 	}
-	return append(dst, 'Z', '"')
+	return o.close(), nil
 }
 
 func validStrings(ss ...string) error {

@@ -3,8 +3,7 @@ package input
 import (
 	"encoding/json"
 	"errors"
-	"net/url"
-	"reflect"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -12,74 +11,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
-
-// reference builds the input document the slow, obvious way: protojson for
-// the attributes, then the parsed fields as opa-envoy-plugin defines them.
-func reference(t *testing.T, req *authv3.CheckRequest) map[string]any {
-	t.Helper()
-	js, err := protojson.Marshal(req)
-	if err != nil {
-		t.Fatalf("protojson: %v", err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(js, &doc); err != nil {
-		t.Fatalf("unmarshal protojson: %v", err)
-	}
-	h := req.GetAttributes().GetRequest().GetHttp()
-	rawPath, rawQuery, _ := strings.Cut(h.GetPath(), "?")
-	decoded, err := url.PathUnescape(rawPath)
-	if err != nil {
-		t.Fatalf("path: %v", err)
-	}
-	query, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		t.Fatalf("query: %v", err)
-	}
-	var pp []any
-	for _, s := range strings.Split(strings.TrimLeft(decoded, "/"), "/") {
-		pp = append(pp, s)
-	}
-	doc["parsed_path"] = pp
-	pq := map[string]any{}
-	for k, vs := range query {
-		var l []any
-		for _, v := range vs {
-			l = append(l, v)
-		}
-		pq[k] = l
-	}
-	doc["parsed_query"] = pq
-	doc["parsed_body"] = nil
-	doc["truncated_body"] = false
-	ct := h.GetHeaders()["content-type"]
-	body := h.GetBody()
-	switch {
-	case body == "":
-	case strings.Contains(ct, "application/json"):
-		var v any
-		if err := json.Unmarshal([]byte(body), &v); err != nil {
-			t.Fatalf("body: %v", err)
-		}
-		doc["parsed_body"] = v
-	case strings.Contains(ct, "application/x-www-form-urlencoded"):
-		vals, _ := url.ParseQuery(body)
-		m := map[string]any{}
-		for k, vs := range vals {
-			var l []any
-			for _, v := range vs {
-				l = append(l, v)
-			}
-			m[k] = l
-		}
-		doc["parsed_body"] = m
-	}
-	doc["version"] = map[string]any{"encoding": "protojson", "ext_authz": "v3"}
-	return doc
-}
 
 func istioRequest() *authv3.CheckRequest {
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
@@ -121,50 +56,151 @@ func istioRequest() *authv3.CheckRequest {
 	}}
 }
 
-func TestAppendEnvoyMatchesReference(t *testing.T) {
-	tests := []struct {
-		name string
-		req  *authv3.CheckRequest
-	}{
-		{"empty", &authv3.CheckRequest{}},
-		{"istio", istioRequest()},
-		{"form", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: "POST", Path: "/login", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: "user=bob&scope=a&scope=b",
-		}}}}},
-		{"pipe-and-query-fields", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-			Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "/run/sock"}}}},
-			Request: &authv3.AttributeContext_Request{Time: &timestamppb.Timestamp{Seconds: 5, Nanos: 1500}, Http: &authv3.AttributeContext_HttpRequest{
-				Path: "/", Query: "legacy", RawBody: []byte{0, 1, 2}, Size: -1,
-			}},
-		}}},
+// rareRequest has every attribute nexus writes by reflection: metadata
+// with typed (Any) entries, route metadata, TLS, a header map with raw
+// values, addresses that are not a plain socket address, a zero time.
+func rareRequest() *authv3.CheckRequest {
+	anyMD, err := anypb.New(&timestamppb.Timestamp{Seconds: 1})
+	if err != nil {
+		panic(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := AppendEnvoy(nil, tt.req, Options{})
-			if err != nil {
-				t.Fatalf("AppendEnvoy: %v", err)
-			}
-			var doc map[string]any
-			if err := json.Unmarshal(got, &doc); err != nil {
-				t.Fatalf("output is not JSON: %v\n%s", err, got)
-			}
-			if want := reference(t, tt.req); !reflect.DeepEqual(doc, want) {
-				g, _ := json.MarshalIndent(doc, "", " ")
-				w, _ := json.MarshalIndent(want, "", " ")
-				t.Fatalf("input differs from reference\ngot:  %s\nwant: %s", g, w)
-			}
-			again, _ := AppendEnvoy(nil, tt.req, Options{})
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "/run/sock", Mode: 0o600}}}},
+		Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Protocol: corev3.SocketAddress_UDP, Address: "::1", PortSpecifier: &corev3.SocketAddress_NamedPort{NamedPort: "https"}, Ipv4Compat: true,
+		}}}},
+		Request: &authv3.AttributeContext_Request{Time: &timestamppb.Timestamp{}, Http: &authv3.AttributeContext_HttpRequest{
+			Path: "/", Query: "legacy", Fragment: "f", RawBody: []byte{0, 1, 2, 0xff}, Size: -1,
+			HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/")}, {Key: "x", Value: "y"}}},
+		}},
+		MetadataContext: &corev3.Metadata{
+			FilterMetadata: map[string]*structpb.Struct{"f": {Fields: map[string]*structpb.Value{
+				"n": structpb.NewNumberValue(1234567), "small": structpb.NewNumberValue(0.000001), "neg": structpb.NewNumberValue(-2.5),
+				"nan": structpb.NewNumberValue(math.NaN()), "inf": structpb.NewNumberValue(math.Inf(-1)), "null": structpb.NewNullValue(), "unset": {},
+				"l":     structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewBoolValue(true), structpb.NewStringValue("s"), {}}}),
+				"empty": structpb.NewStructValue(nil), "emptyList": {Kind: &structpb.Value_ListValue{}},
+			}}},
+			TypedFilterMetadata: map[string]*anypb.Any{"t": anyMD},
+		},
+		RouteMetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"r": {}}},
+		TlsSession:           &authv3.AttributeContext_TLSSession{Sni: "a.example.com"},
+	}}
+}
+
+func withHTTP(h *authv3.AttributeContext_HttpRequest) *authv3.CheckRequest {
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: h}}}
+}
+
+const multipartBody = "--b\r\nContent-Disposition: form-data; name=\"meta\"\r\nContent-Type: application/json\r\n\r\n{\"a\": [1, 2.50]}\r\n" +
+	"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\nContent-Type: text/plain\r\n\r\nhello\r\n" +
+	"--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nagain\r\n" +
+	"--b\r\nContent-Disposition: attachment\r\n\r\nno name\r\n--b--\r\n"
+
+func bodyRequests() map[string]*authv3.CheckRequest {
+	js := map[string]string{"content-type": "application/json"}
+	with := func(h map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range h {
+			out[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	return map[string]*authv3.CheckRequest{
+		"form":                withHTTP(&authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/login", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: "user=bob&scope=a&scope=b"}),
+		"form-raw":            withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded; charset=utf-8"}, RawBody: []byte("a=%FF&b=\xfe")}),
+		"json-raw":            withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, RawBody: []byte(` {"a" : [1, 2.50e3, "x"]} `)}),
+		"json-raw-bad-utf8":   withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, RawBody: []byte("{\"a\":\"\xff\xed\xa0\x80\",\"b\":1,\"b\":2}")}),
+		"json-surrogates":     withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: `{"lone":"x\ud800y","pair":"\uD83D\uDE00","esc":"\\ud800"}`}),
+		"json-body-wins":      withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: `{"from":"body"}`, RawBody: []byte(`{"from":"raw"}`)}),
+		"json-patch-type":     withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json-patch+json"}, Body: `[{"op":"add"}]`}),
+		"json-scalar":         withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: "\t12345678901234567890\n"}),
+		"truncated-by-length": withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: with(js, "content-length", "100"), Body: `{"a":`}),
+		"length-minus-one":    withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: with(js, "content-length", "-1"), Body: `{"a":1}`}),
+		"length-shorter":      withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: with(js, "content-length", "3"), Body: `{"a":1}`}),
+		"partial-body":        withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: with(js, "x-envoy-auth-partial-body", "true"), Body: `{"a":`}),
+		"partial-any-type":    withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"x-envoy-auth-partial-body": "true"}, Body: "\x00"}),
+		"partial-false":       withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: with(js, "x-envoy-auth-partial-body", "false"), Body: `{"a":1}`}),
+		"no-content-type":     withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Body: `{"a":1}`}),
+		"binary":              withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "image/png"}, RawBody: []byte{0x89, 'P', 'N', 'G', 0xff}}),
+		"grpc":                withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/pkg.Svc/Do", Headers: map[string]string{"content-type": "application/grpc"}, RawBody: []byte{0, 0, 0, 0, 1, 8}}),
+		"empty-json":          withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: with(js, "content-length", "x")}),
+		"multipart":           withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/upload", Headers: map[string]string{"content-type": `multipart/form-data; boundary="b"`}, Body: multipartBody}),
+		"multipart-raw":       withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/upload", Headers: map[string]string{"content-type": "multipart/form-data; boundary=b", "content-length": "-1"}, RawBody: []byte(multipartBody)}),
+		"multipart-no-parts":  withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/upload", Headers: map[string]string{"content-type": "multipart/form-data; boundary=b"}, Body: "--b--\r\n"}),
+		"multipart-no-bound":  withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/upload", Headers: map[string]string{"content-type": "multipart/form-data"}, Body: "whatever"}),
+	}
+}
+
+func TestAppendEnvoyMatchesReference(t *testing.T) {
+	tests := map[string]*authv3.CheckRequest{
+		"empty":      {},
+		"empty-attr": {Attributes: &authv3.AttributeContext{}},
+		"istio":      istioRequest(),
+		"jwt":        jwtRequest(),
+		"rare":       rareRequest(),
+		"zero-port": {Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			PortSpecifier: &corev3.SocketAddress_PortValue{},
+		}}}}}},
+		"empty-address": {Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{}}}},
+		"time":          {Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Time: &timestamppb.Timestamp{Seconds: -5, Nanos: 1500}}}},
+		"nanos-only":    {Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Time: &timestamppb.Timestamp{Nanos: 7}}}},
+		"internal-addr": {Attributes: &authv3.AttributeContext{Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_EnvoyInternalAddress{
+			EnvoyInternalAddress: &corev3.EnvoyInternalAddress{AddressNameSpecifier: &corev3.EnvoyInternalAddress_ServerListenerName{ServerListenerName: "l"}, EndpointId: "e"},
+		}}}}},
+	}
+	for name, req := range bodyRequests() {
+		tests[name] = req
+	}
+	for name, req := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := assertReference(t, req, Options{})
+			again, _ := AppendEnvoy(nil, req, Options{})
 			if string(again) != string(got) {
 				t.Fatalf("encoding is not deterministic")
 			}
+			if !utf8.Valid(got) || !json.Valid(got) {
+				t.Fatalf("not UTF-8 JSON: %q", got)
+			}
+			assertReference(t, req, Options{SkipBody: true})
 		})
 	}
 }
 
-func TestAppendEnvoyErrors(t *testing.T) {
-	withHTTP := func(h *authv3.AttributeContext_HttpRequest) *authv3.CheckRequest {
-		return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: h}}}
+// TestAttributesAsThePluginMapsThem spells out, by hand, the mapping
+// decisions the reference makes: what differs from protojson.
+func TestAttributesAsThePluginMapsThem(t *testing.T) {
+	req := rareRequest()
+	req.Attributes.Request.Time = &timestamppb.Timestamp{Seconds: 1764450000, Nanos: 5}
+	req.Attributes.Request.Http.Size = 1 << 40
+	got, err := AppendEnvoy(nil, req, Options{Keep: prune.New([][]string{{"attributes"}})})
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, want := range []string{
+		`"time":{"seconds":1764450000,"nanos":5}`, // not RFC 3339
+		`"size":1099511627776`,                    // int64 as a number
+		`"protocol":1`,                            // an enum as its number
+		`"namedPort":"https"`,                     // JSON names
+		`"rawBody":"AAEC/w=="`,                    // bytes in standard base64
+		`"rawValue":"Lw=="`,                       // in a header map too
+		`"typeUrl":"type.googleapis.com/google.protobuf.Timestamp","value":"CAE="`, // Any as its fields
+		`"n":1.234567e+06`,                 // a Struct's number as OPA holds a float64
+		`"nan":"NaN"`, `"inf":"-Infinity"`, // as structpb gives them
+		`"unset":null`, `"empty":{}`, `"emptyList":[]`,
+		`"filterMetadata":{"r":{}}`,
+		`"tlsSession":{"sni":"a.example.com"}`,
+		`"mode":384`,
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("document lacks %s\n%s", want, got)
+		}
+	}
+}
+
+func TestAppendEnvoyErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		req  *authv3.CheckRequest
@@ -181,6 +217,41 @@ func TestAppendEnvoyErrors(t *testing.T) {
 			_, err := AppendEnvoy(nil, tt.req, Options{})
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestRequestErrorCause: a request that does not parse is a RequestError
+// whose cause reads as the plugin's parsers (Go's url, strconv and mime,
+// OPA's JSON decoding) word it.
+func TestRequestErrorCause(t *testing.T) {
+	js := map[string]string{"content-type": "application/json"}
+	tests := []struct {
+		name string
+		h    *authv3.AttributeContext_HttpRequest
+		kind error
+		want string
+	}{
+		{"path", &authv3.AttributeContext_HttpRequest{Path: "/a%zz"}, ErrInvalidPath, `invalid URL escape "%zz"`},
+		{"semicolon", &authv3.AttributeContext_HttpRequest{Path: "/a?x=1;y=2"}, ErrInvalidQuery, "invalid semicolon separator in query"},
+		{"query-escape", &authv3.AttributeContext_HttpRequest{Path: "/a?x=%g"}, ErrInvalidQuery, `invalid URL escape "%g"`},
+		{"json-eof", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: "{"}, ErrInvalidBody, "unexpected EOF"},
+		{"json-syntax", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: "{nope}"}, ErrInvalidBody, "invalid character 'n' looking for beginning of object key string"},
+		{"json-after", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: js, Body: "{} 1"}, ErrInvalidBody, "error: invalid character '1' after top-level value"},
+		{"content-length", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json", "content-length": "ten"}, Body: "{}"}, ErrInvalidBody, `strconv.ParseInt: parsing "ten": invalid syntax`},
+		{"form", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: "a=1;b"}, ErrInvalidBody, "invalid semicolon separator in query"},
+		{"multipart-type", &authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "multipart/form-data; boundary"}, Body: "x"}, ErrInvalidBody, "mime: invalid media parameter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := AppendEnvoy(nil, withHTTP(tt.h), Options{})
+			var re *RequestError
+			if !errors.As(err, &re) || !errors.Is(err, tt.kind) {
+				t.Fatalf("err = %v, want a RequestError of %v", err, tt.kind)
+			}
+			if got := re.Cause.Error(); got != tt.want {
+				t.Fatalf("cause %q, want %q", got, tt.want)
 			}
 		})
 	}
@@ -206,37 +277,41 @@ func TestTruncatedBody(t *testing.T) {
 	}
 }
 
+// FuzzAppendEnvoy: for any request the document is the plugin's, and
+// nexus refuses exactly the requests the plugin refuses (besides strings
+// that are not UTF-8, which a CheckRequest over gRPC cannot hold).
 func FuzzAppendEnvoy(f *testing.F) {
-	f.Add("/folders/d1?x=1", "GET", "content-type", "application/json", `{"a":1}`, "alice", int64(3), int32(0), []byte(nil))
-	f.Add("/", "POST", "content-type", "application/x-www-form-urlencoded", "a=b&c", "", int64(-1), int32(999), []byte(nil))
-	f.Add("/", "POST", "content-type", "application/json", "", "", int64(0), int32(0), []byte("{\"a\":\"\xff\"}"))
-	f.Fuzz(func(t *testing.T, path, method, hk, hv, body, principal string, secs int64, nanos int32, rawBody []byte) {
+	f.Add("/folders/d1?x=1", "GET", "application/json", "content-length", "7", `{"a":1}`, "alice", int64(3), int32(0), []byte(nil))
+	f.Add("/", "POST", "application/x-www-form-urlencoded", "x", "", "a=b&c", "", int64(-1), int32(999), []byte(nil))
+	f.Add("/", "POST", "application/json", "x-envoy-auth-partial-body", "true", "", "", int64(0), int32(0), []byte("{\"a\":\"\xff\"}"))
+	f.Add("/up", "POST", "multipart/form-data; boundary=b", "content-length", "-1", multipartBody, "", int64(0), int32(0), []byte(nil))
+	f.Add("/%2e?a=%ff", "PUT", "application/json; charset=utf-8", "x", "", ` [1, "\ud800", {"a":{"a":2e5}}]`, "p", int64(0), int32(0), []byte(nil))
+	f.Fuzz(func(t *testing.T, path, method, ct, hk, hv, body, principal string, secs int64, nanos int32, rawBody []byte) {
 		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 			Source: &authv3.AttributeContext_Peer{Principal: principal},
 			Request: &authv3.AttributeContext_Request{
-				Time: &timestamppb.Timestamp{Seconds: secs % 1e10, Nanos: (nanos%1e9 + 1e9) % 1e9},
-				Http: &authv3.AttributeContext_HttpRequest{Path: path, Method: method, Headers: map[string]string{hk: hv}, Body: body, RawBody: rawBody},
+				Time: &timestamppb.Timestamp{Seconds: secs, Nanos: nanos},
+				Http: &authv3.AttributeContext_HttpRequest{Path: path, Method: method, Headers: map[string]string{"content-type": ct, hk: hv}, Body: body, RawBody: rawBody},
 			},
 		}}
 		got, err := AppendEnvoy(nil, req, Options{})
+		for _, s := range []string{path, method, ct, hk, hv, body, principal} {
+			if !utf8.ValidString(s) {
+				if !errors.Is(err, ErrInvalidUTF8) {
+					t.Fatalf("a string that is not UTF-8: err = %v", err)
+				}
+				return
+			}
+		}
+		if _, refErr := refDoc(req, false); (err == nil) != (refErr == nil) {
+			t.Fatalf("nexus err = %v, the plugin's = %v", err, refErr)
+		}
 		if err != nil {
-			return // a precise error is an acceptable answer to bad input
+			return
 		}
-		// The engine takes this document as trusted (no JSON scan): it
-		// must be JSON and UTF-8 whatever the request held.
-		if !json.Valid(got) || !utf8.Valid(got) {
-			t.Fatalf("output is not valid UTF-8 JSON: %q", got)
-		}
-		if len(rawBody) > 0 {
-			return // the reference reads the body field only
-		}
-		var doc map[string]any
-		if err := json.Unmarshal(got, &doc); err != nil {
-			t.Fatalf("output is not JSON: %v\n%s", err, got)
-		}
-		if want := reference(t, req); !reflect.DeepEqual(doc, want) {
-			t.Fatalf("input differs from reference\ngot:  %v\nwant: %v", doc, want)
-		}
+		// The engine takes this document as trusted (no JSON scan).
+		assertEngineReads(t, got)
+		assertReference(t, req, Options{})
 	})
 }
 
@@ -251,18 +326,6 @@ func BenchmarkAppendEnvoy(b *testing.B) {
 		if buf, err = AppendEnvoy(buf[:0], req, Options{}); err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-func BenchmarkProtojsonReference(b *testing.B) {
-	req := istioRequest()
-	req.Attributes.MetadataContext = nil
-	req.Attributes.TlsSession = nil
-	b.ReportAllocs()
-	for b.Loop() {
-		js, _ := protojson.Marshal(req)
-		var m map[string]any
-		_ = json.Unmarshal(js, &m)
 	}
 }
 
@@ -283,4 +346,44 @@ func FuzzAppendHTTP(f *testing.F) {
 			}
 		}
 	})
+}
+
+// jwtRequest is istioRequest as it reaches nexus behind Envoy's jwt_authn
+// filter: the verified token's payload in the metadata context.
+func jwtRequest() *authv3.CheckRequest {
+	req := istioRequest()
+	req.Attributes.TlsSession = nil
+	payload, err := structpb.NewStruct(map[string]any{
+		"iss": "https://issuer.example.com", "sub": "alice", "aud": []any{"drive"},
+		"exp": 1764453600.0, "iat": 1764450000.0, "groups": []any{"eng", "admins"},
+		"tenant": map[string]any{"id": "acme", "plan": "pro"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	req.Attributes.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		"envoy.filters.http.jwt_authn": {Fields: map[string]*structpb.Value{"payload": structpb.NewStructValue(payload)}},
+	}}
+	return req
+}
+
+// BenchmarkAppendEnvoyJWT: the whole document and the default policy's
+// part of it for a request with a verified JWT.
+func BenchmarkAppendEnvoyJWT(b *testing.B) {
+	req := jwtRequest()
+	buf := make([]byte, 0, 4096)
+	for _, bc := range []struct {
+		name string
+		keep *prune.Tree
+	}{{"whole", nil}, {"keep", prune.New(keepTrees["default-policy"])}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if buf, err = AppendEnvoy(buf[:0], req, Options{Keep: bc.keep}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

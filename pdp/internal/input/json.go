@@ -1,7 +1,6 @@
 package input
 
 import (
-	"encoding/base64"
 	"strconv"
 
 	"github.com/nexuspdp/nexus/internal/jsonw"
@@ -53,26 +52,15 @@ func (o *obj) str(k, v string) {
 	o.buf = appendString(o.buf, v)
 }
 
-func (o *obj) int64str(k string, v int64) {
+// int64 writes a non-zero integer as a JSON number.
+func (o *obj) int64(k string, v int64) {
 	if v == 0 {
 		return
 	}
 	if _, ok := o.member(k); !ok {
 		return
 	}
-	o.buf = append(o.buf, '"')
 	o.buf = strconv.AppendInt(o.buf, v, 10)
-	o.buf = append(o.buf, '"')
-}
-
-func (o *obj) uint32(k string, v uint32) {
-	if v == 0 {
-		return
-	}
-	if _, ok := o.member(k); !ok {
-		return
-	}
-	o.buf = strconv.AppendUint(o.buf, uint64(v), 10)
 }
 
 func (o *obj) bytes(k string, v []byte) {
@@ -82,9 +70,7 @@ func (o *obj) bytes(k string, v []byte) {
 	if _, ok := o.member(k); !ok {
 		return
 	}
-	o.buf = append(o.buf, '"')
-	o.buf = base64.StdEncoding.AppendEncode(o.buf, v)
-	o.buf = append(o.buf, '"')
+	o.buf = appendBase64(o.buf, v)
 }
 
 func (o *obj) close() []byte {

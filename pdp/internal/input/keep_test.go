@@ -8,7 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
@@ -17,6 +17,8 @@ import (
 // deep and whole paths, keys that are absent, and nothing at all.
 var keepTrees = map[string][][]string{
 	"default-policy":   {{"attributes", "request", "http", "method"}, {"attributes", "request", "http", "headers", "x-user"}, {"attributes", "request", "http", "headers", "x-tenant"}, {"parsed_path"}, {"attributes", "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn"}},
+	"jwt-claims":       {{"attributes", "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn", "payload", "sub"}, {"attributes", "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn", "payload", "tenant", "id"}, {"attributes", "metadataContext", "filterMetadata", "f", "l"}, {"source_principal"}},
+	"rare":             {{"attributes", "metadataContext", "typedFilterMetadata"}, {"attributes", "request", "http", "headerMap"}, {"attributes", "destination", "address", "socketAddress", "namedPort"}, {"attributes", "tlsSession", "sni"}, {"attributes", "request", "time", "seconds"}},
 	"whole-attributes": {{"attributes"}, {"parsed_query"}},
 	"peers":            {{"attributes", "source", "principal"}, {"attributes", "destination", "address", "socketAddress", "portValue"}, {"attributes", "source", "labels", "app"}, {"attributes", "contextExtensions"}},
 	"http-whole":       {{"attributes", "request", "http"}, {"attributes", "request", "time"}},
@@ -36,9 +38,14 @@ func keepRequests() map[string]*authv3.CheckRequest {
 	noHTTP.Attributes.Request.Http = nil
 	pipe := proto.Clone(plain).(*authv3.CheckRequest)
 	pipe.Attributes.Source.Address = &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "/run/sock"}}}
-	return map[string]*authv3.CheckRequest{
+	reqs := map[string]*authv3.CheckRequest{
 		"empty": {}, "istio": istioRequest(), "plain": plain, "bare": bare, "no-http": noHTTP, "pipe": pipe,
+		"jwt": jwtRequest(), "rare": rareRequest(),
 	}
+	for name, req := range bodyRequests() {
+		reqs["body-"+name] = req
+	}
+	return reqs
 }
 
 // TestKeepEqualsPrunedWhole: a document written with Keep is byte for byte
@@ -62,6 +69,16 @@ func TestKeepEqualsPrunedWhole(t *testing.T) {
 			if !bytes.Equal(got, append([]byte("prefix"), want...)) {
 				t.Fatalf("%s/%s:\n got %s\nwant prefix%s", rn, tn, got, want)
 			}
+			wholeSkip, err := AppendEnvoy(nil, req, Options{SkipBody: true})
+			if err != nil {
+				t.Fatalf("%s: skip body: %v", rn, err)
+			}
+			if want, err = tree.Append(nil, wholeSkip); err != nil {
+				t.Fatal(err)
+			}
+			if got, err = AppendEnvoy(nil, req, Options{Keep: tree, SkipBody: true}); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s/%s, body skipped:\n got %s (%v)\nwant %s", rn, tn, got, err, want)
+			}
 		}
 	}
 }
@@ -70,9 +87,6 @@ func TestKeepEqualsPrunedWhole(t *testing.T) {
 // rejected, as without Keep.
 func TestKeepValidatesWhatItDrops(t *testing.T) {
 	nothing := prune.New(nil)
-	withHTTP := func(h *authv3.AttributeContext_HttpRequest) *authv3.CheckRequest {
-		return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: h}}}
-	}
 	for _, tt := range []struct {
 		name string
 		req  *authv3.CheckRequest
@@ -85,7 +99,16 @@ func TestKeepValidatesWhatItDrops(t *testing.T) {
 		{"bad-utf8-label", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Destination: &authv3.AttributeContext_Peer{Labels: map[string]string{"app": "\xfe"}}}}, ErrInvalidUTF8},
 		{"bad-utf8-address", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "\xfe"}}}}}}, ErrInvalidUTF8},
 		{"bad-utf8-extension", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{ContextExtensions: map[string]string{"k": "\xfe"}}}, ErrInvalidUTF8},
-		{"bad-time", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Time: &timestamppb.Timestamp{Nanos: -1}}}}, nil},
+		{"bad-utf8-metadata", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			"envoy.filters.http.jwt_authn": {Fields: map[string]*structpb.Value{"payload": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"sub": structpb.NewStringValue("\xfe")}})}},
+		}}}}, ErrInvalidUTF8},
+		{"bad-utf8-metadata-key", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			"x": {Fields: map[string]*structpb.Value{"\xfe": structpb.NewNullValue()}},
+		}}}}, ErrInvalidUTF8},
+		{"bad-utf8-header-map", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "\xfe"}}}}), ErrInvalidUTF8},
+		{"bad-utf8-pipe", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "\xfe"}}}}}}, ErrInvalidUTF8},
+		{"bad-multipart", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "multipart/form-data; boundary=b"}, Body: "--b\r\nContent-Disposition: form-data; name=a\r\nContent-Type: application/json\r\n\r\n{\r\n--b--"}), ErrInvalidBody},
+		{"bad-form", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: "a=%zz"}), ErrInvalidBody},
 	} {
 		_, whole := AppendEnvoy(nil, tt.req, Options{})
 		_, kept := AppendEnvoy(nil, tt.req, Options{Keep: nothing})

@@ -1,7 +1,12 @@
 // Package result turns a policy's result document into an authorization
 // decision: a boolean, or an object in the opa-envoy-plugin shape with
 // allowed, headers, response_headers_to_add, request_headers_to_remove,
-// http_status, body and dynamic_metadata.
+// query_parameters_to_set, query_parameters_to_remove, http_status, body
+// and dynamic_metadata.
+//
+// ParseEnvoy reads the results of Envoy and forward-auth requests exactly
+// as opa-envoy-plugin does; Parse reads the results of nexus' own
+// application checks, which also accept "allow" for "allowed".
 package result
 
 import (
@@ -24,6 +29,11 @@ type Header struct {
 	Key, Value string
 }
 
+// QueryParameter is one query parameter to set.
+type QueryParameter struct {
+	Key, Value string
+}
+
 // Decision is a policy's answer for one request.
 type Decision struct {
 	Allowed bool
@@ -32,12 +42,22 @@ type Decision struct {
 	// Subject is the policy's "subject" string: who the policy decided
 	// the request comes from (for the decision log), if it says.
 	Subject string
-	// Headers go to the upstream on allow and to the client on deny.
+	// Object reports a result that was an object: over Envoy's ext_authz
+	// it is answered with an HTTP response (headers, status, body), a
+	// boolean with the status only.
+	Object bool
+	// Headers go to the upstream on allow and to the client on deny, in
+	// the policy's order: by key, and in the order of an array.
 	Headers []Header
 	// ResponseHeadersToAdd go to the client's response on allow.
 	ResponseHeadersToAdd []Header
 	// RequestHeadersToRemove are removed from the upstream request on allow.
 	RequestHeadersToRemove []string
+	// QueryParametersToSet are set on the upstream request on allow.
+	QueryParametersToSet []QueryParameter
+	// QueryParametersToRemove are removed from the upstream request on
+	// allow.
+	QueryParametersToRemove []string
 	// HTTPStatus is the status of a denial; zero means the default (403).
 	HTTPStatus int
 	// Body is the body of a denial.
@@ -78,7 +98,7 @@ func Parse(doc []byte) (Decision, error) {
 	if err := json.Unmarshal(doc, &raw); err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	d := Decision{Reason: raw.Reason, Subject: raw.Subject, RequestHeadersToRemove: raw.RequestHeadersToRemove, Body: raw.Body}
+	d := Decision{Object: true, Reason: raw.Reason, Subject: raw.Subject, RequestHeadersToRemove: raw.RequestHeadersToRemove, Body: raw.Body}
 	switch {
 	case raw.Allowed != nil:
 		d.Allowed = *raw.Allowed

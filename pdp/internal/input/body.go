@@ -1,0 +1,241 @@
+package input
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	opautil "github.com/open-policy-agent/opa/v1/util"
+)
+
+// partialBodyHeader is set to "true" by Envoy when it sent the
+// authorization server only the first max_request_bytes of the body.
+const partialBodyHeader = "x-envoy-auth-partial-body"
+
+// appendBody appends parsed_body's value to dst when write (nothing when
+// it is null), or only checks the body, and reports truncated_body, as
+// opa-envoy-plugin computes them:
+//
+//   - a body Envoy marked partial is truncated, whatever its type;
+//   - only a JSON, form or multipart body (by its content-type) is parsed;
+//     any other body, or none, is null, and so is a gRPC body (the plugin
+//     parses one only with protobuf descriptors configured, which nexus
+//     does not take);
+//   - the body field, or raw_body when it is empty, is the payload;
+//   - a content-length larger than the payload means truncated (null,
+//     unparsed); one that is not a number is an error;
+//   - a body that does not parse is an error.
+func appendBody(dst []byte, headers map[string]string, body string, rawBody []byte, write bool) ([]byte, bool, error) {
+	if headers[partialBodyHeader] == "true" {
+		return dst, true, nil
+	}
+	ct, ok := headers["content-type"]
+	if !ok {
+		return dst, false, nil
+	}
+	const (
+		isJSON = iota
+		isForm
+		isMultipart
+	)
+	var kind int
+	switch {
+	case strings.Contains(ct, "application/json"):
+		kind = isJSON
+	case strings.Contains(ct, "application/grpc"):
+		return dst, false, nil
+	case strings.Contains(ct, "application/x-www-form-urlencoded"):
+		kind = isForm
+	case strings.Contains(ct, "multipart/form-data"):
+		kind = isMultipart
+	default:
+		return dst, false, nil
+	}
+	payload := rawBody
+	if body != "" {
+		// Read only: the parsers below never write to their input.
+		payload = unsafe.Slice(unsafe.StringData(body), len(body))
+	}
+	if len(payload) == 0 {
+		return dst, false, nil
+	}
+	if cl, ok := headers["content-length"]; ok {
+		n, err := strconv.ParseInt(cl, 10, 64)
+		if err != nil {
+			return dst, false, requestError(ErrInvalidBody, err, "content-length %q", truncate(cl))
+		}
+		if n > int64(len(payload)) { // -1, unknown, is never larger
+			return dst, true, nil
+		}
+	}
+	var err error
+	switch kind {
+	case isJSON:
+		dst, err = appendJSONBody(dst, payload, write)
+	case isForm:
+		var vals url.Values
+		if vals, err = url.ParseQuery(string(payload)); err != nil {
+			return dst, false, requestError(ErrInvalidBody, err, "form")
+		}
+		if write {
+			dst = appendValues(dst, vals)
+		}
+	case isMultipart:
+		dst, err = appendMultipart(dst, ct, payload, write)
+	}
+	return dst, false, err
+}
+
+// appendJSONBody appends a JSON body as the plugin's decoder reads it.
+// A valid UTF-8 body without surrogate escapes is copied without its
+// insignificant spaces; any other is decoded as encoding/json decodes it
+// (invalid UTF-8 and lone surrogates become U+FFFD, of two equal keys the
+// last wins) and written again.
+func appendJSONBody(dst, b []byte, write bool) ([]byte, error) {
+	if !json.Valid(b) {
+		_, err := decodeJSON(b)
+		return dst, requestError(ErrInvalidBody, err, "JSON")
+	}
+	if !write {
+		return dst, nil
+	}
+	if utf8.Valid(b) && !hasSurrogateEscape(b) {
+		return appendCompact(dst, b), nil
+	}
+	v, err := decodeJSON(b)
+	if err != nil {
+		return dst, requestError(ErrInvalidBody, err, "JSON")
+	}
+	return appendAny(dst, v), nil
+}
+
+// decodeJSON decodes one JSON value, numbers as json.Number, and nothing
+// after it, with the function opa-envoy-plugin decodes bodies with (OPA's
+// util.UnmarshalJSON), so that values and errors are the same.
+func decodeJSON(b []byte) (any, error) {
+	var v any
+	if err := opautil.UnmarshalJSON(b, &v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// appendCompact appends valid JSON without its insignificant spaces.
+func appendCompact(dst, b []byte) []byte {
+	start, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case ' ', '\t', '\n', '\r':
+			dst = append(dst, b[start:i]...)
+			start = i + 1
+		}
+	}
+	return append(dst, b[start:]...)
+}
+
+// hasSurrogateEscape reports whether b may hold a \uD800-\uDFFF escape,
+// which the policy engine's JSON reader refuses alone and encoding/json
+// reads (paired or alone) as one character.
+func hasSurrogateEscape(b []byte) bool {
+	for {
+		i := bytes.Index(b, []byte(`\u`))
+		if i < 0 || i+4 > len(b) {
+			return false
+		}
+		if c, d := b[i+2]|0x20, b[i+3]|0x20; c == 'd' && (d >= '8' && d <= '9' || d >= 'a' && d <= 'f') {
+			return true
+		}
+		b = b[i+2:]
+	}
+}
+
+// appendAny appends a decoded JSON value, object keys sorted.
+func appendAny(dst []byte, v any) []byte {
+	switch v := v.(type) {
+	case nil:
+		return append(dst, "null"...)
+	case bool:
+		return strconv.AppendBool(dst, v)
+	case json.Number:
+		return append(dst, v...)
+	case string:
+		return appendString(dst, v)
+	case []any:
+		dst = append(dst, '[')
+		for i, e := range v {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendAny(dst, e)
+		}
+		return append(dst, ']')
+	case map[string]any:
+		return appendSorted(dst, v, appendAny)
+	}
+	panic(fmt.Sprintf("input: appendAny: unexpected %T", v))
+}
+
+// appendMultipart appends a multipart/form-data body as the plugin reads
+// it: each named part's values under its name, in order; a part whose
+// content-type is JSON as its JSON value, any other as a string. A
+// content-type without a boundary is null.
+func appendMultipart(dst []byte, ct string, payload []byte, write bool) ([]byte, error) {
+	_, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return dst, requestError(ErrInvalidBody, err, "multipart content-type")
+	}
+	boundary, ok := params["boundary"]
+	if !ok {
+		return dst, nil
+	}
+	values := map[string][]any{}
+	mr := multipart.NewReader(bytes.NewReader(payload), boundary)
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return dst, requestError(ErrInvalidBody, err, "multipart")
+		}
+		name := p.FormName()
+		if name == "" {
+			continue
+		}
+		b, err := io.ReadAll(p)
+		if err != nil {
+			return dst, requestError(ErrInvalidBody, err, "multipart part %q", truncate(name))
+		}
+		var v any = string(b)
+		if strings.Contains(p.Header.Get("Content-Type"), "application/json") {
+			if v, err = decodeJSON(b); err != nil {
+				return dst, requestError(ErrInvalidBody, err, "multipart part %q: JSON", truncate(name))
+			}
+		}
+		values[name] = append(values[name], v)
+	}
+	if !write {
+		return dst, nil
+	}
+	return appendSorted(dst, values, func(dst []byte, vs []any) []byte { return appendAny(dst, vs) }), nil
+}
