@@ -228,6 +228,10 @@ func (w *advWorld) roles(sub advSubject, tenant string) []string {
 
 // advValidID: letters, digits and _-.=+/|~, 1 to 256 bytes (README: IDs
 // the store can hold).
+// advValidSegmentID is advValidID for IDs a proxied request names: "." and
+// ".." are path segments a server may resolve, never IDs.
+func advValidSegmentID(s string) bool { return s != "." && s != ".." && advValidID(s) }
+
 func advValidID(s string) bool {
 	if s == "" || len(s) > 256 {
 		return false
@@ -435,10 +439,10 @@ func (w *advWorld) decideProxied(p advProxied) advVerdict {
 	if !fromPath {
 		tenant = p.headers[r.tenantHeader]
 	}
-	if tenant != "" && !advValidID(tenant) {
+	if tenant != "" && !advValidSegmentID(tenant) {
 		return advDeny("invalid tenant %q", tenant)
 	}
-	if slices.Contains(pattern, "{id}") && !advValidID(id) {
+	if slices.Contains(pattern, "{id}") && !advValidSegmentID(id) {
 		return advDeny("invalid resource id %q", id)
 	}
 	return w.decide(advCheck{subType: "user", subID: subject, action: route.Action, resType: route.Type, resID: id, tenant: tenant})

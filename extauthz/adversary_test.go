@@ -174,7 +174,7 @@ func startAdvServer(t *testing.T, store *datastore.BoltStore, b *bundle.Bundle) 
 	ctx := context.Background()
 	srv, err := extauthz.New(ctx, extauthz.Config{
 		Engine: fixture.StoreEngine(t, store), Store: store, Policy: b,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-",
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIInsecure: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -474,19 +474,33 @@ func (e *advEnv) sendApp(t *testing.T, srv advServer, r *advReq) advResult {
 func (w *advWorld) expect(r *advReq) []advVerdict {
 	if !r.proxied() {
 		out := make([]advVerdict, len(r.checks))
-		// One malformed check refuses the whole body.
-		malformed := ""
-		for _, c := range r.checks {
+		// One malformed check refuses the whole body, except in an
+		// AuthZEN batch, where it fails alone (AuthZEN 1.0).
+		itemMalformed := func(c advAppCheck) string {
 			if c.malformed != "" {
-				malformed = c.malformed
-			} else if m := c.check.malformed(); m != "" {
-				malformed = m
+				return c.malformed
+			}
+			return c.check.malformed()
+		}
+		malformed := ""
+		if r.kind != "authzen-batch" {
+			for _, c := range r.checks {
+				if m := itemMalformed(c); m != "" {
+					malformed = m
+				}
 			}
 		}
 		for i, c := range r.checks {
+			m := malformed
+			if r.kind == "authzen-batch" {
+				m = itemMalformed(c)
+			}
+			if m == "" && (r.kind == "authzen" || r.kind == "authzen-batch") && c.check.resID == "" {
+				m = "AuthZEN requires resource.id"
+			}
 			switch {
-			case malformed != "":
-				out[i] = advDeny("malformed request: %s", malformed)
+			case m != "":
+				out[i] = advDeny("malformed request: %s", m)
 			default:
 				out[i] = w.decide(c.check)
 			}
@@ -519,6 +533,23 @@ func (w *advWorld) expect(r *advReq) []advVerdict {
 				v = old + "," + v
 			}
 			p.headers[k] = v
+		}
+		// A proxy sets its own family of forwarding headers; a client's
+		// copy of the other family that names another request makes the
+		// request ambiguous, and nexus refuses it.
+		var clientFams [][2]string
+		switch r.kind {
+		case "fwd-nginx":
+			clientFams = [][2]string{{"x-forwarded-method", "x-forwarded-uri"}}
+		case "fwd-caddy":
+			clientFams = [][2]string{{"x-original-method", "x-original-uri"}}
+		}
+		for _, fam := range clientFams {
+			if u := p.headers[fam[1]]; u != "" {
+				if u != p.path || (p.headers[fam[0]] != "" && p.headers[fam[0]] != p.method) {
+					return []advVerdict{advDeny("the client's %s names another request", fam[1])}
+				}
+			}
 		}
 		if r.kind == "fwd-envoy" {
 			// The proxied path arrives appended to /ext_authz: the server

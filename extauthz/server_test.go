@@ -1051,16 +1051,17 @@ func TestMalformedIdentityIsClientError(t *testing.T) {
 		wantStatus int32
 		wantReason string
 	}{
-		{"space", "/files/report.pdf", map[string]string{"x-user": "bob smith"}, 400, "invalid_request"},
-		{"comma-sent-twice", "/files/report.pdf", map[string]string{"x-user": "bob,alice"}, 400, "invalid_request"},
-		{"empty", "/files/report.pdf", map[string]string{"x-user": ""}, 400, "invalid_request"},
-		{"hash", "/files/report.pdf", map[string]string{"x-user": "bob#member"}, 400, "invalid_request"},
-		{"too-long", "/files/report.pdf", map[string]string{"x-user": strings.Repeat("a", 300)}, 400, "invalid_request"},
-		{"bad-tenant-header", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "ac me"}, 400, "invalid_request"},
-		{"bad-tenant-segment", "/tenants/a%20b/files/report.pdf", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
-		{"bad-resource-segment", "/files/a%20b", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
-		{"resource-with-colon", "/files/a:b", map[string]string{"x-user": "alice"}, 400, "invalid_request"},
-		{"no-subject", "/files/report.pdf", nil, 401, "no_subject"},
+		{"space", "/files/report.pdf", map[string]string{"x-user": "bob smith"}, 400, "subject is not a valid ID"},
+		{"comma-sent-twice", "/files/report.pdf", map[string]string{"x-user": "bob,alice"}, 400, "subject is not a valid ID"},
+		{"empty", "/files/report.pdf", map[string]string{"x-user": ""}, 400, "subject is not a valid ID"},
+		{"hash", "/files/report.pdf", map[string]string{"x-user": "bob#member"}, 400, "subject is not a valid ID"},
+		{"too-long", "/files/report.pdf", map[string]string{"x-user": strings.Repeat("a", 300)}, 400, "subject is not a valid ID"},
+		{"bad-tenant-header", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "ac me"}, 400, "tenant is not a valid ID"},
+		{"bad-tenant-segment", "/tenants/a%20b/files/report.pdf", map[string]string{"x-user": "alice"}, 400, "tenant is not a valid ID"},
+		{"bad-resource-segment", "/files/a%20b", map[string]string{"x-user": "alice"}, 400, "resource is not a valid ID"},
+		{"resource-with-colon", "/files/a:b", map[string]string{"x-user": "alice"}, 400, "resource is not a valid ID"},
+		{"dot-dot", "/files/%2e%2e", map[string]string{"x-user": "alice"}, 400, "resource is not a valid ID"},
+		{"no-subject", "/files/report.pdf", nil, 401, "no subject"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1069,7 +1070,7 @@ func TestMalformedIdentityIsClientError(t *testing.T) {
 				t.Fatal(err)
 			}
 			den := resp.GetDeniedResponse()
-			if resp.GetStatus().GetCode() == 0 || int32(den.GetStatus().GetCode()) != tt.wantStatus || resp.GetStatus().GetMessage() != tt.wantReason {
+			if resp.GetStatus().GetCode() == 0 || int32(den.GetStatus().GetCode()) != tt.wantStatus || !strings.Contains(den.GetBody(), tt.wantReason) {
 				t.Fatalf("got %v, want a %d denial (%s)", resp, tt.wantStatus, tt.wantReason)
 			}
 			for _, leak := range []string{"builtin", "engine", "nexus.roles", "nexus.check"} {
@@ -1125,5 +1126,43 @@ func TestDecisionLogSubject(t *testing.T) {
 	}
 	if got[pdp.IfaceGRPC] != "bob" || got[pdp.IfaceHTTP] != "carol" {
 		t.Fatalf("decision log subjects %v, want grpc bob and http carol", got)
+	}
+}
+
+// TestForwardAuthForgedForwardingHeaders: a proxy sets one family of
+// forwarding headers and passes the other as the client sent it; when the
+// two name different requests nexus refuses to choose.
+func TestForwardAuthForgedForwardingHeaders(t *testing.T) {
+	ts := newTestServer(t, nil)
+	get := func(path string, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, ts.http+path, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		status, _, body := do(t, req)
+		return status, body
+	}
+	// nginx asks about DELETE of a file; the client added a Caddy-style
+	// pair naming a harmless read.
+	if status, body := get("/ext_authz", map[string]string{
+		"X-Original-Method": "DELETE", "X-Original-URI": "/files/report.pdf", "x-user": "bob",
+		"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/files/report.pdf",
+	}); status != 400 || !strings.Contains(body, "named twice") {
+		t.Fatalf("forged X-Forwarded pair: %d %s, want 400", status, body)
+	}
+	// Envoy's http_service appends the path; a client's X-Forwarded-Uri
+	// naming another one is refused too.
+	if status, body := get("/ext_authz/files/report.pdf", map[string]string{"X-Forwarded-Uri": "/files/other", "x-user": "bob"}); status != 400 {
+		t.Fatalf("path and X-Forwarded-Uri disagree: %d %s, want 400", status, body)
+	}
+	// One source, or two that agree, decide as usual.
+	if status, body := get("/ext_authz", map[string]string{"X-Original-Method": "GET", "X-Original-URI": "/files/report.pdf", "x-user": "bob"}); status != 200 {
+		t.Fatalf("nginx-style request: %d %s, want 200", status, body)
+	}
+	if status, body := get("/ext_authz", map[string]string{
+		"X-Original-Method": "GET", "X-Original-URI": "/files/report.pdf",
+		"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/files/report.pdf", "x-user": "bob",
+	}); status != 200 {
+		t.Fatalf("agreeing sources: %d %s, want 200", status, body)
 	}
 }

@@ -73,13 +73,17 @@ func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source s
 }
 
 // Check decides an application check with the authz entrypoint. With the
-// default entrypoint, a resource type the schema does not declare is
-// ErrUnknownType.
+// default entrypoint, a resource or subject type the schema does not
+// declare is ErrUnknownType.
 func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, error) {
-	if p.cfg.AuthzEntrypoint == DefaultAuthzEntrypoint && !p.KnownType(c.Resource.Type) {
-		err := Errorf(ErrUnknownType, "resource.type %q is not a type of the schema", c.Resource.Type)
-		p.CountError(iface, err)
-		return Decision{}, err
+	if p.cfg.AuthzEntrypoint == DefaultAuthzEntrypoint {
+		for _, f := range [2][2]string{{"resource.type", c.Resource.Type}, {"subject.type", c.Subject.Type}} {
+			if !p.KnownType(f[1]) {
+				err := Errorf(ErrUnknownType, "%s %q is not a type of the schema", f[0], f[1])
+				p.CountError(iface, err)
+				return Decision{}, err
+			}
+		}
 	}
 	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
 	doc := c.Input()

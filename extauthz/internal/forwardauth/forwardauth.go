@@ -33,18 +33,10 @@ func (h *Handler) Register(mux *http.ServeMux) {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	method, uri := r.Method, strings.TrimPrefix(r.URL.RequestURI(), Prefix)
-	if uri == "" {
-		uri = "/"
-	}
-	for _, fh := range [][2]string{{"X-Forwarded-Method", "X-Forwarded-Uri"}, {"X-Original-Method", "X-Original-URI"}} {
-		if u := r.Header.Get(fh[1]); u != "" {
-			uri = u
-			if m := r.Header.Get(fh[0]); m != "" {
-				method = m
-			}
-			break
-		}
+	method, uri, err := proxiedRequest(r)
+	if err != nil {
+		deny(w, err)
+		return
 	}
 	host := r.Host
 	if fh := r.Header.Get("X-Forwarded-Host"); fh != "" {
@@ -90,6 +82,49 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, d.Body)
+}
+
+// proxiedRequest returns the method and URI of the request a proxy asks
+// about. Envoy's http_service appends the path to Prefix; nginx sets
+// X-Original-Method/X-Original-URI and Caddy and Traefik
+// X-Forwarded-Method/X-Forwarded-Uri. A proxy sets its own family and
+// replaces a client's copy of it, but passes the other family on as the
+// client sent it: so when the sources disagree, the request is refused
+// (400) instead of nexus choosing the one a client may have forged.
+func proxiedRequest(r *http.Request) (method, uri string, err error) {
+	method, uri = r.Method, strings.TrimPrefix(r.URL.RequestURI(), Prefix)
+	fromPath := uri != "" && uri != "/"
+	if uri == "" {
+		uri = "/"
+	}
+	// A header family names the method too; the path does not (nginx's
+	// and HAProxy's subrequests are GETs whatever the request was).
+	var methods, uris []string
+	for _, fh := range [][2]string{{"X-Forwarded-Method", "X-Forwarded-Uri"}, {"X-Original-Method", "X-Original-URI"}} {
+		if u := r.Header.Get(fh[1]); u != "" {
+			uris = append(uris, u)
+			if m := r.Header.Get(fh[0]); m != "" {
+				methods = append(methods, m)
+			}
+		}
+	}
+	if fromPath {
+		uris = append(uris, uri)
+	}
+	for _, vs := range [][]string{uris, methods} {
+		for _, v := range vs[min(1, len(vs)):] {
+			if v != vs[0] {
+				return "", "", pdp.Errorf(pdp.ErrBadRequest, "the proxied request is named twice, differently (%q and %q): send one of the path after %s, X-Forwarded-Method/-Uri or X-Original-Method/-URI", vs[0], v, Prefix)
+			}
+		}
+	}
+	if len(uris) > 0 {
+		uri = uris[0]
+	}
+	if len(methods) > 0 {
+		method = methods[0]
+	}
+	return method, uri, nil
 }
 
 func deny(w http.ResponseWriter, err error) {

@@ -77,13 +77,13 @@ jwt_subjects contains sub if {
 }
 
 # A verified JWT decides; the header counts only when no JWT came with the
-# request.
+# request (a JWT without exactly one "sub" names no subject at all).
 claimed_subject := s if {
 	count(jwt_subjects) == 1
 	some s in jwt_subjects
 }
 
-claimed_subject := subject_header if count(jwt_subjects) == 0
+claimed_subject := subject_header if not input.attributes.metadataContext.filterMetadata["envoy.filters.http.jwt_authn"]
 
 # A result names the subject it decided for ("subject"): nexus' decision
 # log records it. Envoy ignores the field.
@@ -94,7 +94,7 @@ claimed_subject := subject_header if count(jwt_subjects) == 0
 # client's error, answered before the store is asked.
 valid_id(s) if {
 	is_string(s)
-	s != ""
+	not s in {"", ".", ".."} # a path segment a server may resolve
 	nexus.valid_ids(s, "", "")
 }
 
