@@ -26,6 +26,7 @@ package builtins
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
@@ -63,11 +64,13 @@ func NewEngine(ctx context.Context, s Store, cfg engine.Config) (*engine.Engine,
 // nexus.lookup_resources and nexus.lookup_subjects to reg.
 func Register(reg *engine.Registry, s Store) error {
 	check := func(ctx context.Context, object, permission, subject string) (bool, error) {
-		obj, err := api.ParseObject(object)
+		// The store validates the IDs, names and types it is asked about;
+		// the arguments are only split here, so that each is checked once.
+		obj, err := splitObject(object)
 		if err != nil {
 			return false, err
 		}
-		sub, err := api.ParseSubject(subject)
+		sub, err := splitSubject(subject)
 		if err != nil {
 			return false, err
 		}
@@ -144,4 +147,25 @@ func validIDs(_ context.Context, a, b, c string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// splitObject splits "type:id" without validating either part: the store
+// does (api.ParseObject would validate them a first time).
+func splitObject(s string) (api.Object, error) {
+	typ, id, ok := strings.Cut(s, ":")
+	if !ok {
+		return api.Object{}, &api.SyntaxError{Input: s, Msg: "want object type:id"}
+	}
+	return api.Object{Type: typ, ID: id}, nil
+}
+
+// splitSubject splits "type:id" or "type:id#relation" without validating
+// the parts, as splitObject.
+func splitSubject(s string) (api.Subject, error) {
+	obj, rel, hasRel := strings.Cut(s, "#")
+	o, err := splitObject(obj)
+	if err != nil || (hasRel && rel == "") {
+		return api.Subject{}, &api.SyntaxError{Input: s, Msg: "want subject type:id or type:id#relation"}
+	}
+	return api.Subject{Type: o.Type, ID: o.ID, Relation: rel}, nil
 }

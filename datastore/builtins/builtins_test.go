@@ -228,3 +228,26 @@ func TestValidIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckArgumentsValidatedOnce: the check builtin only splits its
+// arguments and the store validates them, so bad ones are still refused.
+func TestCheckArgumentsValidatedOnce(t *testing.T) {
+	ctx := context.Background()
+	s := openDrive(t)
+	e := newEngine(t, s, "p.rego", "package p\nimport rego.v1\nallow if nexus.check(input.o, input.p, input.s)\n", "p/allow")
+	for _, in := range []string{
+		`{"o":"file:report.pdf","p":"read","s":"user:bob#"}`,
+		`{"o":"file:report.pdf","p":"read","s":"user:b b"}`,
+		`{"o":"file:re port","p":"read","s":"user:bob"}`,
+		`{"o":"filereport","p":"read","s":"user:bob"}`,
+		`{"o":"file:report.pdf","p":"read","s":"user:bob#Member"}`,
+		`{"o":"File:report.pdf","p":"read","s":"user:bob"}`,
+	} {
+		if out, err := e.Eval(ctx, "p/allow", []byte(in), nil); err == nil {
+			t.Errorf("%s: %s, want an error", in, out)
+		}
+	}
+	if out, err := e.Eval(ctx, "p/allow", []byte(`{"o":"file:report.pdf","p":"read","s":"user:bob"}`), nil); err != nil || string(out) != "true" {
+		t.Fatalf("a valid check: %s %v", out, err)
+	}
+}
