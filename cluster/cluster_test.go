@@ -14,6 +14,7 @@ import (
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // startReplicas starts n replicas on the NATS servers and waits until they
@@ -126,7 +127,7 @@ func storm(t *testing.T, rs []*replica, writers, perWriter, docs int) *stormResu
 						return
 					}
 					tu := tuples(t, see)[0]
-					ok, err := checkString(ctx, other.store, tu.Object.String(), tu.Relation, tu.Subject.String())
+					ok, err := fixture.CheckText(ctx, other.store, tu.Object.String(), tu.Relation, tu.Subject.String())
 					if err != nil || !ok {
 						errc <- fmt.Errorf("%s: %s not visible on another replica at revision %d: %v, %v", me, see, rev, ok, err)
 						return
@@ -285,7 +286,7 @@ func TestThreeNodeCluster(t *testing.T) {
 		}
 		converge(t, last, rs...)
 		for i, r := range rs {
-			if ok, err := checkString(context.Background(), r.store, "doc:n1-0", "read", "user:ann"); err != nil || !ok {
+			if ok, err := fixture.CheckText(context.Background(), r.store, "doc:n1-0", "read", "user:ann"); err != nil || !ok {
 				t.Fatalf("replica %d check with one node down: %v, %v", i, ok, err)
 			}
 		}
@@ -311,7 +312,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			if took := time.Since(start); took > time.Second {
 				t.Errorf("replica %d took %v to refuse a write with NATS down", i, took)
 			}
-			if ok, err := checkString(context.Background(), r.store, "doc:n1-0", "read", "user:ann"); err != nil || !ok {
+			if ok, err := fixture.CheckText(context.Background(), r.store, "doc:n1-0", "read", "user:ann"); err != nil || !ok {
 				t.Fatalf("replica %d check with NATS down: %v, %v", i, ok, err)
 			}
 			if r.Revision() < before {
@@ -351,7 +352,7 @@ func TestThreeNodeCluster(t *testing.T) {
 		if n := counter(t, fresh, "nexus_cluster_snapshots_total"); n != 1 {
 			t.Fatalf("the new replica restored %v snapshots, want 1", n)
 		}
-		if ok, err := checkString(ctx, fresh.store, "doc:tail-4", "read", "user:cat"); err != nil || !ok {
+		if ok, err := fixture.CheckText(ctx, fresh.store, "doc:tail-4", "read", "user:cat"); err != nil || !ok {
 			t.Fatalf("new replica check: %v, %v", ok, err)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // Two replicas on one NATS server: a write on one, a consistency token
@@ -59,7 +60,7 @@ func Example() {
 	if err := b.WaitRevision(ctx, rev); err != nil { // the token, on the other replica
 		panic(err)
 	}
-	ok, _ := checkString(ctx, storeB, "doc:readme", "viewer", "user:ann")
+	ok, _ := fixture.CheckText(ctx, storeB, "doc:readme", "viewer", "user:ann")
 	fmt.Println("b sees it:", ok)
 	// Output:
 	// written at revision 2

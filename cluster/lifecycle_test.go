@@ -16,6 +16,7 @@ import (
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // purge drops the log's entries below seq, as retention would.
@@ -123,7 +124,7 @@ func TestStartWithoutNATS(t *testing.T) {
 	if st := a.Status(); !st.Degraded || st.Applied != rev {
 		t.Fatalf("status %+v, want degraded at %d", st, rev)
 	}
-	if ok, err := checkString(context.Background(), a.store, "doc:a-1", "read", "user:u1"); err != nil || !ok {
+	if ok, err := fixture.CheckText(context.Background(), a.store, "doc:a-1", "read", "user:u1"); err != nil || !ok {
 		t.Fatalf("read with NATS down: %v, %v", ok, err)
 	}
 	if _, err := a.Write(context.Background(), datastore.WriteRequest{Touches: tuples(t, "doc:x#viewer@user:x")}); !errors.Is(err, cluster.ErrUnavailable) {
@@ -248,7 +249,7 @@ func TestForeignWrite(t *testing.T) {
 	if _, err := b.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:z#viewer@user:z")}); !errors.Is(err, cluster.ErrDiverged) {
 		t.Fatalf("b write = %v, want ErrDiverged", err)
 	}
-	if ok, err := checkString(ctx, b.store, "doc:x-1", "read", "user:u1"); err != nil || !ok {
+	if ok, err := fixture.CheckText(ctx, b.store, "doc:x-1", "read", "user:u1"); err != nil || !ok {
 		t.Fatalf("b read: %v, %v", ok, err)
 	}
 }

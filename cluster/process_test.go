@@ -16,6 +16,7 @@ import (
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // TestReplicaProcess is not a test: it is the replica process that
@@ -151,7 +152,7 @@ func TestKillReplicaProcess(t *testing.T) {
 	for _, tu := range acked {
 		parsed := tuples(t, tu)[0]
 		for name, r := range map[string]*replica{"a": a, "b": b} {
-			ok, err := checkString(context.Background(), r.store, parsed.Object.String(), parsed.Relation, parsed.Subject.String())
+			ok, err := fixture.CheckText(context.Background(), r.store, parsed.Object.String(), parsed.Relation, parsed.Subject.String())
 			if err != nil || !ok {
 				t.Fatalf("acknowledged %s missing on %s: %v, %v", tu, name, ok, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 func TestWriteReplicates(t *testing.T) {
@@ -34,7 +35,7 @@ func TestWriteReplicates(t *testing.T) {
 	if err := b.WaitRevision(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := checkString(ctx, b.store, "doc:d1", "read", "user:bob"); err != nil || !ok {
+	if ok, err := fixture.CheckText(ctx, b.store, "doc:d1", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("B check = %v, %v", ok, err)
 	}
 	converge(t, rev, a, b)

@@ -17,6 +17,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // genSmall writes the small benchmark data set (the anchor's sizes: about
@@ -207,7 +208,7 @@ func benchChecks(b *testing.B, s *datastore.BoltStore) {
 	for d := 0; d <= 3; d++ {
 		obj := "file:chain" + strconv.Itoa(d)
 		b.Run("depth"+strconv.Itoa(d), func(b *testing.B) {
-			ok, err := checkText(ctx, s, obj, "read", "user:bench")
+			ok, err := fixture.CheckText(ctx, s, obj, "read", "user:bench")
 			if err != nil || !ok {
 				b.Fatalf("check %s = %v, %v", obj, ok, err)
 			}
@@ -215,7 +216,7 @@ func benchChecks(b *testing.B, s *datastore.BoltStore) {
 			b.ResetTimer()
 			cpu := cpuTime()
 			for b.Loop() {
-				if ok, err := checkText(ctx, s, obj, "read", "user:bench"); !ok || err != nil {
+				if ok, err := fixture.CheckText(ctx, s, obj, "read", "user:bench"); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
 			}
@@ -226,7 +227,7 @@ func benchChecks(b *testing.B, s *datastore.BoltStore) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if ok, err := checkText(ctx, s, "file:chain3", "read", "user:bench"); !ok || err != nil {
+				if ok, err := fixture.CheckText(ctx, s, "file:chain3", "read", "user:bench"); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
 			}

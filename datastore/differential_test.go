@@ -10,6 +10,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // The differential test compares Check with a reference evaluator written
@@ -237,7 +238,7 @@ func testDifferential(t *testing.T) {
 					for o := range 4 {
 						for _, m := range diffMembers {
 							obj := fmt.Sprintf("%s:o%d", tn, o)
-							got, err := checkText(ctx, s, obj, m, "user:"+user)
+							got, err := fixture.CheckText(ctx, s, obj, m, "user:"+user)
 							if err != nil {
 								t.Fatalf("schema %d data %d: %s#%s@user:%s: %v", i, d, obj, m, user, err)
 							}

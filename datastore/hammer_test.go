@@ -10,6 +10,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/internal/storetest"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // TestHammer runs checks, role reads, writes, schema writes and a watcher
@@ -37,7 +38,7 @@ func TestHammer(t *testing.T) {
 			var dst []string
 			for ctx.Err() == nil {
 				for _, c := range storetest.DriveCases {
-					got, err := checkText(ctx, s, c.Object, c.Permission, c.Subject)
+					got, err := fixture.CheckText(ctx, s, c.Object, c.Permission, c.Subject)
 					if err != nil && ctx.Err() == nil {
 						report(err.Error())
 						return
@@ -76,7 +77,7 @@ func TestHammer(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if ok, err := checkText(ctx, s, tu.Object.String(), "read", "user:h"); err != nil || !ok {
+		if ok, err := fixture.CheckText(ctx, s, tu.Object.String(), "read", "user:h"); err != nil || !ok {
 			t.Fatalf("read-your-write: %v %v", ok, err)
 		}
 	}

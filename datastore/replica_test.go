@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 const replicaSchema = `
@@ -68,7 +69,7 @@ func TestApplyAt(t *testing.T) {
 	if err := s.ApplyAt(ctx, 7, datastore.Batch{Write: w, Meta: map[string][]byte{"k": []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := checkString(ctx, s, "folder:a", "read", "user:ann"); err != nil || !ok {
+	if ok, err := fixture.CheckText(ctx, s, "folder:a", "read", "user:ann"); err != nil || !ok {
 		t.Fatalf("check = %v, %v", ok, err)
 	}
 	if v, _ := s.ReplicaMeta(ctx, "k"); string(v) != "v" {
@@ -231,7 +232,7 @@ func TestBackupRestore(t *testing.T) {
 	if a, b := export(t, src), export(t, dst); a != b {
 		t.Fatalf("restored export\n%s\nwant\n%s", b, a)
 	}
-	if ok, err := checkString(ctx, dst, "folder:a", "read", "user:bob"); err != nil || !ok {
+	if ok, err := fixture.CheckText(ctx, dst, "folder:a", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("check after restore = %v, %v", ok, err)
 	}
 	if v, _ := dst.ReplicaMeta(ctx, "policy"); string(v) != "p1" {
@@ -289,7 +290,7 @@ func TestApplyRun(t *testing.T) {
 		if rev, _ := s.Revision(ctx); rev != 15 {
 			t.Fatalf("revision %d, want 15", rev)
 		}
-		if ok, err := checkString(ctx, s, "doc:d", "owner", "user:ann"); err != nil || !ok {
+		if ok, err := fixture.CheckText(ctx, s, "doc:d", "owner", "user:ann"); err != nil || !ok {
 			t.Fatalf("check after run: %v, %v", ok, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/internal/storetest"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 func openTemp(t testing.TB, cfg datastore.Config) *datastore.BoltStore {
@@ -26,21 +27,6 @@ func openTemp(t testing.TB, cfg datastore.Config) *datastore.BoltStore {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// checkText is Check over text arguments, parsed as the nexus.check
-// builtin parses them.
-func checkText(ctx context.Context, s datastore.Store, object, permission, subject string) (bool, error) {
-	obj, err := api.ParseObject(object)
-	if err != nil {
-		return false, err
-	}
-	sub, err := api.ParseSubject(subject)
-	if err != nil {
-		return false, err
-	}
-	res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: permission, Subject: sub})
-	return res.Allowed, err
 }
 
 func TestConformance(t *testing.T) {
@@ -66,7 +52,7 @@ func TestCompact(t *testing.T) {
 	if len(got) != len(want) || rev2 != rev {
 		t.Fatalf("after compact: %d tuples rev %d, want %d rev %d", len(got), rev2, len(want), rev)
 	}
-	if ok, err := checkText(context.Background(), s2, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
+	if ok, err := fixture.CheckText(context.Background(), s2, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("check after compact: %v %v", ok, err)
 	}
 }
@@ -144,7 +130,7 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := openTemp(t, datastore.Config{Path: path, ReadOnly: true})
-	if ok, err := checkText(context.Background(), ro, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
+	if ok, err := fixture.CheckText(context.Background(), ro, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("read-only check = %v, %v", ok, err)
 	}
 	if _, err := ro.Write(context.Background(), datastore.WriteRequest{Touches: []api.Tuple{{Object: api.Object{Type: "folder", ID: "x"}, Relation: "viewer", Subject: api.Subject{Type: "user", ID: "x"}}}}); err == nil {
@@ -158,7 +144,7 @@ func TestClosed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkText(context.Background(), s, "file:report.pdf", "read", "user:bob"); !errors.Is(err, datastore.ErrClosed) {
+	if _, err := fixture.CheckText(context.Background(), s, "file:report.pdf", "read", "user:bob"); !errors.Is(err, datastore.ErrClosed) {
 		t.Fatalf("check after close = %v, want ErrClosed", err)
 	}
 }

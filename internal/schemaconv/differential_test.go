@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/schemaconv"
 )
 
@@ -449,7 +450,7 @@ func TestDifferentialFormats(t *testing.T) {
 					for _, sub := range subjects {
 						var first string
 						for i, st := range stores {
-							ok, err := checkString(ctx, st.s, obj, perm, sub)
+							ok, err := fixture.CheckText(ctx, st.s, obj, perm, sub)
 							got := fmt.Sprint(ok)
 							if err != nil {
 								got = "error"
@@ -479,19 +480,4 @@ func TestDifferentialFormats(t *testing.T) {
 	if allowed < checks/20 || allowed > checks*19/20 {
 		t.Fatalf("%d of %d checks allowed: the random models are too one-sided to compare", allowed, checks)
 	}
-}
-
-// checkString checks with text arguments ("type:id", permission,
-// "type:id[#relation]").
-func checkString(ctx context.Context, s *datastore.BoltStore, object, permission, subject string) (bool, error) {
-	obj, err := api.ParseObject(object)
-	if err != nil {
-		return false, err
-	}
-	sub, err := api.ParseSubject(subject)
-	if err != nil {
-		return false, err
-	}
-	res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: permission, Subject: sub})
-	return res.Allowed, err
 }
