@@ -133,19 +133,20 @@ func (r *Replica) writeSnapshot(ctx context.Context, always bool) (datastore.Rev
 		return 0, fmt.Errorf("cluster: snapshot: put: %w", err)
 	}
 	r.m.snapshots.WithLabelValues("write", "ok").Inc()
-	r.mu.Lock()
-	if rev > r.snapRev {
-		r.snapRev, r.snapTime = rev, time.Now()
-	}
-	r.mu.Unlock()
 	r.log.Info("snapshot written", "revision", rev, "bytes", size, "took", time.Since(start).Round(time.Millisecond))
-	// Keep the newest SnapshotsKept (this one included).
+	// Keep the newest SnapshotsKept (this one included), then report the
+	// snapshot: Status shows it once the bucket is as it will stay.
 	snaps = append([]snapshotInfo{{name: snapshotName(rev), rev: rev}}, snaps...)
 	for _, s := range snaps[min(len(snaps), r.cfg.SnapshotsKept):] {
 		if err := obs.Delete(ctx, s.name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			r.log.Warn("deleting an old snapshot", "name", s.name, "err", err)
 		}
 	}
+	r.mu.Lock()
+	if rev > r.snapRev {
+		r.snapRev, r.snapTime = rev, time.Now()
+	}
+	r.mu.Unlock()
 	return rev, nil
 }
 
