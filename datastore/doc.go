@@ -84,6 +84,13 @@
 // may briefly disagree on the tuples of the current transaction's range).
 // Compact rewrites a closed data file with no free pages.
 //
+// # Locking
+//
+// One process at a time may have a data file open for writing (bbolt's
+// exclusive flock); read-only opens share a lock that excludes writers.
+// Open waits Config.OpenTimeout for the lock, then fails with a
+// *LockedError that names the file and, on Linux, the process holding it.
+//
 // # Caveats
 //
 //   - AppendRoles does not follow groups; LookupResources and

@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Revision numbers committed write transactions: each Write, schema write
@@ -130,7 +132,7 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 		InitialMmapSize: initialMmapSize,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("datastore: open %s: %w", cfg.Path, err)
+		return nil, openError(cfg.Path, cfg.ReadOnly, cfg.OpenTimeout, err)
 	}
 	// Concurrent Writes share a transaction (and an fsync); a lone Write
 	// waits at most this long for company.
@@ -183,6 +185,14 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 	s.snapMu.Unlock()
 	s.log.Info("datastore opened", "path", cfg.Path)
 	return s, nil
+}
+
+// openError explains why bbolt could not open path.
+func openError(path string, readOnly bool, wait time.Duration, err error) error {
+	if errors.Is(err, berrors.ErrTimeout) {
+		return &LockedError{Path: path, Wait: wait, PID: lockHolder(path), ReadOnly: readOnly}
+	}
+	return fmt.Errorf("datastore: open %s: %w", path, err)
 }
 
 func loadState(tx *bolt.Tx) (*state, error) {
