@@ -66,9 +66,9 @@
 // key encoding is documented in keys.go. Each Write, schema write and
 // import batch is one bbolt transaction, fsynced before it returns, and
 // adds one to the revision. Concurrent Writes are combined into one bbolt
-// transaction (bbolt's Batch, which waits up to 2 ms to gather them) but
-// keep one revision each. The changelog
-// keeps the last Config.ChangelogRetention revisions for Watch.
+// transaction (as bbolt's Batch does, waiting up to 2 ms to gather them,
+// but on the first Write's goroutine) and keep one revision each. The
+// changelog keeps the last Config.ChangelogRetention revisions for Watch.
 //
 // # Import
 //

@@ -47,6 +47,13 @@ var ErrBadImport = errors.New("datastore: invalid import line")
 // version of nexus, or is not a nexus store.
 var ErrFormat = errors.New("datastore: unsupported data file format")
 
+// ErrCorrupt is matched by *CorruptError: the data file is damaged. Open
+// returns it when the file's meta pages, free list or index roots are
+// invalid; every other method returns it when bbolt or the store's key
+// decoding fails on a damaged page or key. From then on Health reports it
+// and writes are refused, until the store is reopened on a repaired file.
+var ErrCorrupt = errors.New("datastore: data file is corrupt")
+
 // ErrLocked is matched by *LockedError: another process has the data
 // file open.
 var ErrLocked = errors.New("datastore: data file is locked by another process")
@@ -106,6 +113,23 @@ func (e *ImportError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrBadImport) true.
 func (e *ImportError) Is(target error) bool { return target == ErrBadImport }
+
+// CorruptError reports damage found in the data file.
+type CorruptError struct {
+	Path string // the data file
+	Op   string // what found it: "open", "verify", "check", "write", ...
+	Err  error  // what is wrong, e.g. bbolt's report of the damaged page
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("datastore: %s is corrupt (found by %s): %v", e.Path, e.Op, e.Err)
+}
+
+// Unwrap returns what is wrong.
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 // LockedError reports that Open waited Config.OpenTimeout for the data
 // file's lock, held by another process: a running nexus server, or a nexus
