@@ -22,9 +22,10 @@ import (
 // of page (both meta pages, the free list, the root bucket, and root,
 // branch and leaf pages of each bucket) and at random offsets, and holds
 // each case to this: Open fails with ErrCorrupt, or every method answers
-// or fails with ErrCorrupt (never a panic, a hang or another error), and a
-// store that met ErrCorrupt reports it in Health and refuses writes. A
-// damaged header of a page Open reads must fail Open.
+// or fails with ErrCorrupt (never a panic, a hang or another error), a
+// store that met ErrCorrupt reports it in Health and refuses writes, and
+// Verify finds whatever a method found. A damaged header of a page Open
+// reads must fail Open.
 func TestCorruptFile(t *testing.T) {
 	base := damage.Base(t)
 	random := 150
@@ -97,6 +98,10 @@ func corruptCase(t *testing.T, path string) string {
 		if !strings.Contains(err.Error(), path) {
 			return fmt.Sprintf("FAIL: Open's error does not name the file: %v", err)
 		}
+		// Nothing holds the file: Verify can open it and finds the damage.
+		if _, verr := datastore.Verify(ctx, path); !errors.Is(verr, datastore.ErrCorrupt) {
+			return fmt.Sprintf("FAIL: Open: %v; Verify: %v", err, verr)
+		}
 		return "open fails"
 	}
 	var first error
@@ -139,16 +144,25 @@ func corruptCase(t *testing.T, path string) string {
 	if err := s.Close(); err != nil {
 		return fmt.Sprintf("FAIL: Close: %v", err)
 	}
+	_, verr := datastore.Verify(ctx, path)
+	if verr != nil && !errors.Is(verr, datastore.ErrCorrupt) {
+		return fmt.Sprintf("FAIL: Verify: %v", verr)
+	}
 	switch {
 	case first == nil:
 		if health != nil {
 			return fmt.Sprintf("FAIL: no method failed, Health = %v", health)
+		}
+		if verr != nil {
+			return "verify finds it"
 		}
 		return "no effect seen"
 	case !errors.Is(first, datastore.ErrCorrupt):
 		return fmt.Sprintf("FAIL: %v, want ErrCorrupt", first)
 	case !errors.Is(health, datastore.ErrCorrupt):
 		return fmt.Sprintf("FAIL: %v, but Health = %v", first, health)
+	case verr == nil:
+		return fmt.Sprintf("FAIL: %v, but Verify finds nothing", first)
 	}
 	return "requests fail"
 }
@@ -222,6 +236,22 @@ func TestExportWriterPanicIsTheCallers(t *testing.T) {
 type panicWriter struct{}
 
 func (panicWriter) Write([]byte) (int, error) { panic("writer broke") }
+
+// TestVerifySound: Verify finds nothing wrong in a sound file, and counts
+// what it holds.
+func TestVerifySound(t *testing.T) {
+	base := damage.Base(t)
+	rep, err := datastore.Verify(context.Background(), base)
+	if err != nil || len(rep.Problems) > 0 {
+		t.Fatalf("Verify = %v, %v", err, rep.Problems)
+	}
+	if rep.Tuples < 6000 || rep.Revision == 0 || rep.Pages == 0 || rep.PageSize == 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if _, err := datastore.Verify(context.Background(), filepath.Join(t.TempDir(), "missing.db")); err == nil || errors.Is(err, datastore.ErrCorrupt) {
+		t.Fatalf("Verify of a missing file = %v", err)
+	}
+}
 
 // TestOpenNotBolt: a file that is not a bbolt file is named as damaged.
 func TestOpenNotBolt(t *testing.T) {
