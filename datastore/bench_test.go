@@ -307,3 +307,36 @@ func TestGenerateLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkSnapshot compares checks on the read transaction that
+// concurrent checks share (the store's way) with checks that each begin a
+// bbolt read transaction of their own, alone and from parallel goroutines
+// (run with -cpu 1,2,4).
+func BenchmarkSnapshot(b *testing.B) {
+	s := benchStore(b, genSmall)
+	ctx := context.Background()
+	for _, shared := range []bool{true, false} {
+		name := "shared"
+		if !shared {
+			name = "own-tx"
+		}
+		b.Run(name, func(b *testing.B) {
+			defer datastore.SetShareSnapshots(shared)()
+			for _, obj := range []string{"file:chain0", "file:chain3"} {
+				b.Run(obj[len("file:"):], func(b *testing.B) {
+					b.ReportAllocs()
+					cpu := cpuTime()
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							if ok, err := checkText(ctx, s, obj, "read", "user:bench"); !ok || err != nil {
+								b.Error(ok, err)
+								return
+							}
+						}
+					})
+					reportCPU(b, cpu)
+				})
+			}
+		})
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -72,8 +71,8 @@ func (s *BoltStore) Import(ctx context.Context, r io.Reader, opts ImportOptions)
 	if err := s.check(ctx); err != nil {
 		return stats, err
 	}
-	if s.cfg.ReadOnly {
-		return stats, errors.New("datastore: import: store opened read-only")
+	if err := s.writable("import"); err != nil {
+		return stats, err
 	}
 	if opts.Format == "" {
 		opts.Format = FormatNDJSON

@@ -108,7 +108,7 @@ func (s *BoltStore) Watch(ctx context.Context, from Revision) iter.Seq2[ChangeSe
 			}
 			wait := s.waitChan()
 			var batch []ChangeSet
-			err := s.db.View(func(tx *bolt.Tx) error {
+			err := s.view("watch", func(tx *bolt.Tx) error {
 				start := binary.BigEndian.Uint64(tx.Bucket(bMeta).Get(kLogStart))
 				if uint64(next) < start {
 					return fmt.Errorf("%w: revision %d, oldest retained %d", ErrRevisionCompacted, next, start)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	"github.com/nexuspdp/nexus/api"
 	bolt "go.etcd.io/bbolt"
@@ -198,7 +199,8 @@ func (c *checker) reset() {
 
 // Check evaluates req; see Store. It does not allocate when the answer
 // needs no more than the checker's pooled memory and no trace.
-func (s *BoltStore) Check(ctx context.Context, req CheckRequest) (CheckResult, error) {
+func (s *BoltStore) Check(ctx context.Context, req CheckRequest) (_ CheckResult, err error) {
+	defer s.guard("check", debug.SetPanicOnFault(true), &err)
 	ok, tr, err := s.check1(ctx, req.Object.Type, req.Object.ID, req.Permission, req.Subject, req.Trace)
 	if err != nil {
 		return CheckResult{}, fmt.Errorf("datastore: check %s#%s@%s: %w", req.Object, req.Permission, req.Subject, err)
@@ -517,7 +519,8 @@ func (m *member) accepts(typ, rel string) bool {
 
 // AppendRoles appends the tenant roles subject holds directly in tenant
 // to dst; see Store. With enough capacity in dst it does not allocate.
-func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error) {
+func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) (_ []string, err error) {
+	defer s.guard("roles", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
 		return dst, err
 	}

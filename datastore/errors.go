@@ -3,6 +3,7 @@ package datastore
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrDepthExceeded is returned by Check and the lookups when a walk goes
@@ -45,6 +46,17 @@ var ErrBadImport = errors.New("datastore: invalid import line")
 // ErrFormat is returned when the data file was written by an incompatible
 // version of nexus, or is not a nexus store.
 var ErrFormat = errors.New("datastore: unsupported data file format")
+
+// ErrCorrupt is matched by *CorruptError: the data file is damaged. Open
+// returns it when the file's meta pages, free list or index roots are
+// invalid; every other method returns it when bbolt or the store's key
+// decoding fails on a damaged page or key. From then on Health reports it
+// and writes are refused, until the store is reopened on a repaired file.
+var ErrCorrupt = errors.New("datastore: data file is corrupt")
+
+// ErrLocked is matched by *LockedError: another process has the data
+// file open.
+var ErrLocked = errors.New("datastore: data file is locked by another process")
 
 // SchemaError is one schema validation failure, with its position in the
 // YAML source (Line and Column are 1-based; 0 when unknown).
@@ -101,3 +113,46 @@ func (e *ImportError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrBadImport) true.
 func (e *ImportError) Is(target error) bool { return target == ErrBadImport }
+
+// CorruptError reports damage found in the data file.
+type CorruptError struct {
+	Path string // the data file
+	Op   string // what found it: "open", "verify", "check", "write", ...
+	Err  error  // what is wrong, e.g. bbolt's report of the damaged page
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("datastore: %s is corrupt (found by %s): %v", e.Path, e.Op, e.Err)
+}
+
+// Unwrap returns what is wrong.
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// LockedError reports that Open waited Config.OpenTimeout for the data
+// file's lock, held by another process: a running nexus server, or a nexus
+// command working on the same data directory.
+type LockedError struct {
+	Path     string
+	Wait     time.Duration // how long Open waited
+	PID      int           // the process holding the lock, 0 if unknown
+	ReadOnly bool          // Open wanted a shared (read-only) lock
+}
+
+func (e *LockedError) Error() string {
+	who := "another process"
+	if e.PID > 0 {
+		who = fmt.Sprintf("another process (pid %d)", e.PID)
+	}
+	want := "exclusive"
+	if e.ReadOnly {
+		want = "shared"
+	}
+	return fmt.Sprintf("datastore: %s is locked by %s: a nexus server or another nexus command has it open; "+
+		"stop it, or make changes through the running server's admin API (waited %v for a %s lock)", e.Path, who, e.Wait, want)
+}
+
+// Is makes errors.Is(err, ErrLocked) true.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }

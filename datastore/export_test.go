@@ -7,3 +7,15 @@ func SetMaxObjTuples(n int) func() {
 	maxObjTuples = n
 	return func() { maxObjTuples = old }
 }
+
+// SetShareSnapshots turns the shared read snapshot off (every check then
+// begins a bbolt read transaction of its own) and returns a function
+// restoring it.
+func SetShareSnapshots(on bool) func() {
+	old := shareSnapshots
+	shareSnapshots = on
+	return func() { shareSnapshots = old }
+}
+
+// ReadTxCount is the number of read transactions bbolt has begun.
+func (s *BoltStore) ReadTxCount() int { return s.db.Stats().TxN }

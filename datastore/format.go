@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
@@ -189,7 +190,8 @@ func fastJSON(b []byte) (o, r, s string, ok bool) {
 }
 
 // Export writes every tuple in object-first key order.
-func (s *BoltStore) Export(ctx context.Context, w io.Writer, format Format) (int64, error) {
+func (s *BoltStore) Export(ctx context.Context, w io.Writer, format Format) (n int64, err error) {
+	defer s.guard("export", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
@@ -200,9 +202,8 @@ func (s *BoltStore) Export(ctx context.Context, w io.Writer, format Format) (int
 		return 0, err
 	}
 	d := s.state.Load().dict
-	bw := bufio.NewWriterSize(w, 1<<16)
-	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	bw := bufio.NewWriterSize(callerWriter{w}, 1<<16)
+	err = s.db.View(func(tx *bolt.Tx) error {
 		if format == FormatCSV {
 			if _, err := bw.WriteString("object,relation,subject\n"); err != nil {
 				return err

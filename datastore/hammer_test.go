@@ -92,3 +92,73 @@ func TestHammer(t *testing.T) {
 		t.Fatal("no checks ran")
 	}
 }
+
+// TestSharedSnapshotHammer holds the shared read snapshot (snapshot.go)
+// to its claim: many goroutines check and read roles on one bbolt read
+// transaction at once, while writes retire it and publish the next. Run
+// with -race: the race detector sees every Go object the goroutines share
+// (the transaction, its buckets, their statistics), and bbolt maps the
+// file's pages read-only, so nobody can write them. Without writes, the
+// test also shows that one transaction served every check.
+func TestSharedSnapshotHammer(t *testing.T) {
+	s := openTemp(t, datastore.Config{})
+	storetest.MustDrive(t, s)
+	for _, writes := range []int{0, 20} {
+		t.Run(fmt.Sprintf("writes=%d", writes), func(t *testing.T) {
+			before := s.ReadTxCount()
+			checks := hammerSnapshot(t, s, writes)
+			txs := s.ReadTxCount() - before
+			t.Logf("%d checks and role reads on %d read transactions", checks, txs)
+			if writes == 0 && txs > 1 {
+				t.Fatalf("%d read transactions for %d checks: the snapshot was not shared", txs, checks)
+			}
+		})
+	}
+}
+
+// hammerSnapshot runs checks and role reads on 8 goroutines while another
+// makes writes Writes, and returns how many reads ran.
+func hammerSnapshot(t *testing.T, s *datastore.BoltStore, writes int) int64 {
+	ctx := context.Background()
+	const readers, rounds = 8, 100
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	errs := make(chan error, readers+1)
+	for range readers {
+		wg.Go(func() {
+			var dst []string
+			for range rounds {
+				for _, c := range storetest.DriveCases {
+					got, err := checkText(ctx, s, c.Object, c.Permission, c.Subject)
+					if err != nil || got != c.Want {
+						errs <- fmt.Errorf("%s#%s@%s = %v, %v; want %v", c.Object, c.Permission, c.Subject, got, err, c.Want)
+						return
+					}
+					reads.Add(1)
+				}
+				var err error
+				dst, err = s.AppendRoles(ctx, dst[:0], api.Subject{Type: "user", ID: "alice"}, "acme")
+				if err != nil || len(dst) != 1 || dst[0] != "admin" {
+					errs <- fmt.Errorf("roles = %v, %v", dst, err)
+					return
+				}
+				reads.Add(1)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range writes {
+			tu := api.Tuple{Object: api.Object{Type: "folder", ID: fmt.Sprintf("s%d", i)}, Relation: "viewer", Subject: api.Subject{Type: "user", ID: "s"}}
+			if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{tu}}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return reads.Load()
+}

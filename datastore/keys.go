@@ -57,7 +57,9 @@ func appendSubjKey(b []byte, n ids, oid, sid string) []byte {
 	return binary.AppendUvarint(b, n.rel)
 }
 
-var errBadKey = errors.New("datastore: corrupt key")
+// errBadKey reports a stored key or value that does not decode: the
+// methods' guard turns it into a *CorruptError.
+var errBadKey = errors.New("stored data does not decode")
 
 func uvarint(b []byte) (uint64, []byte, error) {
 	v, n := binary.Uvarint(b)
@@ -189,7 +191,7 @@ func tupleFromIDs(d *dict, n ids, oid, sid []byte) (api.Tuple, error) {
 	rel, ok2 := d.name(n.rel)
 	st, ok3 := d.name(n.st)
 	sr, ok4 := d.name(n.sr)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
+	if !ok1 || !ok2 || !ok3 || !ok4 || !api.ValidID(bstr(oid)) || !api.ValidID(bstr(sid)) {
 		return api.Tuple{}, errBadKey
 	}
 	return api.Tuple{Object: api.Object{Type: ot, ID: string(oid)}, Relation: rel, Subject: api.Subject{Type: st, ID: string(sid), Relation: sr}}, nil

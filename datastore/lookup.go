@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime/debug"
 	"slices"
 
 	"github.com/nexuspdp/nexus/api"
@@ -16,7 +17,8 @@ const lookupLimit = 1_000_000
 // LookupResources returns the IDs of the objects of resourceType on which
 // subject has permission. It walks the subject-first index backwards from
 // the subject to collect candidates, then checks each.
-func (s *BoltStore) LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error) {
+func (s *BoltStore) LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) (_ []string, err error) {
+	defer s.guard("lookup", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -32,7 +34,7 @@ func (s *BoltStore) LookupResources(ctx context.Context, subject api.Subject, pe
 		return nil, err
 	}
 	var cands []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		stID, ok := st.dict.id(subject.Type)
 		if !ok {
 			return nil
@@ -42,6 +44,9 @@ func (s *BoltStore) LookupResources(ctx context.Context, subject api.Subject, pe
 		cands, err = walk(ctx, tx.Bucket(bSubj).Cursor(), lookupNode{stID, subject.ID}, rtID, appendSubjPrefix,
 			func(k []byte) (lookupNode, error) {
 				ids, oid, _, err := decodeSubjKey(k)
+				if err == nil && !api.ValidID(bstr(oid)) {
+					err = errBadKey
+				}
 				return lookupNode{ids.ot, string(oid)}, err
 			})
 		return err
@@ -57,7 +62,8 @@ func (s *BoltStore) LookupResources(ctx context.Context, subject api.Subject, pe
 // LookupSubjects returns the IDs of subjects of subjectType (without a
 // subject relation) that have permission on object. It walks the
 // object-first index forwards to collect candidates, then checks each.
-func (s *BoltStore) LookupSubjects(ctx context.Context, object api.Object, permission, subjectType string) ([]string, error) {
+func (s *BoltStore) LookupSubjects(ctx context.Context, object api.Object, permission, subjectType string) (_ []string, err error) {
+	defer s.guard("lookup", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -73,13 +79,16 @@ func (s *BoltStore) LookupSubjects(ctx context.Context, object api.Object, permi
 		return nil, err
 	}
 	var cands []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		otID, _ := st.dict.id(object.Type)
 		sID, _ := st.dict.id(subjectType)
 		var err error
 		cands, err = walk(ctx, tx.Bucket(bObj).Cursor(), lookupNode{otID, object.ID}, sID, appendObjPrefix,
 			func(k []byte) (lookupNode, error) {
 				ids, _, sid, err := decodeObjKey(k)
+				if err == nil && !api.ValidID(bstr(sid)) {
+					err = errBadKey
+				}
 				return lookupNode{ids.st, string(sid)}, err
 			})
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime/debug"
 
 	"github.com/nexuspdp/nexus/api"
 	bolt "go.etcd.io/bbolt"
@@ -37,13 +38,14 @@ func (s *BoltStore) Schema(ctx context.Context) (*Schema, error) {
 }
 
 // Read returns the tuples matching f.
-func (s *BoltStore) Read(ctx context.Context, f Filter) ([]api.Tuple, error) {
+func (s *BoltStore) Read(ctx context.Context, f Filter) (_ []api.Tuple, err error) {
+	defer s.guard("read", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	st := s.state.Load()
 	var out []api.Tuple
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		return s.scan(tx, st, f, func(t api.Tuple) bool {
 			out = append(out, t)
 			return ctx.Err() == nil

@@ -7,11 +7,22 @@ import (
 )
 
 // snapshot is a read-only bbolt transaction shared by concurrent checks
-// until the next write. bbolt read transactions never write to shared
-// memory (their buckets cache nothing and their stats are atomic), so one
-// may serve many goroutines. A write retires the current snapshot before
-// it starts (a write that grows the file remaps it, which waits for every
-// open read transaction) and publishes a new one when no write is running.
+// until the next write. bbolt documents a transaction as unsafe to share
+// between goroutines; a read-only one is safe to share for what checks do
+// with it (bbolt v1.5.0, read again on every upgrade): Bucket.Cursor only
+// adds to an atomic statistic, and a cursor's Seek and Next read the
+// transaction, its buckets and the memory-mapped pages, which are mapped
+// read-only, and write nothing but the cursor itself; a read-only
+// bucket caches no nodes or sub-buckets. Each checker has its own cursor.
+// TestSharedSnapshotHammer holds this to -race; BenchmarkSnapshot measures
+// what it saves (see the Caveats in doc.go).
+//
+// A write retires the current snapshot before it starts (a write that
+// grows the file remaps it, which waits for every open read transaction)
+// and publishes a new one when no write is running. The last release of a
+// retired snapshot rolls it back, on whichever goroutine that is; nobody
+// uses it afterwards (acquire checks that it is still current after
+// taking its reference).
 type snapshot struct {
 	tx      *bolt.Tx
 	obj     *bolt.Bucket
@@ -38,10 +49,14 @@ func (sn *snapshot) retire() {
 	sn.tryClose()
 }
 
+// shareSnapshots is false only in benchmarks that measure what sharing
+// saves (export_test.go).
+var shareSnapshots = true
+
 // acquire returns the current snapshot, or a private one (own=true) while
 // a write runs. Call release (or Rollback when own) when done.
 func (s *BoltStore) acquire() (sn *snapshot, own bool, err error) {
-	for range 4 {
+	for i := 0; i < 4 && shareSnapshots; i++ {
 		sn = s.snap.Load()
 		if sn == nil {
 			break

@@ -3,16 +3,21 @@ package datastore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Revision numbers committed write transactions: each Write, schema write
@@ -84,6 +89,12 @@ type BoltStore struct {
 	// rev is the committed revision: every check reads it (for its cache
 	// key), so it is kept here rather than read in a transaction.
 	rev atomic.Uint64
+
+	// corrupt is the first corruption a method met (see health.go).
+	corrupt atomic.Pointer[CorruptError]
+
+	batchMu  sync.Mutex
+	batchCur *writeBatch // the batch of Writes gathering, if any (batch.go)
 }
 
 // state is the schema and name dictionary in force.
@@ -108,62 +119,51 @@ var (
 	kRev      = []byte("rev")
 	kSchema   = []byte("schema")
 	kLogStart = []byte("logstart")
+
+	allBuckets = [][]byte{bMeta, bDict, bObj, bSubj, bLog}
 )
 
-// Open opens or creates the data file at cfg.Path.
-func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
+// Open opens or creates the data file at cfg.Path. Before anything is
+// read or written it checks the file's structure (checkFile): both meta
+// pages, the free list, and the root and branch pages of every index; a
+// damaged file fails with a *CorruptError, a file another process has open
+// with a *LockedError once Config.OpenTimeout has passed.
+func Open(ctx context.Context, cfg Config) (_ *BoltStore, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(cfg.Path, 0o600, &bolt.Options{
-		Timeout:        cfg.OpenTimeout,
-		ReadOnly:       cfg.ReadOnly,
-		FreelistType:   bolt.FreelistMapType,
-		NoGrowSync:     false,
-		NoFreelistSync: false,
-		// Map generously up front: growing the map makes bbolt copy every
-		// dirty node out of the old one, which dominates large imports.
-		// Only address space; pages count as memory once touched.
-		InitialMmapSize: initialMmapSize,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("datastore: open %s: %w", cfg.Path, err)
-	}
-	// Concurrent Writes share a transaction (and an fsync); a lone Write
-	// waits at most this long for company.
-	db.MaxBatchDelay = 2 * time.Millisecond
-	s := &BoltStore{cfg: cfg, log: cfg.Logger, db: db, notify: make(chan struct{})}
-	if !cfg.ReadOnly {
-		err = db.Update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{bMeta, bDict, bObj, bSubj, bLog} {
-				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-					return err
-				}
-			}
-			m := tx.Bucket(bMeta)
-			if v := m.Get(kFormat); v == nil {
-				if err := m.Put(kFormat, []byte{formatVersion}); err != nil {
-					return err
-				}
-				return m.Put(kLogStart, be64(1))
-			}
-			return nil
-		})
-		if err != nil {
-			_ = db.Close()
-			return nil, fmt.Errorf("datastore: initialise %s: %w", cfg.Path, err)
+	s := &BoltStore{cfg: cfg, log: cfg.Logger, notify: make(chan struct{})}
+	defer func() {
+		if err != nil && s.db != nil {
+			_ = s.db.Close()
 		}
+	}()
+	defer s.guard("open", debug.SetPanicOnFault(true), &err)
+	if s.db, err = openBolt(cfg); err != nil {
+		return nil, err
 	}
-	err = db.View(func(tx *bolt.Tx) error {
+	if err := s.checkFile(); err != nil {
+		return nil, err
+	}
+	if err := s.initialise(); err != nil {
+		return nil, err
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bMeta)
-		if m == nil {
-			return fmt.Errorf("%w: %s has no meta bucket", ErrFormat, cfg.Path)
+		if m.Get(kFormat) == nil {
+			return fmt.Errorf("%w: the format marker is missing", errBadKey)
 		}
 		if v := m.Get(kFormat); len(v) != 1 || v[0] != formatVersion {
 			return fmt.Errorf("%w: %s: format %v, want %d", ErrFormat, cfg.Path, v, formatVersion)
+		}
+		if v := m.Get(kLogStart); len(v) != 8 {
+			return fmt.Errorf("%w: the changelog start is %d bytes long, want 8", errBadKey, len(v))
+		}
+		if v := m.Get(kRev); v != nil && len(v) != 8 {
+			return fmt.Errorf("%w: the revision is %d bytes long, want 8", errBadKey, len(v))
 		}
 		st, err := loadState(tx)
 		if err != nil {
@@ -174,7 +174,6 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 		return nil
 	})
 	if err != nil {
-		_ = db.Close()
 		return nil, err
 	}
 	s.pool.New = func() any { return newChecker() }
@@ -185,16 +184,104 @@ func Open(ctx context.Context, cfg Config) (*BoltStore, error) {
 	return s, nil
 }
 
+// openBolt opens the bbolt file of cfg. A lock held too long is a
+// *LockedError. A panic of bbolt on a damaged meta page or free list
+// reaches Open's guard; the file bbolt had opened is unlocked and closed
+// first, so that its lock does not outlive the failed Open (its memory
+// map does: address space only).
+func openBolt(cfg Config) (db *bolt.DB, err error) {
+	var file *os.File
+	defer func() {
+		if r := recover(); r != nil {
+			if file != nil {
+				unlock(file)
+				_ = file.Close()
+			}
+			panic(r)
+		}
+	}()
+	db, err = bolt.Open(cfg.Path, 0o600, &bolt.Options{
+		Timeout:        cfg.OpenTimeout,
+		ReadOnly:       cfg.ReadOnly,
+		FreelistType:   bolt.FreelistMapType,
+		NoGrowSync:     false,
+		NoFreelistSync: false,
+		// Map generously up front: growing the map makes bbolt copy every
+		// dirty node out of the old one, which dominates large imports.
+		// Only address space; pages count as memory once touched.
+		InitialMmapSize: initialMmapSize,
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		},
+	})
+	if err != nil {
+		return nil, openError(cfg.Path, cfg.ReadOnly, cfg.OpenTimeout, err)
+	}
+	return db, nil
+}
+
+// openError explains why bbolt could not open path.
+func openError(path string, readOnly bool, wait time.Duration, err error) error {
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return &LockedError{Path: path, Wait: wait, PID: lockHolder(path), ReadOnly: readOnly}
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return &CorruptError{Path: path, Op: "open", Err: fmt.Errorf("both meta pages are invalid (a damaged file, or not a bbolt file): %w", err)}
+	}
+	return fmt.Errorf("datastore: open %s: %w", path, err)
+}
+
+// initialise creates the buckets of a new file. A file that has some of
+// them but not all is damaged (a new bucket would hide the lost one).
+func (s *BoltStore) initialise() error {
+	var missing []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if tx.Bucket(b) == nil {
+				missing = append(missing, string(b))
+			}
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case len(missing) == 0:
+		return nil
+	case len(missing) < len(allBuckets):
+		return &CorruptError{Path: s.cfg.Path, Op: "open", Err: fmt.Errorf("the file has no bucket %s", strings.Join(missing, ", "))}
+	case s.cfg.ReadOnly:
+		return fmt.Errorf("%w: %s has no meta bucket", ErrFormat, s.cfg.Path)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
+		}
+		m := tx.Bucket(bMeta)
+		if err := m.Put(kFormat, []byte{formatVersion}); err != nil {
+			return err
+		}
+		return m.Put(kLogStart, be64(1))
+	})
+}
+
 func loadState(tx *bolt.Tx) (*state, error) {
 	d := &dict{ids: map[string]uint64{}, names: []string{""}}
 	err := tx.Bucket(bDict).ForEach(func(k, v []byte) error {
 		id, n := binary.Uvarint(v)
 		if n <= 0 || id == 0 || id > 1<<20 {
-			return fmt.Errorf("%w: bad dict entry %q", ErrFormat, k)
+			return fmt.Errorf("%w: dictionary entry %q", errBadKey, k)
 		}
 		d.ids[string(k)] = id
 		for uint64(len(d.names)) <= id {
 			d.names = append(d.names, "")
+		}
+		if d.names[id] != "" {
+			return fmt.Errorf("%w: dictionary entries %q and %q have the same number %d", errBadKey, d.names[id], k, id)
 		}
 		d.names[id] = string(k)
 		return nil
@@ -206,7 +293,12 @@ func loadState(tx *bolt.Tx) (*state, error) {
 	if src := tx.Bucket(bMeta).Get(kSchema); src != nil {
 		sc, err := ParseSchema(src)
 		if err != nil {
-			return nil, fmt.Errorf("datastore: stored schema: %w", err)
+			return nil, fmt.Errorf("%w: the stored schema does not parse: %w", errBadKey, err)
+		}
+		for _, n := range sc.names() {
+			if _, ok := d.ids[n]; !ok {
+				return nil, fmt.Errorf("%w: the schema's name %q is not in the dictionary", errBadKey, n)
+			}
 		}
 		sc.bind(d)
 		st.schema = sc

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
@@ -33,12 +34,13 @@ type Precondition struct {
 }
 
 // Write applies a WriteRequest atomically.
-func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, error) {
+func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, err error) {
+	defer s.guard("write", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	if s.cfg.ReadOnly {
-		return 0, errors.New("datastore: write: store opened read-only")
+	if err := s.writable("write"); err != nil {
+		return 0, err
 	}
 	st := s.state.Load()
 	if st.schema == nil {
@@ -59,7 +61,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, erro
 	s.writeBegin()
 	defer s.writeEnd()
 	var rev Revision
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch("write", func(tx *bolt.Tx) error {
 		if cur := s.state.Load(); cur != st {
 			// The schema changed since validation: validate again.
 			st = cur
@@ -119,7 +121,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, erro
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrInvalidTuple) {
+		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrInvalidTuple) || errors.Is(err, ErrCorrupt) {
 			return 0, err
 		}
 		return 0, fmt.Errorf("datastore: write: %w", err)
@@ -129,15 +131,19 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (Revision, erro
 }
 
 // WriteSchema stores a schema; see Store.
-func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (Revision, error) {
+func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ Revision, err error) {
+	defer s.guard("schema write", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.writable("schema write"); err != nil {
 		return 0, err
 	}
 	if sc == nil {
 		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
 	}
 	// A private copy: its compiled form is bound to this store's dictionary.
-	sc, err := ParseSchema(sc.src)
+	sc, err = ParseSchema(sc.src)
 	if err != nil {
 		return 0, err
 	}
@@ -335,7 +341,11 @@ func (s *BoltStore) Revision(ctx context.Context) (Revision, error) {
 
 // importTx runs fill in one write transaction that adds a revision whose
 // change set fill appends to the given header.
-func (s *BoltStore) importTx(st *state, fill func(tx *bolt.Tx, log []byte) ([]byte, error)) (Revision, error) {
+func (s *BoltStore) importTx(st *state, fill func(tx *bolt.Tx, log []byte) ([]byte, error)) (_ Revision, err error) {
+	defer s.guard("import", debug.SetPanicOnFault(true), &err)
+	if err := s.writable("import"); err != nil {
+		return 0, err
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.state.Load() != st {
@@ -344,7 +354,7 @@ func (s *BoltStore) importTx(st *state, fill func(tx *bolt.Tx, log []byte) ([]by
 	s.writeBegin()
 	defer s.writeEnd()
 	var rev Revision
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		enc := binary.AppendUvarint(make([]byte, 0, 1<<16), uint64(time.Now().UnixNano()))
 		enc = binary.AppendUvarint(enc, 0)
 		enc, err := fill(tx, enc)

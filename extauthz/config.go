@@ -46,7 +46,9 @@ type Config struct {
 	// Engine evaluates policies. Its registry must hold the relationship
 	// builtins (datastore/builtins) for policies that use them.
 	Engine *engine.Engine
-	// Store is the relationship store.
+	// Store is the relationship store. If it has a Health() error method
+	// (*datastore.BoltStore has), /readyz reports not ready while it
+	// returns an error, e.g. after the store met a damaged data file.
 	Store datastore.Store
 	// Policy is the compiled policy. The server adds the schema's tenant
 	// roles (data.nexus.roles: role to grants) and each type's permissions

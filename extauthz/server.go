@@ -263,5 +263,9 @@ func (s *Server) adminHandler() http.Handler {
 
 func (s *Server) probes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", wire.Healthz)
-	mux.HandleFunc("GET /readyz", wire.Readyz(s.p))
+	var health []func() error
+	if h, ok := s.cfg.Store.(interface{ Health() error }); ok {
+		health = append(health, h.Health) // a damaged data file takes readiness down
+	}
+	mux.HandleFunc("GET /readyz", wire.Readyz(s.p, health...))
 }

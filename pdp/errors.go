@@ -46,6 +46,7 @@ const (
 	CodeInternal      = "internal"
 	CodeUnknownType   = "unknown_resource_type"
 	CodeStoreError    = "store_error"
+	CodeStoreCorrupt  = "store_corrupt"
 	CodeCanceled      = "canceled"
 	CodeDeadline      = "deadline_exceeded"
 	CodeConflict      = "conflict"
@@ -97,6 +98,10 @@ func Code(err error) string {
 		return CodeDeadline
 	case errors.Is(err, context.Canceled):
 		return CodeCanceled
+	case errors.Is(err, datastore.ErrCorrupt):
+		// Before the engine's codes: a policy builtin that met a damaged
+		// data file is the store's failure, not the policy's.
+		return CodeStoreCorrupt
 	case errors.As(err, &ee):
 		return ee.Code
 	case errors.Is(err, datastore.ErrNoSchema):

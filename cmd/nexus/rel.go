@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,6 +53,7 @@ The store is locked while a command runs: stop a running server first.`,
 		newRelImportCmd(f),
 		newRelExportCmd(f),
 		newRelTestCmd(f),
+		newRelVerifyCmd(f),
 	)
 	return cmd
 }
@@ -66,7 +68,16 @@ func (f *relFlags) open(ctx context.Context, readOnly bool) (*datastore.BoltStor
 	} else if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return nil, err
 	}
-	return datastore.Open(ctx, datastore.Config{Path: f.path(), ReadOnly: readOnly})
+	s, err := datastore.Open(ctx, datastore.Config{Path: f.path(), ReadOnly: readOnly})
+	return s, openHint(err, f.dataDir)
+}
+
+// openHint adds to an error of datastore.Open what to do about it.
+func openHint(err error, dataDir string) error {
+	if errors.Is(err, datastore.ErrCorrupt) {
+		return fmt.Errorf("%w\nnexus rel verify --data-dir %s checks the whole file; restore the data directory from a backup, or rebuild the store (see nexus rel verify --help)", err, dataDir)
+	}
+	return err
 }
 
 func newRelSchemaCmd(f *relFlags) *cobra.Command {
@@ -544,6 +555,49 @@ func (p *importProgress) stop() {
 	if p.bar != nil {
 		_ = p.bar.Finish()
 		fmt.Fprintln(p.w)
+	}
+}
+
+func newRelVerifyCmd(f *relFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "verify",
+		Short: "Check the data file for damage, page by page and key by key",
+		Long: `Check every page and every key of the relationship store (relations.db):
+the file's structure as bbolt reads it (meta pages, free list, the pages of
+every index), bbolt's own consistency check, and the store's data (the
+name dictionary, the schema, every tuple of both indexes and the
+changelog). The server checks the meta pages and the indexes' upper pages
+when it starts; this finds damage anywhere.
+
+It exits with status 1 and lists what is wrong when the file is damaged.
+Then restore the data directory from a backup, or rebuild the store: move
+relations.db away and write the schema and relationships again (when the
+damage lies outside what opening the store checks, nexus rel export still
+saves the relationships it can read).
+
+The store is locked while it runs: stop a running server first.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := os.Stat(f.path()); err != nil {
+				return fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+			}
+			start := time.Now()
+			rep, err := datastore.Verify(cmd.Context(), f.path())
+			if !errors.Is(err, datastore.ErrCorrupt) {
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: no damage found: %d tuples, revision %d, %d pages of %d bytes (%v)\n",
+					rep.Path, rep.Tuples, rep.Revision, rep.Pages, rep.PageSize, time.Since(start).Round(time.Millisecond))
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s is damaged:\n", rep.Path)
+			for _, p := range rep.Problems {
+				fmt.Fprintf(out, "  %s\n", p)
+			}
+			return fmt.Errorf("%s is damaged (%d problems listed above): restore it from a backup, or rebuild the store (see nexus rel verify --help)", rep.Path, len(rep.Problems))
+		},
 	}
 }
 

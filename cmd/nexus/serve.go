@@ -364,7 +364,7 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	}
 	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, relDataFile), Logger: log})
 	if err != nil {
-		return nil, err
+		return nil, openHint(err, c.DataDir)
 	}
 	fail := func(err error) (*datastore.BoltStore, error) {
 		_ = store.Close()

@@ -25,7 +25,7 @@ func Status(err error) (code string, httpStatus int, grpcCode codes.Code) {
 		return code, http.StatusRequestEntityTooLarge, codes.InvalidArgument
 	case pdp.CodeBadRequest, pdp.CodeUnknownType:
 		return code, http.StatusBadRequest, codes.InvalidArgument
-	case pdp.CodeNotReady, pdp.CodeStoreError:
+	case pdp.CodeNotReady, pdp.CodeStoreError, pdp.CodeStoreCorrupt:
 		return code, http.StatusServiceUnavailable, codes.Unavailable
 	case pdp.CodeDeadline:
 		return code, http.StatusGatewayTimeout, codes.DeadlineExceeded
@@ -62,6 +62,7 @@ var serverSide = map[string]string{
 	pdp.CodePolicyResult:  "the policy's result is not a decision",
 	pdp.CodeUndefined:     "the policy is undefined for this request",
 	pdp.CodeStoreError:    "the relationship store cannot answer",
+	pdp.CodeStoreCorrupt:  "the relationship store cannot answer: its data file is damaged",
 	pdp.CodeDepthExceeded: "the relationship walk exceeded its depth limit",
 	pdp.CodeInternal:      "internal error",
 }
@@ -97,11 +98,19 @@ func Healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // Readyz answers whether p can decide, with the loaded policy's revision.
-func Readyz(p *pdp.PDP) http.HandlerFunc {
+// Each health check (the store's Health) must also return nil; the first
+// error is the reason, described as Describe does, with its code.
+func Readyz(p *pdp.PDP, health ...func() error) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		if !p.Ready() {
 			WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "no policy loaded"})
 			return
+		}
+		for _, h := range health {
+			if err := h(); err != nil {
+				WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": Describe(err), "code": pdp.Code(err)})
+				return
+			}
 		}
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "policy_revision": p.PolicyRevision()})
 	}

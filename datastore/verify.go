@@ -1,0 +1,205 @@
+package datastore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// VerifyReport is what Verify found in a data file.
+type VerifyReport struct {
+	Path     string
+	PageSize int
+	Pages    uint64 // pages in use or free (bbolt's high water mark)
+	Tuples   int64
+	Revision Revision
+	// Problems lists what is wrong, at most maxProblems of them; none
+	// when the file is sound.
+	Problems []string
+}
+
+// maxProblems bounds VerifyReport.Problems.
+const maxProblems = 100
+
+func (r *VerifyReport) problem(format string, args ...any) bool {
+	if len(r.Problems) < maxProblems {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	}
+	return len(r.Problems) < maxProblems
+}
+
+// Verify checks every page and every key of the data file at path, which
+// no process may have open for writing (Verify takes bbolt's shared lock,
+// waiting up to 2s for it):
+//
+//   - the structure that Open checks on the root and branch pages, on every
+//     page (see checkFileAt);
+//   - then bbolt's own consistency check (Tx.Check): key order across
+//     pages, every page either reachable or free;
+//   - then the store's data: its format, revision and changelog start, the
+//     name dictionary, the schema, that every key of both indexes decodes
+//     to a valid tuple the schema allows, that each index holds the other's
+//     tuples, and that the changelog decodes.
+//
+// It returns a *CorruptError naming the first problem when there is one;
+// the report lists them all (up to 100). A damaged page stops the check
+// of the pages below it, since nothing read through it can be trusted.
+func Verify(ctx context.Context, path string) (rep VerifyReport, err error) {
+	rep.Path = path
+	s := &BoltStore{cfg: Config{Path: path, ReadOnly: true, OpenTimeout: defaultOpenTimeout}, log: slog.New(slog.DiscardHandler)}
+	defer func() {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			rep.problem("%v", ce.Err)
+			err = nil
+		}
+		if err == nil && len(rep.Problems) > 0 {
+			err = &CorruptError{Path: path, Op: "verify", Err: errors.New(rep.Problems[0])}
+		}
+	}()
+	defer s.guard("verify", debug.SetPanicOnFault(true), &err)
+	if s.db, err = openBolt(s.cfg); err != nil {
+		return rep, err
+	}
+	defer s.db.Close()
+	f, err := os.Open(path)
+	if err != nil {
+		return rep, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return rep, err
+	}
+	fr, err := checkFileAt(f, fi.Size(), true)
+	rep.PageSize, rep.Pages = fr.pageSize, fr.pages
+	for _, w := range fr.warnings {
+		rep.problem("%s", w)
+	}
+	if err != nil {
+		rep.problem("%v", err)
+		return rep, nil // bbolt's check would follow the damage
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			rep.problem("bbolt: %v", err)
+		}
+		return nil
+	})
+	if err != nil || len(rep.Problems) > 0 {
+		return rep, err
+	}
+	return rep, s.db.View(func(tx *bolt.Tx) error { return verifyData(ctx, tx, &rep) })
+}
+
+// verifyData checks the store's data in tx; problems go to rep, and an
+// error stops the check.
+func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
+	for _, b := range allBuckets {
+		if tx.Bucket(b) == nil {
+			rep.problem("the file has no bucket %s", b)
+			return nil
+		}
+	}
+	m := tx.Bucket(bMeta)
+	if v := m.Get(kFormat); len(v) != 1 || v[0] != formatVersion {
+		rep.problem("meta: the format marker is %x, want %x", v, formatVersion)
+	}
+	if v := m.Get(kRev); v != nil && len(v) != 8 {
+		rep.problem("meta: the revision is %d bytes long, want 8", len(v))
+	}
+	rep.Revision = readRev(tx)
+	logStart := uint64(1)
+	if v := m.Get(kLogStart); len(v) != 8 {
+		rep.problem("meta: the changelog start is %d bytes long, want 8", len(v))
+	} else {
+		logStart = binary.BigEndian.Uint64(v)
+	}
+	st, err := loadState(tx)
+	if err != nil {
+		rep.problem("%v", err)
+		return nil // the keys cannot be decoded without the dictionary
+	}
+	ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+	var sk []byte
+	var n int64
+	c := ob.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		t, err := decodeTuple(st.dict, k)
+		if err != nil {
+			if !rep.problem("obj: key %x does not decode to a tuple", k) {
+				return nil
+			}
+			continue
+		}
+		if st.schema != nil {
+			if err := st.schema.validateTuple(t); err != nil {
+				if !rep.problem("obj: %v", err) {
+					return nil
+				}
+			}
+		}
+		ids, _ := tupleIDs(st.dict, t)
+		sk = appendSubjKey(sk[:0], ids, t.Object.ID, t.Subject.ID)
+		if sb.Get(sk) == nil {
+			if !rep.problem("subj: the subject-first index lacks %s", t) {
+				return nil
+			}
+		}
+	}
+	rep.Tuples = n
+	var ns int64
+	c = sb.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if ns++; ns%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		ids, oid, sid, err := decodeSubjKey(k)
+		if err == nil {
+			_, err = tupleFromIDs(st.dict, ids, oid, sid)
+		}
+		if err != nil && !rep.problem("subj: key %x does not decode to a tuple", k) {
+			return nil
+		}
+	}
+	if ns != n {
+		rep.problem("the object-first index holds %d tuples, the subject-first index %d", n, ns)
+	}
+	c = tx.Bucket(bLog).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 {
+			if !rep.problem("log: key %x is not a revision", k) {
+				return nil
+			}
+			continue
+		}
+		r := binary.BigEndian.Uint64(k)
+		if r < logStart || r > uint64(rep.Revision) {
+			if !rep.problem("log: revision %d is outside the changelog's %d..%d", r, logStart, rep.Revision) {
+				return nil
+			}
+		}
+		if _, err := decodeChangeSet(st.dict, Revision(r), v); err != nil {
+			if !rep.problem("log: revision %d does not decode", r) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
