@@ -576,7 +576,7 @@ damage lies outside what opening the store checks, nexus rel export still
 saves the relationships it can read).
 
 The store is locked while it runs: stop a running server first.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := os.Stat(f.path()); err != nil {
 				return fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
