@@ -328,7 +328,7 @@ func BenchmarkSnapshot(b *testing.B) {
 					cpu := cpuTime()
 					b.RunParallel(func(pb *testing.PB) {
 						for pb.Next() {
-							if ok, err := checkText(ctx, s, obj, "read", "user:bench"); !ok || err != nil {
+							if ok, err := fixture.CheckText(ctx, s, obj, "read", "user:bench"); !ok || err != nil {
 								b.Error(ok, err)
 								return
 							}

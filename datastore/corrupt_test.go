@@ -15,6 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/internal/storetest"
+	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/fixture/damage"
 )
 
@@ -111,7 +112,7 @@ func corruptCase(t *testing.T, path string) string {
 		}
 	}
 	for _, c := range storetest.DriveCases {
-		_, err := checkText(ctx, s, c.Object, c.Permission, c.Subject)
+		_, err := fixture.CheckText(ctx, s, c.Object, c.Permission, c.Subject)
 		use("check", err)
 	}
 	bob := api.Subject{Type: "user", ID: "bob"}
@@ -191,7 +192,7 @@ func TestCorruptStoreRefusesWrites(t *testing.T) {
 	if err := s.Health(); err != nil {
 		t.Fatalf("Health before the damage is met = %v", err)
 	}
-	if ok, err := checkText(ctx, s, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
+	if ok, err := fixture.CheckText(ctx, s, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("check = %v, %v", ok, err)
 	}
 	var werr error
@@ -210,7 +211,7 @@ func TestCorruptStoreRefusesWrites(t *testing.T) {
 	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{tu}}); !errors.Is(err, datastore.ErrCorrupt) {
 		t.Fatalf("write after the damage = %v, want ErrCorrupt", err)
 	}
-	if ok, err := checkText(ctx, s, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
+	if ok, err := fixture.CheckText(ctx, s, "file:report.pdf", "read", "user:bob"); err != nil || !ok {
 		t.Fatalf("check = %v, %v", ok, err)
 	}
 }

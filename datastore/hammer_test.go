@@ -129,7 +129,7 @@ func hammerSnapshot(t *testing.T, s *datastore.BoltStore, writes int) int64 {
 			var dst []string
 			for range rounds {
 				for _, c := range storetest.DriveCases {
-					got, err := checkText(ctx, s, c.Object, c.Permission, c.Subject)
+					got, err := fixture.CheckText(ctx, s, c.Object, c.Permission, c.Subject)
 					if err != nil || got != c.Want {
 						errs <- fmt.Errorf("%s#%s@%s = %v, %v; want %v", c.Object, c.Permission, c.Subject, got, err, c.Want)
 						return
