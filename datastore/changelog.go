@@ -110,6 +110,11 @@ func (s *BoltStore) Watch(ctx context.Context, from Revision) iter.Seq2[ChangeSe
 			var batch []ChangeSet
 			err := s.view("watch", func(tx *bolt.Tx) error {
 				start := binary.BigEndian.Uint64(tx.Bucket(bMeta).Get(kLogStart))
+				if rev := uint64(readRev(tx)); start > rev+1 {
+					// The changelog cannot start after the store's own
+					// revision: the meta bucket is damaged.
+					return fmt.Errorf("%w: the changelog starts at revision %d, after the store's revision %d", errBadKey, start, rev)
+				}
 				if uint64(next) < start {
 					return fmt.Errorf("%w: revision %d, oldest retained %d", ErrRevisionCompacted, next, start)
 				}

@@ -123,6 +123,9 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 		rep.problem("meta: the changelog start is %d bytes long, want 8", len(v))
 	} else {
 		logStart = binary.BigEndian.Uint64(v)
+		if logStart > uint64(rep.Revision)+1 {
+			rep.problem("meta: the changelog starts at revision %d, after the store's revision %d", logStart, rep.Revision)
+		}
 	}
 	st, err := loadState(tx)
 	if err != nil {

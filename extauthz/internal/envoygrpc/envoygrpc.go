@@ -109,6 +109,10 @@ func grpcError(err error) error {
 		code = codes.Canceled
 	case errors.Is(err, pdp.ErrTooLarge):
 		code = codes.ResourceExhausted
+	case pdp.Code(err) == pdp.CodeStoreCorrupt:
+		// nexus' own store failed (the plugin has none): UNAVAILABLE, as
+		// its /readyz says.
+		code = codes.Unavailable
 	}
 	return status.Error(code, wire.Describe(err))
 }
