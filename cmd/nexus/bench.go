@@ -20,8 +20,8 @@ import (
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Benchmark nexus with the anchor's published method (data, gate, latency, capacity)",
-		Long: `Reproduce the anchor's benchmark (DESIGN.md, "Benchmark profiles").
+		Short: "Benchmark nexus with Permit's published Nexus PDP method (data, gate, latency, capacity)",
+		Long: `Reproduce the method of Permit's published Nexus PDP benchmark.
 
   gen       writes a deterministic drive data set and a gate file per profile
   latency   constant arrival rate (56/s, at most 10 in flight), warm-up then a measured window
@@ -260,7 +260,7 @@ import it into a fresh store, start nexus (this binary, default policy)
 and an allow-only baseline (internal/defaults/allowall) on loopback, run
 every gate, then latency and capacity for each profile over each
 interface, and write report.json and report.md into --out. The table is
-printed at the end next to the anchor's published figures.
+printed at the end next to Permit's published Nexus PDP figures.
 
 The servers log to DIR/nexus.log and DIR/baseline.log. The decision log of
 both goes to --decision-log (default /dev/null: events are encoded and

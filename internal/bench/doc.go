@@ -1,5 +1,5 @@
-// Package bench reproduces the anchor's published benchmark method for
-// nexus (DESIGN.md, "Benchmark profiles"): a deterministic drive data set
+// Package bench reproduces Permit's published Nexus PDP benchmark method for
+// nexus: a deterministic drive data set
 // with a correctness gate per check profile, a lean open-model load
 // generator (constant-rate latency runs and stepped capacity runs, with
 // latency measured from each request's scheduled send time), server-side

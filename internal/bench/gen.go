@@ -46,7 +46,7 @@ type Profile struct {
 	Classes int `json:"classes"`
 }
 
-// Profiles are the data sets of DESIGN.md, "Benchmark profiles".
+// Profiles are the data sets of Permit's published Nexus PDP benchmark.
 var Profiles = map[string]Profile{
 	// small: 1,750 users, 12,610 resource instances (1,830 folders and
 	// 10,780 files), 12,000 parent tuples, 2,223 role assignments

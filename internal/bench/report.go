@@ -33,7 +33,7 @@ type Result struct {
 	Capacity  *CapacityResult `json:"capacity,omitempty"`
 }
 
-// Anchor holds the anchor's published figures (2 CPUs).
+// Anchor holds Permit's published Nexus PDP figures (2 CPUs).
 type Anchor struct {
 	Profile          string
 	P50Low, P50High  float64 // ms
@@ -216,9 +216,9 @@ func rangeMS(lo, hi float64) string {
 
 func (r *Report) anchorTable(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
-	p("### Against the anchor (its published figures, 2 CPUs)\n\n")
-	p("Ratios are the anchor's figure over nexus' (latency) or nexus' over the anchor's (capacity), gRPC ext_authz; latency ratios use nexus' client-side P50, which includes the transport.\n\n")
-	p("| profile | anchor P50 ms | nexus P50 ms client (server) | ratio | anchor capacity /s | nexus capacity /s | ratio | anchor server P99 ms | nexus server P99 ms at 56/s |\n")
+	p("### Against Permit's Nexus PDP (its published figures, 2 CPUs)\n\n")
+	p("Ratios are Permit's figure over nexus' (latency) or nexus' over Permit's (capacity), gRPC ext_authz; latency ratios use nexus' client-side P50, which includes the transport.\n\n")
+	p("| profile | Permit P50 ms | nexus P50 ms client (server) | ratio | Permit capacity /s | nexus capacity /s | ratio | Permit server P99 ms | nexus server P99 ms at 56/s |\n")
 	p("|---|---|---|---|---|---|---|---|---|\n")
 	for _, prof := range GateProfiles {
 		res := r.find(InterfaceGRPC, prof, "nexus")

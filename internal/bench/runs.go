@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Defaults of the published method (DESIGN.md, "Benchmark profiles").
+// Defaults of the published method.
 const (
 	DefaultLatencyRate     = 56
 	DefaultLatencyInFlight = 10
