@@ -281,7 +281,7 @@ func TestRun(t *testing.T) {
 	}
 	var md strings.Builder
 	rep.Markdown(&md)
-	for _, want := range []string{"| rbac | nexus | 1000/1000 |", "allow-only", "Against Permit's Nexus PDP", "| rebac3 | 9.00-11.0 |", "Goals of issue 7"} {
+	for _, want := range []string{"| rbac | nexus | 1000/1000 |", "allow-only", "Against Permit's Nexus PDP", "| rebac3 | 9.00-11.0 |", "Goals of these benchmarks"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}

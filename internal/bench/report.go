@@ -256,7 +256,7 @@ func (r *Report) anchorTable(w io.Writer) {
 
 func (r *Report) goals(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
-	p("### Goals of issue 7\n\n")
+	p("### Goals of these benchmarks\n\n")
 	yes := func(ok bool) string {
 		if ok {
 			return "met"
