@@ -154,59 +154,20 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ 
 	var rev Revision
 	var newState *state
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		old := s.state.Load()
-		d := &dict{ids: make(map[string]uint64, len(old.dict.ids)), names: append([]string(nil), old.dict.names...)}
-		for k, v := range old.dict.ids {
-			d.ids[k] = v
-		}
-		db := tx.Bucket(bDict)
-		for _, n := range sc.names() {
-			if _, ok := d.ids[n]; ok {
-				continue
-			}
-			id := uint64(len(d.names))
-			d.ids[n] = id
-			d.names = append(d.names, n)
-			if err := db.Put([]byte(n), binary.AppendUvarint(nil, id)); err != nil {
-				return err
-			}
-		}
 		cs := &ChangeSet{Time: time.Now(), Schema: true}
-		if old.schema != nil {
-			orphans, err := s.findOrphans(ctx, tx, old, sc)
-			if err != nil {
-				return err
-			}
-			if len(orphans) > 0 {
-				if !force {
-					oe := &OrphanError{Count: len(orphans)}
-					for i, t := range orphans {
-						if i == 100 {
-							break
-						}
-						oe.Examples = append(oe.Examples, t.String())
-					}
-					return oe
-				}
-				for _, t := range orphans {
-					n, _ := tupleIDs(d, t)
-					if err := deleteKeys(tx, n, t); err != nil {
-						return err
-					}
-					cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
-				}
-			}
-		}
-		if err := tx.Bucket(bMeta).Put(kSchema, sc.src); err != nil {
+		next, rejected, err := s.applySchema(ctx, tx, s.state.Load(), sc, force, cs)
+		if err != nil {
 			return err
 		}
-		enc, err := encodeChangeSet(d, cs)
+		if rejected != nil {
+			return rejected
+		}
+		enc, err := encodeChangeSet(next.dict, cs)
 		if err != nil {
 			return err
 		}
 		rev, err = s.bumpRev(tx, cs, enc)
-		sc.bind(d)
-		newState = &state{schema: sc, dict: d}
+		newState = next
 		return err
 	})
 	if err != nil {

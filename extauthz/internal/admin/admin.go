@@ -5,6 +5,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -296,7 +297,7 @@ type debugCheckRequest struct {
 // decodeStrict reads one JSON object into v, refusing a field outside
 // fields by name, and anything after the object.
 func decodeStrict(body []byte, v any, fields ...string) error {
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {

@@ -10,8 +10,10 @@
 package appapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -125,4 +127,21 @@ func (s *API) jsonOnly(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// decodeBody reads the request body and decodes it with read. A body that
+// cannot be read or decoded is answered (and a decoding failure counted)
+// here, and ok is false.
+func decodeBody[T any](s *API, w http.ResponseWriter, r *http.Request, iface string, read func(io.Reader) (T, error)) (v T, ok bool) {
+	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	if err != nil {
+		wire.WriteError(s.Log, w, err)
+		return v, false
+	}
+	if v, err = read(bytes.NewReader(body)); err != nil {
+		s.PDP.CountError(iface, err)
+		wire.WriteError(s.Log, w, err)
+		return v, false
+	}
+	return v, true
 }

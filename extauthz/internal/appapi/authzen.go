@@ -1,6 +1,7 @@
 package appapi
 
 import (
+	"io"
 	"net/http"
 	"strings"
 
@@ -10,15 +11,8 @@ import (
 )
 
 func (s *API) handleAuthZEN(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	c, err := checkapi.ReadAuthZEN(strings.NewReader(string(body)))
-	if err != nil {
-		s.PDP.CountError(pdp.IfaceAuthZEN, err)
-		wire.WriteError(s.Log, w, err)
+	c, ok := decodeBody(s, w, r, pdp.IfaceAuthZEN, checkapi.ReadAuthZEN)
+	if !ok {
 		return
 	}
 	s.evaluateOne(w, r, &c)
@@ -58,15 +52,8 @@ func authzenError(err error) checkapi.AuthZENResponse {
 // decision, or its error as a deny, in request order, until the semantic
 // stops the batch.
 func (s *API) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	b, err := checkapi.ReadAuthZENBatch(strings.NewReader(string(body)), s.MaxBatch)
-	if err != nil {
-		s.PDP.CountError(pdp.IfaceAuthZEN, err)
-		wire.WriteError(s.Log, w, err)
+	b, ok := decodeBody(s, w, r, pdp.IfaceAuthZEN, func(rd io.Reader) (checkapi.Batch, error) { return checkapi.ReadAuthZENBatch(rd, s.MaxBatch) })
+	if !ok {
 		return
 	}
 	if b.Single {

@@ -3,6 +3,7 @@ package appapi
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -23,15 +24,8 @@ func permitResponse(d pdp.Decision) checkapi.PermitResponse {
 }
 
 func (s *API) handleAllowed(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	c, err := checkapi.ReadPermit(strings.NewReader(string(body)))
-	if err != nil {
-		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(s.Log, w, err)
+	c, ok := decodeBody(s, w, r, pdp.IfacePermit, checkapi.ReadPermit)
+	if !ok {
 		return
 	}
 	d, err := s.PDP.Check(r.Context(), pdp.IfacePermit, &c)
@@ -43,15 +37,8 @@ func (s *API) handleAllowed(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *API) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	cs, err := checkapi.ReadPermitBulk(strings.NewReader(string(body)), s.MaxBatch)
-	if err != nil {
-		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(s.Log, w, err)
+	cs, ok := decodeBody(s, w, r, pdp.IfacePermit, func(rd io.Reader) ([]checkapi.Check, error) { return checkapi.ReadPermitBulk(rd, s.MaxBatch) })
+	if !ok {
 		return
 	}
 	resp := checkapi.PermitBulkResponse{Allow: make([]checkapi.PermitResponse, len(cs))}

@@ -67,15 +67,8 @@ func queryOf(c *checkapi.Check) map[string]any {
 // then it is an /allowed check. No matching rule is a deny, with the
 // reason.
 func (s *API) handleAllowedURL(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	q, err := checkapi.ReadPermitURL(strings.NewReader(string(body)))
-	if err != nil {
-		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(s.Log, w, err)
+	q, ok := decodeBody(s, w, r, pdp.IfacePermit, checkapi.ReadPermitURL)
+	if !ok {
 		return
 	}
 	route, id, tenant, ok := matchRoute(s.PDP.Routes(), q.Method, q.Segments)
@@ -145,15 +138,8 @@ func (s *API) handleNginxAllowed(w http.ResponseWriter, r *http.Request) {
 // plugin cannot send an API key, so /kong needs none, like forward auth:
 // it trusts the consumer Kong names.
 func (s *API) handleKong(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	k, err := checkapi.ReadKong(strings.NewReader(string(body)))
-	if err != nil {
-		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(s.Log, w, err)
+	k, ok := decodeBody(s, w, r, pdp.IfacePermit, checkapi.ReadKong)
+	if !ok {
 		return
 	}
 	segs, err := checkapi.PathSegments(k.Path)

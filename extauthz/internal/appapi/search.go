@@ -1,6 +1,7 @@
 package appapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -37,7 +38,7 @@ func (s *API) handleSearch(kind string) http.HandlerFunc {
 			wire.WriteError(s.Log, w, err)
 			return
 		}
-		q, err := checkapi.ReadAuthZENSearch(strings.NewReader(string(body)), kind)
+		q, err := checkapi.ReadAuthZENSearch(bytes.NewReader(body), kind)
 		if err != nil {
 			s.PDP.CountError(pdp.IfaceAuthZEN, err)
 			wire.WriteError(s.Log, w, err)

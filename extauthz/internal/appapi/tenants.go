@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
@@ -87,15 +86,8 @@ type allowedTenant struct {
 // allowed, in order.
 func (s *API) handleAllowedAllTenants(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
-	if err != nil {
-		wire.WriteError(s.Log, w, err)
-		return
-	}
-	c, err := checkapi.ReadPermit(strings.NewReader(string(body)))
-	if err != nil {
-		s.PDP.CountError(pdp.IfacePermit, err)
-		wire.WriteError(s.Log, w, err)
+	c, ok := decodeBody(s, w, r, pdp.IfacePermit, checkapi.ReadPermit)
+	if !ok {
 		return
 	}
 	sc, err := s.Store.Schema(ctx)
