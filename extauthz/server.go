@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/extauthz/internal/admin"
 	"github.com/nexuspdp/nexus/extauthz/internal/appapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/envoygrpc"
@@ -68,6 +69,14 @@ func (s *Server) Addr(name string) net.Addr {
 
 // Reload reloads the current policy with the current schema.
 func (s *Server) Reload(ctx context.Context) error { return s.p.Load(ctx, nil) }
+
+// LoadPolicy replaces the policy with b (compiled with the current schema's
+// roles and permissions). A bundle that cannot serve the configured
+// entrypoints is refused and the previous policy stays in force.
+func (s *Server) LoadPolicy(ctx context.Context, b *bundle.Bundle) error { return s.p.Load(ctx, b) }
+
+// PolicyRevision is the revision of the policy in force.
+func (s *Server) PolicyRevision() string { return s.p.PolicyRevision() }
 
 func loadTLS(t TLS) (*tls.Config, error) {
 	if !t.enabled() {
