@@ -37,6 +37,11 @@ type Options struct {
 	// Entrypoints are the rules callers may evaluate, as slash paths
 	// without the data prefix: "nexus/authz/allow".
 	Entrypoints []string
+	// OptionalEntrypoints are compiled too, each only when a module
+	// defines its rule (or a rule inside it): a policy may or may not
+	// have them. The decision log's mask and drop rules
+	// ("system/log/mask", "system/log/drop") are compiled this way.
+	OptionalEntrypoints []string
 	// Revision is recorded in the manifest; empty means none.
 	Revision string
 	// Roots are the bundle roots recorded in the manifest. Empty means the
@@ -95,6 +100,7 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 	// Before OPA's build, which rewrites the parsed modules.
 	ac := analysed(files, caps)
 
+	opts.Entrypoints = withDefined(opts.Entrypoints, opts.OptionalEntrypoints, files)
 	wasm, eps, err := build(ctx, opts, files, caps, regoVersion)
 	if err != nil {
 		return nil, err
@@ -138,6 +144,38 @@ func metadata(ac *ast.Compiler, caps *ast.Capabilities, eps []string) map[string
 		return nil
 	}
 	return md
+}
+
+// withDefined returns eps followed by those of optional that a module of
+// files defines and eps lacks. An optional entrypoint is defined when a
+// rule's document is the entrypoint or lies inside it (a rule of a package
+// below it). A rule whose value merely holds it (system.log := {"mask":
+// ...}) does not count: OPA's compiler cannot compile such an entrypoint.
+func withDefined(eps, optional []string, files []opabundle.ModuleFile) []string {
+	out := slices.Clone(eps)
+	for _, ep := range optional {
+		if slices.Contains(out, ep) {
+			continue
+		}
+		want := ast.Ref{ast.DefaultRootDocument}
+		for _, part := range strings.Split(strings.Trim(ep, "/"), "/") {
+			want = append(want, ast.StringTerm(part))
+		}
+	files:
+		for _, f := range files {
+			for _, r := range f.Parsed.Rules {
+				if r.Module == nil {
+					continue
+				}
+				path := r.Module.Package.Path.Extend(r.Head.Ref().GroundPrefix())
+				if path.HasPrefix(want) {
+					out = append(out, ep)
+					break files
+				}
+			}
+		}
+	}
+	return out
 }
 
 // capabilitiesWith is [Capabilities] with further host builtins declared.

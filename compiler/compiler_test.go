@@ -217,3 +217,40 @@ func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
 		}
 	}
 }
+
+func TestCompileOptionalEntrypoints(t *testing.T) {
+	const mask = `package system.log
+
+mask contains "/input/password"
+`
+	tests := []struct {
+		name    string
+		modules map[string]string
+		want    []string
+	}{
+		{name: "absent", modules: map[string]string{"a.rego": policy}, want: []string{"nexus/authz/allow"}},
+		{name: "defined", modules: map[string]string{"a.rego": policy, "m.rego": mask}, want: []string{"nexus/authz/allow", "system/log/mask"}},
+		{name: "inside a package below it", modules: map[string]string{"a.rego": policy, "d.rego": "package system.log.drop\n\nx := true\n"}, want: []string{"nexus/authz/allow", "system/log/drop"}},
+		{name: "held by a rule's value", modules: map[string]string{"a.rego": policy, "s.rego": "package system\n\nlog := {\"mask\": [\"/input/a\"]}\n"}, want: []string{"nexus/authz/allow"}},
+		{name: "already required", modules: map[string]string{"a.rego": policy, "m.rego": mask}, want: []string{"nexus/authz/allow", "system/log/mask"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eps := []string{"nexus/authz/allow"}
+			if tt.name == "already required" {
+				eps = append(eps, "system/log/mask")
+			}
+			b, err := compiler.Compile(context.Background(), compiler.Options{
+				Modules:             tt.modules,
+				Entrypoints:         eps,
+				OptionalEntrypoints: []string{"system/log/mask", "system/log/drop"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(b.Manifest.Entrypoints, tt.want) {
+				t.Fatalf("entrypoints %v, want %v", b.Manifest.Entrypoints, tt.want)
+			}
+		})
+	}
+}
