@@ -128,6 +128,16 @@ type Config struct {
 	// DecisionLogQueue bounds the events waiting to be written; zero
 	// means 4096. A full queue drops events (counted), never blocks.
 	DecisionLogQueue int
+	// DecisionSink receives every decision with the input the policy saw
+	// and its raw result: the decision log in OPA's format. Nil means
+	// none. The caller closes it after Shutdown (which flushes nothing
+	// of it).
+	DecisionSink pdp.DecisionSink
+	// MaskDecision and DropDecision are the decision log's mask and drop
+	// rules (OPA's decision_logs.mask_decision and drop_decision); ""
+	// means pdp.DefaultMaskDecision and pdp.DefaultDropDecision. They are
+	// evaluated only when the policy bundle has them.
+	MaskDecision, DropDecision string
 
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
@@ -249,6 +259,7 @@ func (c *Config) pdpConfig() pdp.Config {
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: c.DecisionLog, DecisionLogQueue: c.DecisionLogQueue,
+		DecisionSink: c.DecisionSink, MaskDecision: c.MaskDecision, DropDecision: c.DropDecision,
 		Logger: c.Logger, Registerer: c.Registerer,
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,12 @@ const (
 const (
 	DefaultEnvoyEntrypoint = "nexus/envoy/result"
 	DefaultAuthzEntrypoint = "nexus/authz/decision"
+)
+
+// Default paths of the decision log's mask and drop rules, OPA's.
+const (
+	DefaultMaskDecision = "system/log/mask"
+	DefaultDropDecision = "system/log/drop"
 )
 
 // Store is what the core reads of the relationship store: the schema it
@@ -91,6 +98,18 @@ type Config struct {
 	// means 4096. A full queue drops events (counted), never blocks.
 	DecisionLogQueue int
 
+	// DecisionSink receives every decision with the input the policy saw
+	// and its raw result (the decision log in OPA's format); nil means
+	// none, and then the core copies neither.
+	DecisionSink DecisionSink
+	// MaskDecision and DropDecision are the entrypoints of the decision
+	// log's mask and drop rules (slash paths, as OPA's mask_decision and
+	// drop_decision without the leading slash); "" means
+	// DefaultMaskDecision and DefaultDropDecision. They are evaluated
+	// only when the loaded bundle has them (compile the policy with them
+	// as optional entrypoints).
+	MaskDecision, DropDecision string
+
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the decision metrics; nil means a new registry
@@ -114,6 +133,14 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthzEntrypoint == "" {
 		c.AuthzEntrypoint = DefaultAuthzEntrypoint
+	}
+	c.MaskDecision = strings.Trim(c.MaskDecision, "/")
+	if c.MaskDecision == "" {
+		c.MaskDecision = DefaultMaskDecision
+	}
+	c.DropDecision = strings.Trim(c.DropDecision, "/")
+	if c.DropDecision == "" {
+		c.DropDecision = DefaultDropDecision
 	}
 	switch {
 	case c.MaxBodyBytes < 0:

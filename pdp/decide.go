@@ -1,6 +1,7 @@
 package pdp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -47,6 +48,9 @@ type meta struct {
 	// envoy reads the result as opa-envoy-plugin does (result.ParseEnvoy),
 	// for Envoy and forward-auth requests; else with result.Parse.
 	envoy bool
+	// start is when the core began, input building included (set only
+	// for a decision sink).
+	start time.Time
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -121,6 +125,9 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 	bp := p.buf()
 	buf := *bp
 	defer func() { p.putBuf(bp, buf) }()
+	if p.cfg.DecisionSink != nil {
+		md.start = time.Now()
+	}
 	for attempt := 0; ; attempt++ {
 		v := p.view.Load()
 		var keep *prune.Tree
@@ -191,7 +198,33 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 			Cache:          d.Cache,
 		})
 	}
+	if p.cfg.DecisionSink != nil {
+		p.record(iface, entrypoint, input, &d, err, start, elapsed, &md)
+	}
 	return d, err
+}
+
+// record hands the decision to the decision sink, with copies of the
+// input and the result.
+func (p *PDP) record(iface, entrypoint string, input []byte, d *Decision, err error, start time.Time, elapsed time.Duration, md *meta) {
+	r := &DecisionRecord{
+		ID:           d.ID,
+		Time:         start.UTC(),
+		Path:         entrypoint,
+		Interface:    iface,
+		Input:        bytes.Clone(input),
+		Revision:     *p.policyRev(),
+		EvalNanos:    elapsed.Nanoseconds(),
+		HandlerNanos: time.Since(md.start).Nanoseconds(),
+		Cache:        d.Cache,
+		Rules:        p,
+	}
+	if err != nil {
+		r.ErrorCode, r.ErrorMessage = d.Reason, err.Error()
+	} else {
+		r.Result = d.Raw
+	}
+	p.cfg.DecisionSink.Record(r)
 }
 
 // decisionID returns a new decision ID in a UUID's shape: eight random
@@ -283,6 +316,9 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	out, err := p.eng.EvalTrusted(ctx, entrypoint, input, (*bp)[:0])
 	if err == nil {
 		d.Decision, err = p.parseResult(out, envoy)
+		if err == nil && p.cfg.DecisionSink != nil {
+			d.Raw = bytes.Clone(out)
+		}
 	}
 	p.putBuf(bp, out)
 	if err != nil {

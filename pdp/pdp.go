@@ -64,7 +64,13 @@ type inputView struct {
 	// uncached lists the entrypoints whose decisions bypass the decision
 	// cache: their policy can call a non-deterministic builtin.
 	uncached []string
+	// logRules lists the decision log's mask and drop entrypoints the
+	// bundle has.
+	logRules []string
 }
+
+// has reports whether the view's bundle has the log rule entrypoint.
+func (v *inputView) has(entrypoint string) bool { return slices.Contains(v.logRules, entrypoint) }
 
 // cached reports whether decisions of entrypoint may go through the
 // decision cache under this view.
@@ -148,6 +154,11 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	routes := routeRules(b.Data)
 	p.routes.Store(&routes)
 	v := &inputView{uncached: p.uncached(&b.Manifest, fresh)}
+	for _, ep := range []string{p.cfg.MaskDecision, p.cfg.DropDecision} {
+		if slices.Contains(b.Manifest.Entrypoints, ep) {
+			v.logRules = append(v.logRules, ep)
+		}
+	}
 	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
 		v.keep = prune.New(paths)
 	}

@@ -37,6 +37,10 @@ type QueryParameter struct {
 // Decision is a policy's answer for one request.
 type Decision struct {
 	Allowed bool
+	// Raw is the result document as the policy wrote it. The core keeps
+	// it only when a decision sink wants it (the decision log in OPA's
+	// format); otherwise it is nil.
+	Raw []byte
 	// Reason is the policy's "reason" string, if it gave one.
 	Reason string
 	// Subject is the policy's "subject" string: who the policy decided
