@@ -1,0 +1,29 @@
+// Package opalog writes nexus' decisions as OPA writes its decision logs
+// and reports nexus' status as OPA's status plugin does, so that a log
+// pipeline and a control plane built for OPA (and opa-envoy-plugin) take
+// nexus' output unchanged.
+//
+// A Logger is a pdp.DecisionSink: the core hands it every decision (the
+// input the policy saw, its raw result, timings) without waiting. A
+// goroutine turns each record into an OPA decision event, applies the
+// policy's drop and mask rules (evaluated by the core), prints it on the
+// console and queues it for upload: gzip-compressed JSON arrays POSTed to
+// a service of the OPA configuration, from a bounded buffer that drops
+// its oldest events (counted) when full, retried with back-off on errors
+// and flushed on Close.
+//
+//	lg, err := opalog.New(opalog.Config{Labels: labels, Service: svc, Console: os.Stdout})
+//	p, err := pdp.New(ctx, pdp.Config{..., DecisionSink: lg})
+//	defer lg.Close(ctx)
+//
+// A Reporter POSTs OPA's status report (labels, bundles, plugin states,
+// decision log metrics) periodically and whenever Notify is called.
+//
+// # Caveats
+//
+// A mask rule whose result cannot be read (not an array, an entry that is
+// neither a JSON pointer nor an upsert or remove object, a pointer outside
+// /input and /result), or whose evaluation fails, drops the event and
+// counts it: the log never carries an event the policy meant to mask and
+// could not. A failing drop rule drops the event too, as OPA does.
+package opalog

@@ -1,0 +1,279 @@
+package opalog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nexuspdp/nexus/internal/opaconfig"
+)
+
+// DefaultStatusInterval is how often a Reporter reports when nothing
+// prompts it sooner.
+const DefaultStatusInterval = 5 * time.Minute
+
+// Plugin states of the status report, OPA's.
+const (
+	StateOK       = "OK"
+	StateNotReady = "NOT_READY"
+	StateErr      = "ERROR"
+)
+
+// BundleStatus is the status of one bundle, the fields of OPA's bundle
+// status.
+type BundleStatus struct {
+	Name                     string    `json:"name"`
+	ActiveRevision           string    `json:"active_revision,omitempty"`
+	LastSuccessfulActivation time.Time `json:"last_successful_activation"`
+	LastSuccessfulDownload   time.Time `json:"last_successful_download"`
+	LastSuccessfulRequest    time.Time `json:"last_successful_request"`
+	LastRequest              time.Time `json:"last_request"`
+	Code                     string    `json:"code,omitempty"`
+	Message                  string    `json:"message,omitempty"`
+	// Errors are the messages of the errors behind Code.
+	Errors   []string `json:"-"`
+	HTTPCode int      `json:"http_code,omitempty"`
+}
+
+// StatusConfig configures a Reporter.
+type StatusConfig struct {
+	// Labels identify this process (OPA's labels: id, version and the
+	// configured ones).
+	Labels map[string]string
+	// Service, when not nil, receives the reports: POST /status/ (OPA's
+	// path) or /status/<Partition>.
+	Service   *opaconfig.Service
+	Partition string
+	// Console, when not nil, receives each report as one JSON line, as
+	// OPA's console status logger prints it.
+	Console io.Writer
+	// Interval is how often to report when not prompted; zero means
+	// DefaultStatusInterval.
+	Interval time.Duration
+	// Bundles returns the bundles' status; nil means the report has no
+	// bundles and no "bundle" plugin.
+	Bundles func() []BundleStatus
+	// Ready reports whether the server answers checks (the
+	// envoy_ext_authz_grpc plugin's state); nil means always.
+	Ready func() bool
+	// DecisionLogs is the decision logger whose status and counters the
+	// report carries; nil when decision logs are not configured.
+	DecisionLogs *Logger
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Reporter sends OPA status reports.
+type Reporter struct {
+	cfg    StatusConfig
+	notify chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+var statusKeys = []string{"service", "partition_name", "console", "trigger"}
+
+// ParseStatus reads OPA's status section. Like OPA, with no service named
+// and no console, the only service configured receives the reports. It
+// returns nil when the section is absent.
+func ParseStatus(raw json.RawMessage, services map[string]*opaconfig.Service) (*StatusConfig, error) {
+	const where = "status"
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, nil
+	}
+	m, err := opaconfig.Object(where, raw, statusKeys, "plugin", "prometheus", "prometheus_config")
+	if err != nil {
+		return nil, err
+	}
+	var service, trigger string
+	cfg := &StatusConfig{}
+	var console bool
+	for key, dst := range map[string]any{"service": &service, "partition_name": &cfg.Partition, "console": &console, "trigger": &trigger} {
+		if err := opaconfig.Decode(where, m, key, dst); err != nil {
+			return nil, err
+		}
+	}
+	switch trigger {
+	case "", "periodic":
+	case "manual":
+		return nil, fmt.Errorf("%s.trigger: %q: %w (nexus reports periodically and on bundle changes)", where, trigger, opaconfig.ErrUnsupported)
+	default:
+		return nil, fmt.Errorf("%s.trigger: %q is not a trigger mode", where, trigger)
+	}
+	if console {
+		cfg.Console = stdout{}
+	}
+	if service != "" || (!console && len(services) > 0) {
+		if cfg.Service, err = opaconfig.Lookup(services, where+".service", service); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Service == nil && cfg.Console == nil {
+		return nil, fmt.Errorf("%s: name a service or turn console on", where)
+	}
+	return cfg, nil
+}
+
+// NewReporter starts a Reporter: it reports at once, then every
+// Interval and whenever Notify is called.
+func NewReporter(cfg StatusConfig) *Reporter {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultStatusInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Reporter{cfg: cfg, notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	r.Notify()
+	go r.run()
+	return r
+}
+
+// Notify asks for a report soon (a bundle was activated or failed, the
+// decision log's upload status changed). It never blocks; notifications
+// that come while one is pending make one report.
+func (r *Reporter) Notify() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Reporter) run() {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.notify:
+		case <-t.C:
+		}
+		if err := r.send(context.Background()); err != nil {
+			r.cfg.Logger.Warn("status report failed", "err", err)
+		}
+	}
+}
+
+// Close stops the Reporter.
+func (r *Reporter) Close(ctx context.Context) error {
+	r.once.Do(func() { close(r.stop) })
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("opalog: closing the status reporter: %w", ctx.Err())
+	}
+}
+
+// pluginStatus is OPA's plugin status.
+type pluginStatus struct {
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
+}
+
+// statusReport is OPA's status report (UpdateRequestV1).
+type statusReport struct {
+	Labels       map[string]string          `json:"labels"`
+	Bundles      map[string]json.RawMessage `json:"bundles,omitempty"`
+	DecisionLogs *UploadStatus              `json:"decision_logs,omitempty"`
+	Metrics      map[string]any             `json:"metrics,omitempty"`
+	Plugins      map[string]pluginStatus    `json:"plugins"`
+}
+
+// Report returns the current status report.
+func (r *Reporter) Report() ([]byte, error) {
+	rep := statusReport{Labels: r.cfg.Labels, Plugins: map[string]pluginStatus{"status": {State: StateOK}}}
+	authz := StateOK
+	if r.cfg.Ready != nil && !r.cfg.Ready() {
+		authz = StateNotReady
+	}
+	rep.Plugins["envoy_ext_authz_grpc"] = pluginStatus{State: authz}
+	if r.cfg.Bundles != nil {
+		state := StateOK
+		rep.Bundles = map[string]json.RawMessage{}
+		for _, b := range r.cfg.Bundles() {
+			if b.ActiveRevision == "" && b.LastSuccessfulActivation.IsZero() {
+				state = StateNotReady
+			}
+			raw, err := encodeBundleStatus(&b)
+			if err != nil {
+				return nil, err
+			}
+			rep.Bundles[b.Name] = raw
+		}
+		rep.Plugins["bundle"] = pluginStatus{State: state}
+	}
+	if l := r.cfg.DecisionLogs; l != nil {
+		st := l.Status()
+		rep.DecisionLogs = &st
+		rep.Plugins["decision_logs"] = pluginStatus{State: StateOK}
+		rep.Metrics = map[string]any{"prometheus": l.Metrics()}
+	}
+	out, err := json.Marshal(&rep)
+	if err != nil {
+		return nil, fmt.Errorf("opalog: encoding the status report: %w", err)
+	}
+	return out, nil
+}
+
+// encodeBundleStatus encodes b as OPA does, its errors as objects with a
+// message.
+func encodeBundleStatus(b *BundleStatus) (json.RawMessage, error) {
+	type plain BundleStatus
+	v := struct {
+		*plain
+		Errors []map[string]string `json:"errors,omitempty"`
+	}{plain: (*plain)(b)}
+	for _, e := range b.Errors {
+		v.Errors = append(v.Errors, map[string]string{"message": e})
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("opalog: encoding bundle %q's status: %w", b.Name, err)
+	}
+	return raw, nil
+}
+
+func (r *Reporter) send(ctx context.Context) error {
+	rep, err := r.Report()
+	if err != nil {
+		return err
+	}
+	if r.cfg.Console != nil {
+		line := append(rep[:len(rep)-1:len(rep)-1], `,"level":"info","msg":"Status Log","time":"`...)
+		line = time.Now().AppendFormat(line, time.RFC3339)
+		line = append(line, `","type":"openpolicyagent.org/status"}`+"\n"...)
+		if _, err := r.cfg.Console.Write(line); err != nil {
+			r.cfg.Logger.Error("status: console write", "err", err)
+		}
+	}
+	if r.cfg.Service == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := r.cfg.Service.NewRequest(ctx, http.MethodPost, "/status/"+r.cfg.Partition, bytes.NewReader(rep))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.cfg.Service.Do(req)
+	if err != nil {
+		return fmt.Errorf("status update failed: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("status update failed, server replied with HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	}
+	return nil
+}
