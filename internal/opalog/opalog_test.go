@@ -471,12 +471,12 @@ func TestDropRule(t *testing.T) {
 // pointers drops the event (counted) instead of logging it unmasked.
 func TestMalformedMaskFailsClosed(t *testing.T) {
 	for name, mask := range map[string]string{
-		"object":         "package system.log\n\nmask := {\"path\": \"/input\"}\n",
-		"outside":        "package system.log\n\nmask contains \"/labels/id\"\n",
-		"unknown op":     "package system.log\n\nmask contains {\"op\": \"hide\", \"path\": \"/input/attributes\"}\n",
-		"not a pointer":  "package system.log\n\nmask contains 7\n",
-		"mask conflict":  "package system.log\n\nmask := [\"/input\"] if input.decision_id\n\nmask := [\"/result\"] if input.path\n",
-		"drop conflict":  "package system.log\n\ndrop := true if input.decision_id\n\ndrop := false if input.path\n",
+		"object":        "package system.log\n\nmask := {\"path\": \"/input\"}\n",
+		"outside":       "package system.log\n\nmask contains \"/labels/id\"\n",
+		"unknown op":    "package system.log\n\nmask contains {\"op\": \"hide\", \"path\": \"/input/attributes\"}\n",
+		"not a pointer": "package system.log\n\nmask contains 7\n",
+		"mask conflict": "package system.log\n\nmask := [\"/input\"] if input.decision_id\n\nmask := [\"/result\"] if input.path\n",
+		"drop conflict": "package system.log\n\ndrop := true if input.decision_id\n\ndrop := false if input.path\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := newCollector(t)
