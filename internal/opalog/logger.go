@@ -52,6 +52,10 @@ type Logger struct {
 
 	statusMu sync.Mutex
 	status   UploadStatus
+
+	line []byte       // the console line being written (the worker's)
+	zw   *gzip.Writer // the uploader's compressor, reused
+	zbuf bytes.Buffer // its output
 }
 
 var _ pdp.DecisionSink = (*Logger)(nil)
@@ -162,12 +166,12 @@ func (l *Logger) rules(ev []byte, rules pdp.LogRules) ([]byte, bool) {
 // console prints ev as OPA's console decision logger does: the event's
 // members with level, msg, time and type.
 func (l *Logger) console(ev []byte) {
-	line := make([]byte, 0, len(ev)+128)
-	line = append(line, ev[:len(ev)-1]...)
+	line := append(l.line[:0], ev[:len(ev)-1]...)
 	line = append(line, `,"level":"info","msg":"Decision Log","time":"`...)
 	line = time.Now().AppendFormat(line, time.RFC3339)
 	line = append(line, `","type":"openpolicyagent.org/decision_logs"}`...)
 	line = append(line, '\n')
+	l.line = line
 	if _, err := l.cfg.Console.Write(line); err != nil {
 		l.cfg.Logger.Error("decision log: console write", "err", err)
 	}
@@ -238,12 +242,12 @@ func (l *Logger) send(ctx context.Context, n int) error {
 		if len(evs) == 0 {
 			return nil
 		}
-		body, err := gzipArray(evs)
+		body, err := l.gzipArray(evs)
 		for err == nil && int64(len(body)) > limit && len(evs) > 1 {
 			half := len(evs) / 2
 			l.buf.putBack(evs[half:])
 			evs = evs[:half]
-			body, err = gzipArray(evs)
+			body, err = l.gzipArray(evs)
 		}
 		if err != nil {
 			l.encodingFailure.Add(uint64(len(evs)))
@@ -378,10 +382,18 @@ func (l *Logger) Close(ctx context.Context) error {
 	}
 }
 
-// gzipArray compresses the JSON array of evs.
-func gzipArray(evs [][]byte) ([]byte, error) {
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
+// gzipArray compresses the JSON array of evs into a buffer reused by the
+// next call.
+func (l *Logger) gzipArray(evs [][]byte) ([]byte, error) {
+	l.zbuf.Reset()
+	if l.zw == nil {
+		// The fastest level: the uploader shares the CPU with decisions,
+		// and collectors read any gzip stream.
+		l.zw, _ = gzip.NewWriterLevel(&l.zbuf, gzip.BestSpeed)
+	} else {
+		l.zw.Reset(&l.zbuf)
+	}
+	zw := l.zw
 	_, _ = zw.Write([]byte{'['})
 	for i, ev := range evs {
 		if i > 0 {
@@ -393,7 +405,7 @@ func gzipArray(evs [][]byte) ([]byte, error) {
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
-	return b.Bytes(), nil
+	return l.zbuf.Bytes(), nil
 }
 
 // buffer holds encoded events waiting for upload, bounded in bytes (the
