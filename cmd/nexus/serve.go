@@ -439,14 +439,14 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		if err != nil {
 			return nil, err
 		}
-		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, Revision: "default-" + version.Get().Version})
+		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: defaultLogRules, Revision: "default-" + version.Get().Version})
 	}
 	st, err := os.Stat(c.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	if st.IsDir() {
-		return compiler.Compile(ctx, compiler.Options{Paths: []string{c.Policy}, Entrypoints: eps})
+		return compiler.Compile(ctx, compiler.Options{Paths: []string{c.Policy}, Entrypoints: eps, OptionalEntrypoints: defaultLogRules})
 	}
 	f, err := os.Open(c.Policy)
 	if err != nil {

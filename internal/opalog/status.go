@@ -82,7 +82,7 @@ var statusKeys = []string{"service", "partition_name", "console", "trigger"}
 
 // ParseStatus reads OPA's status section. Like OPA, with no service named
 // and no console, the only service configured receives the reports. It
-// returns nil when the section is absent.
+// returns nil when the section is absent or names nowhere to report to.
 func ParseStatus(raw json.RawMessage, services map[string]*opaconfig.Service) (*StatusConfig, error) {
 	const where = "status"
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
@@ -116,7 +116,7 @@ func ParseStatus(raw json.RawMessage, services map[string]*opaconfig.Service) (*
 		}
 	}
 	if cfg.Service == nil && cfg.Console == nil {
-		return nil, fmt.Errorf("%s: name a service or turn console on", where)
+		return nil, nil // as in OPA: nowhere to report to, nothing to do
 	}
 	return cfg, nil
 }

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+
+	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/opalog"
+	"github.com/nexuspdp/nexus/internal/version"
+	"github.com/nexuspdp/nexus/pdp"
+)
+
+// defaultLogRules are the entrypoints of OPA's default mask and drop
+// rules, compiled whenever a policy defines them.
+var defaultLogRules = []string{pdp.DefaultMaskDecision, pdp.DefaultDropDecision}
+
+// opaLogInputs are the parts of an OPA configuration file the decision
+// log and the status reports read.
+type opaLogInputs struct {
+	// DecisionLogs and Status are the raw decision_logs and status
+	// sections; empty when absent.
+	DecisionLogs, Status json.RawMessage
+	// Services are the configuration's services.
+	Services map[string]*opaconfig.Service
+	// Labels are the configured labels; id and version are added.
+	Labels map[string]string
+	// Bundle names the policy bundle in the events ("bundles"); "" leaves
+	// it out.
+	Bundle string
+	// Bundles returns the bundles' status for the status reports; nil when
+	// no bundle is downloaded.
+	Bundles func() []opalog.BundleStatus
+	// Ready reports whether the server answers checks; nil means always.
+	Ready func() bool
+	// Logger receives operational logs.
+	Logger *slog.Logger
+}
+
+// opaLogging is what the decision_logs and status sections set up.
+type opaLogging struct {
+	// Logger writes decisions in OPA's format; nil when decision_logs is
+	// absent (nexus' own --decision-log is then unchanged).
+	Logger *opalog.Logger
+	// Reporter sends status reports; nil when status is absent.
+	Reporter *opalog.Reporter
+	// Rules are the mask and drop entrypoints.
+	Rules opalog.Rules
+	// Labels are the labels events and reports carry.
+	Labels map[string]string
+}
+
+// newOPALogging reads the decision_logs and status sections and starts
+// the decision logger and the status reporter they configure.
+func newOPALogging(in opaLogInputs) (*opaLogging, error) {
+	o := &opaLogging{
+		Rules:  opalog.Rules{Mask: pdp.DefaultMaskDecision, Drop: pdp.DefaultDropDecision},
+		Labels: opaLabels(in.Labels),
+	}
+	if in.Logger == nil {
+		in.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(in.DecisionLogs) > 0 && string(in.DecisionLogs) != "null" {
+		cfg, rules, err := opalog.ParseDecisionLogs(in.DecisionLogs, in.Services)
+		if err != nil {
+			return nil, err
+		}
+		o.Rules = rules
+		if cfg.Service == nil && cfg.Console == nil {
+			// As in OPA: nowhere to write to, nothing to do.
+			in.Logger.Info("decision_logs names no service and the console is off: no decision events are written")
+		} else {
+			cfg.Labels, cfg.Bundle, cfg.Logger = o.Labels, in.Bundle, in.Logger
+			// The reporter, when there is one, reports a change of
+			// upload status at once.
+			cfg.OnStatus = o.notify
+			if o.Logger, err = opalog.New(cfg); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sc, err := opalog.ParseStatus(in.Status, in.Services)
+	if err != nil {
+		if o.Logger != nil {
+			_ = o.Logger.Close(context.Background())
+		}
+		return nil, err
+	}
+	if sc != nil {
+		sc.Labels, sc.Bundles, sc.Ready, sc.DecisionLogs, sc.Logger = o.Labels, in.Bundles, in.Ready, o.Logger, in.Logger
+		o.Reporter = opalog.NewReporter(*sc)
+	}
+	return o, nil
+}
+
+// optionalEntrypoints are the entrypoints to compile policies with as
+// compiler.Options.OptionalEntrypoints.
+func (o *opaLogging) optionalEntrypoints() []string { return []string{o.Rules.Mask, o.Rules.Drop} }
+
+// apply sets the server's decision sink and mask and drop rules.
+func (o *opaLogging) apply(c *extauthz.Config) {
+	if o.Logger != nil {
+		c.DecisionSink = o.Logger
+	}
+	c.MaskDecision, c.DropDecision = o.Rules.Mask, o.Rules.Drop
+}
+
+// notify prompts a status report (after a bundle was activated or
+// failed to be).
+func (o *opaLogging) notify() {
+	if o.Reporter != nil {
+		o.Reporter.Notify()
+	}
+}
+
+// Close uploads what the decision log holds and stops the reporter;
+// call it after the server's Shutdown.
+func (o *opaLogging) Close(ctx context.Context) error {
+	var errs []error
+	if o.Logger != nil {
+		errs = append(errs, o.Logger.Close(ctx))
+	}
+	if o.Reporter != nil {
+		errs = append(errs, o.Reporter.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// opaLabels returns labels with OPA's own: id (a UUID drawn once per
+// process) and version (nexus' version), which win over configured ones
+// as in OPA.
+func opaLabels(configured map[string]string) map[string]string {
+	out := maps.Clone(configured)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out["id"] = processID
+	out["version"] = version.Get().Version
+	return out
+}
+
+// processID identifies this process in decision events and status
+// reports.
+var processID = func() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}()

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/plugins/status"
+
+	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/opalog"
+	"github.com/nexuspdp/nexus/internal/version"
+)
+
+// TestOPALogging: the decision_logs and status sections of an OPA
+// configuration start a logger and a reporter with OPA's labels; the
+// reporter's first report reaches the control plane.
+func TestOPALogging(t *testing.T) {
+	reports := make(chan status.UpdateRequestV1, 4)
+	cp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var rep status.UpdateRequestV1
+		if r.URL.Path == "/status/" && json.Unmarshal(body, &rep) == nil {
+			reports <- rep
+		}
+	}))
+	defer cp.Close()
+	svcs, err := opaconfig.ParseServices(json.RawMessage(`{"cp": {"url": "` + cp.URL + `"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := newOPALogging(opaLogInputs{
+		DecisionLogs: json.RawMessage(`{"service": "cp", "mask_decision": "/acme/log/mask", "reporting": {"min_delay_seconds": 1, "max_delay_seconds": 2}}`),
+		Status:       json.RawMessage(`{"service": "cp"}`),
+		Services:     svcs,
+		Labels:       map[string]string{"region": "eu", "id": "mine"},
+		Bundle:       "authz",
+		Bundles:      func() []opalog.BundleStatus { return []opalog.BundleStatus{{Name: "authz", ActiveRevision: "r1"}} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := o.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if o.Logger == nil || o.Reporter == nil {
+		t.Fatalf("logger %v, reporter %v", o.Logger, o.Reporter)
+	}
+	if !slices.Equal(o.optionalEntrypoints(), []string{"acme/log/mask", "system/log/drop"}) {
+		t.Fatalf("optional entrypoints %v", o.optionalEntrypoints())
+	}
+	var c extauthz.Config
+	o.apply(&c)
+	if c.DecisionSink != o.Logger || c.MaskDecision != "acme/log/mask" || c.DropDecision != "system/log/drop" {
+		t.Fatalf("config %+v", c)
+	}
+	select {
+	case rep := <-reports:
+		if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(rep.Labels["id"]) ||
+			rep.Labels["version"] != version.Get().Version || rep.Labels["region"] != "eu" {
+			t.Fatalf("labels %v", rep.Labels)
+		}
+		if rep.Bundles["authz"].ActiveRevision != "r1" || rep.DecisionLogs == nil {
+			t.Fatalf("report %+v", rep)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no status report")
+	}
+}
+
+func TestOPALoggingErrors(t *testing.T) {
+	for _, tt := range []struct{ dl, st, want string }{
+		{dl: `{"plugin": "p"}`, want: "decision_logs.plugin: not supported by nexus"},
+		{st: `{"prometheus": true}`, want: "status.prometheus: not supported by nexus"},
+		{dl: `{"service": "nope"}`, want: `no service named "nope"`},
+	} {
+		_, err := newOPALogging(opaLogInputs{DecisionLogs: json.RawMessage(tt.dl), Status: json.RawMessage(tt.st)})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %s: err %v, want %q", tt.dl, tt.st, err, tt.want)
+		}
+	}
+	// Nowhere to write to: nothing to do, as in OPA.
+	o, err := newOPALogging(opaLogInputs{DecisionLogs: json.RawMessage(`{}`), Status: json.RawMessage(`{}`)})
+	if err != nil || o.Logger != nil || o.Reporter != nil {
+		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// TestLoadPolicyCompilesLogRules: a policy directory that defines the
+// default mask rule is compiled with it as an entrypoint.
+func TestLoadPolicyCompilesLogRules(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"authz.rego": "package nexus.authz\n\ndecision := {\"allow\": true}\n",
+		"mask.rego":  "package system.log\n\nmask contains \"/input/secret\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := loadPolicy(context.Background(), serveConfig{Policy: dir, Entrypoints: []string{"nexus/authz/decision"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.Manifest.Entrypoints, []string{"nexus/authz/decision", "system/log/mask"}) {
+		t.Fatalf("entrypoints %v", b.Manifest.Entrypoints)
+	}
+}
