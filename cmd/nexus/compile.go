@@ -26,21 +26,23 @@ func newCompileCmd() *cobra.Command {
 		Short: "Compile Rego policies and data into a WebAssembly bundle",
 		Long: `Compile Rego files and JSON/YAML data files (or directories of them) into an
 OPA-format bundle: /.manifest, /policy.wasm and /data.json. Entrypoints are
-rule paths without the data prefix, e.g. nexus/authz/allow. Errors are
-printed as file:line:col: message.`,
+rule paths without the data prefix, e.g. nexus/authz/allow; the decision
+log's mask and drop rules (system/log/mask, system/log/drop) are added when
+the policy defines them. Errors are printed as file:line:col: message.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(entrypoints) == 0 {
 				return usageError(cmd, fmt.Errorf("compile: at least one -e ENTRYPOINT is required"))
 			}
 			b, err := compiler.Compile(cmd.Context(), compiler.Options{
-				Paths:             args,
-				Entrypoints:       entrypoints,
-				Revision:          revision,
-				Roots:             roots,
-				OptimizationLevel: optimize,
-				RegoV0:            regoV0,
-				EnablePrint:       withPrint,
+				Paths:               args,
+				Entrypoints:         entrypoints,
+				OptionalEntrypoints: defaultLogRules,
+				Revision:            revision,
+				Roots:               roots,
+				OptimizationLevel:   optimize,
+				RegoV0:              regoV0,
+				EnablePrint:         withPrint,
 			})
 			if err != nil {
 				return err
