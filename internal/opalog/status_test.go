@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/opalog"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // statusService is a control plane: it decodes every report with OPA's
@@ -88,6 +89,15 @@ func TestStatusReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lg.Close(t.Context()) })
+	// Three events into a buffer of one: two are dropped.
+	for _, id := range []string{"d1", "d2", "d3"} {
+		lg.Record(&pdp.DecisionRecord{ID: id, Path: "envoy/authz/allow", Input: []byte(`{}`), Result: []byte(`true`), Time: time.Now()})
+	}
+	for deadline := time.Now().Add(20 * time.Second); lg.Events() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events", lg.Events())
+		}
+	}
 	activated := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var rev atomic.Value
 	rev.Store("rev-7")
@@ -124,7 +134,7 @@ func TestStatusReports(t *testing.T) {
 		t.Fatalf("decision_logs %+v", first.DecisionLogs)
 	}
 	prom, _ := first.Metrics["prometheus"].(map[string]any)
-	if prom["counter_decision_logs_dropped_buffer_size_limit_exceeded"] != float64(0) {
+	if prom["counter_decision_logs_dropped_buffer_size_limit_exceeded"] != float64(2) {
 		t.Fatalf("metrics %v", first.Metrics)
 	}
 
