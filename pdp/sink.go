@@ -14,7 +14,7 @@ import (
 // and said, for the decision log in OPA's format. Record is called on the
 // decision path: it must return at once (queue the record, or drop it).
 type DecisionSink interface {
-	// Record takes r; the sink owns it and its byte slices.
+	// Record takes r; the sink owns it and its Input.
 	Record(r *DecisionRecord)
 }
 
@@ -32,7 +32,8 @@ type DecisionRecord struct {
 	// writes only the parts of the input the loaded policy reads.
 	Input json.RawMessage
 	// Result is the policy's result document; nil when the decision
-	// failed.
+	// failed. It may be shared with the decision cache: read it, never
+	// modify it.
 	Result json.RawMessage
 	// ErrorCode and ErrorMessage describe a failed decision (Code(err) and
 	// the error); empty when it succeeded.
