@@ -57,10 +57,12 @@ type StatusConfig struct {
 	// DefaultStatusInterval.
 	Interval time.Duration
 	// Bundles returns the bundles' status; nil means the report has no
-	// bundles and no "bundle" plugin.
+	// bundles and no "bundle" plugin. It is called from the reporter's
+	// goroutine.
 	Bundles func() []BundleStatus
 	// Ready reports whether the server answers checks (the
-	// envoy_ext_authz_grpc plugin's state); nil means always.
+	// envoy_ext_authz_grpc plugin's state), from the reporter's
+	// goroutine; nil means always.
 	Ready func() bool
 	// DecisionLogs is the decision logger whose status and counters the
 	// report carries; nil when decision logs are not configured.
