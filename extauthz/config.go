@@ -227,15 +227,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("extauthz: %w", err)
 	}
 	if c.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			collectors.NewGoCollector(),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "nexus_process_peak_resident_memory_bytes",
-				Help: "Peak resident set size of the process (VmHWM), for benchmark reports.",
-			}, peakRSS),
-		)
+		reg := NewRegistry()
 		c.Registerer = reg
 		if c.Gatherer == nil {
 			c.Gatherer = reg
@@ -249,6 +241,23 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// NewRegistry returns the registry a Server serves on /metrics when
+// Config.Registerer is nil: the process and Go collectors and the peak
+// resident memory. Callers that register metrics of their own beside the
+// server's (a cluster replica's) pass it as Config.Registerer.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "nexus_process_peak_resident_memory_bytes",
+			Help: "Peak resident set size of the process (VmHWM), for benchmark reports.",
+		}, peakRSS),
+	)
+	return reg
 }
 
 // peakRSS reads VmHWM from /proc/self/status; 0 where there is no /proc.

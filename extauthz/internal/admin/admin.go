@@ -328,16 +328,31 @@ func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, clusterManifest{Manifest: b.Manifest, ClusterRevision: uint64(rev)})
+	out, err := withClusterRevision(b.Manifest, rev)
+	if err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, out)
 }
 
 // maxBundleBytes bounds a policy bundle.
 const maxBundleBytes = 64 << 20
 
-// clusterManifest answers a policy load through the cluster's log.
-type clusterManifest struct {
-	bundle.Manifest
-	ClusterRevision uint64 `json:"cluster_revision"`
+// withClusterRevision is the manifest as its JSON object with the log's
+// revision added as "cluster_revision" (the manifest's own "revision" is
+// the policy's).
+func withClusterRevision(m bundle.Manifest, rev datastore.Revision) (map[string]json.RawMessage, error) {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	out["cluster_revision"] = json.RawMessage(strconv.FormatUint(uint64(rev), 10))
+	return out, nil
 }
 
 func (s *API) writer() Writer {

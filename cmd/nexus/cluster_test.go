@@ -1,0 +1,388 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/defaults/demo"
+	"github.com/nexuspdp/nexus/internal/natstest"
+	"github.com/nexuspdp/nexus/pdp"
+)
+
+const (
+	testAdminToken = "cluster-test-admin-token"
+	testAppKey     = "cluster-test-app-key"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuf is the log of one serve run.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serving is one `nexus serve` run inside the test process.
+type serving struct {
+	admin, http string
+	log         *syncBuf
+	cancel      context.CancelFunc
+	done        chan error
+}
+
+// serve runs `nexus serve` with args and the test's listeners and
+// credentials until the test ends; ready waits for /readyz.
+func serve(t *testing.T, dataDir string, args ...string) *serving {
+	t.Helper()
+	s := &serving{admin: freeAddr(t), http: freeAddr(t), log: &syncBuf{}, done: make(chan error, 1)}
+	cmd := newServeCmd()
+	cmd.SetArgs(append([]string{
+		"--data-dir", dataDir, "--grpc-addr", "-", "--http-addr", s.http, "--admin-addr", s.admin,
+		"--admin-token", testAdminToken, "--app-api-key", testAppKey, "--shutdown-grace", "2s",
+	}, args...))
+	cmd.SetOut(s.log)
+	cmd.SetErr(s.log)
+	cmd.SilenceUsage = true
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		s.stop(t)
+		if t.Failed() {
+			t.Logf("serve %s log:\n%s", dataDir, s.log.String())
+		}
+	})
+	return s
+}
+
+func (s *serving) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		t.Errorf("serve did not stop")
+	}
+}
+
+func (s *serving) ready(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + s.admin + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case err := <-s.done:
+			t.Fatalf("serve exited: %v\n%s", err, s.log.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("serve not ready\n%s", s.log.String())
+}
+
+// call sends a request with the admin token (admin listener) or the
+// application key and decodes the JSON answer.
+func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("%s %s: %d %q is not a JSON object", method, url, resp.StatusCode, b)
+	}
+	return resp.StatusCode, out
+}
+
+func (s *serving) write(t *testing.T, tuple string) (int, map[string]any) {
+	t.Helper()
+	return call(t, "POST", "http://"+s.admin+"/v1/relationships", testAdminToken, `{"touches":["`+tuple+`"]}`)
+}
+
+func (s *serving) revision(t *testing.T) uint64 {
+	t.Helper()
+	status, out := call(t, "GET", "http://"+s.admin+"/v1/revision", testAdminToken, "")
+	if status != 200 {
+		t.Fatalf("GET /v1/revision: %d %v", status, out)
+	}
+	return uint64(out["revision"].(float64))
+}
+
+// evaluate asks AuthZEN whether user may read file:report.pdf, with a
+// consistency token unless token is "".
+func (s *serving) evaluate(t *testing.T, user, token string) (int, map[string]any) {
+	t.Helper()
+	ctx := ""
+	if token != "" {
+		ctx = `,"context":{"nexus_revision":"` + token + `"}`
+	}
+	return call(t, "POST", "http://"+s.http+"/access/v1/evaluation", testAppKey,
+		`{"subject":{"type":"user","id":"`+user+`"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}`+ctx+`}`)
+}
+
+func eventually(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServeCluster runs two replicas of `nexus serve --cluster` on an
+// embedded NATS: the demo data arrives through the log, a write on one is
+// seen on the other with its revision as a consistency token, a token
+// ahead of the log fails closed, a policy load reaches both, and without
+// NATS checks go on while writes are refused (503) until it returns.
+func TestServeCluster(t *testing.T) {
+	nats := natstest.Start(t, 1)
+	url := strings.Join(nats.URLs(), ",")
+	a := serve(t, t.TempDir(), "--cluster", url, "--cluster-name", "servetest")
+	a.ready(t)
+	b := serve(t, t.TempDir(), "--cluster", url, "--cluster-name", "servetest")
+	b.ready(t)
+
+	// The demo data came through the log: both replicas hold it.
+	eventually(t, 20*time.Second, "replicas converge", func() bool { return a.revision(t) > 0 && a.revision(t) == b.revision(t) })
+	if status, out := b.evaluate(t, "bob", ""); status != 200 || out["decision"] != true {
+		t.Fatalf("bob on B: %d %v, want the demo's allow", status, out)
+	}
+
+	status, out := a.write(t, "file:report.pdf#viewer@user:zed")
+	if status != 200 {
+		t.Fatalf("write on A: %d %v", status, out)
+	}
+	rev := uint64(out["revision"].(float64))
+	if status, out := b.evaluate(t, "zed", strconv.FormatUint(rev, 10)); status != 200 || out["decision"] != true {
+		t.Fatalf("zed on B with token %d: %d %v, want allowed", rev, status, out)
+	}
+	if got := b.revision(t); got < rev {
+		t.Fatalf("B's revision %d after a check that waited for %d", got, rev)
+	}
+	// A token the log has not reached: bob, whom the data allows, is denied.
+	ahead := strconv.FormatUint(rev+1000, 10)
+	if status, out := b.evaluate(t, "bob", ahead); status != 503 || out["reason"] != pdp.CodeRevisionUnavailable {
+		t.Fatalf("token %s ahead of the log: %d %v, want 503 %s", ahead, status, out, pdp.CodeRevisionUnavailable)
+	}
+	if status, out := b.evaluate(t, "bob", "not-a-revision"); status != 400 || out["reason"] != pdp.CodeBadRequest {
+		t.Fatalf("malformed token: %d %v, want 400", status, out)
+	}
+
+	// A policy load on A reaches B.
+	pb := testPolicyBundle(t, "cluster-test-v2")
+	req, _ := http.NewRequest("PUT", "http://"+a.admin+"/v1/policy", bytes.NewReader(pb))
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"cluster_revision"`) {
+		t.Fatalf("PUT /v1/policy on A: %d %s", resp.StatusCode, body)
+	}
+	for name, s := range map[string]*serving{"A": a, "B": b} {
+		eventually(t, 10*time.Second, "policy on "+name, func() bool {
+			_, out := call(t, "GET", "http://"+s.admin+"/v1/policy", testAdminToken, "")
+			return out["revision"] == "cluster-test-v2"
+		})
+	}
+	// A bundle without the configured entrypoints is refused before the log.
+	req, _ = http.NewRequest("PUT", "http://"+a.admin+"/v1/policy", bytes.NewReader(testBundleWithout(t)))
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("a bundle without the entrypoints: %v %v, want 400", resp, err)
+	}
+
+	// The replica's metrics are on the server's registry.
+	resp, err = http.Get("http://" + b.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"nexus_cluster_applied_revision", "nexus_cluster_degraded", "nexus_decisions_total"} {
+		if !bytes.Contains(metrics, []byte(m)) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+
+	// Without NATS: checks go on, writes are refused with 503, /healthz
+	// says degraded, /readyz stays ready.
+	nats.StopAll()
+	eventually(t, 20*time.Second, "A degraded", func() bool {
+		_, out := call(t, "GET", "http://"+a.admin+"/healthz", testAdminToken, "")
+		return out["status"] == "degraded"
+	})
+	if status, out := a.write(t, "file:report.pdf#viewer@user:yan"); status != 503 || out["reason"] != pdp.CodeUnavailable {
+		t.Fatalf("write without NATS: %d %v, want 503 %s", status, out, pdp.CodeUnavailable)
+	}
+	if status, out := a.evaluate(t, "zed", ""); status != 200 || out["decision"] != true {
+		t.Fatalf("check without NATS: %d %v", status, out)
+	}
+	if resp, err := http.Get("http://" + a.admin + "/readyz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz without NATS: %v %v, want 200", resp, err)
+	}
+	nats.RestartAll(t)
+	var rev2 uint64
+	eventually(t, 30*time.Second, "writes after NATS returned", func() bool {
+		status, out := a.write(t, "file:report.pdf#viewer@user:yan")
+		if status == 200 {
+			rev2 = uint64(out["revision"].(float64))
+		}
+		return status == 200
+	})
+	if status, out := b.evaluate(t, "yan", strconv.FormatUint(rev2, 10)); status != 200 || out["decision"] != true {
+		t.Fatalf("yan on B after recovery: %d %v", status, out)
+	}
+	_, out = call(t, "GET", "http://"+a.admin+"/healthz", testAdminToken, "")
+	if out["status"] != "ok" {
+		t.Fatalf("/healthz after recovery: %v", out)
+	}
+}
+
+// TestServeClusterRefusesSingleNodeData: a data directory written in
+// single-node mode cannot join a cluster, and the error says why.
+func TestServeClusterRefusesSingleNodeData(t *testing.T) {
+	nats := natstest.Start(t, 1)
+	dir := t.TempDir()
+	ctx := context.Background()
+	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(dir, relDataFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demo.Load(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, dir, "--cluster", strings.Join(nats.URLs(), ","))
+	select {
+	case err := <-s.done:
+		if err == nil || !strings.Contains(err.Error(), "single-node mode cannot join a cluster") {
+			t.Fatalf("err = %v, want the single-node refusal", err)
+		}
+		s.done <- err // for the cleanup's stop
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve --cluster on a single-node data directory did not fail")
+	}
+}
+
+// TestServeClusterConfig: the YAML section and the flags.
+func TestServeClusterConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nexus.yaml")
+	yaml := "cluster:\n  nats_urls: [nats://n1:4222, nats://n2:4222]\n  name: prod\n  stream_replicas: 3\n  credentials: /etc/nats/nexus.creds\n  tls:\n    ca_file: /etc/nats/ca.pem\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file, err := readServeConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := newServeCmd()
+	if err := cmd.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	var c serveConfig
+	mergeFlags(cmd, &c, file)
+	if strings.Join(c.Cluster.NATSURLs, ",") != "nats://n1:4222,nats://n2:4222" || c.Cluster.Name != "prod" || c.Cluster.StreamReplicas != 3 ||
+		c.Cluster.Credentials != "/etc/nats/nexus.creds" || c.Cluster.TLS.CAFile != "/etc/nats/ca.pem" {
+		t.Fatalf("cluster section not applied: %+v", c.Cluster)
+	}
+	cmd = newServeCmd()
+	if err := cmd.ParseFlags([]string{"--cluster", "nats://a:4222,nats://b:4222", "--cluster-name", "flag"}); err != nil {
+		t.Fatal(err)
+	}
+	c = serveConfig{}
+	c.Cluster.NATSURLs, _ = cmd.Flags().GetStringSlice("cluster")
+	c.Cluster.Name, _ = cmd.Flags().GetString("cluster-name")
+	mergeFlags(cmd, &c, file)
+	if strings.Join(c.Cluster.NATSURLs, ",") != "nats://a:4222,nats://b:4222" || c.Cluster.Name != "flag" {
+		t.Fatalf("flags must override the file: %+v", c.Cluster)
+	}
+	if err := os.WriteFile(path, []byte("cluster:\n  nats_url: nats://n1:4222\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readServeConfig(path); err == nil || !strings.Contains(err.Error(), "nats_url") {
+		t.Fatalf("a misspelt cluster key: err = %v", err)
+	}
+}
+
+// testPolicyBundle is the default policy as a bundle of revision rev.
+func testPolicyBundle(t *testing.T, rev string) []byte {
+	t.Helper()
+	b, err := loadPolicy(context.Background(), serveConfig{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Manifest.Revision = rev
+	var buf bytes.Buffer
+	if err := b.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// testBundleWithout is the default policy compiled without the authz
+// entrypoint.
+func testBundleWithout(t *testing.T) []byte {
+	t.Helper()
+	b, err := loadPolicy(context.Background(), serveConfig{Entrypoints: []string{pdp.DefaultEnvoyEntrypoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := b.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
