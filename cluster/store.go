@@ -30,3 +30,13 @@ func CheckStore(ctx context.Context, store *datastore.BoltStore) error {
 	}
 	return nil
 }
+
+// IsReplicaStore reports whether a replica wrote store: it then takes
+// writes only through the cluster, never directly.
+func IsReplicaStore(ctx context.Context, store *datastore.BoltStore) (bool, error) {
+	follows, err := store.ReplicaMeta(ctx, metaStream)
+	if err != nil {
+		return false, fmt.Errorf("cluster: %w", err)
+	}
+	return follows != nil, nil
+}

@@ -60,6 +60,7 @@ type serving struct {
 	log         *syncBuf
 	cancel      context.CancelFunc
 	done        chan error
+	stopped     sync.Once
 }
 
 // serve runs `nexus serve` with args and the test's listeners and
@@ -89,12 +90,14 @@ func serve(t *testing.T, dataDir string, args ...string) *serving {
 
 func (s *serving) stop(t *testing.T) {
 	t.Helper()
-	s.cancel()
-	select {
-	case <-s.done:
-	case <-time.After(20 * time.Second):
-		t.Errorf("serve did not stop")
-	}
+	s.stopped.Do(func() {
+		s.cancel()
+		select {
+		case <-s.done:
+		case <-time.After(20 * time.Second):
+			t.Errorf("serve did not stop")
+		}
+	})
 }
 
 func (s *serving) ready(t *testing.T) {
@@ -310,7 +313,7 @@ func TestServeClusterRefusesSingleNodeData(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "single-node mode cannot join a cluster") {
 			t.Fatalf("err = %v, want the single-node refusal", err)
 		}
-		s.done <- err // for the cleanup's stop
+		s.stopped.Do(func() {})
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve --cluster on a single-node data directory did not fail")
 	}
@@ -385,4 +388,64 @@ func testBundleWithout(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestRelImportThroughCluster: rel import --admin-url writes through a
+// replica's admin API (so through the log), validates the whole input
+// first, and a direct import into a replica's data directory is refused.
+func TestRelImportThroughCluster(t *testing.T) {
+	nats := natstest.Start(t, 1)
+	dir := t.TempDir()
+	a := serve(t, dir, "--cluster", strings.Join(nats.URLs(), ","), "--cluster-name", "importtest")
+	a.ready(t)
+	in := filepath.Join(t.TempDir(), "tuples.txt")
+	var lines []string
+	for i := range 12 {
+		lines = append(lines, "file:imp-"+strconv.Itoa(i)+"#viewer@user:imp")
+	}
+	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := newRelCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(args)
+		cmd.SilenceUsage = true
+		err := cmd.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+	before := a.revision(t)
+	out, err := run("import", "--admin-url", "http://"+a.admin, "--admin-token", testAdminToken, in)
+	if err != nil || !strings.Contains(out, "imported 12 tuples") {
+		t.Fatalf("remote import: %v\n%s", err, out)
+	}
+	if a.revision(t) <= before {
+		t.Fatal("the import did not move the replica's revision")
+	}
+	status, got := call(t, "GET", "http://"+a.admin+"/v1/relationships?subject_type=user&subject_id=imp", testAdminToken, "")
+	if status != 200 || len(got["tuples"].([]any)) != 12 {
+		t.Fatalf("imported tuples on the replica: %d %v", status, got)
+	}
+	// An invalid line stops the import before anything is written.
+	bad := filepath.Join(t.TempDir(), "bad.txt")
+	if err := os.WriteFile(bad, []byte("file:ok-1#viewer@user:x\nfile:ok-2#nosuch@user:x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rev := a.revision(t)
+	if out, err := run("import", "--admin-url", "http://"+a.admin, "--admin-token", testAdminToken, bad); err == nil || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("invalid input: %v\n%s", err, out)
+	}
+	if a.revision(t) != rev {
+		t.Fatal("a refused import wrote")
+	}
+	if _, err := run("import", "--admin-url", "http://"+a.admin, "--admin-token", "wrong", in); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("wrong token: %v", err)
+	}
+	// Directly into the replica's data directory: refused.
+	a.stop(t)
+	if _, err := run("import", "--data-dir", dir, in); err == nil || !strings.Contains(err.Error(), "cluster replica's data directory") {
+		t.Fatalf("direct import into a replica's store: %v", err)
+	}
 }
