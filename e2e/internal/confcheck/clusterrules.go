@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,6 +230,162 @@ func ComposeCluster(c *Compose) error {
 	}
 	if err := ComposeAdminClosed(c); err != nil {
 		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// HelmNATS is what a values file for the official NATS Helm chart, with
+// the helm install line of its header, says of the NATS a nexus cluster
+// keeps its log on.
+type HelmNATS struct {
+	Release, Namespace string
+	// Port is the client port (config.nats.port; 4222 by default).
+	Port int
+	// Servers is config.cluster.replicas.
+	Servers int
+}
+
+// Hosts are the names the client Service answers to.
+func (h *HelmNATS) Hosts() []string {
+	b := h.Release + "." + h.Namespace
+	return []string{b, b + ".svc", b + ".svc.cluster.local"}
+}
+
+var helmInstall = regexp.MustCompile(`helm install (\S+) nats/nats (?:--namespace|-n) (\S+)`)
+
+// NATSHelmValues reads the values file (strictly: a misspelt key is an
+// error) and its helm install line, and checks that it runs a JetStream
+// cluster of at least three servers that keeps the log on persistent
+// volumes.
+func NATSHelmValues(data []byte) (*HelmNATS, error) {
+	m := helmInstall.FindSubmatch(data)
+	if m == nil {
+		return nil, fmt.Errorf("%w: no \"helm install RELEASE nats/nats --namespace NS\" line", ErrInvalid)
+	}
+	var v struct {
+		Config struct {
+			NATS *struct {
+				Port int `yaml:"port"`
+			} `yaml:"nats"`
+			Cluster struct {
+				Enabled  bool `yaml:"enabled"`
+				Replicas int  `yaml:"replicas"`
+			} `yaml:"cluster"`
+			JetStream struct {
+				Enabled   bool `yaml:"enabled"`
+				FileStore struct {
+					Enabled *bool `yaml:"enabled"`
+					PVC     struct {
+						Enabled *bool  `yaml:"enabled"`
+						Size    string `yaml:"size"`
+					} `yaml:"pvc"`
+				} `yaml:"fileStore"`
+			} `yaml:"jetstream"`
+		} `yaml:"config"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnknownField, err)
+	}
+	h := &HelmNATS{Release: string(m[1]), Namespace: string(m[2]), Port: 4222, Servers: v.Config.Cluster.Replicas}
+	if v.Config.NATS != nil && v.Config.NATS.Port != 0 {
+		h.Port = v.Config.NATS.Port
+	}
+	var errs []error
+	if !v.Config.Cluster.Enabled || v.Config.Cluster.Replicas < 3 {
+		errs = append(errs, fmt.Errorf("%w: config.cluster: want enabled with at least 3 replicas (a JetStream quorum that survives losing one)", ErrInvalid))
+	}
+	fs := v.Config.JetStream.FileStore
+	switch {
+	case !v.Config.JetStream.Enabled:
+		errs = append(errs, fmt.Errorf("%w: config.jetstream.enabled is not true: the cluster's log needs JetStream", ErrInvalid))
+	case fs.Enabled != nil && !*fs.Enabled, fs.PVC.Enabled != nil && !*fs.PVC.Enabled:
+		errs = append(errs, fmt.Errorf("%w: config.jetstream.fileStore: the log must be on persistent volumes", ErrUnsafe))
+	case fs.PVC.Size == "":
+		errs = append(errs, fmt.Errorf("%w: config.jetstream.fileStore.pvc.size is not set", ErrInvalid))
+	}
+	return h, errors.Join(errs...)
+}
+
+// KubeCluster checks the nexus serve --cluster containers of a manifest
+// against the NATS of a Helm values file: every replica names the chart's
+// client Service (in its namespace, on its port), all name one cluster,
+// and the stream replicas of the config file they mount (a ConfigMap of
+// the manifest) are at most the NATS servers.
+func KubeCluster(objs []Object, nats *HelmNATS) error {
+	var errs []error
+	configMaps := map[string]map[string]string{}
+	for _, o := range objs {
+		if o.GVK.Kind == "ConfigMap" {
+			data := map[string]string{}
+			if d, ok := o.Raw["data"].(map[string]any); ok {
+				for k, v := range d {
+					data[k], _ = v.(string)
+				}
+			}
+			configMaps[o.Name] = data
+		}
+	}
+	names := map[string]bool{}
+	found := 0
+	for _, n := range nexusContainers(objs) {
+		urls := n.flags["cluster"]
+		if urls == "" {
+			continue
+		}
+		found++
+		cn := n.flags["cluster-name"]
+		if cn == "" {
+			cn = "nexus"
+		}
+		names[cn] = true
+		for _, u := range strings.Split(urls, ",") {
+			h, p, err := hostPort(u)
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("%w: %s: --cluster %w", ErrInvalid, n, err))
+			case !slices.Contains(nats.Hosts(), h) && !(h == nats.Release && n.w.Namespace == nats.Namespace):
+				errs = append(errs, fmt.Errorf("%w: %s: --cluster names %q, not the NATS Service of release %q in namespace %q (%s)", ErrReference, n, h, nats.Release, nats.Namespace, nats.Hosts()[2]))
+			case p != nats.Port:
+				errs = append(errs, fmt.Errorf("%w: %s: --cluster port %d, but NATS listens for clients on %d", ErrReference, n, p, nats.Port))
+			}
+		}
+		cfg := n.flags["config"]
+		if cfg == "" {
+			continue
+		}
+		var cm string
+		for _, m := range n.c.VolumeMounts {
+			if path.Dir(path.Clean(cfg)) == path.Clean(m.MountPath) {
+				for _, v := range n.w.Template.Spec.Volumes {
+					if v.Name == m.Name && v.ConfigMap != nil {
+						cm = v.ConfigMap.Name
+					}
+				}
+			}
+		}
+		data, ok := configMaps[cm][path.Base(cfg)]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: %s: --config %s is not a key of a ConfigMap of this file", ErrReference, n, cfg))
+			continue
+		}
+		var conf struct {
+			Cluster struct {
+				StreamReplicas int `yaml:"stream_replicas"`
+			} `yaml:"cluster"`
+		}
+		if err := yaml.Unmarshal([]byte(data), &conf); err != nil {
+			errs = append(errs, fmt.Errorf("%w: ConfigMap %s: %w", ErrInvalid, cm, err))
+		} else if r := conf.Cluster.StreamReplicas; r > nats.Servers {
+			errs = append(errs, fmt.Errorf("%w: ConfigMap %s: stream_replicas %d, but NATS runs %d servers", ErrInvalid, cm, r, nats.Servers))
+		}
+	}
+	if found == 0 {
+		errs = append(errs, fmt.Errorf("%w: no nexus serve --cluster container", ErrInvalid))
+	}
+	if len(names) > 1 {
+		errs = append(errs, fmt.Errorf("%w: the replicas name %d different clusters", ErrInvalid, len(names)))
 	}
 	return errors.Join(errs...)
 }
