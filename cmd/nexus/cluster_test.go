@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/defaults/demo"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/natstest"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -217,6 +218,31 @@ func TestServeCluster(t *testing.T) {
 	if status, out := b.evaluate(t, "bob", "not-a-revision"); status != 400 || out["reason"] != pdp.CodeBadRequest {
 		t.Fatalf("malformed token: %d %v, want 400", status, out)
 	}
+
+	// A schema write on A reaches B's policy: a new type becomes known.
+	memo := func(s *serving) (int, map[string]any) {
+		return call(t, "POST", "http://"+s.http+"/access/v1/evaluation", testAppKey,
+			`{"subject":{"type":"user","id":"zed"},"action":{"name":"read"},"resource":{"type":"memo","id":"m1"}}`)
+	}
+	if status, out := memo(b); status != 400 || out["reason"] != pdp.CodeUnknownType {
+		t.Fatalf("memo before the schema write: %d %v, want 400 %s", status, out, pdp.CodeUnknownType)
+	}
+	src := strings.Replace(string(drive.Schema), "types:\n", "types:\n  memo:\n    relations:\n      reader: [user]\n    permissions:\n      read: reader\n", 1)
+	req0, _ := http.NewRequest("PUT", "http://"+a.admin+"/v1/schema", strings.NewReader(src))
+	req0.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp0, err := http.DefaultClient.Do(req0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body0, _ := io.ReadAll(resp0.Body)
+	resp0.Body.Close()
+	if resp0.StatusCode != 200 || !strings.Contains(string(body0), `"revision"`) {
+		t.Fatalf("PUT /v1/schema on A: %d %s", resp0.StatusCode, body0)
+	}
+	eventually(t, 10*time.Second, "B knows the new type", func() bool {
+		status, _ := memo(b)
+		return status == 200
+	})
 
 	// A policy load on A reaches B.
 	pb := testPolicyBundle(t, "cluster-test-v2")
