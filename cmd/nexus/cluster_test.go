@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/defaults/demo"
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
@@ -188,7 +191,7 @@ func eventually(t *testing.T, d time.Duration, what string, f func() bool) {
 func TestServeCluster(t *testing.T) {
 	nats := natstest.Start(t, 1)
 	url := strings.Join(nats.URLs(), ",")
-	a := serve(t, t.TempDir(), "--cluster", url, "--cluster-name", "servetest")
+	a := serve(t, t.TempDir(), "--cluster", url, "--cluster-name", "servetest", "--max-body-bytes", "8388608")
 	a.ready(t)
 	b := serve(t, t.TempDir(), "--cluster", url, "--cluster-name", "servetest")
 	b.ready(t)
@@ -217,6 +220,25 @@ func TestServeCluster(t *testing.T) {
 	}
 	if status, out := b.evaluate(t, "bob", "not-a-revision"); status != 400 || out["reason"] != pdp.CodeBadRequest {
 		t.Fatalf("malformed token: %d %v, want 400", status, out)
+	}
+
+	// A write the admin API takes but one log message cannot hold: 413,
+	// and nothing written.
+	var big strings.Builder
+	big.WriteString(`{"touches":[`)
+	for i := range 40_000 {
+		if i > 0 {
+			big.WriteString(",")
+		}
+		fmt.Fprintf(&big, `"file:big-%06d#viewer@user:someone-with-a-long-name"`, i)
+	}
+	big.WriteString(`]}`)
+	revBefore := a.revision(t)
+	if status, out := call(t, "POST", "http://"+a.admin+"/v1/relationships", testAdminToken, big.String()); status != 413 || out["reason"] != pdp.CodeTooLarge {
+		t.Fatalf("a write larger than a log message: %d %v, want 413 %s", status, out, pdp.CodeTooLarge)
+	}
+	if got := a.revision(t); got != revBefore {
+		t.Fatalf("a refused write moved the revision from %d to %d", revBefore, got)
 	}
 
 	// A schema write on A reaches B's policy: a new type becomes known.
@@ -473,5 +495,38 @@ func TestRelImportThroughCluster(t *testing.T) {
 	a.stop(t)
 	if _, err := run("import", "--data-dir", dir, in); err == nil || !strings.Contains(err.Error(), "cluster replica's data directory") {
 		t.Fatalf("direct import into a replica's store: %v", err)
+	}
+}
+
+// TestClusterErrors: the cluster's write errors reach clients as the
+// server's codes: 413 for a write too large for the log, 503 for a log
+// that cannot take it now; anything else unchanged.
+func TestClusterErrors(t *testing.T) {
+	tests := []struct {
+		err  error
+		code string
+	}{
+		{fmt.Errorf("x: %w", cluster.ErrTooLarge), pdp.CodeTooLarge},
+		{fmt.Errorf("x: %w", cluster.ErrUnavailable), pdp.CodeUnavailable},
+		{fmt.Errorf("x: %w", cluster.ErrContention), pdp.CodeUnavailable},
+		{fmt.Errorf("x: %w", cluster.ErrNotApplied), pdp.CodeUnavailable},
+		{cluster.ErrClosed, pdp.CodeUnavailable},
+		{fmt.Errorf("x: %w", datastore.ErrPreconditionFailed), pdp.CodeConflict},
+		{fmt.Errorf("x: %w", datastore.ErrInvalidTuple), pdp.CodeBadRequest},
+	}
+	for _, tt := range tests {
+		got := clusterError(7, tt.err)
+		if code := pdp.Code(got); code != tt.code {
+			t.Errorf("%v: code %q, want %q", tt.err, code, tt.code)
+		}
+		if !errors.Is(got, tt.err) {
+			t.Errorf("%v: the cause is lost: %v", tt.err, got)
+		}
+	}
+	if err := clusterError(7, fmt.Errorf("x: %w", cluster.ErrNotApplied)); !strings.Contains(err.Error(), "revision 7") {
+		t.Errorf("a write in the log but not applied here names no revision: %v", err)
+	}
+	if clusterError(7, nil) != nil {
+		t.Error("no error became one")
 	}
 }
