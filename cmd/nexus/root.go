@@ -23,6 +23,7 @@ or flag, bad arguments or flag values), 3 a deny (rel check and eval with
 	root.AddCommand(
 		newVersionCmd(),
 		newServeCmd(),
+		newRunCmd(),
 		newRelCmd(),
 		newCompileCmd(),
 		newEvalCmd(),
