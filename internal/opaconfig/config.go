@@ -656,4 +656,3 @@ func dottedRef(s string, needData bool) (string, bool) {
 	}
 	return strings.Join(parts, "/"), true
 }
-
