@@ -32,6 +32,10 @@ type opaSettings struct {
 	// Labels are the configuration's labels, which identify this instance
 	// in status reports and decision logs uploaded to a service.
 	Labels map[string]string
+	// Config is the whole OPA configuration (services, and the bundles,
+	// keys, decision_logs and status sections as written); nil when serve
+	// read nexus' own YAML.
+	Config *opaconfig.Config
 	// MissingEnv are the ${VAR} references of the configuration whose
 	// variable is not set, warned about at start.
 	MissingEnv []string
@@ -68,6 +72,7 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 		return c, err
 	}
 	c.opa.Labels = cfg.Labels
+	c.opa.Config = cfg
 	c.opa.MissingEnv = cfg.MissingEnv
 	if cfg.PersistenceDirectory != "" {
 		// OPA keeps what must survive a restart there; so does nexus'
