@@ -222,7 +222,8 @@ func TestPerformanceMetrics(t *testing.T) {
 }
 
 // TestDiagnosticListener: OPA's /health and nexus' probes and metrics are
-// served; nothing else (no admin API, no decisions).
+// served; nothing else (no admin API, no decisions). /health is on the
+// HTTP listener too, where OPA's --addr serves it.
 func TestDiagnosticListener(t *testing.T) {
 	ts := newPluginServer(t, func(c *extauthz.Config) { c.DiagnosticAddr = "127.0.0.1:0" })
 	diag := "http://" + ts.srv.Addr("diagnostic").String()
@@ -246,6 +247,9 @@ func TestDiagnosticListener(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want %d with %q", tt.path, code, body, tt.code, tt.body)
 		}
 	}
+	if code, body := getBody(t, ts.http+"/health?plugins"); code != 200 || strings.TrimSpace(body) != "{}" {
+		t.Errorf("GET /health on the HTTP listener = %d %q", code, body)
+	}
 }
 
 // TestGRPCUnixSocket: addr unix:///path serves ext_authz on a Unix socket,
@@ -263,5 +267,24 @@ func TestGRPCUnixSocket(t *testing.T) {
 	defer conn.Close()
 	if resp, err := authv3.NewAuthorizationClient(conn).Check(context.Background(), jsonRequest(`{"ok": true}`)); err != nil || !allowed(resp) {
 		t.Fatalf("Check over the socket: %v, %v", resp, err)
+	}
+}
+
+// TestHealthFollowsStore: OPA's /health answers 500 with an error when
+// nexus is not ready (here: its store is closed), as /readyz answers 503.
+func TestHealthFollowsStore(t *testing.T) {
+	ts := newPluginServer(t, func(c *extauthz.Config) { c.DiagnosticAddr = "127.0.0.1:0" })
+	diag := "http://" + ts.srv.Addr("diagnostic").String()
+	if code, _ := getBody(t, diag+"/health"); code != 200 {
+		t.Fatalf("/health = %d before the store closed", code)
+	}
+	if err := ts.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, base := range []string{diag, ts.http} {
+		code, body := getBody(t, base+"/health?plugins")
+		if code != 500 || !strings.Contains(body, `"error"`) {
+			t.Errorf("%s/health with the store closed = %d %s, want 500 with an error", base, code, body)
+		}
 	}
 }

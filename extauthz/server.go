@@ -300,22 +300,11 @@ func (s *Server) adminHandler() http.Handler {
 }
 
 // diagnosticHandler serves the diagnostic listener: health and metrics
-// alone. /health answers as OPA's does for the probes users already
-// have: 200 and {} when ready, 500 and an error otherwise; its query
-// parameters (plugins, bundles) ask nothing more of nexus, whose policy
-// and plugins are ready together.
+// alone.
 func (s *Server) diagnosticHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.probes(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	ready := s.readiness()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
-			wire.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-			return
-		}
-		wire.WriteJSON(w, http.StatusOK, struct{}{})
-	})
 	return mux
 }
 
@@ -342,4 +331,16 @@ func (s *Server) probes(mux *http.ServeMux) {
 		health = append(health, h.Health) // a damaged data file takes readiness down
 	}
 	mux.HandleFunc("GET /readyz", wire.Readyz(s.p, health...))
+	// /health answers as OPA's does, for the probes opa-envoy-plugin
+	// deployments already have: 200 and {} when ready, 500 and an error
+	// otherwise. Its query parameters (plugins, bundles) ask nothing more
+	// of nexus, whose policy and plugin are ready together.
+	ready := s.readiness()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			wire.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		wire.WriteJSON(w, http.StatusOK, struct{}{})
+	})
 }

@@ -108,7 +108,7 @@ A flag of opa run that nexus does not implement is an error naming it.`,
 	fs.StringArrayVar(&f.setFile, "set-file", nil, "override configuration values with files' contents (a.b=path)")
 	fs.StringVarP(&f.logLevel, "log-level", "l", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json, json-pretty (written as json) or text")
-	fs.StringSliceVar(&f.ignore, "ignore", nil, "names to ignore when loading a policy directory (with a file or a bundle they ignore nothing, as in OPA)")
+	fs.StringSliceVar(&f.ignore, "ignore", nil, "names to ignore when loading a directory: accepted with a file or a bundle file (where OPA ignores nothing either), refused with a directory for now")
 	fs.BoolVarP(&f.bundle, "bundle", "b", false, "the policy path is a bundle (nexus recognises bundles without it)")
 	fs.IntVar(&f.shutdownGrace, "shutdown-grace-period", 10, "seconds in-flight requests may take after SIGTERM")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "TLS certificate of the HTTP listener (PEM)")
