@@ -58,8 +58,9 @@ type Config struct {
 
 	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
 	// "-" disables it. "unix:///path/to.sock" listens on a Unix socket
-	// (a stale socket file at the path is removed first), as
-	// opa-envoy-plugin's addr does.
+	// (a stale socket at the path is removed first, as opa-envoy-plugin
+	// does; any other file there fails Start), "unix://@name" on an
+	// abstract one.
 	GRPCAddr string
 	// HTTPAddr is the HTTP listener (forward auth, AuthZEN, Permit APIs);
 	// "" means DefaultHTTPAddr, "-" disables it.

@@ -3,7 +3,9 @@ package extauthz_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,30 @@ default allow := false
 
 allow if input.parsed_body.ok == true
 `
+
+// newPluginServerUnstarted is a server of bodyPolicy, not started.
+func newPluginServerUnstarted(t *testing.T, mutate func(*extauthz.Config)) *extauthz.Server {
+	t.Helper()
+	b, err := compiler.Compile(context.Background(), compiler.Options{
+		Modules: map[string]string{"policy.rego": bodyPolicy}, Entrypoints: []string{"envoy/authz/allow"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := fixture.DemoStore(t)
+	cfg := extauthz.Config{
+		Engine: fixture.StoreEngine(t, store), Store: store, Policy: b,
+		EnvoyEntrypoint: "envoy/authz/allow", AuthzEntrypoint: pdp.Disabled,
+		HTTPAddr: "-", AdminAddr: "-",
+	}
+	mutate(&cfg)
+	srv, err := extauthz.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv
+}
 
 // newPluginServer serves bodyPolicy at envoy/authz/allow, as an
 // opa-envoy-plugin user's policy, over real gRPC.
@@ -253,9 +279,30 @@ func TestDiagnosticListener(t *testing.T) {
 }
 
 // TestGRPCUnixSocket: addr unix:///path serves ext_authz on a Unix socket,
-// replacing a stale socket file, as opa-envoy-plugin's addr does.
+// replacing a stale socket, as opa-envoy-plugin's addr does, and never
+// another file.
 func TestGRPCUnixSocket(t *testing.T) {
-	sock := t.TempDir() + "/nexus.sock"
+	dir := t.TempDir()
+	sock := dir + "/nexus.sock"
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = stale.Close() // the socket file stays, as after a crash
+
+	regular := dir + "/data.txt"
+	if err := os.WriteFile(regular, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := newPluginServerUnstarted(t, func(c *extauthz.Config) { c.GRPCAddr = "unix://" + regular })
+	if err := other.Start(context.Background()); err == nil {
+		t.Fatal("Start on a regular file's path succeeded")
+	}
+	if b, err := os.ReadFile(regular); err != nil || string(b) != "keep" {
+		t.Fatalf("the regular file at the socket path was touched: %q, %v", b, err)
+	}
+
 	ts := newPluginServer(t, func(c *extauthz.Config) { c.GRPCAddr = "unix://" + sock })
 	if a := ts.srv.Addr("grpc"); a == nil || a.Network() != "unix" || a.String() != sock {
 		t.Fatalf("grpc listener %v, want the socket %s", a, sock)

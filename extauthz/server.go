@@ -142,8 +142,8 @@ func (s *Server) Start(ctx context.Context) error {
 		network, addr := "tcp", x.addr
 		if path, ok := strings.CutPrefix(x.addr, "unix://"); ok && x.name == "grpc" {
 			network, addr = "unix", path
-			if !strings.HasPrefix(path, "@") { // not an abstract socket
-				_ = os.Remove(path) // a socket left by an earlier run
+			if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(path) // a socket left by an earlier run; never another file
 			}
 		}
 		var lc net.ListenConfig
