@@ -1,0 +1,28 @@
+// Package policytest runs the Rego unit tests of a policy (rules named
+// test_*, as OPA's test runner discovers them) on two targets and compares
+// them: OPA's Go evaluator, and the policy compiled by nexus' compiler to
+// WebAssembly and run by nexus' engine, as `nexus serve` runs it. A test
+// whose outcome differs between the targets is reported as a disagreement.
+//
+// Example:
+//
+//	rep, err := policytest.Run(ctx, policytest.Options{
+//		Paths:   []string{"policy/"},
+//		Targets: policytest.Both,
+//		Store:   store, // backs nexus.check and the other store builtins
+//	})
+//	if err != nil { ... } // the policy does not load or compile
+//	for _, r := range rep.Results { ... }
+//
+// # Caveats
+//
+//   - The Go evaluator does not read the relationship store: a test that
+//     reaches one of nexus' store builtins (nexus.check, nexus.roles, ...)
+//     without replacing it with `with` is run on the Wasm only, and its
+//     result says so. nexus.valid_ids runs on both.
+//   - A test name defined more than once is run separately per definition
+//     on the Go evaluator (as OPA does) but cannot be on the Wasm, where
+//     the definitions form one rule: such tests are run on the Go
+//     evaluator only.
+//   - Rules named todo_* are reported as skipped on both targets.
+package policytest
