@@ -140,7 +140,7 @@ func testStore(ctx context.Context, dataDir string) (builtins.Store, func(), err
 
 // testJSON is the --format json document.
 type testJSON struct {
-	Results []policytest.Result        `json:"results"`
+	Results []policytest.Result       `json:"results"`
 	Summary map[policytest.Status]int `json:"summary"`
 }
 
