@@ -16,6 +16,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	opabundle "github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/loader/filter"
 
 	"github.com/nexuspdp/nexus/bundle"
@@ -218,7 +219,7 @@ func compileFiles(ctx context.Context, files []memFile, opts Options) (*bundle.B
 		WithRegoVersion(def).
 		Read()
 	if err != nil {
-		if errs := located(err); errs != nil {
+		if errs := Located(err); errs != err {
 			return nil, errs
 		}
 		return nil, fmt.Errorf("%w: %v", bundle.ErrInvalid, err)
@@ -283,25 +284,57 @@ func compileOptions(opts Options, co compiler.Options) compiler.Options {
 	return co
 }
 
-// located converts OPA's parse errors into compiler.Errors (file:line:col),
-// or returns nil when err carries none.
-func located(err error) error {
-	var aerrs ast.Errors
-	if !errors.As(err, &aerrs) || len(aerrs) == 0 {
-		return nil
-	}
-	out := make(compiler.Errors, 0, len(aerrs))
-	for _, e := range aerrs {
-		ce := &compiler.Error{Code: compiler.CodeParse, Message: e.Message}
-		if e.Code != ast.ParseErr {
-			ce.Code = compiler.CodeCompile
-		}
+// Located turns OPA's errors (ast.Errors, an *ast.Error, loader.Errors)
+// into [compiler.Errors], each "file:line:col: message", so that
+// every tool reports Rego errors alike; an error that carries none is
+// returned as it is.
+func Located(err error) error {
+	var out compiler.Errors
+	add := func(e *ast.Error) {
+		ce := &compiler.Error{Code: codeOf(e.Code), Message: e.Message}
 		if e.Location != nil {
 			ce.File, ce.Line, ce.Column = e.Location.File, e.Location.Row, e.Location.Col
 		}
 		out = append(out, ce)
 	}
+	var collect func(err error) bool
+	collect = func(err error) bool {
+		var lerrs loader.Errors
+		var aerrs ast.Errors
+		var aerr *ast.Error
+		switch {
+		case errors.As(err, &lerrs):
+			for _, le := range lerrs {
+				if !collect(le) {
+					out = append(out, &compiler.Error{Code: compiler.CodeLoad, Message: le.Error()})
+				}
+			}
+		case errors.As(err, &aerrs):
+			for _, e := range aerrs {
+				add(e)
+			}
+		case errors.As(err, &aerr):
+			add(aerr)
+		default:
+			return false
+		}
+		return true
+	}
+	if !collect(err) || len(out) == 0 {
+		return err
+	}
 	return out
+}
+
+// codeOf maps OPA's error codes to the compiler's.
+func codeOf(opaCode string) string {
+	switch opaCode {
+	case ast.ParseErr:
+		return compiler.CodeParse
+	case ast.TypeErr:
+		return compiler.CodeType
+	}
+	return compiler.CodeCompile
 }
 
 // missing lists the elements of want that have lacks.

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/tester"
@@ -25,6 +24,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/policyload"
 )
 
 // Targets says where tests run.
@@ -227,7 +227,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	popts := ast.ParserOptions{RegoVersion: version, Capabilities: caps, ProcessAnnotation: true}
 	modules, store, err := tester.LoadWithParserOptions(opts.Paths, nil, popts)
 	if err != nil {
-		return nil, located(err)
+		return nil, policyload.Located(err)
 	}
 	tests, err := discover(modules, caps, re)
 	if err != nil {
@@ -302,7 +302,7 @@ func discover(modules map[string]*ast.Module, caps *ast.Capabilities, re *regexp
 		WithEnablePrintStatements(true).
 		WithUseTypeCheckAnnotations(true)
 	if c.Compile(modules); c.Failed() {
-		return nil, located(c.Errors)
+		return nil, policyload.Located(c.Errors)
 	}
 	files := make([]string, 0, len(c.Modules))
 	for f := range c.Modules {
@@ -438,7 +438,7 @@ func runRego(ctx context.Context, opts Options, modules map[string]*ast.Module, 
 		Filter(opts.Run)
 	ch, err := runner.RunTests(ctx, txn)
 	if err != nil {
-		return nil, located(err)
+		return nil, policyload.Located(err)
 	}
 	outs := map[string]*Outcome{}
 	for tr := range ch {
@@ -572,46 +572,6 @@ func (w *printWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
-}
-
-// located turns OPA's errors (ast.Errors, loader.Errors) into
-// compiler.Errors, each "file:line:col: message"; other errors are
-// returned as they are.
-func located(err error) error {
-	var out compiler.Errors
-	add := func(e *ast.Error) {
-		ce := &compiler.Error{Code: e.Code, Message: e.Code + ": " + e.Message}
-		if e.Location != nil {
-			ce.File, ce.Line, ce.Column = e.Location.File, e.Location.Row, e.Location.Col
-		}
-		out = append(out, ce)
-	}
-	var lerrs loader.Errors
-	if errors.As(err, &lerrs) {
-		for _, le := range lerrs {
-			var aerrs ast.Errors
-			var aerr *ast.Error
-			switch {
-			case errors.As(le, &aerrs):
-				for _, e := range aerrs {
-					add(e)
-				}
-			case errors.As(le, &aerr):
-				add(aerr)
-			default:
-				out = append(out, &compiler.Error{Code: compiler.CodeLoad, Message: le.Error()})
-			}
-		}
-		return out
-	}
-	var aerrs ast.Errors
-	if errors.As(err, &aerrs) {
-		for _, e := range aerrs {
-			add(e)
-		}
-		return out
-	}
-	return err
 }
 
 // errNoStore is the error of a store builtin called without a store.

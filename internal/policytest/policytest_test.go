@@ -201,9 +201,9 @@ func TestRunPolicyErrors(t *testing.T) {
 	tests := []struct {
 		name, src, want string
 	}{
-		{"parse", "package p\n\ntest_x if {\n", "p.rego:4:0: rego_parse_error: unexpected eof token"},
-		{"type", "package p\n\ntest_x if count(1) == 1\n", "p.rego:3:11: rego_type_error: count: invalid argument(s)"},
-		{"unknown function", "package p\n\ntest_x if nope(1)\n", "p.rego:3:11: rego_type_error: undefined function nope"},
+		{"parse", "package p\n\ntest_x if {\n", "p.rego:4:0: unexpected eof token"},
+		{"type", "package p\n\ntest_x if count(1) == 1\n", "p.rego:3:11: count: invalid argument(s)"},
+		{"unknown function", "package p\n\ntest_x if nope(1)\n", "p.rego:3:11: undefined function nope"},
 		{"bad regex", "", "--run"},
 	}
 	for _, tt := range tests {
