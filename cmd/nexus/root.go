@@ -30,6 +30,8 @@ fails and nexus fmt --fail exits 2 when a file needs formatting.`,
 		newBenchCmd(),
 		newGateCmd(),
 		newTestCmd(),
+		newFmtCmd(),
+		newCheckCmd(),
 	)
 	scriptable(root)
 	return root
