@@ -303,7 +303,7 @@ type tarEntry struct {
 	size     int64 // when not len(body): a header that lies
 }
 
-func makeTarGz(t *testing.T, entries ...tarEntry) []byte {
+func makeTarGz(t testing.TB, entries ...tarEntry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)

@@ -320,14 +320,14 @@ func discover(modules map[string]*ast.Module, caps *ast.Capabilities, re *regexp
 			}
 			full := mod.Package.Path.Extend(ref)
 			key := full.String()
-			if re != nil && !re.MatchString(key) {
-				continue
-			}
 			t := test{name: key, loc: rule.Loc(), skip: strings.HasPrefix(name, tester.SkipTestPrefix)}
 			if n := count[key]; n > 0 {
 				t.name = fmt.Sprintf("%s#%02d", key, n)
 			}
 			count[key]++
+			if re != nil && !re.MatchString(t.name) {
+				continue
+			}
 			t.entrypoint = entrypointOf(full)
 			t.calls = reachable(c, rule)
 			tests = append(tests, t)

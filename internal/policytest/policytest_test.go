@@ -166,6 +166,7 @@ func TestRunTargetsAndFilter(t *testing.T) {
 		{"rego only", policytest.Options{Targets: policytest.Rego}, []string{"data.p.test_a", "data.p.test_b", "data.p.test_b#01"}, "r"},
 		{"wasm only", policytest.Options{Targets: policytest.Wasm}, []string{"data.p.test_a", "data.p.test_b", "data.p.test_b#01"}, "w"},
 		{"run filter", policytest.Options{Run: "test_a$"}, []string{"data.p.test_a"}, "rw"},
+		{"run filter on a repeated name", policytest.Options{Run: "test_b$", Targets: policytest.Rego}, []string{"data.p.test_b"}, "r"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
