@@ -46,11 +46,10 @@ to WebAssembly by nexus and run by nexus' engine, as nexus serve runs it.
 A test whose result differs between the two is reported as a disagreement,
 and the command fails. --target rego or wasm runs one target only.
 
-nexus' builtins are declared, so policies that call them type-check. The
-store builtins (nexus.check, nexus.roles, ...) read an empty relationship
-store, or the one in --data-dir (opened read-only). The Go evaluator has no
-store: a test that reaches a store builtin without replacing it with
-"with nexus.check as ..." runs on the Wasm only, and says so.
+nexus' builtins are declared, so policies that call them type-check. On
+both targets the store builtins (nexus.check, nexus.roles, ...) read an
+empty relationship store, or the one in --data-dir (opened read-only); a
+test may replace them with "with nexus.check as ...".
 
 Rules whose name starts with todo_test_ are skipped.
 
@@ -78,14 +77,12 @@ load or compile (errors as file:line:col: message).`,
 				Timeout:   timeout,
 				AfterWasm: afterWasmHook,
 			}
-			if targets != policytest.Rego {
-				store, closeStore, err := testStore(ctx, dataDir)
-				if err != nil {
-					return err
-				}
-				defer closeStore()
-				opts.Store = store
+			store, closeStore, err := testStore(ctx, dataDir)
+			if err != nil {
+				return err
 			}
+			defer closeStore()
+			opts.Store = store
 			rep, err := policytest.Run(ctx, opts)
 			if err != nil {
 				return err

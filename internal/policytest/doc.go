@@ -16,10 +16,14 @@
 //
 // # Caveats
 //
-//   - The Go evaluator does not read the relationship store: a test that
-//     reaches one of nexus' store builtins (nexus.check, nexus.roles, ...)
-//     without replacing it with `with` is run on the Wasm only, and its
-//     result says so. nexus.valid_ids runs on both.
+//   - nexus' store builtins (nexus.check, nexus.roles, ...) read
+//     Options.Store on both targets, through the same store methods; an
+//     error from the store aborts the evaluation on both, as it does in
+//     nexus serve.
+//   - The Go evaluator stops at the first body of a rule that holds; the
+//     Wasm may evaluate the others too, so a store builtin that fails in a
+//     later body makes the targets disagree. That is reported, as it is
+//     what nexus serve would do.
 //   - A test name defined more than once is run separately per definition
 //     on the Go evaluator (as OPA does) but cannot be on the Wasm, where
 //     the definitions form one rule: such tests are run on the Go

@@ -66,8 +66,8 @@ type Options struct {
 	Targets Targets
 	// RegoV0 parses the files as Rego v0.
 	RegoV0 bool
-	// Store backs nexus' store builtins on the Wasm. Nil: a call to one
-	// is an error.
+	// Store backs nexus' store builtins (nexus.check, nexus.roles, ...) on
+	// both targets. Nil: a call to one is an error.
 	Store builtins.Store
 	// Timeout bounds each test on each target. Zero means 5 seconds.
 	Timeout time.Duration
@@ -142,54 +142,143 @@ func (r *Report) Counts() map[Status]int {
 	return m
 }
 
-// storeBuiltins are nexus' builtins that read the relationship store,
-// which the Go evaluator cannot run: all but nexus.valid_ids.
-var storeBuiltins = func() map[string]bool {
-	m := map[string]bool{}
-	for _, b := range bundle.NexusBuiltins {
-		if b.Name != validIDs {
-			m[b.Name] = true
-		}
+// goBuiltins gives the Go evaluator nexus' builtins, as the engine runs
+// them: the store builtins read s (and halt the evaluation on an error,
+// as a host builtin's error aborts the Wasm's), an argument that is not a
+// string makes the call undefined.
+func goBuiltins(s builtins.Store) []*tester.Builtin {
+	impls := map[string]func(ctx context.Context, a []string) (*ast.Term, error){
+		"nexus.check": func(ctx context.Context, a []string) (*ast.Term, error) {
+			obj, err := splitObject(a[0])
+			if err != nil {
+				return nil, err
+			}
+			sub, err := splitSubject(a[2])
+			if err != nil {
+				return nil, err
+			}
+			res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: a[1], Subject: sub})
+			if err != nil {
+				return nil, err
+			}
+			return ast.BooleanTerm(res.Allowed), nil
+		},
+		"nexus.valid_ids": func(_ context.Context, a []string) (*ast.Term, error) {
+			for _, id := range a {
+				if id != "" && !api.ValidID(id) {
+					return ast.BooleanTerm(false), nil
+				}
+			}
+			return ast.BooleanTerm(true), nil
+		},
+		"nexus.roles": func(ctx context.Context, a []string) (*ast.Term, error) {
+			sub, err := api.ParseSubject(a[0])
+			if err != nil {
+				return nil, fmt.Errorf("nexus.roles: %w", err)
+			}
+			return stringsTerm(s.AppendRoles(ctx, nil, sub, a[1]))
+		},
+		"nexus.relations": func(ctx context.Context, a []string) (*ast.Term, error) {
+			obj, err := api.ParseObject(a[0])
+			if err != nil {
+				return nil, fmt.Errorf("nexus.relations: %w", err)
+			}
+			ts, err := s.Read(ctx, datastore.Filter{ObjectType: obj.Type, ObjectID: obj.ID, Relation: a[1]})
+			if err != nil {
+				return nil, fmt.Errorf("nexus.relations: %w", err)
+			}
+			subs := make([]string, len(ts))
+			for i, t := range ts {
+				subs[i] = t.Subject.String()
+			}
+			return stringsTerm(subs, nil)
+		},
+		"nexus.lookup_resources": func(ctx context.Context, a []string) (*ast.Term, error) {
+			sub, err := api.ParseSubject(a[0])
+			if err != nil {
+				return nil, fmt.Errorf("nexus.lookup_resources: %w", err)
+			}
+			ids, err := s.LookupResources(ctx, sub, a[1], a[2])
+			if err != nil {
+				return nil, fmt.Errorf("nexus.lookup_resources: %w", err)
+			}
+			return stringsTerm(ids, nil)
+		},
+		"nexus.lookup_subjects": func(ctx context.Context, a []string) (*ast.Term, error) {
+			obj, err := api.ParseObject(a[0])
+			if err != nil {
+				return nil, fmt.Errorf("nexus.lookup_subjects: %w", err)
+			}
+			ids, err := s.LookupSubjects(ctx, obj, a[1], a[2])
+			if err != nil {
+				return nil, fmt.Errorf("nexus.lookup_subjects: %w", err)
+			}
+			return stringsTerm(ids, nil)
+		},
 	}
-	return m
-}()
-
-const validIDs = "nexus.valid_ids"
-
-// errGoEvaluator is what a store builtin answers on the Go evaluator.
-var errGoEvaluator = errors.New("the Go evaluator has no relationship store")
-
-// goBuiltins gives the Go evaluator nexus' builtins: nexus.valid_ids as
-// the engine implements it, and the store builtins as functions that halt
-// the evaluation with errGoEvaluator (so that a test may still replace
-// them with `with`).
-func goBuiltins() []*tester.Builtin {
 	var out []*tester.Builtin
 	for _, hb := range bundle.NexusBuiltins {
-		decl := &rego.Function{Name: hb.Name, Decl: hb.Decl, Description: hb.Description}
-		impl := func(rego.BuiltinContext, []*ast.Term) (*ast.Term, error) {
-			return nil, rego.NewHaltError(errGoEvaluator)
+		impl, ok := impls[hb.Name]
+		if !ok {
+			continue // a builtin added to nexus and not here: the Go evaluator reports it unsupported
 		}
-		if hb.Name == validIDs {
-			impl = func(_ rego.BuiltinContext, args []*ast.Term) (*ast.Term, error) {
-				for _, a := range args {
-					s, ok := a.Value.(ast.String)
-					if !ok {
-						return nil, fmt.Errorf("want strings, got %s", ast.ValueName(a.Value))
-					}
-					if s != "" && !api.ValidID(string(s)) {
-						return ast.BooleanTerm(false), nil
-					}
-				}
-				return ast.BooleanTerm(true), nil
+		arity := len(hb.Decl.FuncArgs().Args)
+		fn := func(bctx rego.BuiltinContext, terms []*ast.Term) (*ast.Term, error) {
+			if len(terms) < arity {
+				return nil, rego.NewHaltError(fmt.Errorf("%s: %d arguments, want %d", hb.Name, len(terms), arity))
 			}
+			args := make([]string, arity)
+			for i, t := range terms[:arity] {
+				str, ok := t.Value.(ast.String)
+				if !ok {
+					return nil, nil // undefined, as the engine answers
+				}
+				args[i] = string(str)
+			}
+			res, err := impl(bctx.Context, args)
+			if err != nil {
+				return nil, rego.NewHaltError(err)
+			}
+			return res, nil
 		}
 		out = append(out, &tester.Builtin{
 			Decl: &ast.Builtin{Name: hb.Name, Decl: hb.Decl, Description: hb.Description},
-			Func: rego.FunctionDyn(decl, impl),
+			Func: rego.FunctionDyn(&rego.Function{Name: hb.Name, Decl: hb.Decl, Description: hb.Description}, fn),
 		})
 	}
 	return out
+}
+
+// stringsTerm is an array of strings, or the error.
+func stringsTerm(list []string, err error) (*ast.Term, error) {
+	if err != nil {
+		return nil, err
+	}
+	terms := make([]*ast.Term, len(list))
+	for i, x := range list {
+		terms[i] = ast.StringTerm(x)
+	}
+	return ast.ArrayTerm(terms...), nil
+}
+
+// splitObject splits "type:id" without validating either part, as the
+// engine's nexus.check does: the store validates them.
+func splitObject(s string) (api.Object, error) {
+	typ, id, ok := strings.Cut(s, ":")
+	if !ok {
+		return api.Object{}, &api.SyntaxError{Input: s, Msg: "want object type:id"}
+	}
+	return api.Object{Type: typ, ID: id}, nil
+}
+
+// splitSubject splits "type:id" or "type:id#relation" as splitObject.
+func splitSubject(s string) (api.Subject, error) {
+	obj, rel, hasRel := strings.Cut(s, "#")
+	o, err := splitObject(obj)
+	if err != nil || (hasRel && rel == "") {
+		return api.Subject{}, &api.SyntaxError{Input: s, Msg: "want subject type:id or type:id#relation"}
+	}
+	return api.Subject{Type: o.Type, ID: o.ID, Relation: rel}, nil
 }
 
 // test is one discovered test rule.
@@ -199,7 +288,6 @@ type test struct {
 	loc        *ast.Location
 	skip       bool
 	duplicate  bool
-	calls      []string // store builtins it can reach
 }
 
 // Run loads the policy and its tests, runs them on the targets asked for
@@ -225,13 +313,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	caps := compiler.Capabilities()
 	popts := ast.ParserOptions{RegoVersion: version, Capabilities: caps, ProcessAnnotation: true}
-	modules, store, err := tester.LoadWithParserOptions(opts.Paths, nil, popts)
+	modules, data, err := tester.LoadWithParserOptions(opts.Paths, nil, popts)
 	if err != nil {
 		return nil, policyload.Located(err)
 	}
 	tests, err := discover(modules, caps, re)
 	if err != nil {
 		return nil, err
+	}
+	var store builtins.Store = noStore{}
+	if opts.Store != nil {
+		store = opts.Store
 	}
 	rep := &Report{Results: make([]Result, len(tests))}
 	for i, t := range tests {
@@ -241,23 +333,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, nil
 	}
 	if opts.Targets != Wasm {
-		outs, err := runRego(ctx, opts, modules, store, caps)
+		outs, err := runRego(ctx, opts, modules, data, caps, store)
 		if err != nil {
 			return nil, err
 		}
 		for i, t := range tests {
 			o, ok := outs[t.name]
-			switch {
-			case !ok:
+			if !ok {
 				o = &Outcome{Status: NotRun, Reason: "the Go evaluator did not report it"}
-			case o.Status == Error && len(t.calls) > 0 && strings.Contains(o.Error, errGoEvaluator.Error()):
-				o = &Outcome{Status: NotRun, Reason: "not run on the Go evaluator: calls " + strings.Join(t.calls, ", ")}
 			}
 			rep.Results[i].Rego = o
 		}
 	}
 	if opts.Targets != Rego {
-		outs, err := runWasm(ctx, opts, tests)
+		outs, err := runWasm(ctx, opts, tests, store)
 		if err != nil {
 			return nil, err
 		}
@@ -329,7 +418,6 @@ func discover(modules map[string]*ast.Module, caps *ast.Capabilities, re *regexp
 				continue
 			}
 			t.entrypoint = entrypointOf(full)
-			t.calls = reachable(c, rule)
 			tests = append(tests, t)
 		}
 	}
@@ -374,65 +462,22 @@ func entrypointOf(ref ast.Ref) string {
 	return strings.Join(parts, "/")
 }
 
-// reachable lists the store builtins the rule calls, itself or through
-// the rules and functions it depends on.
-func reachable(c *ast.Compiler, rule *ast.Rule) []string {
-	seen := map[*ast.Rule]bool{}
-	found := map[string]bool{}
-	var walk func(r *ast.Rule)
-	walk = func(r *ast.Rule) {
-		if seen[r] {
-			return
-		}
-		seen[r] = true
-		ast.WalkTerms(r, func(t *ast.Term) bool {
-			var op ast.Ref
-			switch v := t.Value.(type) {
-			case ast.Call:
-				op, _ = v[0].Value.(ast.Ref)
-			}
-			if op != nil && storeBuiltins[op.String()] {
-				found[op.String()] = true
-			}
-			return false
-		})
-		ast.WalkExprs(r, func(e *ast.Expr) bool {
-			if e.IsCall() && storeBuiltins[e.Operator().String()] {
-				found[e.Operator().String()] = true
-			}
-			return false
-		})
-		for dep := range c.Graph.Dependencies(r) {
-			if d, ok := dep.(*ast.Rule); ok {
-				walk(d)
-			}
-		}
-	}
-	walk(rule)
-	out := make([]string, 0, len(found))
-	for n := range found {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // runRego runs the tests with OPA's test runner.
-func runRego(ctx context.Context, opts Options, modules map[string]*ast.Module, store storage.Store, caps *ast.Capabilities) (map[string]*Outcome, error) {
+func runRego(ctx context.Context, opts Options, modules map[string]*ast.Module, data storage.Store, caps *ast.Capabilities, store builtins.Store) (map[string]*Outcome, error) {
 	c := ast.NewCompiler().
 		WithCapabilities(caps).
 		WithEnablePrintStatements(true).
 		WithUseTypeCheckAnnotations(true)
-	txn, err := store.NewTransaction(ctx, storage.WriteParams)
+	txn, err := data.NewTransaction(ctx, storage.WriteParams)
 	if err != nil {
 		return nil, fmt.Errorf("policytest: %w", err)
 	}
-	defer store.Abort(ctx, txn)
+	defer data.Abort(ctx, txn)
 	runner := tester.NewRunner().
 		SetCompiler(c).
-		SetStore(store).
+		SetStore(data).
 		SetModules(modules).
-		AddCustomBuiltins(goBuiltins()).
+		AddCustomBuiltins(goBuiltins(store)).
 		CapturePrintOutput(true).
 		SetTimeout(opts.Timeout).
 		Filter(opts.Run)
@@ -458,7 +503,7 @@ func runRego(ctx context.Context, opts Options, modules map[string]*ast.Module, 
 
 // runWasm compiles the tests as entrypoints of one Wasm module and
 // evaluates each with nexus' engine.
-func runWasm(ctx context.Context, opts Options, tests []test) ([]*Outcome, error) {
+func runWasm(ctx context.Context, opts Options, tests []test, store builtins.Store) ([]*Outcome, error) {
 	outs := make([]*Outcome, len(tests))
 	var eps []string
 	for i, t := range tests {
@@ -481,10 +526,6 @@ func runWasm(ctx context.Context, opts Options, tests []test) ([]*Outcome, error
 		return nil, fmt.Errorf("compiling the tests to Wasm: %w", err)
 	}
 	pw := &printWriter{}
-	var store builtins.Store = noStore{}
-	if opts.Store != nil {
-		store = opts.Store
-	}
 	eng, err := builtins.NewEngine(ctx, store, engine.Config{MaxInstances: 1, Print: pw})
 	if err != nil {
 		return nil, err
