@@ -65,6 +65,10 @@ test_lookup_subjects if "bob" in nexus.lookup_subjects("file:report.pdf", "read"
 
 test_store_error if nexus.check("file:report.pdf", "read", "nobody")
 
+test_not_a_string if not nexus.check(input.n, "read", "user:bob") with input as {"n": 1}
+
+test_roles_mocked if nexus.roles("user:x", "t") == ["r"] with nexus.roles as ["r"]
+
 test_valid_ids if {
 	nexus.valid_ids("ann", "", "x")
 	not nexus.valid_ids("a b", "", "")
@@ -108,6 +112,8 @@ func TestRun(t *testing.T) {
 		"data.authz_test.test_relations":        {policytest.Pass, policytest.Pass, policytest.Pass, ""},
 		"data.authz_test.test_lookup_resources": {policytest.Pass, policytest.Pass, policytest.Pass, ""},
 		"data.authz_test.test_lookup_subjects":  {policytest.Pass, policytest.Pass, policytest.Pass, ""},
+		"data.authz_test.test_not_a_string":     {policytest.Pass, policytest.Pass, policytest.Pass, ""},
+		"data.authz_test.test_roles_mocked":     {policytest.Pass, policytest.Pass, policytest.Pass, ""},
 		"data.authz_test.test_store_error":      {policytest.Error, policytest.Error, policytest.Error, "want subject type:id"},
 		"data.authz_test.test_mocked_check":     {policytest.Pass, policytest.Pass, policytest.Pass, ""},
 		"data.authz_test.test_error":            {policytest.Fail, policytest.Fail, policytest.Fail, ""},
