@@ -35,8 +35,8 @@ result prints "undefined" (and exits 1 with --fail). nexus' relationship
 builtins are not available here: they need the datastore of nexus serve.
 
 The policy (-b) is a compiled bundle, an OPA bundle of Rego sources (as
-opa build writes it), a directory of Rego and data files, or a .rego file;
-Rego is compiled for the entrypoint.
+opa build writes it, or a directory with a .manifest), a directory of Rego
+and data files, or a .rego file; Rego is compiled for the entrypoint.
 
 --format json prints one line: {"result": VALUE}, or {} when undefined.
 --fail-deny exits 3 when the result is a deny: false, an object whose

@@ -3,9 +3,11 @@
 //
 //   - a single .rego file or a directory of Rego and JSON/YAML data files,
 //     compiled with nexus' compiler;
-//   - an OPA bundle (.tar.gz) as `opa build` writes it: Rego sources,
-//     data.json files and a .manifest, compiled for the configured
-//     entrypoints, keeping the manifest's revision, roots and metadata;
+//   - an OPA bundle (.tar.gz) as `opa build` writes it, or a bundle
+//     directory (one with a .manifest, as `opa run --bundle` reads it):
+//     Rego sources, data.json files and a .manifest, compiled for the
+//     configured entrypoints, keeping the manifest's revision, roots and
+//     metadata;
 //   - a nexus bundle (or `opa build -t wasm` output) holding policy.wasm,
 //     used as it is.
 //
@@ -25,6 +27,8 @@
 //
 // # Caveats
 //
+//   - Bundle directories are read as OPA reads them: symbolic links are
+//     not followed.
 //   - Archives are read whole into memory, within the limits of
 //     [bundle.MaxBytes] (compressed archive and the sum of its files).
 //     Entries other than regular files and directories (symbolic and hard

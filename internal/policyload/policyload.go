@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -44,13 +46,24 @@ type Options struct {
 }
 
 // Load reads the policy at path: a .rego file, a directory of Rego and
-// data files, or a bundle archive (.tar.gz; an OPA bundle of Rego sources
-// or a bundle with policy.wasm, see [FromTarGz]). Errors name path; Rego
+// data files, a bundle directory (one with a .manifest, read as OPA reads
+// it with `opa run --bundle`), or a bundle archive (.tar.gz; an OPA bundle
+// of Rego sources or a bundle with policy.wasm, see [FromTarGz]). Bundle
+// directories and archives are compiled alike. Errors name path; Rego
 // errors are [compiler.Errors] ("file:line:col: message").
 func Load(ctx context.Context, p string, opts Options) (*bundle.Bundle, error) {
 	st, err := os.Stat(p)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if st.IsDir() {
+		if _, err := os.Stat(filepath.Join(p, ".manifest")); err == nil {
+			b, err := fromBundleDir(ctx, p, opts)
+			if err != nil {
+				return nil, fmt.Errorf("policy %s: %w", p, err)
+			}
+			return b, nil
+		}
 	}
 	if st.IsDir() || strings.HasSuffix(p, ".rego") {
 		b, err := compiler.Compile(ctx, compileOptions(opts, compiler.Options{Paths: []string{p}}))
@@ -207,28 +220,94 @@ func entryName(n string) (string, error) {
 
 // compileFiles reads the files as an OPA bundle and compiles its Rego.
 func compileFiles(ctx context.Context, files []memFile, opts Options) (*bundle.Bundle, error) {
-	def := ast.RegoV1
-	if opts.RegoV0 {
-		def = ast.RegoV0
+	ob, err := readOPA(opabundle.NewCustomReader(&memLoader{files: files}).WithSizeLimitBytes(bundle.MaxBytes), opts)
+	if err != nil {
+		return nil, err
 	}
-	ob, err := opabundle.NewCustomReader(&memLoader{files: files}).
+	return compileOPA(ctx, ob, opts)
+}
+
+// readOPA reads a bundle with OPA's reader.
+func readOPA(r *opabundle.Reader, opts Options) (opabundle.Bundle, error) {
+	ob, err := r.
 		WithSkipBundleVerification(true).
 		WithLazyLoadingMode(false).
-		WithSizeLimitBytes(bundle.MaxBytes).
 		WithCapabilities(compiler.Capabilities()).
-		WithRegoVersion(def).
+		WithRegoVersion(regoVersion(opts)).
 		Read()
 	if err != nil {
 		if errs := Located(err); errs != err {
-			return nil, errs
+			return ob, errs
 		}
-		return nil, fmt.Errorf("%w: %v", bundle.ErrInvalid, err)
+		return ob, fmt.Errorf("%w: %v", bundle.ErrInvalid, err)
 	}
+	return ob, nil
+}
+
+func regoVersion(opts Options) ast.RegoVersion {
+	if opts.RegoV0 {
+		return ast.RegoV0
+	}
+	return ast.RegoV1
+}
+
+// fromBundleDir reads a bundle directory (one with a .manifest, as
+// `opa run --bundle DIR` takes it) and returns it compiled, as FromTarGz
+// does an archive. Symbolic links are not followed, as OPA does not.
+func fromBundleDir(ctx context.Context, dir string, opts Options) (*bundle.Bundle, error) {
+	ob, err := readOPA(opabundle.NewCustomReader(opabundle.NewDirectoryLoader(dir)).WithBaseDir(dir), opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(ob.WasmModules) == 0 {
+		return compileOPA(ctx, ob, opts)
+	}
+	if len(ob.WasmModules) > 1 {
+		return nil, fmt.Errorf("%w: %d Wasm modules; nexus runs one, %s", bundle.ErrInvalid, len(ob.WasmModules), bundle.WasmFile)
+	}
+	wasm := ob.WasmModules[0]
+	man := bundle.Manifest{Revision: ob.Manifest.Revision, Metadata: ob.Manifest.Metadata}
+	if ob.Manifest.Roots != nil {
+		man.Roots = slices.Clone(*ob.Manifest.Roots)
+	}
+	for _, r := range ob.Manifest.WasmResolvers {
+		if r.Module == wasm.Path {
+			man.Entrypoints = append(man.Entrypoints, r.Entrypoint)
+		}
+	}
+	data, err := json.Marshal(ob.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: data: %v", bundle.ErrInvalid, err)
+	}
+	// Written and read again: Read checks the bundle as it does an archive.
+	var buf bytes.Buffer
+	if err := (&bundle.Bundle{Manifest: man, Wasm: wasm.Raw, Data: data}).Write(&buf); err != nil {
+		return nil, err
+	}
+	b, err := bundle.Read(&buf)
+	if err != nil {
+		return nil, err
+	}
+	missing := missing(b.Manifest.Entrypoints, opts.Entrypoints)
+	if len(ob.Modules) == 0 || len(missing) == 0 {
+		return b, nil
+	}
+	cb, err := compileOPA(ctx, ob, opts)
+	if err != nil {
+		return nil, fmt.Errorf("its %s lacks the entrypoints %s and its Rego does not compile for them: %w", bundle.WasmFile, strings.Join(missing, ", "), err)
+	}
+	return cb, nil
+}
+
+// compileOPA compiles the Rego of an OPA bundle for opts.Entrypoints,
+// keeping its manifest's revision, roots and metadata.
+func compileOPA(ctx context.Context, ob opabundle.Bundle, opts Options) (*bundle.Bundle, error) {
+	def := regoVersion(opts)
 	if ob.Type() == opabundle.DeltaBundleType {
 		return nil, fmt.Errorf("%w: %w", bundle.ErrInvalid, ErrDeltaBundle)
 	}
 	if len(ob.Modules) == 0 {
-		return nil, fmt.Errorf("%w: the archive holds neither %s nor Rego files", bundle.ErrInvalid, bundle.WasmFile)
+		return nil, fmt.Errorf("%w: the bundle holds neither %s nor Rego files", bundle.ErrInvalid, bundle.WasmFile)
 	}
 	mods := make(map[string]string, len(ob.Modules))
 	global := ob.RegoVersion(def)

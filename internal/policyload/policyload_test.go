@@ -442,3 +442,53 @@ func TestFromTarGzRegoV0Bundle(t *testing.T) {
 		t.Fatalf("a v0 file read as v1: err = %v", err)
 	}
 }
+
+func TestLoadBundleDirectory(t *testing.T) {
+	ctx := t.Context()
+	src := writeTree(t, opaSources)
+	b, err := policyload.Load(ctx, src, policyload.Options{Entrypoints: []string{"httpapi/authz/allow"}, Revision: "ignored"})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if b.Manifest.Revision != "rev-42" || !slices.Equal(b.Manifest.Roots, []string{"acl", "httpapi"}) || b.Manifest.Metadata["team"] != "payments" {
+		t.Errorf("manifest %+v, want the directory's revision, roots and metadata", b.Manifest)
+	}
+	archive := opaBuild(t, src, compile.TargetRego)
+	for _, input := range []string{`{"method": "GET", "user": "alice"}`, `{"method": "GET", "user": "bob"}`} {
+		if got, want := evalWasm(t, b, "httpapi/authz/allow", input), evalOPA(t, archive, "data.httpapi.authz.allow", input); got != want {
+			t.Errorf("%s: Wasm %s, OPA %s", input, got, want)
+		}
+	}
+
+	// A directory holding a compiled bundle's files is used as it is.
+	nb, err := compiler.Compile(ctx, compiler.Options{Paths: []string{src}, Entrypoints: []string{"httpapi/authz/allow"}, Revision: "compiled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := json.Marshal(nb.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasmDir := writeTree(t, map[string]string{".manifest": string(man), "policy.wasm": string(nb.Wasm), "data.json": string(nb.Data)})
+	wb, err := policyload.Load(ctx, wasmDir, policyload.Options{Entrypoints: []string{"httpapi/authz/allow"}})
+	if err != nil {
+		t.Fatalf("Load of a Wasm bundle directory: %v", err)
+	}
+	if !bytes.Equal(wb.Wasm, nb.Wasm) || wb.Manifest.Revision != "compiled" {
+		t.Errorf("the directory's Wasm was not used: revision %q", wb.Manifest.Revision)
+	}
+	if got := evalWasm(t, wb, "httpapi/authz/allow", `{"method": "GET", "user": "alice"}`); got != "true" {
+		t.Errorf("alice may GET: got %s", got)
+	}
+
+	// Errors name the file in the directory.
+	bad := writeTree(t, map[string]string{".manifest": `{"roots": ["p"]}`, "p/p.rego": "package p\n\nallow if count(1)\n"})
+	_, err = policyload.Load(ctx, bad, policyload.Options{Entrypoints: []string{"p/allow"}})
+	if want := filepath.Join(bad, "p", "p.rego") + ":3:10: count: invalid argument(s)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want %q", err, want)
+	}
+	outside := writeTree(t, map[string]string{".manifest": `{"roots": ["q"]}`, "p/p.rego": "package p\n\nallow := true\n"})
+	if _, err = policyload.Load(ctx, outside, policyload.Options{Entrypoints: []string{"p/allow"}}); !errors.Is(err, bundle.ErrInvalid) || !strings.Contains(err.Error(), "do not permit 'package p'") {
+		t.Errorf("a package outside the roots: err = %v", err)
+	}
+}
