@@ -48,8 +48,9 @@ and the command fails. --target rego or wasm runs one target only.
 
 nexus' builtins are declared, so policies that call them type-check. On
 both targets the store builtins (nexus.check, nexus.roles, ...) read an
-empty relationship store, or the one in --data-dir (opened read-only); a
-test may replace them with "with nexus.check as ...".
+empty relationship store, or the one in --data-dir (opened read-only: stop
+nexus serve first, which holds it); a test may replace them with
+"with nexus.check as ...".
 
 Rules whose name starts with todo_test_ are skipped.
 
