@@ -26,6 +26,7 @@ import (
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/policyload"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -422,12 +423,18 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	return store, nil
 }
 
-// loadPolicy reads a bundle, compiles a directory, or compiles the
-// embedded default policy.
+// loadPolicy compiles the embedded default policy, or loads --policy: a
+// .rego file, a directory, an OPA bundle of Rego sources (opa build) or a
+// compiled bundle (see policyload.Load).
 func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	eps := c.Entrypoints
 	if len(eps) == 0 {
-		eps = []string{c.EnvoyEntrypoint, c.AuthzEntrypoint}
+		// A disabled (or unset) entrypoint is none to compile.
+		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+			if ep != "" && ep != pdp.Disabled {
+				eps = append(eps, ep)
+			}
+		}
 	}
 	if c.Policy == "" {
 		mods := map[string]string{}
@@ -453,21 +460,5 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		}
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, Revision: "default-" + version.Get().Version})
 	}
-	st, err := os.Stat(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if st.IsDir() || strings.HasSuffix(c.Policy, ".rego") {
-		return compiler.Compile(ctx, compiler.Options{Paths: []string{c.Policy}, Entrypoints: eps})
-	}
-	f, err := os.Open(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	defer f.Close()
-	b, err := bundle.Read(f)
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", c.Policy, err)
-	}
-	return b, nil
+	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps})
 }
