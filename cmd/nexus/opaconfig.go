@@ -138,12 +138,19 @@ func agree(dst *string, v, opaName, nexusName string) error {
 // nexus does not read yet: bundles downloaded from a service (and the
 // keys that verify them), decision logs and status reports.
 func managementSections(cfg *opaconfig.Config) error {
+	const bundleHint = "give the policy as a path (a .rego file, a directory or a bundle) and remove the section"
 	for _, s := range []struct {
-		name string
-		raw  []byte
-	}{{"bundles", cfg.Bundles}, {"bundle", cfg.Bundle}, {"keys", cfg.Keys}, {"decision_logs", cfg.DecisionLogs}, {"status", cfg.Status}} {
+		name, hint string
+		raw        []byte
+	}{
+		{"bundles", bundleHint, cfg.Bundles},
+		{"bundle", bundleHint, cfg.Bundle},
+		{"keys", bundleHint, cfg.Keys},
+		{"decision_logs", "remove the section; nexus' own decision log is set with nexus.decision_log", cfg.DecisionLogs},
+		{"status", "remove the section", cfg.Status},
+	} {
 		if s.raw != nil {
-			return fmt.Errorf("%s: not supported yet by nexus: remove the section (give the policy as a file, directory or bundle path)", s.name)
+			return fmt.Errorf("%s: not supported yet by nexus: %s", s.name, s.hint)
 		}
 	}
 	return nil
