@@ -118,6 +118,12 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 	c.opa.DryRun = p.DryRun
 	c.opa.SkipRequestBodyParse = p.SkipRequestBodyParse
 	c.opa.GRPCMaxRecvMsgSize = p.GRPCMaxRecvMsgSize
+	if c.MaxBodyBytes == 0 {
+		// The plugin bounds a request body by the gRPC message alone:
+		// nexus' body limit (1 MiB by default) would refuse bodies the
+		// plugin reads.
+		c.MaxBodyBytes = int64(p.GRPCMaxRecvMsgSize)
+	}
 	c.opa.GRPCMaxSendMsgSize = p.GRPCMaxSendMsgSize
 	c.opa.PerformanceMetrics = p.EnablePerformanceMetrics
 	c.opa.PerformanceMetricsBuckets = p.GRPCRequestDurationSecondsBuckets

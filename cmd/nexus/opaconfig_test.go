@@ -63,7 +63,7 @@ func TestServeFromOPA(t *testing.T) {
 				!equal(c.Entrypoints, []string{"envoy/authz/allow"}) || c.AdminAddr != "" {
 				t.Fatalf("%+v", c)
 			}
-			if c.opa.GRPCMaxRecvMsgSize != 4<<20 || c.opa.DryRun {
+			if c.opa.GRPCMaxRecvMsgSize != 4<<20 || c.MaxBodyBytes != 4<<20 || c.opa.DryRun {
 				t.Fatalf("plugin defaults %+v", c.opa)
 			}
 		}},
@@ -74,10 +74,10 @@ func TestServeFromOPA(t *testing.T) {
 		}},
 		{name: "nexus-section", raw: `{"plugins": {"envoy_ext_authz_grpc": {"addr": ":9191", "dry-run": true}},
 			"labels": {"app": "shop"}, "persistence_directory": "/var/lib/opa",
-			"nexus": {"authz_entrypoint": "app/decision", "cache_size": 7, "eval_timeout": "250ms", "admin_addr": "127.0.0.1:8282"}}`, run: true,
+			"nexus": {"authz_entrypoint": "app/decision", "cache_size": 7, "max_body_bytes": 1000, "eval_timeout": "250ms", "admin_addr": "127.0.0.1:8282"}}`, run: true,
 			check: func(t *testing.T, c serveConfig) {
 				if c.AuthzEntrypoint != "app/decision" || !equal(c.Entrypoints, []string{"envoy/authz/allow", "app/decision"}) ||
-					c.CacheSize != 7 || c.EvalTimeout != 250*time.Millisecond || c.AdminAddr != "127.0.0.1:8282" ||
+					c.CacheSize != 7 || c.MaxBodyBytes != 1000 || c.EvalTimeout != 250*time.Millisecond || c.AdminAddr != "127.0.0.1:8282" ||
 					c.DataDir != "/var/lib/opa" || c.opa.Labels["app"] != "shop" || !c.opa.DryRun {
 					t.Fatalf("%+v", c)
 				}
