@@ -121,15 +121,16 @@ var topLevel = map[string]string{
 }
 
 // IsOPAConfig reports whether raw (YAML or JSON) is an OPA configuration:
-// a mapping with at least one of OPA's top-level keys. A file holding only
-// nexus' own serve settings is not one.
+// a mapping with at least one of OPA's top-level keys, or a "nexus"
+// section. A file of nexus' own serve settings (grpc_addr, data_dir, ...)
+// has neither.
 func IsOPAConfig(raw []byte) bool {
 	var m map[string]any
 	if err := yaml.Unmarshal(raw, &m); err != nil {
 		return false
 	}
 	for k := range m {
-		if _, ok := topLevel[k]; ok && k != "nexus" {
+		if _, ok := topLevel[k]; ok {
 			return true
 		}
 	}

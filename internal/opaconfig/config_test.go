@@ -258,7 +258,7 @@ func TestIsOPAConfig(t *testing.T) {
 		`{"decision_logs": {"console": true}}`:    true,
 		"nexus:\n  cache_size: 1\nservices: {}\n": true,
 		"grpc_addr: :9191\ndata_dir: /x\n":        false,
-		"nexus:\n  cache_size: 1\n":               false,
+		"nexus:\n  cache_size: 1\n":               true,
 		"":                                        false,
 	} {
 		if got := IsOPAConfig([]byte(raw)); got != want {
