@@ -86,7 +86,9 @@ func Describe(err error) string {
 // which log receives in full).
 func WriteError(log *slog.Logger, w http.ResponseWriter, err error) {
 	code, status, _ := Status(err)
-	if status >= 500 && log != nil {
+	// A consistency token not reached is the client's choice of revision,
+	// counted in the metrics: logging each would let a client flood the log.
+	if status >= 500 && log != nil && code != pdp.CodeRevisionUnavailable {
 		log.Error("request failed", "reason", code, "err", err)
 	}
 	WriteJSON(w, status, map[string]string{"error": Describe(err), "reason": code})
