@@ -34,13 +34,13 @@ import (
 )
 
 // Store is what the builtins read from the relationship store, one
-// method per builtin: nexus.check, nexus.roles, nexus.relations,
-// nexus.lookup_resources and nexus.lookup_subjects. *datastore.BoltStore
-// implements it; see datastore.Store for each method's contract.
+// method per builtin: nexus.check, nexus.roles, nexus.relations
+// (AppendSubjects), nexus.lookup_resources and nexus.lookup_subjects.
+// *datastore.BoltStore implements it; see datastore.Store for each method's contract.
 type Store interface {
 	Check(ctx context.Context, req datastore.CheckRequest) (datastore.CheckResult, error)
 	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
-	Read(ctx context.Context, f datastore.Filter) ([]api.Tuple, error)
+	AppendSubjects(ctx context.Context, dst []string, object api.Object, relation string) ([]string, error)
 	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)
 	LookupSubjects(ctx context.Context, object api.Object, permission, subjectType string) ([]string, error)
 }
@@ -89,12 +89,9 @@ func Register(reg *engine.Registry, s Store) error {
 		if err != nil {
 			return dst, fmt.Errorf("nexus.relations: %w", err)
 		}
-		ts, err := s.Read(ctx, datastore.Filter{ObjectType: obj.Type, ObjectID: obj.ID, Relation: relation})
+		dst, err = s.AppendSubjects(ctx, dst, obj, relation)
 		if err != nil {
 			return dst, fmt.Errorf("nexus.relations: %w", err)
-		}
-		for _, t := range ts {
-			dst = append(dst, t.Subject.String())
 		}
 		return dst, nil
 	}
