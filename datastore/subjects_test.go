@@ -39,9 +39,9 @@ func TestAppendSubjects(t *testing.T) {
 		rel string
 	}
 	seen := map[key]bool{
-		{api.Object{Type: "file", ID: "nothing-here"}, "tenant"}: true,
-		{api.Object{Type: "file", ID: "report"}, "tenant"}:       true, // a prefix of report.pdf
-		{api.Object{Type: "file", ID: "report.pdf"}, "no_such"}:  true,
+		{api.Object{Type: "file", ID: "nothing-here"}, "tenant"}:  true,
+		{api.Object{Type: "file", ID: "report"}, "tenant"}:        true, // a prefix of report.pdf
+		{api.Object{Type: "file", ID: "report.pdf"}, "no_such"}:   true,
 		{api.Object{Type: "no_such", ID: "report.pdf"}, "tenant"}: true,
 	}
 	for _, tu := range all {
