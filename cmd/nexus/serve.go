@@ -25,6 +25,8 @@ import (
 	"github.com/nexuspdp/nexus/internal/defaults/demo"
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/policyload"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -67,6 +69,9 @@ type serveConfig struct {
 	// CacheNondeterministic opts in to caching the decisions of policies
 	// that call non-deterministic builtins.
 	CacheNondeterministic bool `yaml:"cache_nondeterministic"`
+
+	// opa holds what an OPA configuration or nexus run sets (opaconfig.go).
+	opa opaSettings
 }
 
 type tlsConfig struct {
@@ -166,6 +171,9 @@ func readServeConfig(path string) (serveConfig, error) {
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
+	if opaconfig.IsOPAConfig(b) {
+		return readOPAServeConfig(path, b)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
@@ -246,6 +254,7 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if file.DecisionLogQueue != 0 {
 		c.DecisionLogQueue = file.DecisionLogQueue
 	}
+	mergeOPA(c, file)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -262,10 +271,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, level, c.opa.LogFormat)
 	if err := c.resolve(); err != nil {
 		return err
 	}
+	warnOPA(log, c)
 
 	store, err := openStore(ctx, c, log)
 	if err != nil {
@@ -323,6 +333,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
+		DiagnosticAddr: c.opa.DiagnosticAddr, DryRun: c.opa.DryRun, SkipRequestBodyParse: c.opa.SkipRequestBodyParse,
+		GRPCMaxRecvMsgSize: c.opa.GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize: c.opa.GRPCMaxSendMsgSize,
+		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
 		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
@@ -410,12 +423,18 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	return store, nil
 }
 
-// loadPolicy reads a bundle, compiles a directory, or compiles the
-// embedded default policy.
+// loadPolicy compiles the embedded default policy, or loads --policy: a
+// .rego file, a directory, an OPA bundle of Rego sources (opa build) or a
+// compiled bundle (see policyload.Load).
 func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	eps := c.Entrypoints
 	if len(eps) == 0 {
-		eps = []string{c.EnvoyEntrypoint, c.AuthzEntrypoint}
+		// A disabled (or unset) entrypoint is none to compile.
+		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+			if ep != "" && ep != pdp.Disabled {
+				eps = append(eps, ep)
+			}
+		}
 	}
 	if c.Policy == "" {
 		mods := map[string]string{}
@@ -441,21 +460,5 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		}
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, Revision: "default-" + version.Get().Version})
 	}
-	st, err := os.Stat(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if st.IsDir() {
-		return compiler.Compile(ctx, compiler.Options{Paths: []string{c.Policy}, Entrypoints: eps})
-	}
-	f, err := os.Open(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	defer f.Close()
-	b, err := bundle.Read(f)
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", c.Policy, err)
-	}
-	return b, nil
+	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps})
 }

@@ -1,0 +1,60 @@
+package opaconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Object decodes raw as a JSON object and refuses any key that is not in
+// known, naming it as where.key. Keys listed in unsupported are refused
+// with "not supported by nexus" (OPA settings nexus knows and does not
+// implement). A null or empty raw is an empty object.
+func Object(where string, raw json.RawMessage, known []string, unsupported ...string) (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return m, nil
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%s: want an object: %w", where, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		switch {
+		case slices.Contains(known, k):
+		case slices.Contains(unsupported, k):
+			return nil, fmt.Errorf("%s: %w", join(where, k), ErrUnsupported)
+		default:
+			return nil, fmt.Errorf("%s: unknown setting (known: %s)", join(where, k), strings.Join(known, ", "))
+		}
+	}
+	return m, nil
+}
+
+// Decode decodes the value at m[key] into dst when present, naming
+// where.key in its error.
+func Decode(where string, m map[string]json.RawMessage, key string, dst any) error {
+	raw, ok := m[key]
+	if !ok || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return fmt.Errorf("%s: %w", join(where, key), err)
+	}
+	return nil
+}
+
+// join names a nested setting: join("services.acme", "url").
+func join(where, key string) string {
+	if where == "" {
+		return key
+	}
+	return where + "." + key
+}
