@@ -29,7 +29,7 @@ func (s *API) evaluateOne(w http.ResponseWriter, r *http.Request, c *checkapi.Ch
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, authzenResponse(d))
+	writeAuthZEN(w, d)
 }
 
 func authzenResponse(d pdp.Decision) checkapi.AuthZENResponse {

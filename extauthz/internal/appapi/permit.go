@@ -37,7 +37,7 @@ func (s *API) handleAllowed(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, permitResponse(d))
+	writePermit(w, d)
 }
 
 func (s *API) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
