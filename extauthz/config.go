@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,15 @@ const (
 	DefaultMaxBatch  = 1000
 )
 
+// Writer takes the admin API's writes (see Config.Writer).
+// *datastore.BoltStore and *cluster.Replica satisfy it.
+type Writer interface {
+	Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error)
+	WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error)
+}
+
+var _ Writer = (*datastore.BoltStore)(nil)
+
 // TLS configures TLS on one listener. The zero value means plain text.
 type TLS struct {
 	// CertFile and KeyFile are the server's certificate and key (PEM).
@@ -56,8 +66,29 @@ type Config struct {
 	// whenever the schema changes.
 	Policy *bundle.Bundle
 
+	// Writer takes the admin API's relationship and schema writes; nil
+	// means Store. A cluster replica (cluster.Replica) puts them in the
+	// cluster's log instead; when it also has LoadPolicy(ctx, bundle
+	// []byte) (datastore.Revision, error), policy loads go through it too
+	// and reach the server through LoadPolicy on every replica.
+	Writer Writer
+	// Revisions waits for the consistency tokens checks carry (the
+	// x-nexus-revision header, context.nexus_revision); nil means the
+	// store's own revision, waited for at most RevisionWait.
+	Revisions pdp.RevisionWaiter
+	// RevisionWait bounds the default wait for a consistency token; zero
+	// means pdp.DefaultRevisionWait.
+	RevisionWait time.Duration
+	// Degraded, if set, is asked by /healthz: a non-empty reason makes it
+	// answer {"status": "degraded", "reason": ..., plus details}, still
+	// 200 (restarting would not help); /readyz is not affected.
+	Degraded func() (reason string, details map[string]any)
+
 	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
-	// "-" disables it.
+	// "-" disables it. "unix:///path/to.sock" listens on a Unix socket
+	// (a stale socket at the path is removed first, as opa-envoy-plugin
+	// does; any other file there fails Start), "unix://@name" on an
+	// abstract one.
 	GRPCAddr string
 	// HTTPAddr is the HTTP listener (forward auth, AuthZEN, Permit APIs);
 	// "" means DefaultHTTPAddr, "-" disables it.
@@ -65,6 +96,11 @@ type Config struct {
 	// AdminAddr is the admin listener; "" means DefaultAdminAddr, "-"
 	// disables it.
 	AdminAddr string
+	// DiagnosticAddr, if set, is a listener with the health and metrics
+	// endpoints alone (/health as OPA answers it, /healthz, /readyz,
+	// /metrics): what OPA's --diagnostic-addr serves, for probes and
+	// scrapers that must not reach the other APIs. "" disables it.
+	DiagnosticAddr string
 	// GRPCTLS, HTTPTLS and AdminTLS configure TLS per listener.
 	GRPCTLS, HTTPTLS, AdminTLS TLS
 	// AdminToken is the bearer token the admin API requires (except
@@ -91,6 +127,29 @@ type Config struct {
 	PublicURL string
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
+	// GRPCMaxRecvMsgSize bounds the size of a gRPC message the server
+	// receives (larger ones are refused with RESOURCE_EXHAUSTED); zero
+	// means grpc-go's default, 4 MiB, as opa-envoy-plugin's.
+	GRPCMaxRecvMsgSize int
+	// GRPCMaxSendMsgSize bounds the size of a gRPC message the server
+	// sends; zero means grpc-go's default (no practical bound).
+	GRPCMaxSendMsgSize int
+	// PerformanceMetrics registers opa-envoy-plugin's performance metrics
+	// (enable-performance-metrics): grpc_request_duration_seconds
+	// {handler="check"} and error_counter{reason}.
+	PerformanceMetrics bool
+	// PerformanceMetricsBuckets are the buckets of
+	// grpc_request_duration_seconds; nil means the plugin's defaults.
+	// They must be increasing.
+	PerformanceMetricsBuckets []float64
+	// DryRun answers every Envoy ext_authz gRPC decision with an allow,
+	// while the decision log and the metrics keep the policy's decision
+	// (opa-envoy-plugin's dry-run).
+	DryRun bool
+	// SkipRequestBodyParse leaves the request body out of the input
+	// document of Envoy and forward-auth requests (opa-envoy-plugin's
+	// skip-request-body-parse); see pdp.Config.SkipRequestBodyParse.
+	SkipRequestBodyParse bool
 	// Profiling serves Go's profiles under /debug/pprof/ on the admin
 	// listener, behind AdminToken like the rest of the admin API.
 	Profiling bool
@@ -195,6 +254,17 @@ func (c *Config) Validate() error {
 	case c.MaxBodyBytes == 0:
 		c.MaxBodyBytes = pdp.DefaultMaxBodyBytes
 	}
+	if c.GRPCMaxRecvMsgSize < 0 {
+		return fmt.Errorf("extauthz: GRPCMaxRecvMsgSize %d is negative", c.GRPCMaxRecvMsgSize)
+	}
+	if c.GRPCMaxSendMsgSize < 0 {
+		return fmt.Errorf("extauthz: GRPCMaxSendMsgSize %d is negative", c.GRPCMaxSendMsgSize)
+	}
+	for i, b := range c.PerformanceMetricsBuckets {
+		if i > 0 && b <= c.PerformanceMetricsBuckets[i-1] {
+			return fmt.Errorf("extauthz: PerformanceMetricsBuckets must be increasing, %v is not", c.PerformanceMetricsBuckets)
+		}
+	}
 	switch {
 	case c.MaxBatch < 0:
 		return fmt.Errorf("extauthz: MaxBatch %d is negative", c.MaxBatch)
@@ -209,15 +279,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("extauthz: %w", err)
 	}
 	if c.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			collectors.NewGoCollector(),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "nexus_process_peak_resident_memory_bytes",
-				Help: "Peak resident set size of the process (VmHWM), for benchmark reports.",
-			}, peakRSS),
-		)
+		reg := NewRegistry()
 		c.Registerer = reg
 		if c.Gatherer == nil {
 			c.Gatherer = reg
@@ -231,6 +293,23 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// NewRegistry returns the registry a Server serves on /metrics when
+// Config.Registerer is nil: the process and Go collectors and the peak
+// resident memory. Callers that register metrics of their own beside the
+// server's (a cluster replica's) pass it as Config.Registerer.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "nexus_process_peak_resident_memory_bytes",
+			Help: "Peak resident set size of the process (VmHWM), for benchmark reports.",
+		}, peakRSS),
+	)
+	return reg
 }
 
 // peakRSS reads VmHWM from /proc/self/status; 0 where there is no /proc.
@@ -257,9 +336,11 @@ func (c *Config) pdpConfig() pdp.Config {
 		Engine: c.Engine, Store: c.Store, Policy: c.Policy,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
+		SkipRequestBodyParse: c.SkipRequestBodyParse, DryRun: c.DryRun,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: c.DecisionLog, DecisionLogQueue: c.DecisionLogQueue,
 		DecisionSink: c.DecisionSink, MaskDecision: c.MaskDecision, DropDecision: c.DropDecision,
+		Revisions: c.Revisions, RevisionWait: c.RevisionWait,
 		Logger: c.Logger, Registerer: c.Registerer,
 	}
 }

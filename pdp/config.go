@@ -71,8 +71,19 @@ type Config struct {
 	AuthzEntrypoint string
 
 	// MaxBodyBytes bounds the body of an Envoy CheckRequest; zero means
-	// DefaultMaxBodyBytes.
+	// DefaultMaxBodyBytes. It does not apply with SkipRequestBodyParse,
+	// where the body is never read (the gRPC message size bounds it).
 	MaxBodyBytes int64
+	// SkipRequestBodyParse leaves the request body out of the Envoy and
+	// forward-auth input documents (opa-envoy-plugin's
+	// skip-request-body-parse): there is no parsed_body and no
+	// truncated_body, and a body that would not parse is no error.
+	SkipRequestBodyParse bool
+	// DryRun is opa-envoy-plugin's dry-run: transports that honour it
+	// (Envoy ext_authz gRPC) answer every Envoy decision with an allow,
+	// while the decision log and the metrics keep the policy's real
+	// decision. Errors still answer as errors.
+	DryRun bool
 	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
 	EvalTimeout time.Duration
 	// CacheSize bounds the decision cache (entries); zero means
@@ -109,6 +120,13 @@ type Config struct {
 	// only when the loaded bundle has them (compile the policy with them
 	// as optional entrypoints).
 	MaskDecision, DropDecision string
+	// Revisions waits for the consistency token a check may carry
+	// (WaitRevision); nil means a waiter over Store's revision, bounded by
+	// RevisionWait.
+	Revisions RevisionWaiter
+	// RevisionWait bounds the default waiter; zero means
+	// DefaultRevisionWait.
+	RevisionWait time.Duration
 
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
@@ -159,6 +177,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("pdp: CacheSize %d is negative", c.CacheSize)
 	case c.CacheSize == 0:
 		c.CacheSize = DefaultCacheSize
+	}
+	switch {
+	case c.RevisionWait < 0:
+		return fmt.Errorf("pdp: RevisionWait %v is negative", c.RevisionWait)
+	case c.RevisionWait == 0:
+		c.RevisionWait = DefaultRevisionWait
+	}
+	if c.Revisions == nil {
+		c.Revisions = storeWaiter{store: c.Store, max: c.RevisionWait}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

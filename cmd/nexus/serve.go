@@ -25,6 +25,8 @@ import (
 	"github.com/nexuspdp/nexus/internal/defaults/demo"
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/policyload"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -63,10 +65,14 @@ type serveConfig struct {
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
 	DecisionLogQueue     int           `yaml:"decision_log_queue"`
+	Cluster              clusterConfig `yaml:"cluster"`
 
 	// CacheNondeterministic opts in to caching the decisions of policies
 	// that call non-deterministic builtins.
 	CacheNondeterministic bool `yaml:"cache_nondeterministic"`
+
+	// opa holds what an OPA configuration or nexus run sets (opaconfig.go).
+	opa opaSettings
 }
 
 type tlsConfig struct {
@@ -157,6 +163,7 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
 	f.IntVar(&c.MaxInstances, "max-instances", 0, "policy instances (evaluations at once); 0 means GOMAXPROCS")
+	addClusterFlags(f, &c)
 	return cmd
 }
 
@@ -165,6 +172,9 @@ func readServeConfig(path string) (serveConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
+	}
+	if opaconfig.IsOPAConfig(b) {
+		return readOPAServeConfig(path, b)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -246,6 +256,8 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if file.DecisionLogQueue != 0 {
 		c.DecisionLogQueue = file.DecisionLogQueue
 	}
+	mergeOPA(c, file)
+	mergeClusterFlags(cmd, c, file)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -262,10 +274,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, level, c.opa.LogFormat)
 	if err := c.resolve(); err != nil {
 		return err
 	}
+	warnOPA(log, c)
 
 	store, err := openStore(ctx, c, log)
 	if err != nil {
@@ -286,16 +299,18 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 			log.Error("closing the store", "err", err)
 		}
 	}()
+	cl, err := startCluster(ctx, c, store, log)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
 	eng, err := builtins.NewEngine(ctx, store, engine.Config{Logger: log, MaxInstances: c.MaxInstances})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = eng.Close(context.WithoutCancel(ctx)) }()
-	bundle, err := loadPolicy(ctx, c)
+	bundle, err := cl.loadPolicy(ctx, c)
 	if err != nil {
-		return err
-	}
-	if bundle, err = trustSubjectHeader(bundle, c.TrustedSubjectHeader); err != nil {
 		return err
 	}
 	switch h := dataSubjectHeader(bundle.Data); {
@@ -319,18 +334,26 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		defer f.Close()
 		dlog = f
 	}
-	srv, err := extauthz.New(ctx, extauthz.Config{
+	cfg := extauthz.Config{
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
+		DiagnosticAddr: c.opa.DiagnosticAddr, DryRun: c.opa.DryRun, SkipRequestBodyParse: c.opa.SkipRequestBodyParse,
+		GRPCMaxRecvMsgSize: c.opa.GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize: c.opa.GRPCMaxSendMsgSize,
+		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
 		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: log,
-	})
+	}
+	cl.configure(&cfg)
+	srv, err := extauthz.New(ctx, cfg)
 	if err != nil {
+		return err
+	}
+	if err := cl.attach(ctx, srv); err != nil {
 		return err
 	}
 	if err := srv.Start(ctx); err != nil {
@@ -359,6 +382,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 // schema with its demo relationships). A --schema that differs from the
 // stored one replaces it unless that would orphan tuples.
 func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
+	if c.Cluster.enabled() {
+		return openClusterStore(ctx, c, log)
+	}
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -410,12 +436,18 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	return store, nil
 }
 
-// loadPolicy reads a bundle, compiles a directory, or compiles the
-// embedded default policy.
+// loadPolicy compiles the embedded default policy, or loads --policy: a
+// .rego file, a directory, an OPA bundle of Rego sources (opa build) or a
+// compiled bundle (see policyload.Load).
 func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	eps := c.Entrypoints
 	if len(eps) == 0 {
-		eps = []string{c.EnvoyEntrypoint, c.AuthzEntrypoint}
+		// A disabled (or unset) entrypoint is none to compile.
+		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+			if ep != "" && ep != pdp.Disabled {
+				eps = append(eps, ep)
+			}
+		}
 	}
 	if c.Policy == "" {
 		mods := map[string]string{}
@@ -441,21 +473,5 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		}
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: defaultLogRules, Revision: "default-" + version.Get().Version})
 	}
-	st, err := os.Stat(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if st.IsDir() {
-		return compiler.Compile(ctx, compiler.Options{Paths: []string{c.Policy}, Entrypoints: eps, OptionalEntrypoints: defaultLogRules})
-	}
-	f, err := os.Open(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	defer f.Close()
-	b, err := bundle.Read(f)
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", c.Policy, err)
-	}
-	return b, nil
+	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: defaultLogRules})
 }
