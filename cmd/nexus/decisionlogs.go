@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync/atomic"
+	"time"
 
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
@@ -44,6 +46,10 @@ type opaLogInputs struct {
 
 // opaLogging is what the decision_logs and status sections set up.
 type opaLogging struct {
+	// isReady is the server's readiness as the status report gives it;
+	// nil until startOPALogging sets it.
+	isReady *atomic.Bool
+
 	// Logger writes decisions in OPA's format; nil when decision_logs is
 	// absent (nexus' own --decision-log is then unchanged).
 	Logger *opalog.Logger
@@ -108,6 +114,69 @@ func (o *opaLogging) apply(c *extauthz.Config) {
 		c.DecisionSink = o.Logger
 	}
 	c.MaskDecision, c.DropDecision = o.Rules.Mask, o.Rules.Drop
+}
+
+// startOPALogging starts what the OPA configuration serve read asks for:
+// decision events in OPA's format and status reports. With nexus' own
+// YAML there is nothing to start.
+func startOPALogging(c serveConfig, log *slog.Logger) (*opaLogging, error) {
+	in := opaLogInputs{Logger: log, Bundle: c.Policy}
+	if in.Bundle == "" {
+		in.Bundle = "default"
+	}
+	if oc := c.opa.Config; oc != nil {
+		in.DecisionLogs, in.Status, in.Services, in.Labels = oc.DecisionLogs, oc.Status, oc.Services, oc.Labels
+	}
+	ready := new(atomic.Bool)
+	in.Ready = ready.Load
+	o, err := newOPALogging(in)
+	if err != nil {
+		return nil, err
+	}
+	o.isReady = ready
+	return o, nil
+}
+
+// checkOPALogSections reads the decision_logs and status sections as
+// startOPALogging will, so that a setting nexus does not support is an
+// error when the configuration is read.
+func checkOPALogSections(cfg *opaconfig.Config) error {
+	if len(cfg.DecisionLogs) > 0 {
+		if _, _, err := opalog.ParseDecisionLogs(cfg.DecisionLogs, cfg.Services); err != nil {
+			return err
+		}
+	}
+	_, err := opalog.ParseStatus(cfg.Status, cfg.Services)
+	return err
+}
+
+// logRuleEntrypoints are the mask and drop rules to compile policies
+// with: those the configuration's decision_logs names, else OPA's.
+func logRuleEntrypoints(c serveConfig) []string {
+	oc := c.opa.Config
+	if oc == nil || len(oc.DecisionLogs) == 0 {
+		return defaultLogRules
+	}
+	_, r, err := opalog.ParseDecisionLogs(oc.DecisionLogs, oc.Services)
+	if err != nil {
+		return defaultLogRules // startOPALogging reports the error
+	}
+	return []string{r.Mask, r.Drop}
+}
+
+// ready marks the server as answering checks, and reports it.
+func (o *opaLogging) ready() {
+	if o.isReady != nil {
+		o.isReady.Store(true)
+	}
+	o.notify()
+}
+
+// closeAfter closes o if serve returns before its shutdown did.
+func (o *opaLogging) closeAfter(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = o.Close(ctx)
 }
 
 // notify prompts a status report (after a bundle was activated or

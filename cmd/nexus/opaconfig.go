@@ -142,7 +142,8 @@ func agree(dst *string, v, opaName, nexusName string) error {
 
 // managementSections refuses the sections of OPA's management APIs that
 // nexus does not read yet: bundles downloaded from a service (and the
-// keys that verify them), decision logs and status reports.
+// keys that verify them). Decision logs and status reports are read by
+// startOPALogging.
 func managementSections(cfg *opaconfig.Config) error {
 	const bundleHint = "give the policy as a path (a .rego file, a directory or a bundle) and remove the section"
 	for _, s := range []struct {
@@ -152,14 +153,12 @@ func managementSections(cfg *opaconfig.Config) error {
 		{"bundles", bundleHint, cfg.Bundles},
 		{"bundle", bundleHint, cfg.Bundle},
 		{"keys", bundleHint, cfg.Keys},
-		{"decision_logs", "remove the section; nexus' own decision log is set with nexus.decision_log", cfg.DecisionLogs},
-		{"status", "remove the section", cfg.Status},
 	} {
 		if s.raw != nil {
 			return fmt.Errorf("%s: not supported yet by nexus: %s", s.name, s.hint)
 		}
 	}
-	return nil
+	return checkOPALogSections(cfg)
 }
 
 // mergeOPA fills c's OPA-only settings from the file's.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,9 +100,17 @@ func TestServeFromOPA(t *testing.T) {
 		{name: "data-dir-twice", raw: `{"persistence_directory": "/a", "nexus": {"data_dir": "/b"}}`,
 			wantErr: `persistence_directory "/a" and nexus.data_dir "/b" disagree`},
 		{name: "nexus-unknown", raw: `{"plugins": {}, "nexus": {"grpc_adr": ":1"}}`, wantErr: `nexus: yaml: unmarshal errors`},
-		{name: "decision-logs", raw: "plugins:\n  envoy_ext_authz_grpc: {}\ndecision_logs:\n  console: true\n", wantErr: "decision_logs: not supported yet"},
+		{name: "decision-logs", raw: "plugins:\n  envoy_ext_authz_grpc: {}\ndecision_logs:\n  console: true\n  mask_decision: /acme/mask\n", check: func(t *testing.T, c serveConfig) {
+			if eps := logRuleEntrypoints(c); !slices.Equal(eps, []string{"acme/mask", "system/log/drop"}) {
+				t.Fatalf("log rules %v", eps)
+			}
+		}},
 		{name: "bundles", raw: `{"bundles": {"authz": {"service": "s"}}}`, wantErr: "bundles: not supported yet"},
-		{name: "status", raw: `{"status": {"console": true}}`, wantErr: "status: not supported yet"},
+		{name: "status", raw: `{"status": {"console": true}}`, check: func(t *testing.T, c serveConfig) {
+			if c.opa.Config == nil || c.opa.Config.Status == nil || !slices.Equal(logRuleEntrypoints(c), defaultLogRules) {
+				t.Fatalf("settings %+v", c.opa)
+			}
+		}},
 		{name: "keys", raw: `{"keys": {"k": {"key": "x"}}}`, wantErr: "keys: not supported yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,7 +252,7 @@ func TestRunRefuses(t *testing.T) {
 		{[]string{"--server", "--ignore=.*", dir}, "--ignore .* with the directory"},
 		{[]string{"--server", "--config-file=" + filepath.Join(dir, "absent.yaml"), policy}, "--config-file:"},
 		{[]string{"--server", "--set=plugins.envoy_ext_authz_grpc.proto-descriptor=/x.pb", policy}, "plugins.envoy_ext_authz_grpc.proto-descriptor: not supported by nexus"},
-		{[]string{"--server", "--set=decision_logs.console=true", "--set=plugins.envoy_ext_authz_grpc.addr=:9191", policy}, "decision_logs: not supported yet"},
+		{[]string{"--server", "--set=decision_logs.plugin=x", "--set=plugins.envoy_ext_authz_grpc.addr=:9191", policy}, "decision_logs.plugin: not supported by nexus"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := runArgs(tc.args...)

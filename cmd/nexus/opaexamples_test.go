@@ -24,7 +24,9 @@ func TestOPAExampleConfigs(t *testing.T) {
 		want    func(c serveConfig) bool
 		wantErr string
 	}{
-		{file: "quick-start.yaml", wantErr: "decision_logs: not supported yet"},
+		{file: "quick-start.yaml", want: func(c serveConfig) bool {
+			return c.GRPCAddr == ":9191" && c.EnvoyEntrypoint == "envoy/authz/allow" && c.opa.Config != nil && c.opa.Config.DecisionLogs != nil
+		}},
 		{file: "quick-start-no-logs.yaml", want: func(c serveConfig) bool {
 			return c.GRPCAddr == ":9191" && c.EnvoyEntrypoint == "envoy/authz/allow" && c.AuthzEntrypoint == pdp.Disabled && !c.Reflection
 		}},

@@ -309,6 +309,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer func() { _ = eng.Close(context.WithoutCancel(ctx)) }()
+	ol, err := startOPALogging(c, log)
+	if err != nil {
+		return err
+	}
+	defer ol.closeAfter(ctx)
 	bundle, err := cl.loadPolicy(ctx, c)
 	if err != nil {
 		return err
@@ -349,6 +354,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Logger: log,
 	}
 	cl.configure(&cfg)
+	ol.apply(&cfg)
 	srv, err := extauthz.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -359,6 +365,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
+	ol.ready()
 	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
 	if tokenFile != "" {
 		log.Info("the admin API needs the token in "+tokenFile, "example", "curl -H \"Authorization: Bearer $(cat "+tokenFile+")\" http://"+c.AdminAddr+"/v1/schema")
@@ -374,7 +381,8 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	log.Info("shutting down", "grace", grace)
-	return srv.Shutdown(sctx)
+	err = srv.Shutdown(sctx)
+	return errors.Join(err, ol.Close(sctx))
 }
 
 // openStore opens the store in the data directory. On first start (no
@@ -471,7 +479,7 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		if err != nil {
 			return nil, err
 		}
-		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: defaultLogRules, Revision: "default-" + version.Get().Version})
+		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
-	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: defaultLogRules})
+	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c)})
 }
