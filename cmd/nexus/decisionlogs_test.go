@@ -1,6 +1,7 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,9 +12,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"github.com/open-policy-agent/opa/v1/plugins/status"
 
 	"github.com/nexuspdp/nexus/extauthz"
@@ -118,5 +121,97 @@ func TestLoadPolicyCompilesLogRules(t *testing.T) {
 	}
 	if !slices.Equal(b.Manifest.Entrypoints, []string{"nexus/authz/decision", "system/log/mask"}) {
 		t.Fatalf("entrypoints %v", b.Manifest.Entrypoints)
+	}
+}
+
+// TestRunOPADecisionLogs: nexus run with an OPA configuration whose
+// decision_logs and status name a service uploads each decision, in
+// OPA's format and masked by the policy's mask rule, and reports its
+// status there; both are read with OPA's own types.
+func TestRunOPADecisionLogs(t *testing.T) {
+	var mu sync.Mutex
+	var events []logs.EventV1
+	var reports []status.UpdateRequestV1
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/logs":
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), 400)
+				return
+			}
+			var evs []logs.EventV1
+			if err := json.NewDecoder(zr).Decode(&evs); err != nil {
+				http.Error(w, err.Error(), 400)
+				return
+			}
+			events = append(events, evs...)
+		case "/status/":
+			var rep status.UpdateRequestV1
+			if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+				http.Error(w, err.Error(), 400)
+				return
+			}
+			reports = append(reports, rep)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer svc.Close()
+	dir := t.TempDir()
+	policyDir := filepath.Join(dir, "policy")
+	if err := os.MkdirAll(policyDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, policyDir, "policy.rego", quickStartPolicy)
+	writeFile(t, policyDir, "mask.rego", "package system.log\n\nmask contains \"/input/attributes/request/http/method\"\n")
+	config := writeFile(t, dir, "config.yaml", `
+services:
+  acme:
+    url: `+svc.URL+`
+labels:
+  region: eu
+decision_logs:
+  service: acme
+  reporting:
+    min_delay_seconds: 1
+    max_delay_seconds: 1
+status:
+  service: acme
+plugins:
+  envoy_ext_authz_grpc:
+    addr: 127.0.0.1:0
+    path: envoy/authz/allow
+nexus:
+  data_dir: `+filepath.Join(dir, "data")+`
+`)
+	p := startNexus(t, "run", "--server", "--config-file="+config, "--addr=127.0.0.1:0", policyDir)
+	resp, err := p.client(t).Check(context.Background(), check("GET", "/people", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetDynamicMetadata().GetFields()["decision_id"].GetStringValue()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n, nr := len(events), len(reports)
+		var ev logs.EventV1
+		if n > 0 {
+			ev = events[0]
+		}
+		mu.Unlock()
+		if n > 0 && nr > 0 {
+			if ev.DecisionID != id || ev.Path != "envoy/authz/allow" || ev.Labels["region"] != "eu" || ev.Labels["id"] == "" ||
+				!slices.Equal(ev.Erased, []string{"/input/attributes/request/http/method"}) || ev.Result == nil || *ev.Result != true {
+				t.Fatalf("event %+v (decision %s)", ev, id)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events, %d status reports\n%s", n, nr, p.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
