@@ -46,7 +46,7 @@ func TestParseConfig(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		name, bundles, keys, want string
-		unsupported             bool
+		unsupported               bool
 	}{
 		{name: "two bundles", bundles: `{"a":{"service":"acme"},"b":{"service":"acme"}}`, want: "2 bundles are configured (a, b)", unsupported: true},
 		{name: "unknown setting", bundles: `{"a":{"service":"acme","prefix":"x"}}`, want: "bundles.a.prefix: unknown setting"},
