@@ -63,6 +63,7 @@ type serveConfig struct {
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
 	DecisionLogQueue     int           `yaml:"decision_log_queue"`
+	OPAConfig            string        `yaml:"opa_config"`
 
 	// CacheNondeterministic opts in to caching the decisions of policies
 	// that call non-deterministic builtins.
@@ -140,6 +141,7 @@ An admin listener on an address other than loopback requires a token
 	f.BoolVar(&c.AppAPIInsecure, "app-api-insecure", false, "run the application endpoints without a key when none is given: anyone who reaches the HTTP listener may ask for any decision")
 	f.StringVar(&c.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
+	f.StringVar(&c.OPAConfig, "opa-config", "", "OPA configuration file: its services, bundles and keys fetch the policy from a bundle server as OPA does")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
 	f.StringVar(&c.TrustedSubjectHeader, "trusted-subject-header", "", "request header a trusted hop sets to the verified subject, used when no verified JWT came (default: none, JWT only)")
@@ -208,6 +210,7 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	str("trusted-subject-header", &c.TrustedSubjectHeader, file.TrustedSubjectHeader)
 	str("data-dir", &c.DataDir, file.DataDir)
 	str("policy", &c.Policy, file.Policy)
+	str("opa-config", &c.OPAConfig, file.OPAConfig)
 	str("schema", &c.Schema, file.Schema)
 	str("envoy-entrypoint", &c.EnvoyEntrypoint, file.EnvoyEntrypoint)
 	str("authz-entrypoint", &c.AuthzEntrypoint, file.AuthzEntrypoint)
@@ -334,6 +337,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	if _, err := serveBundles(ctx, c, log, srv.LoadPolicy); err != nil {
 		return err
 	}
 	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
