@@ -329,7 +329,7 @@ func entries(t *testing.T, raw []byte) []tarEntry {
 }
 
 // pack writes entries as a .tar.gz.
-func pack(t *testing.T, es []tarEntry) []byte {
+func pack(t testing.TB, es []tarEntry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
