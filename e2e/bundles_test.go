@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -115,7 +116,7 @@ keys: %s
 		deadline := time.Now().Add(25 * time.Second)
 		for status(open) != http.StatusOK || status(closed) != http.StatusForbidden {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s is not the only open path after 25s\n%s", open, p.Output.String())
+				t.Fatalf("%s is not the only open path after 25s", open)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -132,11 +133,21 @@ keys: %s
 		}
 		return body
 	})
-	srv.publish(tampered, `"r3"`)
+	seen := srv.publish(tampered, `"r3"`)
+	// nexus asks one request at a time, and each request that names r2
+	// gets the tampered bundle: the first later request that names
+	// another ETag shows what nexus made of it (r3 had it been taken).
 	deadline := time.Now().Add(25 * time.Second)
-	for !strings.Contains(p.Output.String(), "bundle update failed") {
+	for {
+		after := srv.since(seen)
+		if i := slices.IndexFunc(after, func(e string) bool { return e != `"r2"` }); i >= 0 {
+			if after[i] == `"r3"` {
+				t.Fatalf("nexus took the tampered bundle (If-None-Match %v)", after)
+			}
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the tampered bundle was not reported\n%s", p.Output.String())
+			t.Fatalf("nexus did not ask again after the tampered bundle (If-None-Match %v)", after)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -154,6 +165,9 @@ keys: %s
 	if err := p.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v\n%s", err, p.Output.String())
 	}
+	if !strings.Contains(p.Output.String(), "bundle update failed") || !strings.Contains(p.Output.String(), "signature") {
+		t.Fatalf("the refusal of the tampered bundle is not logged\n%s", p.Output.String())
+	}
 }
 
 // longPollServer serves one bundle with its ETag and holds a request
@@ -164,14 +178,27 @@ type longPollServer struct {
 	body    []byte
 	etag    string
 	changed chan struct{}
+	// ifNoneMatch is each request's If-None-Match, in arrival order.
+	ifNoneMatch []string
 }
 
-func (s *longPollServer) publish(body []byte, etag string) {
+// publish serves a new bundle and returns the number of requests seen
+// so far.
+func (s *longPollServer) publish(body []byte, etag string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.body, s.etag = body, etag
 	close(s.changed)
 	s.changed = make(chan struct{})
+	return len(s.ifNoneMatch)
+}
+
+// since returns the If-None-Match of the requests that arrived after the
+// first n.
+func (s *longPollServer) since(n int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.ifNoneMatch[n:]...)
 }
 
 func (s *longPollServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -180,6 +207,7 @@ func (s *longPollServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	s.ifNoneMatch = append(s.ifNoneMatch, r.Header.Get("If-None-Match"))
 	etag, ch := s.etag, s.changed
 	s.mu.Unlock()
 	if r.Header.Get("If-None-Match") == etag && strings.Contains(r.Header.Get("Prefer"), "wait=") {
