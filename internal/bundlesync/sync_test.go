@@ -14,6 +14,8 @@ import (
 
 	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 	opakeys "github.com/open-policy-agent/opa/v1/keys"
+
+	"github.com/nexuspdp/nexus/internal/opaconfig"
 )
 
 const manualBundle = `{"authz":{"service":"bundles","resource":"bundles/authz","trigger":"manual"}}`
@@ -404,5 +406,36 @@ func TestStatusJSONLikeOPA(t *testing.T) {
 		if _, ok := m[k]; !ok {
 			t.Errorf("status JSON lacks %q: %s", k, b)
 		}
+	}
+}
+
+// TestLongPollOutlivesResponseHeaderTimeout: a held long poll is not cut
+// by the service's response header timeout (one second here), as OPA lifts
+// it for long polls.
+func TestLongPollOutlivesResponseHeaderTimeout(t *testing.T) {
+	srv := newBundleServer(t, nexusBundle(t, "r1", "alice"))
+	srv.longPoll = true
+	svcs, err := opaconfig.ParseServices(json.RawMessage(`{"bundles":{"url":"` + srv.URL + `","response_header_timeout_seconds":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLoaded(t)
+	s := newSyncer(t, svcs, `{"authz":{"service":"bundles","polling":{"min_delay_seconds":3600,"max_delay_seconds":3600,"long_polling_timeout_seconds":20}}}`, "", "", l)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	l.waitRevision(t, "r1")
+	// The next request is held; publish only after the header timeout
+	// has passed.
+	time.Sleep(1500 * time.Millisecond)
+	srv.set(nexusBundle(t, "r2", "bob"))
+	l.waitRevision(t, "r2")
+	if st := s.Status()[0]; st.Code != "" {
+		t.Fatalf("the held request failed: %+v", st)
+	}
+	_, codes := srv.snapshot()
+	if len(codes) != 2 {
+		t.Fatalf("answers %v: the held request was cut and retried", codes)
 	}
 }
