@@ -98,7 +98,7 @@ keys: %s
 `, hs.URL, keys))
 
 	httpAddr, adminAddr := nexusproc.FreeAddr(t), nexusproc.FreeAddr(t)
-	p := nexusproc.Start(t, dir, adminAddr, "serve", "--opa-config", cfg, "--grpc-addr", "-", "--http-addr", httpAddr, "--admin-addr", adminAddr,
+	p := nexusproc.Start(t, dir, adminAddr, "serve", "--config", cfg, "--grpc-addr", "-", "--http-addr", httpAddr, "--admin-addr", adminAddr,
 		"--data-dir", filepath.Join(dir, "data"), "--app-api-insecure")
 	pid := p.Cmd.Process.Pid
 

@@ -57,7 +57,10 @@ type Config struct {
 	Policy *bundle.Bundle
 
 	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
-	// "-" disables it.
+	// "-" disables it. "unix:///path/to.sock" listens on a Unix socket
+	// (a stale socket at the path is removed first, as opa-envoy-plugin
+	// does; any other file there fails Start), "unix://@name" on an
+	// abstract one.
 	GRPCAddr string
 	// HTTPAddr is the HTTP listener (forward auth, AuthZEN, Permit APIs);
 	// "" means DefaultHTTPAddr, "-" disables it.
@@ -65,6 +68,11 @@ type Config struct {
 	// AdminAddr is the admin listener; "" means DefaultAdminAddr, "-"
 	// disables it.
 	AdminAddr string
+	// DiagnosticAddr, if set, is a listener with the health and metrics
+	// endpoints alone (/health as OPA answers it, /healthz, /readyz,
+	// /metrics): what OPA's --diagnostic-addr serves, for probes and
+	// scrapers that must not reach the other APIs. "" disables it.
+	DiagnosticAddr string
 	// GRPCTLS, HTTPTLS and AdminTLS configure TLS per listener.
 	GRPCTLS, HTTPTLS, AdminTLS TLS
 	// AdminToken is the bearer token the admin API requires (except
@@ -91,6 +99,29 @@ type Config struct {
 	PublicURL string
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
+	// GRPCMaxRecvMsgSize bounds the size of a gRPC message the server
+	// receives (larger ones are refused with RESOURCE_EXHAUSTED); zero
+	// means grpc-go's default, 4 MiB, as opa-envoy-plugin's.
+	GRPCMaxRecvMsgSize int
+	// GRPCMaxSendMsgSize bounds the size of a gRPC message the server
+	// sends; zero means grpc-go's default (no practical bound).
+	GRPCMaxSendMsgSize int
+	// PerformanceMetrics registers opa-envoy-plugin's performance metrics
+	// (enable-performance-metrics): grpc_request_duration_seconds
+	// {handler="check"} and error_counter{reason}.
+	PerformanceMetrics bool
+	// PerformanceMetricsBuckets are the buckets of
+	// grpc_request_duration_seconds; nil means the plugin's defaults.
+	// They must be increasing.
+	PerformanceMetricsBuckets []float64
+	// DryRun answers every Envoy ext_authz gRPC decision with an allow,
+	// while the decision log and the metrics keep the policy's decision
+	// (opa-envoy-plugin's dry-run).
+	DryRun bool
+	// SkipRequestBodyParse leaves the request body out of the input
+	// document of Envoy and forward-auth requests (opa-envoy-plugin's
+	// skip-request-body-parse); see pdp.Config.SkipRequestBodyParse.
+	SkipRequestBodyParse bool
 	// Profiling serves Go's profiles under /debug/pprof/ on the admin
 	// listener, behind AdminToken like the rest of the admin API.
 	Profiling bool
@@ -185,6 +216,17 @@ func (c *Config) Validate() error {
 	case c.MaxBodyBytes == 0:
 		c.MaxBodyBytes = pdp.DefaultMaxBodyBytes
 	}
+	if c.GRPCMaxRecvMsgSize < 0 {
+		return fmt.Errorf("extauthz: GRPCMaxRecvMsgSize %d is negative", c.GRPCMaxRecvMsgSize)
+	}
+	if c.GRPCMaxSendMsgSize < 0 {
+		return fmt.Errorf("extauthz: GRPCMaxSendMsgSize %d is negative", c.GRPCMaxSendMsgSize)
+	}
+	for i, b := range c.PerformanceMetricsBuckets {
+		if i > 0 && b <= c.PerformanceMetricsBuckets[i-1] {
+			return fmt.Errorf("extauthz: PerformanceMetricsBuckets must be increasing, %v is not", c.PerformanceMetricsBuckets)
+		}
+	}
 	switch {
 	case c.MaxBatch < 0:
 		return fmt.Errorf("extauthz: MaxBatch %d is negative", c.MaxBatch)
@@ -247,6 +289,7 @@ func (c *Config) pdpConfig() pdp.Config {
 		Engine: c.Engine, Store: c.Store, Policy: c.Policy,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
+		SkipRequestBodyParse: c.SkipRequestBodyParse, DryRun: c.DryRun,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: c.DecisionLog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: c.Logger, Registerer: c.Registerer,

@@ -14,7 +14,15 @@
 //     /user-permissions, /user-tenants and /authorized_users;
 //   - an API key (Config.AppAPIKey) on the application endpoints;
 //   - an admin API (relationships, schema, policy bundle, edge snapshot)
-//     behind a bearer token, with /metrics, /healthz and /readyz.
+//     behind a bearer token, with /metrics, /healthz and /readyz;
+//   - a diagnostic listener (Config.DiagnosticAddr) with /health as OPA
+//     answers it, /healthz, /readyz and /metrics alone, as opa run's
+//     --diagnostic-addr.
+//
+// opa-envoy-plugin's settings are Config fields: DryRun,
+// SkipRequestBodyParse, GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize,
+// PerformanceMetrics (its grpc_request_duration_seconds and error_counter)
+// and a Unix socket as GRPCAddr.
 //
 // A Server owns the listeners and one decision core (package pdp); each
 // interface is a thin transport under internal/ that maps its wire format

@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -39,6 +41,8 @@ type Server struct {
 	health *health.Server
 	https  []*http.Server
 
+	metrics *envoygrpc.Metrics
+
 	mu    sync.Mutex
 	addrs map[string]net.Addr
 	errc  chan error
@@ -50,7 +54,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, addrs: map[string]net.Addr{}, errc: make(chan error, 3)}
+	s := &Server{cfg: cfg, addrs: map[string]net.Addr{}, errc: make(chan error, 4)}
+	if cfg.PerformanceMetrics {
+		m, err := envoygrpc.NewMetrics(cfg.Registerer, cfg.PerformanceMetricsBuckets)
+		if err != nil {
+			return nil, fmt.Errorf("extauthz: performance metrics: %w", err)
+		}
+		s.metrics = m
+	}
 	p, err := pdp.New(ctx, cfg.pdpConfig())
 	if err != nil {
 		return nil, err
@@ -59,8 +70,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Addr returns the bound address of a listener ("grpc", "http" or
-// "admin") after Start, or nil.
+// Addr returns the bound address of a listener ("grpc", "http", "admin"
+// or "diagnostic") after Start, or nil.
 func (s *Server) Addr(name string) net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,8 +130,8 @@ func (s *Server) Start(ctx context.Context) error {
 	for _, x := range []struct {
 		name, addr string
 		tls        TLS
-	}{{"grpc", s.cfg.GRPCAddr, s.cfg.GRPCTLS}, {"http", s.cfg.HTTPAddr, s.cfg.HTTPTLS}, {"admin", s.cfg.AdminAddr, s.cfg.AdminTLS}} {
-		if x.addr == "-" {
+	}{{"grpc", s.cfg.GRPCAddr, s.cfg.GRPCTLS}, {"http", s.cfg.HTTPAddr, s.cfg.HTTPTLS}, {"admin", s.cfg.AdminAddr, s.cfg.AdminTLS}, {"diagnostic", s.cfg.DiagnosticAddr, TLS{}}} {
+		if x.addr == "-" || x.addr == "" {
 			continue
 		}
 		tc, err := loadTLS(x.tls)
@@ -128,8 +139,15 @@ func (s *Server) Start(ctx context.Context) error {
 			closeAll()
 			return fmt.Errorf("%s listener: %w", x.name, err)
 		}
+		network, addr := "tcp", x.addr
+		if path, ok := strings.CutPrefix(x.addr, "unix://"); ok && x.name == "grpc" {
+			network, addr = "unix", path
+			if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(path) // a socket left by an earlier run; never another file
+			}
+		}
 		var lc net.ListenConfig
-		l, err := lc.Listen(ctx, "tcp", x.addr)
+		l, err := lc.Listen(ctx, network, addr)
 		if err != nil {
 			closeAll()
 			return fmt.Errorf("extauthz: %s listener: %w", x.name, err)
@@ -146,8 +164,14 @@ func (s *Server) Start(ctx context.Context) error {
 			if l.tls != nil {
 				opts = append(opts, grpc.Creds(credentials.NewTLS(l.tls)))
 			}
+			if s.cfg.GRPCMaxRecvMsgSize > 0 {
+				opts = append(opts, grpc.MaxRecvMsgSize(s.cfg.GRPCMaxRecvMsgSize))
+			}
+			if s.cfg.GRPCMaxSendMsgSize > 0 {
+				opts = append(opts, grpc.MaxSendMsgSize(s.cfg.GRPCMaxSendMsgSize))
+			}
 			s.grpc = grpc.NewServer(opts...)
-			authv3.RegisterAuthorizationServer(s.grpc, &envoygrpc.Server{PDP: s.p})
+			authv3.RegisterAuthorizationServer(s.grpc, &envoygrpc.Server{PDP: s.p, Metrics: s.metrics})
 			s.health = health.NewServer()
 			healthpb.RegisterHealthServer(s.grpc, s.health)
 			s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -157,9 +181,14 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 			go func(l net.Listener) { s.errc <- s.grpc.Serve(l) }(l.l)
 		default:
-			h := s.httpHandler()
-			if l.name == "admin" {
+			var h http.Handler
+			switch l.name {
+			case "admin":
 				h = s.adminHandler()
+			case "diagnostic":
+				h = s.diagnosticHandler()
+			default:
+				h = s.httpHandler()
 			}
 			hs := &http.Server{
 				Handler: h, TLSConfig: l.tls, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
@@ -270,6 +299,31 @@ func (s *Server) adminHandler() http.Handler {
 	return mux
 }
 
+// diagnosticHandler serves the diagnostic listener: health and metrics
+// alone.
+func (s *Server) diagnosticHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.probes(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// readiness is nil when a policy is loaded and the store is healthy.
+func (s *Server) readiness() func() error {
+	h, _ := s.cfg.Store.(interface{ Health() error })
+	return func() error {
+		if !s.p.Ready() {
+			return errors.New("no policy loaded")
+		}
+		if h != nil {
+			if err := h.Health(); err != nil {
+				return errors.New(wire.Describe(err))
+			}
+		}
+		return nil
+	}
+}
+
 func (s *Server) probes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", wire.Healthz)
 	var health []func() error
@@ -277,4 +331,16 @@ func (s *Server) probes(mux *http.ServeMux) {
 		health = append(health, h.Health) // a damaged data file takes readiness down
 	}
 	mux.HandleFunc("GET /readyz", wire.Readyz(s.p, health...))
+	// /health answers as OPA's does, for the probes opa-envoy-plugin
+	// deployments already have: 200 and {} when ready, 500 and an error
+	// otherwise. Its query parameters (plugins, bundles) ask nothing more
+	// of nexus, whose policy and plugin are ready together.
+	ready := s.readiness()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			wire.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		wire.WriteJSON(w, http.StatusOK, struct{}{})
+	})
 }

@@ -64,8 +64,19 @@ type Config struct {
 	AuthzEntrypoint string
 
 	// MaxBodyBytes bounds the body of an Envoy CheckRequest; zero means
-	// DefaultMaxBodyBytes.
+	// DefaultMaxBodyBytes. It does not apply with SkipRequestBodyParse,
+	// where the body is never read (the gRPC message size bounds it).
 	MaxBodyBytes int64
+	// SkipRequestBodyParse leaves the request body out of the Envoy and
+	// forward-auth input documents (opa-envoy-plugin's
+	// skip-request-body-parse): there is no parsed_body and no
+	// truncated_body, and a body that would not parse is no error.
+	SkipRequestBodyParse bool
+	// DryRun is opa-envoy-plugin's dry-run: transports that honour it
+	// (Envoy ext_authz gRPC) answer every Envoy decision with an allow,
+	// while the decision log and the metrics keep the policy's real
+	// decision. Errors still answer as errors.
+	DryRun bool
 	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
 	EvalTimeout time.Duration
 	// CacheSize bounds the decision cache (entries); zero means

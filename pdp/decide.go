@@ -55,10 +55,10 @@ func (p *PDP) Envoy(ctx context.Context, iface string, req *authv3.CheckRequest)
 	h := req.GetAttributes().GetRequest().GetHttp()
 	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		if int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes {
+		if !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes {
 			return dst, ErrTooLarge
 		}
-		return input.AppendEnvoy(dst, req, input.Options{Keep: keep})
+		return input.AppendEnvoy(dst, req, input.Options{Keep: keep, SkipBody: p.cfg.SkipRequestBodyParse})
 	})
 }
 
@@ -68,7 +68,7 @@ func (p *PDP) Envoy(ctx context.Context, iface string, req *authv3.CheckRequest)
 func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source string) (Decision, error) {
 	md := meta{action: req.Method, resource: req.Path, envoy: true}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		return input.AppendHTTP(dst, req, source, input.Options{Keep: keep})
+		return input.AppendHTTP(dst, req, source, input.Options{Keep: keep, SkipBody: p.cfg.SkipRequestBodyParse})
 	})
 }
 

@@ -202,6 +202,10 @@ func (p *PDP) uncached(m *bundle.Manifest, logIt bool) []string {
 // Ready reports whether a policy is loaded.
 func (p *PDP) Ready() bool { return p.ready.Load() }
 
+// DryRun reports Config.DryRun: the Envoy transport answers allow whatever
+// the policy decided.
+func (p *PDP) DryRun() bool { return p.cfg.DryRun }
+
 // Manifest returns the loaded bundle's manifest.
 func (p *PDP) Manifest() bundle.Manifest {
 	p.mu.Lock()

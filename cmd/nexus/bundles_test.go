@@ -10,10 +10,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 	opakeys "github.com/open-policy-agent/opa/v1/keys"
@@ -78,37 +82,83 @@ func TestCompileSignedVerifiedByOPA(t *testing.T) {
 	}
 }
 
-func TestReadOPABundles(t *testing.T) {
+// TestServeBundlesFromOPAConfig: serve's OPA configuration (read as
+// nexus serve --config reads it) fetches an OPA bundle of Rego sources
+// from a bundle server, compiled for serve's entrypoints.
+func TestServeBundlesFromOPAConfig(t *testing.T) {
 	dir := t.TempDir()
-	write := func(body string) string {
-		p := filepath.Join(dir, "opa.yaml")
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+	// An OPA bundle of Rego sources, as opa build writes one.
+	var tarball bytes.Buffer
+	ob := opabundle.Bundle{
+		Manifest: opabundle.Manifest{Revision: "from-server", Roots: &[]string{"envoy"}},
+		Modules:  []opabundle.ModuleFile{{URL: "/envoy/authz.rego", Path: "/envoy/authz.rego", Raw: []byte("package envoy.authz\n\nallow if input.user == \"bob\"\n")}},
+		Data:     map[string]any{},
 	}
-	cfg, err := readOPABundles(write(`
-services:
-  acme:
-    url: http://127.0.0.1:1
-bundles:
-  authz:
-    service: acme
-    resource: bundles/authz.tar.gz
-`))
+	if err := opabundle.NewWriter(&tarball).Write(ob); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/bundles/authz" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/gzip")
+		_, _ = w.Write(tarball.Bytes())
+	}))
+	defer srv.Close()
+
+	cfgFile := filepath.Join(dir, "config.yaml")
+	raw := []byte("services:\n  acme:\n    url: " + srv.URL + "\nbundles:\n  authz:\n    service: acme\n    persist: true\nplugins:\n  envoy_ext_authz_grpc:\n    path: envoy/authz/allow\n")
+	c, err := readOPAServeConfig(cfgFile, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := startBundles(t.Context(), cfg, dir, []string{"envoy/authz/allow"}, "", slog.New(slog.DiscardHandler), func(context.Context, *bundle.Bundle) error { return nil })
+	c.DataDir = dir
+	loaded := make(chan *bundle.Bundle, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s, err := serveBundles(ctx, c, slog.New(slog.DiscardHandler), func(_ context.Context, b *bundle.Bundle) error {
+		loaded <- b
+		return nil
+	})
 	if err != nil || s == nil {
-		t.Fatalf("startBundles: %v", err)
+		t.Fatalf("serveBundles: %v", err)
 	}
-	if st := s.Status(); len(st) != 1 || st[0].Name != "authz" {
-		t.Fatalf("status %+v", st)
+	var b *bundle.Bundle
+	select {
+	case b = <-loaded:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no bundle loaded; status %+v", s.Status())
+	}
+	if b.Manifest.Revision != "from-server" || !slices.Contains(b.Manifest.Entrypoints, "envoy/authz/allow") || len(b.Wasm) == 0 {
+		t.Fatalf("loaded %+v", b.Manifest)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bundles", "authz", "bundle.tar.gz")); err != nil {
+		// The bundle is persisted after it is loaded: wait for it.
+		deadline := time.Now().Add(10 * time.Second)
+		for err != nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			_, err = os.Stat(filepath.Join(dir, "bundles", "authz", "bundle.tar.gz"))
+		}
+		if err != nil {
+			t.Fatalf("not persisted under the data directory: %v", err)
+		}
 	}
 
-	_, err = readOPABundles(write("services: {}\ndecision_logs:\n  console: true\nplugins: {}\n"))
-	if !errors.Is(err, opaconfig.ErrUnsupported) || !strings.Contains(err.Error(), "decision_logs, plugins") {
-		t.Fatalf("other sections: %v", err)
+	// Without a bundles section there is nothing to fetch.
+	c2, err := readOPAServeConfig(cfgFile, []byte("plugins:\n  envoy_ext_authz_grpc: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := serveBundles(ctx, c2, slog.New(slog.DiscardHandler), nil); s != nil || err != nil {
+		t.Fatalf("no bundles: %v %v", s, err)
+	}
+	// A bundles section nexus cannot honour stops serve.
+	c3, err := readOPAServeConfig(cfgFile, []byte("services:\n  acme:\n    url: http://127.0.0.1:1\nbundles:\n  a:\n    service: acme\n  b:\n    service: acme\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serveBundles(ctx, c3, slog.New(slog.DiscardHandler), nil); !errors.Is(err, opaconfig.ErrUnsupported) {
+		t.Fatalf("two bundles: %v", err)
 	}
 }

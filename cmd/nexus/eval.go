@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/policyload"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -27,12 +27,16 @@ func newEvalCmd() *cobra.Command {
 		format     string
 	)
 	cmd := &cobra.Command{
-		Use:   "eval -b bundle.tar.gz -e ENTRYPOINT [-i input.json]",
+		Use:   "eval -b POLICY -e ENTRYPOINT [-i input.json]",
 		Short: "Evaluate an entrypoint of a bundle against an input, like opa eval",
-		Long: `Load a bundle, evaluate one entrypoint against the input document (a JSON
+		Long: `Load a policy, evaluate one entrypoint against the input document (a JSON
 file, or - for standard input) and print the result as JSON. An undefined
 result prints "undefined" (and exits 1 with --fail). nexus' relationship
 builtins are not available here: they need the datastore of nexus serve.
+
+The policy (-b) is a compiled bundle, an OPA bundle of Rego sources (as
+opa build writes it, or a directory with a .manifest), a directory of Rego
+and data files, or a .rego file; Rego is compiled for the entrypoint.
 
 --format json prints one line: {"result": VALUE}, or {} when undefined.
 --fail-deny exits 3 when the result is a deny: false, an object whose
@@ -47,14 +51,9 @@ decision then exits 1.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			f, err := os.Open(bundlePath)
+			b, err := policyload.Load(ctx, bundlePath, policyload.Options{Entrypoints: []string{entrypoint}})
 			if err != nil {
 				return fmt.Errorf("eval: %w", err)
-			}
-			b, err := bundle.Read(f)
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("eval: %s: %w", bundlePath, err)
 			}
 			var input []byte
 			switch inputPath {
@@ -123,7 +122,7 @@ decision then exits 1.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&bundlePath, "bundle", "b", "bundle.tar.gz", "bundle file")
+	f.StringVarP(&bundlePath, "bundle", "b", "bundle.tar.gz", "policy: a bundle (.tar.gz), a directory or a .rego file")
 	f.StringVarP(&entrypoint, "entrypoint", "e", "", "entrypoint to evaluate, e.g. nexus/authz/allow")
 	f.StringVarP(&inputPath, "input", "i", "", "input JSON file (- for standard input; default: no input)")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "evaluation deadline (0: none)")

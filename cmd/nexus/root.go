@@ -16,18 +16,23 @@ func newRootCmd() *cobra.Command {
 
 Exit status: 0 success, 1 failure, 2 wrong invocation (an unknown command
 or flag, bad arguments or flag values), 3 a deny (rel check and eval with
---fail-deny).`,
+--fail-deny). As their OPA counterparts, nexus test exits 2 when a test
+fails and nexus fmt --fail exits 2 when a file needs formatting.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.AddCommand(
 		newVersionCmd(),
 		newServeCmd(),
+		newRunCmd(),
 		newRelCmd(),
 		newCompileCmd(),
 		newEvalCmd(),
 		newBenchCmd(),
 		newGateCmd(),
+		newTestCmd(),
+		newFmtCmd(),
+		newCheckCmd(),
 	)
 	scriptable(root)
 	return root

@@ -25,6 +25,8 @@ import (
 	"github.com/nexuspdp/nexus/internal/defaults/demo"
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/policyload"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -63,11 +65,13 @@ type serveConfig struct {
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
 	DecisionLogQueue     int           `yaml:"decision_log_queue"`
-	OPAConfig            string        `yaml:"opa_config"`
 
 	// CacheNondeterministic opts in to caching the decisions of policies
 	// that call non-deterministic builtins.
 	CacheNondeterministic bool `yaml:"cache_nondeterministic"`
+
+	// opa holds what an OPA configuration or nexus run sets (opaconfig.go).
+	opa opaSettings
 }
 
 type tlsConfig struct {
@@ -141,7 +145,6 @@ An admin listener on an address other than loopback requires a token
 	f.BoolVar(&c.AppAPIInsecure, "app-api-insecure", false, "run the application endpoints without a key when none is given: anyone who reaches the HTTP listener may ask for any decision")
 	f.StringVar(&c.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
-	f.StringVar(&c.OPAConfig, "opa-config", "", "OPA configuration file: its services, bundles and keys fetch the policy from a bundle server as OPA does")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
 	f.StringVar(&c.TrustedSubjectHeader, "trusted-subject-header", "", "request header a trusted hop sets to the verified subject, used when no verified JWT came (default: none, JWT only)")
@@ -167,6 +170,9 @@ func readServeConfig(path string) (serveConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
+	}
+	if opaconfig.IsOPAConfig(b) {
+		return readOPAServeConfig(path, b)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -210,7 +216,6 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	str("trusted-subject-header", &c.TrustedSubjectHeader, file.TrustedSubjectHeader)
 	str("data-dir", &c.DataDir, file.DataDir)
 	str("policy", &c.Policy, file.Policy)
-	str("opa-config", &c.OPAConfig, file.OPAConfig)
 	str("schema", &c.Schema, file.Schema)
 	str("envoy-entrypoint", &c.EnvoyEntrypoint, file.EnvoyEntrypoint)
 	str("authz-entrypoint", &c.AuthzEntrypoint, file.AuthzEntrypoint)
@@ -249,6 +254,7 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if file.DecisionLogQueue != 0 {
 		c.DecisionLogQueue = file.DecisionLogQueue
 	}
+	mergeOPA(c, file)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -265,10 +271,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, level, c.opa.LogFormat)
 	if err := c.resolve(); err != nil {
 		return err
 	}
+	warnOPA(log, c)
 
 	store, err := openStore(ctx, c, log)
 	if err != nil {
@@ -326,6 +333,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
+		DiagnosticAddr: c.opa.DiagnosticAddr, DryRun: c.opa.DryRun, SkipRequestBodyParse: c.opa.SkipRequestBodyParse,
+		GRPCMaxRecvMsgSize: c.opa.GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize: c.opa.GRPCMaxSendMsgSize,
+		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
 		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
@@ -336,10 +346,10 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(ctx); err != nil {
+	if _, err := serveBundles(ctx, c, log, srv.LoadPolicy); err != nil {
 		return err
 	}
-	if _, err := serveBundles(ctx, c, log, srv.LoadPolicy); err != nil {
+	if err := srv.Start(ctx); err != nil {
 		return err
 	}
 	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
@@ -416,12 +426,18 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	return store, nil
 }
 
-// loadPolicy reads a bundle, compiles a directory, or compiles the
-// embedded default policy.
+// loadPolicy compiles the embedded default policy, or loads --policy: a
+// .rego file, a directory, an OPA bundle of Rego sources (opa build) or a
+// compiled bundle (see policyload.Load).
 func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	eps := c.Entrypoints
 	if len(eps) == 0 {
-		eps = []string{c.EnvoyEntrypoint, c.AuthzEntrypoint}
+		// A disabled (or unset) entrypoint is none to compile.
+		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+			if ep != "" && ep != pdp.Disabled {
+				eps = append(eps, ep)
+			}
+		}
 	}
 	if c.Policy == "" {
 		mods := map[string]string{}
@@ -447,21 +463,5 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		}
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, Revision: "default-" + version.Get().Version})
 	}
-	st, err := os.Stat(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if st.IsDir() {
-		return compiler.Compile(ctx, compiler.Options{Paths: []string{c.Policy}, Entrypoints: eps})
-	}
-	f, err := os.Open(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	defer f.Close()
-	b, err := bundle.Read(f)
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", c.Policy, err)
-	}
-	return b, nil
+	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps})
 }

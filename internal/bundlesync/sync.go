@@ -105,6 +105,7 @@ type state struct {
 	etag     string
 	longPoll bool
 	active   [32]byte // sha256 of the active archive
+	fromDisk bool     // the persisted bundle was tried
 
 	mu     sync.Mutex
 	status Status
@@ -137,16 +138,30 @@ func (s *Syncer) Status() []Status {
 	return out
 }
 
-// Run loads persisted bundles, then polls each periodic bundle until ctx
-// ends. It returns when every poller has stopped.
+// LoadPersisted activates the bundles that an earlier run persisted,
+// checked and verified again, so that they decide before the first
+// download. Run does it for the bundles it was not done for.
+func (s *Syncer) LoadPersisted(ctx context.Context) error {
+	var errs []error
+	for _, st := range s.state {
+		if !st.src.Persist {
+			continue
+		}
+		if err := s.loadPersisted(ctx, st); err != nil {
+			s.log.Warn("persisted bundle not loaded", "bundle", st.src.Name, "err", err)
+			errs = append(errs, fmt.Errorf("bundle %s: %w", st.src.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run loads persisted bundles (unless LoadPersisted did), then polls each
+// periodic bundle until ctx ends. It returns when every poller has
+// stopped.
 func (s *Syncer) Run(ctx context.Context) {
+	_ = s.LoadPersisted(ctx) // logged; the downloads go on
 	var wg sync.WaitGroup
 	for _, st := range s.state {
-		if st.src.Persist {
-			if err := s.loadPersisted(ctx, st); err != nil {
-				s.log.Warn("persisted bundle not loaded", "bundle", st.src.Name, "err", err)
-			}
-		}
 		if st.src.Trigger != TriggerPeriodic {
 			continue
 		}
@@ -397,6 +412,10 @@ func (s *Syncer) persist(src *Source, raw []byte) error {
 func (s *Syncer) loadPersisted(ctx context.Context, st *state) error {
 	st.fetch.Lock()
 	defer st.fetch.Unlock()
+	if st.fromDisk {
+		return nil
+	}
+	st.fromDisk = true
 	raw, err := os.ReadFile(s.persistPath(st.src))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -360,6 +360,16 @@ func TestPersistedBundleServesAfterRestart(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		return l, s
 	}
+	t.Run("loaded before the first download", func(t *testing.T) {
+		l := newLoaded(t)
+		s := newSyncer(t, svcs, cfg, keys, dir, l)
+		if err := s.LoadPersisted(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !l.allows(t, "alice") || s.Status()[0].ActiveRevision != "r1" {
+			t.Fatal("the persisted bundle does not decide at once")
+		}
+	})
 	t.Run("restart with the server down", func(t *testing.T) {
 		l, s := restart(t)
 		l.waitRevision(t, "r1")

@@ -1,9 +1,20 @@
-// Package opaconfig reads the parts of an OPA configuration file that
-// nexus shares between its bundle downloader, decision-log uploader and
-// status reporter: the services (a bundle server, a log collector) and
-// the strict reading every section gets. A setting nexus does not support
-// is an error that names it, never a setting silently ignored.
+// Package opaconfig reads an OPA configuration file, as opa run and
+// opa-envoy-plugin read it, for nexus: Parse (and Load, with opa run's
+// --set and --set-file) reads the whole file, substituting ${VAR} from
+// the environment as OPA does; the envoy_ext_authz_grpc plugin's settings
+// are read with the plugin's defaults; the services are read by
+// ParseServices; the bundles, keys, decision_logs and status sections are
+// kept as written for the packages that read them. A setting nexus does
+// not support is an error that names it (errors.Is ErrUnsupported), never
+// a setting silently ignored; an unknown setting is an error too.
 //
 // Sections arrive as JSON (an OPA configuration in YAML is converted to
 // JSON first, as OPA does).
+//
+// # Caveats
+//
+// A plugin path without a slash that holds dots ("envoy.authz.allow") is
+// read as a Rego reference; opa-envoy-plugin would look up one key with
+// dots in its name. An unset ${VAR} is left as written, as OPA leaves it;
+// Config.MissingEnv lists them so that the caller can warn.
 package opaconfig

@@ -30,6 +30,7 @@ package envoygrpc
 import (
 	"context"
 	"errors"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -47,20 +48,33 @@ import (
 type Server struct {
 	authv3.UnimplementedAuthorizationServer
 	PDP *pdp.PDP
+	// Metrics, if not nil, are opa-envoy-plugin's performance metrics.
+	Metrics *Metrics
 }
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
 
-// Check answers one Envoy ext_authz request as opa-envoy-plugin does.
+// Check answers one Envoy ext_authz request as opa-envoy-plugin does. In
+// dry-run (pdp.PDP.DryRun) a decision that denies is answered as an
+// allow with an empty OkHttpResponse, as the plugin does; the decision
+// log keeps the denial. Requests that do not parse and failed evaluations
+// answer as without dry-run.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	start := time.Now()
 	d, err := s.PDP.Envoy(ctx, pdp.IfaceGRPC, req)
 	if err != nil {
+		s.Metrics.countError(err)
 		if pdp.IsRequestParse(err) {
 			return requestParseResponse(err), nil
 		}
 		return nil, grpcError(err)
 	}
 	resp := checkResponse(d)
+	s.Metrics.observe(time.Since(start))
+	if s.PDP.DryRun() && resp.GetStatus().GetCode() != int32(codes.OK) {
+		resp.Status = okStatus
+		resp.HttpResponse = &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}}
+	}
 	resp.DynamicMetadata = withDecisionID(d.DynamicMetadata, d.ID)
 	return resp, nil
 }

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/format"
+	"github.com/spf13/cobra"
+
+	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/internal/policyload"
+)
+
+// exitUnformatted is the status of nexus fmt --fail when a file needs
+// formatting, as opa fmt --fail exits.
+const exitUnformatted = 2
+
+type fmtFlags struct {
+	write, diff, list, fail, regoV0 bool
+}
+
+func newFmtCmd() *cobra.Command {
+	var f fmtFlags
+	cmd := &cobra.Command{
+		Use:   "fmt [-w] [-d] [-l] [--fail] [PATH...]",
+		Short: "Format Rego files in the canonical style, like opa fmt",
+		Long: `Format the .rego files given, and those found in the directories given
+(recursively), in the canonical style of opa fmt. With no path (or -), read
+a policy from standard input and write it formatted.
+
+Without -w, -d, -l or --fail the formatted policies are written to
+standard output. -w rewrites the files that change; -d prints a diff of
+each; -l lists their names. --fail exits 2 when a file needs formatting
+(with -w, after rewriting it). Rego v1 is the default; --v0-compatible
+formats Rego v0 policies.
+
+A file that does not parse is an error (exit 1), reported as
+file:line:col: message.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 || (len(args) == 1 && args[0] == "-") {
+				return fmtStdin(cmd, f)
+			}
+			var changed []string
+			for _, root := range args {
+				err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+					if err != nil {
+						return err
+					}
+					if d.IsDir() || (p != root && filepath.Ext(p) != ".rego") {
+						return nil
+					}
+					didChange, err := fmtFile(cmd.OutOrStdout(), p, f)
+					if didChange {
+						changed = append(changed, p)
+					}
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("fmt: %w", err)
+				}
+			}
+			if f.fail && len(changed) > 0 {
+				return &cliExitError{exitUnformatted, fmt.Errorf("fmt: not formatted: %s", strings.Join(changed, ", "))}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&f.write, "write", "w", false, "rewrite the files that need formatting")
+	fl.BoolVarP(&f.diff, "diff", "d", false, "print a diff of the files that need formatting")
+	fl.BoolVarP(&f.list, "list", "l", false, "list the files that need formatting")
+	fl.BoolVar(&f.fail, "fail", false, "exit 2 when a file needs formatting")
+	fl.BoolVar(&f.regoV0, "v0-compatible", false, "format policies as Rego v0")
+	return cmd
+}
+
+// formatRego formats one policy, as OPA's formatter does.
+func formatRego(name string, src []byte, regoV0 bool) ([]byte, error) {
+	v := ast.RegoV1
+	if regoV0 {
+		v = ast.RegoV0
+	}
+	out, err := format.SourceWithOpts(name, src, format.Opts{
+		RegoVersion:   v,
+		Capabilities:  compiler.Capabilities(),
+		ParserOptions: &ast.ParserOptions{RegoVersion: v, Capabilities: compiler.Capabilities()},
+	})
+	if err != nil {
+		return nil, policyload.Located(err)
+	}
+	return out, nil
+}
+
+// fmtFile formats the file at p and reports whether it changes.
+func fmtFile(out io.Writer, p string, f fmtFlags) (bool, error) {
+	src, err := os.ReadFile(p)
+	if err != nil {
+		return false, err
+	}
+	formatted, err := formatRego(p, src, f.regoV0)
+	if err != nil {
+		return false, err
+	}
+	changed := !bytes.Equal(src, formatted)
+	if f.list && changed {
+		if _, err := fmt.Fprintln(out, p); err != nil {
+			return changed, err
+		}
+	}
+	if f.diff && changed {
+		if _, err := io.WriteString(out, unifiedDiff(p, src, formatted)); err != nil {
+			return changed, err
+		}
+	}
+	if f.write {
+		if changed {
+			st, err := os.Stat(p)
+			if err != nil {
+				return changed, err
+			}
+			if err := os.WriteFile(p, formatted, st.Mode().Perm()); err != nil {
+				return changed, err
+			}
+		}
+		return changed, nil
+	}
+	if !f.list && !f.diff && !f.fail {
+		_, err = out.Write(formatted)
+	}
+	return changed, err
+}
+
+// fmtStdin formats standard input to standard output.
+func fmtStdin(cmd *cobra.Command, f fmtFlags) error {
+	if f.write || f.list || f.diff {
+		return usageError(cmd, errors.New("fmt: -w, -l and -d need files"))
+	}
+	src, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<20))
+	if err != nil {
+		return fmt.Errorf("fmt: %w", err)
+	}
+	formatted, err := formatRego("stdin", src, f.regoV0)
+	if err != nil {
+		return fmt.Errorf("fmt: %w", err)
+	}
+	if _, err := cmd.OutOrStdout().Write(formatted); err != nil {
+		return err
+	}
+	if f.fail && !bytes.Equal(src, formatted) {
+		return &cliExitError{exitUnformatted, errors.New("fmt: not formatted: stdin")}
+	}
+	return nil
+}
+
+// unifiedDiff is a line diff of a and b in the unified format, with three
+// lines of context.
+func unifiedDiff(name string, a, b []byte) string {
+	x := strings.SplitAfter(string(a), "\n")
+	y := strings.SplitAfter(string(b), "\n")
+	if x[len(x)-1] == "" {
+		x = x[:len(x)-1]
+	}
+	if y[len(y)-1] == "" {
+		y = y[:len(y)-1]
+	}
+	// lcs[i][j] is the length of the longest common subsequence of x[i:]
+	// and y[j:].
+	lcs := make([][]int, len(x)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(y)+1)
+	}
+	for i := len(x) - 1; i >= 0; i-- {
+		for j := len(y) - 1; j >= 0; j-- {
+			if x[i] == y[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	type line struct {
+		op   byte // ' ', '-' or '+'
+		text string
+		ai   int // line number in a (1-based) of this or the next a line
+		bi   int
+	}
+	var lines []line
+	i, j := 0, 0
+	for i < len(x) || j < len(y) {
+		switch {
+		case i < len(x) && j < len(y) && x[i] == y[j]:
+			lines = append(lines, line{' ', x[i], i + 1, j + 1})
+			i, j = i+1, j+1
+		case i < len(x) && (j == len(y) || lcs[i+1][j] >= lcs[i][j+1]):
+			lines = append(lines, line{'-', x[i], i + 1, j + 1})
+			i++
+		default:
+			lines = append(lines, line{'+', y[j], i + 1, j + 1})
+			j++
+		}
+	}
+	const context = 3
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "--- %s\n+++ %s (formatted)\n", name, name)
+	for k := 0; k < len(lines); {
+		if lines[k].op == ' ' {
+			k++
+			continue
+		}
+		// A hunk: from context lines before this change to context lines
+		// after the last change closer than 2*context to the next.
+		start := max(k-context, 0)
+		end := k
+		for end < len(lines) {
+			if lines[end].op != ' ' {
+				end++
+				continue
+			}
+			run := end
+			for run < len(lines) && lines[run].op == ' ' {
+				run++
+			}
+			if run == len(lines) || run-end > 2*context {
+				end = min(end+context, len(lines))
+				break
+			}
+			end = run
+		}
+		var na, nb int
+		for _, l := range lines[start:end] {
+			if l.op != '+' {
+				na++
+			}
+			if l.op != '-' {
+				nb++
+			}
+		}
+		fmt.Fprintf(&sb, "@@ -%d,%d +%d,%d @@\n", lines[start].ai, na, lines[start].bi, nb)
+		for _, l := range lines[start:end] {
+			sb.WriteByte(l.op)
+			sb.WriteString(l.text)
+			if !strings.HasSuffix(l.text, "\n") {
+				sb.WriteString("\n\\ No newline at end of file\n")
+			}
+		}
+		k = end
+	}
+	return sb.String()
+}
