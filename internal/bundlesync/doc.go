@@ -22,15 +22,18 @@
 //		return err
 //	}
 //	s, err := bundlesync.New(bundlesync.Options{
-//		Sources:  srcs,
-//		Dir:      filepath.Join(dataDir, "bundles"),
-//		Compile:  compileTarball,
+//		Sources: srcs,
+//		Dir:     filepath.Join(dataDir, "bundles"),
+//		Compile: func(ctx context.Context, raw []byte) (*bundle.Bundle, error) {
+//			return policyload.FromTarGz(ctx, bytes.NewReader(raw), opts)
+//		},
 //		OnBundle: srv.LoadPolicy,
 //		Logger:   log,
 //	})
 //	if err != nil {
 //		return err
 //	}
+//	_ = s.LoadPersisted(ctx) // the last good bundle decides from the start
 //	go s.Run(ctx)
 //
 // [Sign] adds a .signatures.json to a bundle tarball that OPA's verifier
