@@ -30,8 +30,9 @@ import (
 // TestBundleServerSwap runs the real nexus against a local bundle server,
 // as opa-envoy-plugin users run OPA: signed bundles built by `nexus
 // compile --signing-key`, fetched with long polling; a new revision
-// changes decisions while nexus runs, and a tampered one is refused while
-// the last good bundle keeps deciding.
+// changes decisions while nexus runs, a tampered one is refused while the
+// last good bundle keeps deciding, and that bundle, kept on disk, decides
+// after a restart with the bundle server down.
 func TestBundleServerSwap(t *testing.T) {
 	dir := t.TempDir()
 	bin := nexusproc.Binary(t)
@@ -98,8 +99,9 @@ keys: %s
 `, hs.URL, keys))
 
 	httpAddr, adminAddr := nexusproc.FreeAddr(t), nexusproc.FreeAddr(t)
-	p := nexusproc.Start(t, dir, adminAddr, "serve", "--config", cfg, "--grpc-addr", "-", "--http-addr", httpAddr, "--admin-addr", adminAddr,
-		"--data-dir", filepath.Join(dir, "data"), "--app-api-insecure")
+	args := []string{"serve", "--config", cfg, "--grpc-addr", "-", "--http-addr", httpAddr, "--admin-addr", adminAddr,
+		"--data-dir", filepath.Join(dir, "data"), "--app-api-insecure"}
+	p := nexusproc.Start(t, dir, adminAddr, args...)
 	pid := p.Cmd.Process.Pid
 
 	status := func(path string) int {
@@ -167,6 +169,22 @@ keys: %s
 	}
 	if !strings.Contains(p.Output.String(), "bundle update failed") || !strings.Contains(p.Output.String(), "signature") {
 		t.Fatalf("the refusal of the tampered bundle is not logged\n%s", p.Output.String())
+	}
+
+	// The bundle server goes away; restarted, nexus decides with the last
+	// good bundle it kept, from its first request on.
+	hs.Close()
+	p = nexusproc.Start(t, dir, adminAddr, args...)
+	ctx, cancel = context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if status("/v2") != http.StatusOK || status("/v1") != http.StatusForbidden || status("/admin") != http.StatusForbidden {
+		t.Fatal("after a restart with the server down, the persisted r2 does not decide")
+	}
+	if err := p.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v\n%s", err, p.Output.String())
+	}
+	if !strings.Contains(p.Output.String(), "loaded the persisted policy bundle") {
+		t.Fatalf("the persisted bundle's load is not logged\n%s", p.Output.String())
 	}
 }
 
