@@ -16,7 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/compiler"
 )
 
 // DefaultRetryDelay is the first back-off after an error (OPA's).
@@ -451,9 +454,16 @@ func (ss *Status) setError(err error) {
 	if errors.As(err, &he) {
 		ss.HTTPCode = strconv.Itoa(he.StatusCode)
 	}
-	var multi interface{ Unwrap() []error }
-	if errors.As(err, &multi) {
-		for _, e := range multi.Unwrap() {
+	// As OPA lists a bundle's parse and compile errors one by one.
+	var ce compiler.Errors
+	var ae ast.Errors
+	switch {
+	case errors.As(err, &ce):
+		for _, e := range ce {
+			ss.Errors = append(ss.Errors, e.Error())
+		}
+	case errors.As(err, &ae):
+		for _, e := range ae {
 			ss.Errors = append(ss.Errors, e.Error())
 		}
 	}

@@ -449,3 +449,32 @@ func TestLongPollOutlivesResponseHeaderTimeout(t *testing.T) {
 		t.Fatalf("answers %v: the held request was cut and retried", codes)
 	}
 }
+
+// TestCompileErrorsListedInStatus: a bundle whose Rego does not compile is
+// refused, and its errors are listed one by one, as OPA's status lists
+// them.
+func TestCompileErrorsListedInStatus(t *testing.T) {
+	good := nexusBundle(t, "r1", "alice")
+	srv := newBundleServer(t, good)
+	l := newLoaded(t)
+	s := newSyncer(t, srv.services(t), manualBundle, "", "", l)
+	if err := s.Trigger(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bad := pack(t, []tarEntry{
+		{name: "/.manifest", body: []byte(`{"revision":"bad","roots":["test"]}`)},
+		{name: "/test/a.rego", body: []byte("package test\n\nallow if input.x == unsafe_a\n")},
+		{name: "/test/b.rego", body: []byte("package test\n\nother if input.y == unsafe_b\n")},
+	})
+	srv.set(bad)
+	if err := s.Trigger(context.Background()); err == nil {
+		t.Fatal("a bundle that does not compile was accepted")
+	}
+	st := s.Status()[0]
+	if st.ActiveRevision != "r1" || st.Code != "bundle_error" || len(st.Errors) != 2 {
+		t.Fatalf("status %+v", st)
+	}
+	if !l.allows(t, "alice") {
+		t.Fatal("the last good bundle no longer serves")
+	}
+}
