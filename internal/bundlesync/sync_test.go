@@ -478,3 +478,23 @@ func TestCompileErrorsListedInStatus(t *testing.T) {
 		t.Fatal("the last good bundle no longer serves")
 	}
 }
+
+// TestSignedBundleWithoutSigningConfigRefused: as OPA, a signed bundle is
+// refused when no signing is configured for it (there is no key to check
+// it with).
+func TestSignedBundleWithoutSigningConfigRefused(t *testing.T) {
+	priv, _ := rsaKey(t)
+	signed, err := Sign(nexusBundle(t, "r1", "alice"), SignOptions{Key: priv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newBundleServer(t, signed)
+	l := newLoaded(t)
+	s := newSyncer(t, srv.services(t), manualBundle, "", "", l)
+	if err := s.Trigger(context.Background()); !errors.Is(err, ErrVerification) {
+		t.Fatalf("a signed bundle without signing configured: %v", err)
+	}
+	if l.count() != 0 {
+		t.Fatal("activated")
+	}
+}
