@@ -17,11 +17,11 @@ import (
 // unpacked files must fit in limit bytes together, each entry must be a
 // regular file or a directory, and no name may climb out of the bundle
 // or name the same file twice (so that every reader of the archive sees
-// the same files).
-func checkArchive(raw []byte, limit int64) error {
+// the same files). signed reports whether it holds a .signatures.json.
+func checkArchive(raw []byte, limit int64) (signed bool, err error) {
 	gz, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
-		return fmt.Errorf("bundle archive: gzip: %w", err)
+		return false, fmt.Errorf("bundle archive: gzip: %w", err)
 	}
 	defer gz.Close()
 	tr := tar.NewReader(gz)
@@ -30,14 +30,14 @@ func checkArchive(raw []byte, limit int64) error {
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return signed, nil
 		}
 		if err != nil {
-			return fmt.Errorf("bundle archive: tar: %w", err)
+			return false, fmt.Errorf("bundle archive: tar: %w", err)
 		}
 		for _, elem := range strings.FieldsFunc(hdr.Name, func(r rune) bool { return r == '/' || r == '\\' }) {
 			if elem == ".." {
-				return fmt.Errorf("%w: %q leaves the bundle", ErrUnsafeArchive, hdr.Name)
+				return false, fmt.Errorf("%w: %q leaves the bundle", ErrUnsafeArchive, hdr.Name)
 			}
 		}
 		switch hdr.Typeflag {
@@ -45,19 +45,20 @@ func checkArchive(raw []byte, limit int64) error {
 			continue
 		case tar.TypeReg:
 		default:
-			return fmt.Errorf("%w: %q is not a regular file (tar type %q)", ErrUnsafeArchive, hdr.Name, hdr.Typeflag)
+			return false, fmt.Errorf("%w: %q is not a regular file (tar type %q)", ErrUnsafeArchive, hdr.Name, hdr.Typeflag)
 		}
 		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
 		if seen[name] {
-			return fmt.Errorf("%w: %q appears twice", ErrUnsafeArchive, name)
+			return false, fmt.Errorf("%w: %q appears twice", ErrUnsafeArchive, name)
 		}
 		seen[name] = true
+		signed = signed || strings.HasSuffix(name, signaturesFile)
 		n, err := io.Copy(io.Discard, io.LimitReader(tr, limit-total+1))
 		if err != nil {
-			return fmt.Errorf("bundle archive: %s: %w", name, err)
+			return false, fmt.Errorf("bundle archive: %s: %w", name, err)
 		}
 		if total += n; total > limit {
-			return fmt.Errorf("%w: more than %d bytes unpacked", ErrTooLarge, limit)
+			return false, fmt.Errorf("%w: more than %d bytes unpacked", ErrTooLarge, limit)
 		}
 	}
 }
@@ -66,7 +67,7 @@ func checkArchive(raw []byte, limit int64) error {
 // bundle as OPA would load it and, when vc is set, verifies its
 // signatures (a bundle without one is refused). A signed bundle is
 // refused when no verification is configured, as OPA refuses it.
-func readOPA(raw []byte, name string, limit int64, vc *opabundle.VerificationConfig) (*opabundle.Bundle, error) {
+func readOPA(raw []byte, name string, limit int64, vc *opabundle.VerificationConfig, signed bool) (*opabundle.Bundle, error) {
 	reader := func() *opabundle.Reader {
 		return opabundle.NewReader(bytes.NewReader(raw)).WithBundleName(name).WithSizeLimitBytes(limit)
 	}
@@ -79,7 +80,7 @@ func readOPA(raw []byte, name string, limit int64, vc *opabundle.VerificationCon
 	if b.Type() == opabundle.DeltaBundleType {
 		return nil, ErrDelta
 	}
-	if vc == nil && b.Signatures.Plugin == "" && len(b.Signatures.Signatures) == 0 {
+	if vc == nil && !signed {
 		return &b, nil
 	}
 	if _, err := reader().WithBundleVerificationConfig(vc).Read(); err != nil {

@@ -348,10 +348,11 @@ func (s *Syncer) download(ctx context.Context, st *state) (raw []byte, etag stri
 // activate checks an archive, turns it into a bundle and hands it over.
 func (s *Syncer) activate(ctx context.Context, st *state, raw []byte) error {
 	src := st.src
-	if err := checkArchive(raw, src.SizeLimit); err != nil {
+	signed, err := checkArchive(raw, src.SizeLimit)
+	if err != nil {
 		return err
 	}
-	if _, err := readOPA(raw, src.Name, src.SizeLimit, src.verify); err != nil {
+	if _, err := readOPA(raw, src.Name, src.SizeLimit, src.verify, signed); err != nil {
 		return err
 	}
 	b, err := s.opts.Compile(ctx, raw)
