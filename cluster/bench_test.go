@@ -11,8 +11,8 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/cluster"
-	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
 // benchCluster starts nodes NATS servers and three replicas with the test

@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nexuspdp/nexus/cluster"
-	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
 // startReplicas starts n replicas on the NATS servers and waits until they

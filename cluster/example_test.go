@@ -8,9 +8,9 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/cluster"
-	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
 // Two replicas on one NATS server: a write on one, a consistency token

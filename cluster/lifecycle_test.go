@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nexuspdp/nexus/cluster"
-	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
 // purge drops the log's entries below seq, as retention would.

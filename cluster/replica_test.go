@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/cluster"
-	"github.com/nexuspdp/nexus/cluster/internal/natstest"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
 func TestWriteReplicates(t *testing.T) {

@@ -517,6 +517,63 @@ func (m *member) accepts(typ, rel string) bool {
 	return false
 }
 
+// AppendSubjects appends the subjects of object's tuples of relation to
+// dst; see Store. It reads the shared snapshot through a pooled cursor, as
+// AppendRoles does, and allocates only the subjects' strings.
+func (s *BoltStore) AppendSubjects(ctx context.Context, dst []string, object api.Object, relation string) (_ []string, err error) {
+	defer s.guard("read", debug.SetPanicOnFault(true), &err)
+	if err := s.check(ctx); err != nil {
+		return dst, err
+	}
+	if object.Type == "" || !api.ValidID(object.ID) || relation == "" {
+		return dst, fmt.Errorf("%w: an object type, a valid id and a relation are needed, got %q#%q", api.ErrSyntax, object, relation)
+	}
+	st := s.state.Load()
+	otID, ok1 := st.dict.id(object.Type)
+	relID, ok2 := st.dict.id(relation)
+	if !ok1 || !ok2 {
+		return dst, nil // a name never seen matches nothing
+	}
+	var buf [300]byte
+	kb := appendObjPrefix(buf[:0], otID, object.ID)
+	kb = binary.AppendUvarint(kb, relID)
+	sn, own, err := s.acquire()
+	if err != nil {
+		return dst, err
+	}
+	defer s.releaseSnap(sn, own)
+	c := s.pool.Get().(*checker)
+	defer s.pool.Put(c)
+	if c.curBucket != sn.obj {
+		c.cur, c.curBucket = sn.obj.Cursor(), sn.obj
+	}
+	var sb [300]byte
+	for k, _ := c.cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = c.cur.Next() {
+		ids, oid, sid, err := decodeObjKey(k)
+		if err != nil {
+			return dst, err
+		}
+		if ids.ot != otID || ids.rel != relID || string(oid) != object.ID {
+			continue // an ID that merely starts like object's
+		}
+		// As tupleFromIDs, without building the tuple.
+		stName, ok1 := st.dict.name(ids.st)
+		srName, ok2 := st.dict.name(ids.sr)
+		if !ok1 || !ok2 || !api.ValidID(bstr(sid)) {
+			return dst, errBadKey
+		}
+		b := append(append(append(sb[:0], stName...), ':'), sid...)
+		if srName != "" {
+			b = append(append(b, '#'), srName...)
+		}
+		dst = append(dst, string(b))
+		if err := ctx.Err(); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
 // AppendRoles appends the tenant roles subject holds directly in tenant
 // to dst; see Store. With enough capacity in dst it does not allocate.
 func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) (_ []string, err error) {

@@ -52,6 +52,12 @@ type Store interface {
 	// and returns the extended slice. With enough capacity in dst it does
 	// not allocate.
 	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
+	// AppendSubjects appends to dst the subjects of object's direct
+	// tuples of relation ("type:id" or "type:id#relation", in key order,
+	// as Read's tuples name them) and returns the extended slice. It
+	// reads the same tuples as Read with that object and relation,
+	// without building them.
+	AppendSubjects(ctx context.Context, dst []string, object api.Object, relation string) ([]string, error)
 	// LookupResources returns the IDs of objects of resourceType on which
 	// subject has permission, sorted.
 	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)

@@ -143,8 +143,12 @@ func deployFiles() []deployFile {
 		// namespaces and workloads.
 		{name: "kubernetes/nexus.yaml", validate: manifests(nil), freeForm: regexp.MustCompile(`^doc\d+:(metadata\.labels\.|spec\.template\.metadata\.labels\.app\.kubernetes\.io/component$|spec\.ingress\[\d+\]\.from\[\d+\]\.(namespaceSelector|podSelector)\.matchLabels\.)`)},
 		{name: "kubernetes/sidecar.yaml", validate: manifests(nil), freeForm: regexp.MustCompile(`^doc\d+:metadata\.labels\.`)},
+		{name: "kubernetes/nexus-cluster.yaml", validate: manifests(checkKubeCluster), freeForm: regexp.MustCompile(`^doc\d+:(metadata\.labels\.|spec\.template\.metadata\.labels\.app\.kubernetes\.io/component$|spec\.ingress\[\d+\]\.from\[\d+\]\.(namespaceSelector|podSelector)\.matchLabels\.)`)},
+		{name: "kubernetes/nats-values.yaml", validate: func(t *testing.T, data []byte) error { _, err := confcheck.NATSHelmValues(data); return err }},
 		// Service names nothing refers to are the user's choice.
 		{name: "docker-compose.yaml", validate: checkCompose, freeForm: regexp.MustCompile(`^services\.(envoy|envoy-wasm)$`)},
+		// The replicas' service names are the user's choice.
+		{name: "docker-compose-cluster.yaml", validate: checkClusterCompose, freeForm: regexp.MustCompile(`^services\.nexus-\d$`)},
 	}
 }
 
@@ -445,6 +449,42 @@ func checkCompose(t *testing.T, data []byte) error {
 	return nil
 }
 
+// checkClusterCompose validates the cluster's compose file (in a copy of
+// the folder when changed) and what a cluster must get right
+// (confcheck.ComposeCluster).
+func checkClusterCompose(t *testing.T, data []byte) error {
+	t.Helper()
+	const name = "docker-compose-cluster.yaml"
+	path := filepath.Join(envoyDir, name)
+	if orig := readFile(t, name); string(orig) != string(data) {
+		dir := t.TempDir()
+		if err := os.CopyFS(dir, os.DirFS(filepath.Dir(envoyDir))); err != nil {
+			return err
+		}
+		path = filepath.Join(dir, "envoy", name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return err
+		}
+	}
+	c, err := confcheck.ComposeFile(path)
+	if err != nil {
+		return err
+	}
+	return confcheck.ComposeCluster(c)
+}
+
+// checkKubeCluster checks the cluster's manifest against the NATS that
+// nats-values.yaml installs (confcheck.KubeCluster) and the rules of every
+// nexus manifest.
+func checkKubeCluster(t *testing.T, objs []confcheck.Object) error {
+	t.Helper()
+	nats, err := confcheck.NATSHelmValues(readFile(t, "kubernetes/nats-values.yaml"))
+	if err != nil {
+		return err
+	}
+	return errors.Join(confcheck.KubeCluster(objs, nats), confcheck.OneStore(objs), confcheck.NoDemoData(objs), confcheck.AdminClosed(objs))
+}
+
 // TestDeployFiles validates every deployment file as it is.
 func TestDeployFiles(t *testing.T) {
 	for _, f := range deployFiles() {
@@ -515,6 +555,24 @@ func TestDeployFilesRejectMistakes(t *testing.T) {
 		{name: "probe on a missing port", file: "kubernetes/sidecar.yaml", old: "path: /readyz\n            port: admin", new: "path: /readyz\n            port: http-admin"},
 		{name: "compose mounts a missing file", file: "docker-compose.yaml", old: "./envoy-ext-authz-http.yaml:", new: "./envoy-ext-authz-https.yaml:"},
 		{name: "compose builds a missing stage", file: "docker-compose.yaml", old: "target: nexus", new: "target: nexus-server"},
+		{name: "replica names another NATS", file: "kubernetes/nexus-cluster.yaml", old: "nats://nats.nats.svc.cluster.local:4222", new: "nats://nats.default.svc.cluster.local:4222"},
+		{name: "replica on the wrong NATS port", file: "kubernetes/nexus-cluster.yaml", old: "nats://nats.nats.svc.cluster.local:4222", new: "nats://nats.nats.svc.cluster.local:6222"},
+		{name: "more stream replicas than NATS servers", file: "kubernetes/nexus-cluster.yaml", old: "stream_replicas: 3", new: "stream_replicas: 5"},
+		{name: "cluster replicas share one store", file: "kubernetes/nexus-cluster.yaml", old: "kind: StatefulSet", new: "kind: Deployment"},
+		{name: "NATS without JetStream", file: "kubernetes/nats-values.yaml", old: "  jetstream:\n    enabled: true", new: "  jetstream:\n    enabled: false"},
+		{name: "NATS without a quorum", file: "kubernetes/nats-values.yaml", old: "replicas: 3", new: "replicas: 1"},
+		{name: "NATS log off persistent volumes", file: "kubernetes/nats-values.yaml", old: "    fileStore:\n      pvc:\n", new: "    fileStore:\n      pvc:\n        enabled: false\n"},
+		{name: "replica misses a NATS server", file: "docker-compose-cluster.yaml", old: "    - --cluster=nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222\n    - --cluster-name=demo\n    - --grpc-addr=0.0.0.0:9191\n    - --http-addr=0.0.0.0:8181\n    - --admin-addr=0.0.0.0:8282\n    - --admin-token-file=/run/secrets/nexus-admin-token\n    - --data-dir=/var/lib/nexus\n    - --trusted-subject-header=x-user\n    secrets: [nexus-admin-token]\n    volumes:\n    - ./nexus-cluster.yaml:/etc/nexus/nexus.yaml:ro\n    - nexus-3-data", new: "    - --cluster=nats://nats-1:4222,nats://nats-2:4222\n    - --cluster-name=demo\n    - --grpc-addr=0.0.0.0:9191\n    - --http-addr=0.0.0.0:8181\n    - --admin-addr=0.0.0.0:8282\n    - --admin-token-file=/run/secrets/nexus-admin-token\n    - --data-dir=/var/lib/nexus\n    - --trusted-subject-header=x-user\n    secrets: [nexus-admin-token]\n    volumes:\n    - ./nexus-cluster.yaml:/etc/nexus/nexus.yaml:ro\n    - nexus-3-data"},
+		{name: "replica on the NATS cluster port", file: "docker-compose-cluster.yaml", old: "    - --cluster=nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222\n    - --cluster-name=demo\n    - --grpc-addr=0.0.0.0:9191\n    - --http-addr=0.0.0.0:8181\n    - --admin-addr=0.0.0.0:8282\n    - --admin-token-file=/run/secrets/nexus-admin-token\n    - --data-dir=/var/lib/nexus\n    - --trusted-subject-header=x-user\n    secrets: [nexus-admin-token]\n    volumes:\n    - ./nexus-cluster.yaml:/etc/nexus/nexus.yaml:ro\n    - nexus-2-data", new: "    - --cluster=nats://nats-1:6222,nats://nats-2:4222,nats://nats-3:4222\n    - --cluster-name=demo\n    - --grpc-addr=0.0.0.0:9191\n    - --http-addr=0.0.0.0:8181\n    - --admin-addr=0.0.0.0:8282\n    - --admin-token-file=/run/secrets/nexus-admin-token\n    - --data-dir=/var/lib/nexus\n    - --trusted-subject-header=x-user\n    secrets: [nexus-admin-token]\n    volumes:\n    - ./nexus-cluster.yaml:/etc/nexus/nexus.yaml:ro\n    - nexus-2-data"},
+		{name: "replicas share a store", file: "docker-compose-cluster.yaml", old: "    - nexus-3-data:/var/lib/nexus", new: "    - nexus-2-data:/var/lib/nexus"},
+		{name: "replicas in two clusters", file: "docker-compose-cluster.yaml", old: "    - --cluster-name=demo\n    - --grpc-addr=0.0.0.0:9191\n    - --http-addr=0.0.0.0:8181\n    - --admin-addr=0.0.0.0:8282\n    - --admin-token-file=/run/secrets/nexus-admin-token\n    - --data-dir=/var/lib/nexus\n    - --trusted-subject-header=x-user\n    secrets: [nexus-admin-token]\n    volumes:\n    - ./nexus-cluster.yaml:/etc/nexus/nexus.yaml:ro\n    - nexus-3-data", new: "    - --cluster-name=other\n    - --grpc-addr=0.0.0.0:9191\n    - --http-addr=0.0.0.0:8181\n    - --admin-addr=0.0.0.0:8282\n    - --admin-token-file=/run/secrets/nexus-admin-token\n    - --data-dir=/var/lib/nexus\n    - --trusted-subject-header=x-user\n    secrets: [nexus-admin-token]\n    volumes:\n    - ./nexus-cluster.yaml:/etc/nexus/nexus.yaml:ro\n    - nexus-3-data"},
+		{name: "NATS server without JetStream", file: "docker-compose-cluster.yaml", old: `["--name", "nats-2", "--jetstream", `, new: `["--name", "nats-2", `},
+		{name: "NATS server not routed", file: "docker-compose-cluster.yaml", old: `"--routes", "nats://nats-1:6222,nats://nats-2:6222,nats://nats-3:6222"]
+    volumes:
+    - nats-3-data`, new: `"--routes", "nats://nats-1:6222,nats://nats-3:6222"]
+    volumes:
+    - nats-3-data`},
+		{name: "JetStream store not on a volume", file: "docker-compose-cluster.yaml", old: "    - nats-1-data:/data\n", new: "    - nats-1-data:/other\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 var (
 	envoyFiles = []string{"envoy-ext-authz-grpc.yaml", "envoy-ext-authz-http.yaml", "envoy-wasm.yaml"}
 	istioFiles = []string{"istio/authorization-policy.yaml", "istio/wasm-plugin.yaml"}
-	kubeFiles  = []string{"kubernetes/nexus.yaml", "kubernetes/sidecar.yaml"}
+	kubeFiles  = []string{"kubernetes/nexus.yaml", "kubernetes/sidecar.yaml", "kubernetes/nexus-cluster.yaml"}
 )
 
 const (

@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,15 @@ const (
 	DefaultMaxBatch  = 1000
 )
 
+// Writer takes the admin API's writes (see Config.Writer).
+// *datastore.BoltStore and *cluster.Replica satisfy it.
+type Writer interface {
+	Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error)
+	WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error)
+}
+
+var _ Writer = (*datastore.BoltStore)(nil)
+
 // TLS configures TLS on one listener. The zero value means plain text.
 type TLS struct {
 	// CertFile and KeyFile are the server's certificate and key (PEM).
@@ -55,6 +65,24 @@ type Config struct {
 	// (data.nexus.permissions) to its data before loading it, and again
 	// whenever the schema changes.
 	Policy *bundle.Bundle
+
+	// Writer takes the admin API's relationship and schema writes; nil
+	// means Store. A cluster replica (cluster.Replica) puts them in the
+	// cluster's log instead; when it also has LoadPolicy(ctx, bundle
+	// []byte) (datastore.Revision, error), policy loads go through it too
+	// and reach the server through LoadPolicy on every replica.
+	Writer Writer
+	// Revisions waits for the consistency tokens checks carry (the
+	// x-nexus-revision header, context.nexus_revision); nil means the
+	// store's own revision, waited for at most RevisionWait.
+	Revisions pdp.RevisionWaiter
+	// RevisionWait bounds the default wait for a consistency token; zero
+	// means pdp.DefaultRevisionWait.
+	RevisionWait time.Duration
+	// Degraded, if set, is asked by /healthz: a non-empty reason makes it
+	// answer {"status": "degraded", "reason": ..., plus details}, still
+	// 200 (restarting would not help); /readyz is not affected.
+	Degraded func() (reason string, details map[string]any)
 
 	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
 	// "-" disables it. "unix:///path/to.sock" listens on a Unix socket
@@ -241,15 +269,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("extauthz: %w", err)
 	}
 	if c.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			collectors.NewGoCollector(),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "nexus_process_peak_resident_memory_bytes",
-				Help: "Peak resident set size of the process (VmHWM), for benchmark reports.",
-			}, peakRSS),
-		)
+		reg := NewRegistry()
 		c.Registerer = reg
 		if c.Gatherer == nil {
 			c.Gatherer = reg
@@ -263,6 +283,23 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// NewRegistry returns the registry a Server serves on /metrics when
+// Config.Registerer is nil: the process and Go collectors and the peak
+// resident memory. Callers that register metrics of their own beside the
+// server's (a cluster replica's) pass it as Config.Registerer.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "nexus_process_peak_resident_memory_bytes",
+			Help: "Peak resident set size of the process (VmHWM), for benchmark reports.",
+		}, peakRSS),
+	)
+	return reg
 }
 
 // peakRSS reads VmHWM from /proc/self/status; 0 where there is no /proc.
@@ -292,6 +329,7 @@ func (c *Config) pdpConfig() pdp.Config {
 		SkipRequestBodyParse: c.SkipRequestBodyParse, DryRun: c.DryRun,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: c.DecisionLog, DecisionLogQueue: c.DecisionLogQueue,
+		Revisions: c.Revisions, RevisionWait: c.RevisionWait,
 		Logger: c.Logger, Registerer: c.Registerer,
 	}
 }

@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"context"
+	"net/http"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
@@ -13,3 +14,7 @@ import (
 func (s *Server) CheckDirect(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	return (&envoygrpc.Server{PDP: s.p}).Check(ctx, req)
 }
+
+// HTTPHandler is the handler of the proxies' and applications' listener,
+// for benchmarks of the server-side cost without the transport.
+func (s *Server) HTTPHandler() http.Handler { return s.httpHandler() }

@@ -292,7 +292,7 @@ func (s *Server) httpHandler() http.Handler {
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&admin.API{
-		PDP: s.p, Store: s.cfg.Store, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
+		PDP: s.p, Store: s.cfg.Store, Writer: s.cfg.Writer, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
 		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)
@@ -325,7 +325,11 @@ func (s *Server) readiness() func() error {
 }
 
 func (s *Server) probes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", wire.Healthz)
+	if s.cfg.Degraded != nil {
+		mux.HandleFunc("GET /healthz", wire.HealthzDegraded(s.cfg.Degraded))
+	} else {
+		mux.HandleFunc("GET /healthz", wire.Healthz)
+	}
 	var health []func() error
 	if h, ok := s.cfg.Store.(interface{ Health() error }); ok {
 		health = append(health, h.Health) // a damaged data file takes readiness down

@@ -102,6 +102,14 @@ type Config struct {
 	// means 4096. A full queue drops events (counted), never blocks.
 	DecisionLogQueue int
 
+	// Revisions waits for the consistency token a check may carry
+	// (WaitRevision); nil means a waiter over Store's revision, bounded by
+	// RevisionWait.
+	Revisions RevisionWaiter
+	// RevisionWait bounds the default waiter; zero means
+	// DefaultRevisionWait.
+	RevisionWait time.Duration
+
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the decision metrics; nil means a new registry
@@ -143,6 +151,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("pdp: CacheSize %d is negative", c.CacheSize)
 	case c.CacheSize == 0:
 		c.CacheSize = DefaultCacheSize
+	}
+	switch {
+	case c.RevisionWait < 0:
+		return fmt.Errorf("pdp: RevisionWait %v is negative", c.RevisionWait)
+	case c.RevisionWait == 0:
+		c.RevisionWait = DefaultRevisionWait
+	}
+	if c.Revisions == nil {
+		c.Revisions = storeWaiter{store: c.Store, max: c.RevisionWait}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

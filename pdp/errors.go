@@ -26,6 +26,15 @@ var ErrBadRequest = errors.New("bad request")
 // ErrUnknownType reports a resource type the schema does not declare.
 var ErrUnknownType = errors.New("unknown resource type")
 
+// ErrRevisionUnavailable reports a check whose consistency token names a
+// revision the local data did not reach in time. The check fails closed.
+var ErrRevisionUnavailable = errors.New("revision unavailable")
+
+// ErrUnavailable reports a write refused because the replicated log
+// cannot take it now (unreachable, no quorum, too much contention). Nothing
+// was written; the client may retry.
+var ErrUnavailable = errors.New("unavailable")
+
 // errStale reports a policy load during a decision: its input was pruned
 // for another policy. Callers build the input again.
 var errStale = fmt.Errorf("%w: the policy changed during the decision", ErrNotReady)
@@ -52,6 +61,9 @@ const (
 	CodeConflict      = "conflict"
 	CodeDepthExceeded = "depth_exceeded"
 	CodeUnknownReason = "other"
+
+	CodeRevisionUnavailable = "revision_unavailable"
+	CodeUnavailable         = "unavailable"
 )
 
 // IsRequestParse reports whether err is a request that could not be turned
@@ -82,6 +94,12 @@ func Code(err error) string {
 		return ""
 	case errors.Is(err, ErrTooLarge):
 		return CodeTooLarge
+	case errors.Is(err, ErrRevisionUnavailable):
+		// Before the context's codes: a wait cut short by the request's
+		// deadline is still a token not reached.
+		return CodeRevisionUnavailable
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
 	case errors.Is(err, ErrBadRequest), errors.Is(err, input.ErrInvalidUTF8),
 		errors.Is(err, input.ErrInvalidPath), errors.Is(err, input.ErrInvalidQuery), errors.Is(err, input.ErrInvalidBody),
 		errors.Is(err, engine.ErrInvalidInput):

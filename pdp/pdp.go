@@ -124,11 +124,8 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 		b = p.base
 	}
 	fresh := b != p.base // not a reload after a schema change
-	for _, ep := range []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint} {
-		if ep != Disabled && !slices.Contains(b.Manifest.Entrypoints, ep) {
-			return fmt.Errorf("%w: %q is not among the bundle's entrypoints %q (compile the policy with it, or configure the entrypoint the policy has; %q disables one)",
-				ErrNoEntrypoint, ep, b.Manifest.Entrypoints, Disabled)
-		}
+	if err := p.CheckBundle(b); err != nil {
+		return err
 	}
 	sc, err := p.store.Schema(ctx)
 	if err != nil && !errors.Is(err, datastore.ErrNoSchema) {
@@ -159,6 +156,19 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 		p.cache.InvalidateAll()
 	}
 	p.ready.Store(true)
+	return nil
+}
+
+// CheckBundle reports whether b could be loaded as far as can be told
+// without loading it: it has every configured entrypoint
+// (ErrNoEntrypoint otherwise).
+func (p *PDP) CheckBundle(b *bundle.Bundle) error {
+	for _, ep := range []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint} {
+		if ep != Disabled && !slices.Contains(b.Manifest.Entrypoints, ep) {
+			return fmt.Errorf("%w: %q is not among the bundle's entrypoints %q (compile the policy with it, or configure the entrypoint the policy has; %q disables one)",
+				ErrNoEntrypoint, ep, b.Manifest.Entrypoints, Disabled)
+		}
+	}
 	return nil
 }
 

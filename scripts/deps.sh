@@ -3,6 +3,15 @@
 # they are missing. Needs root (apt-get); without root it only reports.
 set -euo pipefail
 
+# nats-server (the cluster tests' NATS), pinned, built with the Go
+# toolchain into $(go env GOPATH)/bin where the tests look for it.
+NATS_SERVER_VERSION=v2.15.2
+gobin="$(go env GOPATH)/bin"
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x "$gobin/nats-server" ]; then
+	echo "deps: installing nats-server $NATS_SERVER_VERSION into $gobin"
+	go install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"
+fi
+
 need=()
 for prog in nginx caddy haproxy curl; do
 	command -v "$prog" >/dev/null 2>&1 || [ -x "/usr/sbin/$prog" ] || need+=("$prog")

@@ -365,6 +365,7 @@ type importOptions struct {
 
 func newRelImportCmd(f *relFlags) *cobra.Command {
 	var o importOptions
+	var ro remoteOptions
 	cmd := &cobra.Command{
 		Use:   "import FILE|-",
 		Short: "Import tuples from NDJSON, CSV or text (streaming)",
@@ -387,9 +388,21 @@ unchanged. Then the tuples are committed: in one transaction when there
 are at most --batch of them, else sorted in runs of --batch (spilled
 beside the data file) and merged in transactions of 250,000. If a commit
 fails (a full disk, an interrupt), the transactions before it stay, and
-the error says how many tuples they hold.`,
+the error says how many tuples they hold.
+
+With --admin-url the tuples go through a running server's admin API
+instead of into a data directory: this is how to import into a cluster
+(any replica; the writes go through the cluster's log). The input is
+validated against the server's schema first, then written in writes of
+5,000 tuples.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ro.url != "" {
+				if o.from != "" || o.compact {
+					return usageError(cmd, fmt.Errorf("--admin-url imports through a server: --from and --compact do not apply"))
+				}
+				return runRemoteImport(cmd, args[0], o, ro)
+			}
 			if o.from != "" {
 				return importFrom(cmd, f, o.from, o.format, o.batch, args[0])
 			}
@@ -401,6 +414,7 @@ the error says how many tuples they hold.`,
 	cmd.Flags().IntVar(&o.batch, "batch", 0, fmt.Sprintf("tuples sorted at once; an input of at most this many is one transaction (default %d)", datastore.DefaultImportBatch))
 	cmd.Flags().BoolVar(&o.compact, "compact", false, "compact the data file afterwards (smaller file after a large import)")
 	cmd.Flags().DurationVar(&o.interval, "progress-interval", 5*time.Second, "how often to print progress when stderr is not a terminal")
+	ro.addFlags(cmd)
 	return cmd
 }
 
@@ -433,6 +447,10 @@ func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions)
 	cr := &countingReader{r: in}
 	s, err := f.open(ctx, false)
 	if err != nil {
+		return err
+	}
+	if err := refuseReplicaStore(ctx, s, f.dataDir); err != nil {
+		_ = s.Close()
 		return err
 	}
 	start := time.Now()

@@ -65,6 +65,7 @@ type serveConfig struct {
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
 	DecisionLogQueue     int           `yaml:"decision_log_queue"`
+	Cluster              clusterConfig `yaml:"cluster"`
 
 	// CacheNondeterministic opts in to caching the decisions of policies
 	// that call non-deterministic builtins.
@@ -162,6 +163,7 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
 	f.IntVar(&c.MaxInstances, "max-instances", 0, "policy instances (evaluations at once); 0 means GOMAXPROCS")
+	addClusterFlags(f, &c)
 	return cmd
 }
 
@@ -255,6 +257,7 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 		c.DecisionLogQueue = file.DecisionLogQueue
 	}
 	mergeOPA(c, file)
+	mergeClusterFlags(cmd, c, file)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -296,16 +299,18 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 			log.Error("closing the store", "err", err)
 		}
 	}()
+	cl, err := startCluster(ctx, c, store, log)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
 	eng, err := builtins.NewEngine(ctx, store, engine.Config{Logger: log, MaxInstances: c.MaxInstances})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = eng.Close(context.WithoutCancel(ctx)) }()
-	bundle, err := loadPolicy(ctx, c)
+	bundle, err := cl.loadPolicy(ctx, c)
 	if err != nil {
-		return err
-	}
-	if bundle, err = trustSubjectHeader(bundle, c.TrustedSubjectHeader); err != nil {
 		return err
 	}
 	switch h := dataSubjectHeader(bundle.Data); {
@@ -329,7 +334,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		defer f.Close()
 		dlog = f
 	}
-	srv, err := extauthz.New(ctx, extauthz.Config{
+	cfg := extauthz.Config{
 		Engine: eng, Store: store, Policy: bundle,
 		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
@@ -342,8 +347,13 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: log,
-	})
+	}
+	cl.configure(&cfg)
+	srv, err := extauthz.New(ctx, cfg)
 	if err != nil {
+		return err
+	}
+	if err := cl.attach(ctx, srv); err != nil {
 		return err
 	}
 	if _, err := serveBundles(ctx, c, log, srv.LoadPolicy); err != nil {
@@ -375,6 +385,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 // schema with its demo relationships). A --schema that differs from the
 // stored one replaces it unless that would orphan tuples.
 func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
+	if c.Cluster.enabled() {
+		return openClusterStore(ctx, c, log)
+	}
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}

@@ -291,15 +291,21 @@ func NoDemoData(objs []Object) error {
 }
 
 // OneStore checks that the relationships of every nexus serve container
-// live in one store that survives a restart, until replication exists: the
-// workload runs one replica, --data-dir is on a PersistentVolumeClaim, and a
-// Deployment holding a claim replaces its pod with strategy Recreate (a
-// rolling update would wait for a second pod that cannot mount the claim).
+// live in a store that survives a restart: --data-dir is on a
+// PersistentVolumeClaim, and a Deployment holding a claim replaces its pod
+// with strategy Recreate (a rolling update would wait for a second pod that
+// cannot mount the claim). Without --cluster the workload runs one
+// replica; with it (replicas kept in step through NATS) several, each with
+// its own claim from the StatefulSet's volumeClaimTemplates.
 func OneStore(objs []Object) error {
 	var errs []error
 	for _, n := range nexusContainers(objs) {
-		if r := n.w.Replicas; r != nil && *r != 1 {
-			errs = append(errs, fmt.Errorf("%w: %s: %d replicas, each with its own store: a write lands on one of them", ErrUnsafe, n, *r))
+		clustered := n.flags["cluster"] != ""
+		if r := n.w.Replicas; r != nil && *r != 1 && !clustered {
+			errs = append(errs, fmt.Errorf("%w: %s: %d replicas, each with its own store: a write lands on one of them (run them as a cluster: --cluster)", ErrUnsafe, n, *r))
+		}
+		if clustered && n.w.Kind != "StatefulSet" {
+			errs = append(errs, fmt.Errorf("%w: %s: cluster replicas in a %s: each needs its own store, from a StatefulSet's volumeClaimTemplates", ErrUnsafe, n, n.w.Kind))
 		}
 		dir := n.flags["data-dir"]
 		if dir == "" {

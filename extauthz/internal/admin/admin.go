@@ -31,10 +31,31 @@ import (
 	"github.com/nexuspdp/nexus/pdp"
 )
 
+// Writer takes the admin API's writes: the store itself on a single node,
+// the cluster's log on a replica.
+type Writer interface {
+	// Write applies touches and deletes atomically and returns the
+	// revision that holds them.
+	Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error)
+	// WriteSchema replaces the schema; force deletes the tuples it
+	// orphans.
+	WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error)
+}
+
+// PolicyWriter is a Writer that also takes policy loads (a cluster
+// replica): the bundle goes to every replica, and the PDP loads it when
+// its own replica applies it.
+type PolicyWriter interface {
+	LoadPolicy(ctx context.Context, bundle []byte) (datastore.Revision, error)
+}
+
 // API serves the admin endpoints.
 type API struct {
 	PDP   *pdp.PDP
 	Store datastore.Store
+	// Writer takes relationship and schema writes (and policy loads when
+	// it is a PolicyWriter); nil means Store.
+	Writer Writer
 	// Token is the bearer token every endpoint but /metrics requires; ""
 	// leaves them open.
 	Token string
@@ -61,6 +82,7 @@ func (s *API) Register(mux *http.ServeMux) {
 	mux.Handle("GET /v1/policy", s.auth(s.noParams(s.handleGetPolicy)))
 	mux.Handle("POST /v1/check", s.auth(s.noParams(s.handleDebugCheck)))
 	mux.Handle("GET /v1/edge/snapshot", s.auth(s.noParams(s.handleEdgeSnapshot)))
+	mux.Handle("GET /v1/revision", s.auth(s.noParams(s.handleRevision)))
 	if s.Profiling {
 		mux.Handle("GET /debug/pprof/", s.auth(pprof.Index))
 		mux.Handle("GET /debug/pprof/cmdline", s.auth(pprof.Cmdline))
@@ -131,7 +153,7 @@ func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "touches and deletes are both empty"))
 		return
 	}
-	rev, err := s.Store.Write(r.Context(), datastore.WriteRequest{Touches: touches, Deletes: deletes})
+	rev, err := s.writer().Write(r.Context(), datastore.WriteRequest{Touches: touches, Deletes: deletes})
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
@@ -243,7 +265,7 @@ func (s *API) handlePutSchema(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	rev, err := s.Store.WriteSchema(r.Context(), sc, force)
+	rev, err := s.writer().WriteSchema(r.Context(), sc, force)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
@@ -267,17 +289,88 @@ func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 
 // handlePutPolicy swaps in a new bundle (.tar.gz) atomically; in-flight
 // checks finish on the old one.
+//
+// Through a PolicyWriter (a cluster replica) the bundle is checked here
+// (it reads, and it has the configured entrypoints), then written to the
+// log; the answer comes once this replica loaded it, with the log's
+// revision as "cluster_revision".
 func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
-	b, err := bundle.Read(http.MaxBytesReader(w, r.Body, 64<<20))
+	pw, clustered := s.writer().(PolicyWriter)
+	if !clustered {
+		b, err := bundle.Read(http.MaxBytesReader(w, r.Body, maxBundleBytes))
+		if err != nil {
+			wire.WriteError(s.Log, w, err)
+			return
+		}
+		if err := s.PDP.Load(r.Context(), b); err != nil {
+			wire.WriteError(s.Log, w, err)
+			return
+		}
+		wire.WriteJSON(w, http.StatusOK, b.Manifest)
+		return
+	}
+	raw, err := wire.ReadBody(w, r, maxBundleBytes)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	if err := s.PDP.Load(r.Context(), b); err != nil {
+	b, err := bundle.Read(bytes.NewReader(raw))
+	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, b.Manifest)
+	if err := s.PDP.CheckBundle(b); err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	rev, err := pw.LoadPolicy(r.Context(), raw)
+	if err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	out, err := withClusterRevision(b.Manifest, rev)
+	if err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, out)
+}
+
+// maxBundleBytes bounds a policy bundle.
+const maxBundleBytes = 64 << 20
+
+// withClusterRevision is the manifest as its JSON object with the log's
+// revision added as "cluster_revision" (the manifest's own "revision" is
+// the policy's).
+func withClusterRevision(m bundle.Manifest, rev datastore.Revision) (map[string]json.RawMessage, error) {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	out["cluster_revision"] = json.RawMessage(strconv.FormatUint(uint64(rev), 10))
+	return out, nil
+}
+
+func (s *API) writer() Writer {
+	if s.Writer != nil {
+		return s.Writer
+	}
+	return s.Store
+}
+
+// handleRevision answers the data's current revision, a consistency token
+// for checks: {"revision": N}.
+func (s *API) handleRevision(w http.ResponseWriter, r *http.Request) {
+	rev, err := s.Store.Revision(r.Context())
+	if err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"revision": uint64(rev)})
 }
 
 func (s *API) handleGetPolicy(w http.ResponseWriter, _ *http.Request) {

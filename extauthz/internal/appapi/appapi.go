@@ -138,7 +138,8 @@ func decodeBody[T any](s *API, w http.ResponseWriter, r *http.Request, iface str
 		wire.WriteError(s.Log, w, err)
 		return v, false
 	}
-	if v, err = read(bytes.NewReader(body)); err != nil {
+	// A bytes.Buffer: the readers take its bytes without copying them.
+	if v, err = read(bytes.NewBuffer(body)); err != nil {
 		s.PDP.CountError(iface, err)
 		wire.WriteError(s.Log, w, err)
 		return v, false

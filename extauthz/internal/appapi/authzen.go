@@ -20,12 +20,16 @@ func (s *API) handleAuthZEN(w http.ResponseWriter, r *http.Request) {
 
 // evaluateOne answers one evaluation: the decision, or the error's status.
 func (s *API) evaluateOne(w http.ResponseWriter, r *http.Request, c *checkapi.Check) {
+	if err := s.atRevision(r.Context(), pdp.IfaceAuthZEN, c); err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
 	d, err := s.PDP.Check(r.Context(), pdp.IfaceAuthZEN, c)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, authzenResponse(d))
+	writeAuthZEN(w, d)
 }
 
 func authzenResponse(d pdp.Decision) checkapi.AuthZENResponse {
@@ -58,6 +62,16 @@ func (s *API) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if b.Single {
 		s.evaluateOne(w, r, &b.Items[0].Check)
+		return
+	}
+	cs := make([]*checkapi.Check, 0, len(b.Items))
+	for i := range b.Items {
+		if b.Items[i].Err == nil {
+			cs = append(cs, &b.Items[i].Check)
+		}
+	}
+	if err := s.atRevision(r.Context(), pdp.IfaceAuthZEN, cs...); err != nil {
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	resp := checkapi.AuthZENBatchResponse{Evaluations: make([]checkapi.AuthZENResponse, 0, len(b.Items))}

@@ -28,17 +28,29 @@ func (s *API) handleAllowed(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := s.atRevision(r.Context(), pdp.IfacePermit, &c); err != nil {
+		wire.WriteError(s.Log, w, err)
+		return
+	}
 	d, err := s.PDP.Check(r.Context(), pdp.IfacePermit, &c)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, permitResponse(d))
+	writePermit(w, d)
 }
 
 func (s *API) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
 	cs, ok := decodeBody(s, w, r, pdp.IfacePermit, func(rd io.Reader) ([]checkapi.Check, error) { return checkapi.ReadPermitBulk(rd, s.MaxBatch) })
 	if !ok {
+		return
+	}
+	ptrs := make([]*checkapi.Check, len(cs))
+	for i := range cs {
+		ptrs[i] = &cs[i]
+	}
+	if err := s.atRevision(r.Context(), pdp.IfacePermit, ptrs...); err != nil {
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	resp := checkapi.PermitBulkResponse{Allow: make([]checkapi.PermitResponse, len(cs))}

@@ -27,9 +27,14 @@ type (
 // decode reads one JSON value into v: numbers stay exact, trailing data
 // and invalid UTF-8 are errors.
 func decode(r io.Reader, v any) error {
-	body, err := io.ReadAll(r)
-	if err != nil {
-		return err
+	var body []byte
+	if b, ok := r.(*bytes.Buffer); ok {
+		body = b.Next(b.Len()) // already in memory: no second copy
+	} else {
+		var err error
+		if body, err = io.ReadAll(r); err != nil {
+			return err
+		}
 	}
 	if !utf8.Valid(body) {
 		return fmt.Errorf("%w: the body is not valid UTF-8", ErrBadRequest)

@@ -1,6 +1,7 @@
 package checkapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -107,7 +108,7 @@ func stringOrObject(raw json.RawMessage, s *string, obj any, field string) error
 	if raw[0] != '{' {
 		return fmt.Errorf("%w: %s must be a string or an object", ErrBadRequest, field)
 	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(obj); err != nil {
 		return fmt.Errorf("%w: %s: %s", ErrBadRequest, field, describeJSONError(err))

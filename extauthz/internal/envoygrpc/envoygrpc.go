@@ -25,6 +25,12 @@
 // context ended. Envoy answers a gRPC error by its own failure_mode_allow
 // and status_on_error; nexus' shipped configurations keep it closed
 // (failure_mode_allow: false).
+//
+// A request with an x-nexus-revision header (a consistency token) is
+// decided once the data has reached that revision. A malformed token is
+// PERMISSION_DENIED with a 400 response, a revision not reached in time
+// PERMISSION_DENIED with a 503 response (reason revision_unavailable): both
+// deny even where Envoy would allow on a gRPC error.
 package envoygrpc
 
 import (
@@ -61,6 +67,11 @@ var _ authv3.AuthorizationServer = (*Server)(nil)
 // answer as without dry-run.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := time.Now()
+	if tok, ok := req.GetAttributes().GetRequest().GetHttp().GetHeaders()[pdp.RevisionHeader]; ok {
+		if resp := s.atRevision(ctx, tok); resp != nil {
+			return resp, nil
+		}
+	}
 	d, err := s.PDP.Envoy(ctx, pdp.IfaceGRPC, req)
 	if err != nil {
 		s.Metrics.countError(err)
@@ -77,6 +88,34 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	}
 	resp.DynamicMetadata = withDecisionID(d.DynamicMetadata, d.ID)
 	return resp, nil
+}
+
+// atRevision waits until the data reaches the request's consistency token
+// (the x-nexus-revision header). It returns nil to go on, or the denial:
+// 400 for a malformed token, 503 for a revision not reached in time. Both
+// are answers, not gRPC errors, so that Envoy denies the request whatever
+// its failure_mode_allow says: a check that asked for fresh data must
+// never be allowed on stale data.
+func (s *Server) atRevision(ctx context.Context, tok string) *authv3.CheckResponse {
+	rev, err := pdp.ParseRevision(tok)
+	if err != nil {
+		s.PDP.CountError(pdp.IfaceGRPC, err)
+	} else {
+		err = s.PDP.WaitRevision(ctx, pdp.IfaceGRPC, rev)
+	}
+	if err == nil {
+		return nil
+	}
+	code, httpStatus, _ := wire.Status(err)
+	msg := code + ": " + wire.Describe(err)
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: msg},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(httpStatus)},
+			Headers: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-nexus-reason", Value: code}}},
+			Body:    msg,
+		}},
+	}
 }
 
 // withDecisionID is the policy's dynamic metadata (shared, never modified)

@@ -47,6 +47,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		deny(w, err)
 		return
 	}
+	if err := h.atRevision(r); err != nil {
+		deny(w, err)
+		return
+	}
 	hdrs := make(map[string]string, len(r.Header)+1)
 	for k, vs := range r.Header {
 		hdrs[strings.ToLower(k)] = strings.Join(vs, ",")
@@ -125,6 +129,29 @@ func proxiedRequest(r *http.Request) (method, uri string, err error) {
 		method = methods[0]
 	}
 	return method, uri, nil
+}
+
+// atRevision waits until the data reaches the request's consistency token
+// (the X-Nexus-Revision header), if it carries one: a malformed or
+// repeated token is a bad request (400), a revision not reached in time
+// revision_unavailable (503).
+func (h *Handler) atRevision(r *http.Request) error {
+	vs := r.Header.Values(pdp.RevisionHeader)
+	if len(vs) == 0 {
+		return nil
+	}
+	var err error
+	var rev pdp.Revision
+	if len(vs) > 1 {
+		err = pdp.Errorf(pdp.ErrBadRequest, "%s given %d times", pdp.RevisionHeader, len(vs))
+	} else {
+		rev, err = pdp.ParseRevision(vs[0])
+	}
+	if err != nil {
+		h.PDP.CountError(pdp.IfaceHTTP, err)
+		return err
+	}
+	return h.PDP.WaitRevision(r.Context(), pdp.IfaceHTTP, rev)
 }
 
 func deny(w http.ResponseWriter, err error) {

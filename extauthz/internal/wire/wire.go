@@ -25,7 +25,7 @@ func Status(err error) (code string, httpStatus int, grpcCode codes.Code) {
 		return code, http.StatusRequestEntityTooLarge, codes.InvalidArgument
 	case pdp.CodeBadRequest, pdp.CodeUnknownType:
 		return code, http.StatusBadRequest, codes.InvalidArgument
-	case pdp.CodeNotReady, pdp.CodeStoreError, pdp.CodeStoreCorrupt:
+	case pdp.CodeNotReady, pdp.CodeStoreError, pdp.CodeStoreCorrupt, pdp.CodeRevisionUnavailable, pdp.CodeUnavailable:
 		return code, http.StatusServiceUnavailable, codes.Unavailable
 	case pdp.CodeDeadline:
 		return code, http.StatusGatewayTimeout, codes.DeadlineExceeded
@@ -72,7 +72,7 @@ var serverSide = map[string]string{
 // deadline), a fixed description by code otherwise.
 func Describe(err error) string {
 	code, status, _ := Status(err)
-	if status < 500 || code == pdp.CodeNotReady || code == pdp.CodeDeadline {
+	if status < 500 || code == pdp.CodeNotReady || code == pdp.CodeDeadline || code == pdp.CodeRevisionUnavailable || code == pdp.CodeUnavailable {
 		return err.Error()
 	}
 	if d, ok := serverSide[code]; ok {
@@ -86,7 +86,9 @@ func Describe(err error) string {
 // which log receives in full).
 func WriteError(log *slog.Logger, w http.ResponseWriter, err error) {
 	code, status, _ := Status(err)
-	if status >= 500 && log != nil {
+	// A consistency token not reached is the client's choice of revision,
+	// counted in the metrics: logging each would let a client flood the log.
+	if status >= 500 && log != nil && code != pdp.CodeRevisionUnavailable {
 		log.Error("request failed", "reason", code, "err", err)
 	}
 	WriteJSON(w, status, map[string]string{"error": Describe(err), "reason": code})
@@ -95,6 +97,25 @@ func WriteError(log *slog.Logger, w http.ResponseWriter, err error) {
 // Healthz answers that the process is up.
 func Healthz(w http.ResponseWriter, _ *http.Request) {
 	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// HealthzDegraded answers that the process is up, and whether it runs
+// degraded: {"status": "degraded", "reason": ..., details...} while
+// degraded returns a reason, {"status": "ok", details...} otherwise.
+// Either is 200: a degraded process still answers checks.
+func HealthzDegraded(degraded func() (string, map[string]any)) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		reason, details := degraded()
+		body := make(map[string]any, len(details)+2)
+		for k, v := range details {
+			body[k] = v
+		}
+		body["status"] = "ok"
+		if reason != "" {
+			body["status"], body["reason"] = "degraded", reason
+		}
+		WriteJSON(w, http.StatusOK, body)
+	}
 }
 
 // Readyz answers whether p can decide, with the loaded policy's revision.

@@ -69,9 +69,10 @@ decide_in_tenant(subject, action, resource, tenant) := {"allow": false, "reason"
 # resource type in tenant.
 rbac(subject, action, type, tenant) if {
 	tenant != ""
+	grants := {concat(":", [type, action]), concat(":", [type, "*"])}
 	some role in nexus.roles(subject, tenant)
 	some grant in data.nexus.roles[role]
-	grant in {concat(":", [type, action]), concat(":", [type, "*"])}
+	grant in grants
 }
 
 # rebac holds when the relationship store grants the permission.

@@ -31,11 +31,15 @@ segments(r) := r.segments
 
 segments(r) := split(trim_prefix(r.path, "/"), "/") if not r.segments
 
-wildcards := {"*", "{id}", "{tenant}"}
-
 path_length := count(input.parsed_path)
 
-segment_matches(pattern, _) if wildcards[pattern]
+# A wildcard ("*", "{id}", "{tenant}") matches any segment, anything else
+# only itself. (One rule per wildcard: no set is built per segment.)
+segment_matches("*", _)
+
+segment_matches("{id}", _)
+
+segment_matches("{tenant}", _)
 
 segment_matches(pattern, value) if pattern == value
 
@@ -94,7 +98,9 @@ claimed_subject := subject_header if not input.attributes.metadataContext.filter
 # client's error, answered before the store is asked.
 valid_id(s) if {
 	is_string(s)
-	not s in {"", ".", ".."} # a path segment a server may resolve
+	s != ""
+	s != "." # a path segment a server may resolve
+	s != ".."
 	nexus.valid_ids(s, "", "")
 }
 

@@ -1,0 +1,443 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/cluster"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/pdp"
+)
+
+// clusterConfig is the "cluster" section of the serve config: with NATS
+// URLs, nexus runs as one replica of a cluster whose writes go through a
+// NATS JetStream log.
+type clusterConfig struct {
+	NATSURLs []string `yaml:"nats_urls"`
+	// Name names the cluster's stream and bucket (default "nexus").
+	Name string `yaml:"name"`
+	// StreamReplicas is JetStream's R for the stream and the bucket when
+	// this replica creates them (3 on a 3-node NATS cluster).
+	StreamReplicas int `yaml:"stream_replicas"`
+	// Credentials is a NATS credentials file.
+	Credentials string     `yaml:"credentials"`
+	TLS         clusterTLS `yaml:"tls"`
+	// SyncTimeout bounds how long a starting replica waits to catch up
+	// with the log (default 30s).
+	SyncTimeout time.Duration `yaml:"sync_timeout"`
+}
+
+// clusterTLS is TLS to the NATS servers.
+type clusterTLS struct {
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+func (c clusterConfig) enabled() bool { return len(c.NATSURLs) > 0 }
+
+// defaultSyncTimeout bounds how long a starting replica waits to catch up
+// with the log before it serves from what it has.
+const defaultSyncTimeout = 30 * time.Second
+
+func addClusterFlags(f *pflag.FlagSet, c *serveConfig) {
+	f.StringSliceVar(&c.Cluster.NATSURLs, "cluster", nil, "run as a cluster replica: NATS servers (nats://host:4222,...) whose JetStream log takes every write (default: single node)")
+	f.StringVar(&c.Cluster.Name, "cluster-name", cluster.DefaultName, "cluster name: its stream is nexus-<name> (several clusters can share one NATS)")
+}
+
+func mergeClusterFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
+	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
+	if !set("cluster") && len(file.Cluster.NATSURLs) > 0 {
+		c.Cluster.NATSURLs = file.Cluster.NATSURLs
+	}
+	if !set("cluster-name") && file.Cluster.Name != "" {
+		c.Cluster.Name = file.Cluster.Name
+	}
+	c.Cluster.StreamReplicas = file.Cluster.StreamReplicas
+	c.Cluster.Credentials = file.Cluster.Credentials
+	c.Cluster.TLS = file.Cluster.TLS
+	c.Cluster.SyncTimeout = file.Cluster.SyncTimeout
+}
+
+func (t clusterTLS) config() (*tls.Config, error) {
+	if t == (clusterTLS{}) {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("cluster tls: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("cluster tls: %s holds no PEM certificate", t.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, errors.New("cluster tls: cert_file and key_file go together")
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cluster tls: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// openClusterStore opens the data directory's store for a replica. It
+// writes nothing: a replica's store takes writes only from the log. A
+// store written in single-node mode is refused.
+func openClusterStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, relDataFile), Logger: log})
+	if err != nil {
+		return nil, openHint(err, c.DataDir)
+	}
+	if err := cluster.CheckStore(ctx, store); err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("serve --cluster: data directory %s: %w\n"+
+			"A replica's store holds exactly the cluster log's history, so a data directory written in single-node mode cannot join a cluster. "+
+			"Start the replica on an empty --data-dir, and copy the data in through the cluster (nexus rel export, then nexus rel import --admin-url against a replica)", c.DataDir, err)
+	}
+	return store, nil
+}
+
+// clusterNode is the cluster side of a serving replica: the Replica, the
+// registry its metrics share with the server, and the link that loads the
+// policies the log brings into the server.
+type clusterNode struct {
+	r     *cluster.Replica
+	store *datastore.BoltStore
+	reg   *prometheus.Registry
+	log   *slog.Logger
+	cfg   serveConfig
+
+	mu  sync.Mutex // serialises policy loads from the log with attach
+	srv *extauthz.Server
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// startCluster starts the replica (nil in single-node mode), waits (at most
+// the sync timeout) until it has applied the log, and on a cluster whose
+// log is empty writes the schema (--schema, or the demo schema and
+// relationships) through the log. With --schema on a cluster whose schema
+// differs, the schema is written through the log too.
+func startCluster(ctx context.Context, c serveConfig, store *datastore.BoltStore, log *slog.Logger) (*clusterNode, error) {
+	if !c.Cluster.enabled() {
+		return nil, nil
+	}
+	tc, err := c.Cluster.TLS.config()
+	if err != nil {
+		return nil, err
+	}
+	n := &clusterNode{store: store, reg: extauthz.NewRegistry(), log: log, cfg: c}
+	r, err := cluster.New(ctx, cluster.Config{
+		URLs: c.Cluster.NATSURLs, Name: c.Cluster.Name, Store: store,
+		StreamReplicas: c.Cluster.StreamReplicas, CredentialsFile: c.Cluster.Credentials, TLS: tc,
+		OnPolicy: n.onPolicy, Logger: log, Registerer: n.reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.r = r
+	timeout := c.Cluster.SyncTimeout
+	if timeout <= 0 {
+		timeout = defaultSyncTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	err = r.Sync(sctx)
+	cancel()
+	if err != nil {
+		log.Warn("serving from local data before catching up with the cluster log (writes are refused until NATS answers)", "revision", r.Revision(), "err", err)
+		return n, nil
+	}
+	log.Info("caught up with the cluster log", "cluster", c.Cluster.Name, "revision", r.Revision())
+	if err := n.seed(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// seed writes the configured schema through the log where the cluster's
+// differs, and on an empty log without --schema the demo schema and
+// relationships, as a single node does on its first start.
+func (n *clusterNode) seed(ctx context.Context) error {
+	cur, err := n.store.Schema(ctx)
+	if err != nil && !errors.Is(err, datastore.ErrNoSchema) {
+		return err
+	}
+	if n.cfg.Schema != "" {
+		src, err := os.ReadFile(n.cfg.Schema)
+		if err != nil {
+			return fmt.Errorf("schema: %w", err)
+		}
+		if cur != nil && bytes.Equal(cur.Source(), src) {
+			return nil
+		}
+		sc, err := datastore.ParseSchema(src)
+		if err != nil {
+			return err
+		}
+		if _, err := n.r.WriteSchema(ctx, sc, false); err != nil {
+			return fmt.Errorf("schema through the cluster log: %w", err)
+		}
+		n.log.Info("wrote the schema through the cluster log", "file", n.cfg.Schema)
+		return nil
+	}
+	if cur != nil || n.r.Revision() != 0 {
+		return nil
+	}
+	sc, err := datastore.ParseSchema(drive.Schema)
+	if err != nil {
+		return err
+	}
+	if _, err := n.r.WriteSchema(ctx, sc, false); err != nil {
+		return fmt.Errorf("demo schema through the cluster log: %w", err)
+	}
+	var touches []api.Tuple
+	sc2 := bufio.NewScanner(bytes.NewReader(drive.Tuples))
+	for sc2.Scan() {
+		line := bytes.TrimSpace(sc2.Bytes())
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		t, err := api.ParseTuple(string(line))
+		if err != nil {
+			return fmt.Errorf("demo tuples: %w", err)
+		}
+		touches = append(touches, t)
+	}
+	if _, err := n.r.Write(ctx, datastore.WriteRequest{Touches: touches}); err != nil {
+		return fmt.Errorf("demo tuples through the cluster log: %w", err)
+	}
+	n.log.Info("wrote the demo schema and relationships through the cluster log", "tuples", len(touches))
+	return nil
+}
+
+// policy returns the policy the cluster's log loaded last, or ok false if
+// it loaded none.
+func (n *clusterNode) policy(ctx context.Context) (*bundle.Bundle, bool, error) {
+	p, err := n.r.Policy(ctx)
+	if errors.Is(err, cluster.ErrNoPolicy) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	b, err := bundle.Read(bytes.NewReader(p.Bundle))
+	if err != nil {
+		return nil, false, fmt.Errorf("the cluster's policy (revision %d): %w", p.Revision, err)
+	}
+	b, err = trustSubjectHeader(b, n.cfg.TrustedSubjectHeader)
+	return b, err == nil, err
+}
+
+// loadPolicy is the policy to start with: the cluster's, if its log loaded
+// one, else the configured one.
+func (n *clusterNode) loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
+	if n != nil {
+		b, ok, err := n.policy(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			n.log.Info("starting with the policy loaded through the cluster", "policy_revision", b.Manifest.Revision)
+			return b, nil
+		}
+	}
+	b, err := loadPolicy(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return trustSubjectHeader(b, c.TrustedSubjectHeader)
+}
+
+// configure makes the server write through the log, wait for consistency
+// tokens on the replica, report degraded health and serve the replica's
+// metrics.
+func (n *clusterNode) configure(cfg *extauthz.Config) {
+	if n == nil {
+		return
+	}
+	cfg.Writer = clusterWriter{n.r}
+	cfg.Revisions = n.r
+	cfg.Registerer, cfg.Gatherer = n.reg, n.reg
+	cfg.Degraded = n.degraded
+}
+
+func (n *clusterNode) degraded() (string, map[string]any) {
+	st := n.r.Status()
+	details := map[string]any{
+		"cluster":      n.cfg.Cluster.Name,
+		"connected":    st.Connected,
+		"revision":     uint64(st.Applied),
+		"stream_last":  st.StreamLast,
+		"lag_messages": st.LagMessages,
+		"lag_seconds":  st.Lag.Seconds(),
+	}
+	if !st.Degraded {
+		return "", details
+	}
+	reason := st.Reason
+	if reason == "" {
+		reason = "the cluster log is unavailable"
+	}
+	return reason + ": writes are refused, checks answer from local data", details
+}
+
+// attach links the server: policies the log loads from now on go to it
+// (and one it loaded since startup), and schema changes applied from the
+// log reload its policy.
+func (n *clusterNode) attach(ctx context.Context, srv *extauthz.Server) error {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	n.srv = srv
+	b, ok, err := n.policy(ctx)
+	if err == nil && ok && b.Manifest.Revision != srv.PolicyRevision() {
+		err = srv.LoadPolicy(ctx, b)
+	}
+	n.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.stop, n.done = cancel, make(chan struct{})
+	go n.followSchema(wctx)
+	return nil
+}
+
+// onPolicy loads a policy applied from the log into the server.
+func (n *clusterNode) onPolicy(ctx context.Context, p cluster.Policy) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv == nil {
+		return nil // attach loads it
+	}
+	b, err := bundle.Read(bytes.NewReader(p.Bundle))
+	if err != nil {
+		return err
+	}
+	if b, err = trustSubjectHeader(b, n.cfg.TrustedSubjectHeader); err != nil {
+		return err
+	}
+	if err := n.srv.LoadPolicy(ctx, b); err != nil {
+		n.log.Error("the policy loaded through the cluster does not load here; the previous one stays in force", "revision", p.Revision, "err", err)
+		return err
+	}
+	n.log.Info("loaded the policy from the cluster log", "revision", p.Revision, "policy_revision", b.Manifest.Revision)
+	return nil
+}
+
+// followSchema reloads the policy (with the new roles and permissions)
+// whenever the replica applies a schema change from the log.
+func (n *clusterNode) followSchema(ctx context.Context) {
+	defer close(n.done)
+	for ctx.Err() == nil {
+		from, err := n.store.Revision(ctx)
+		if err != nil {
+			return
+		}
+		for cs, err := range n.store.Watch(ctx, from) {
+			if err != nil {
+				if ctx.Err() == nil {
+					n.log.Warn("following schema changes", "err", err)
+				}
+				break
+			}
+			if cs.Schema {
+				if err := n.srv.Reload(ctx); err != nil && ctx.Err() == nil {
+					n.log.Error("reloading the policy after a schema change from the cluster log", "revision", cs.Revision, "err", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		// The changelog moved on without us (a restored snapshot):
+		// reload once, then follow from where the store is.
+		_ = n.srv.Reload(ctx)
+	}
+}
+
+// close stops following and closes the replica (before the store).
+func (n *clusterNode) close() {
+	if n == nil {
+		return
+	}
+	if n.stop != nil {
+		n.stop()
+		<-n.done
+	}
+	if err := n.r.Close(); err != nil {
+		n.log.Error("closing the cluster replica", "err", err)
+	}
+}
+
+// clusterWriter is the admin API's writer on a replica: the cluster's
+// errors become the server's (503 for a log that cannot take the write,
+// 413 for one too large for a log message).
+type clusterWriter struct{ r *cluster.Replica }
+
+func (w clusterWriter) Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error) {
+	rev, err := w.r.Write(ctx, req)
+	return rev, clusterError(rev, err)
+}
+
+func (w clusterWriter) WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error) {
+	rev, err := w.r.WriteSchema(ctx, sc, force)
+	return rev, clusterError(rev, err)
+}
+
+func (w clusterWriter) LoadPolicy(ctx context.Context, b []byte) (datastore.Revision, error) {
+	rev, err := w.r.LoadPolicy(ctx, b)
+	return rev, clusterError(rev, err)
+}
+
+var _ extauthz.Writer = clusterWriter{}
+
+func clusterError(rev datastore.Revision, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, cluster.ErrTooLarge):
+		return fmt.Errorf("%w: %w: split it into several writes", pdp.ErrTooLarge, err)
+	case errors.Is(err, cluster.ErrNotApplied):
+		return fmt.Errorf("%w: %w: it is durable at revision %d; use that revision as a consistency token", pdp.ErrUnavailable, err, rev)
+	case errors.Is(err, cluster.ErrContention):
+		return fmt.Errorf("%w: %w", pdp.ErrUnavailable, err)
+	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
+		return fmt.Errorf("%w: %w: nothing was written; retry later or on another replica", pdp.ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,228 @@
+// Package natsproc runs the real nats-server binary as a JetStream cluster
+// of several nodes on loopback ports, for end-to-end tests. Nodes can be
+// stopped and started again on the same ports and storage.
+package natsproc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binary finds nats-server on PATH or in $(go env GOPATH)/bin (where
+// make deps installs it). Without it the test is skipped, or fails when
+// NEXUS_REQUIRE_TOOLS=1 (make test).
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "nats-server")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	msg := "nats-server is not installed (make deps installs it with go install github.com/nats-io/nats-server/v2@v2.15.2)"
+	if os.Getenv("NEXUS_REQUIRE_TOOLS") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// Cluster is a running set of nats-server processes.
+type Cluster struct {
+	t     testing.TB
+	bin   string
+	nodes []*node
+}
+
+type node struct {
+	name    string
+	conf    string
+	client  int
+	monitor int
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	out     *bytes.Buffer
+	outMu   *sync.Mutex
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return ports
+}
+
+// Start runs n nats-server nodes routed to each other as one JetStream
+// cluster, with their storage under t.TempDir, waits until each answers
+// /healthz, and stops them when the test ends.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, bin: Binary(t)}
+	dir := t.TempDir()
+	ports := freePorts(t, 3*n)
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
+	}
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
+jetstream {
+  store_dir: %q
+}
+cluster {
+  name: nexus-e2e
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, name, ports[3*i], ports[3*i+2], filepath.Join(dir, name), ports[3*i+1], strings.Join(routes, ", "))
+		path := filepath.Join(dir, name+".conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, &node{name: name, conf: path, client: ports[3*i], monitor: ports[3*i+2], out: &bytes.Buffer{}, outMu: &sync.Mutex{}})
+	}
+	for i := range c.nodes {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			c.Stop(i)
+		}
+		if t.Failed() {
+			for _, nd := range c.nodes {
+				nd.outMu.Lock()
+				t.Logf("nats-server %s output (tail):\n%s", nd.name, tail(nd.out.String(), 3000))
+				nd.outMu.Unlock()
+			}
+		}
+	})
+	c.WaitHealthy(60 * time.Second)
+	return c
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (c *Cluster) start(i int) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd != nil {
+		return
+	}
+	cmd := exec.Command(c.bin, "-c", nd.conf)
+	w := lockedWriter{mu: nd.outMu, b: nd.out}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("nats-server %s: %v", nd.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	nd.cmd, nd.done = cmd, done
+}
+
+// URLs are the client URLs of every node, comma-separated.
+func (c *Cluster) URLs() string {
+	var us []string
+	for _, nd := range c.nodes {
+		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", nd.client))
+	}
+	return strings.Join(us, ",")
+}
+
+// Stop stops node i (SIGTERM, then SIGKILL after 10s); its storage stays.
+func (c *Cluster) Stop(i int) {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		return
+	}
+	_ = nd.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-nd.done:
+	case <-time.After(10 * time.Second):
+		_ = nd.cmd.Process.Kill()
+		<-nd.done
+	}
+	nd.cmd = nil
+}
+
+// Restart starts node i again on its ports and storage.
+func (c *Cluster) Restart(i int) { c.start(i) }
+
+// WaitHealthy waits until every running node's /healthz answers 200
+// (JetStream up, with its meta leader).
+func (c *Cluster) WaitHealthy(d time.Duration) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for _, nd := range c.nodes {
+		nd.mu.Lock()
+		running := nd.cmd != nil
+		nd.mu.Unlock()
+		if !running {
+			continue
+		}
+		url := fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.monitor)
+		for {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				c.t.Fatalf("nats-server %s not healthy after %v: %v", nd.name, d, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
