@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,6 +221,7 @@ func Load(ctx context.Context, t *Target, reqs []Request, cfg LoadConfig) (LoadR
 // It returns ctx's error if ctx ends first.
 func dispatch(ctx context.Context, cfg LoadConfig, reqs []Request, jobs chan<- job, inflight *atomic.Int64, start time.Time, res *LoadResult) error {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Rate*1000)))
+	pick := picker(reqs)
 	total := int64(cfg.Duration.Seconds() * cfg.Rate)
 	if total < 1 {
 		total = 1
@@ -237,7 +239,7 @@ func dispatch(ctx context.Context, cfg LoadConfig, reqs []Request, jobs chan<- j
 				continue
 			}
 			inflight.Add(1)
-			jobs <- job{sched: sched, req: &reqs[rng.IntN(len(reqs))]}
+			jobs <- job{sched: sched, req: &reqs[pick(rng)]}
 			res.Sent++
 		}
 		if next >= total {
@@ -274,4 +276,30 @@ func dispatch(ctx context.Context, cfg LoadConfig, reqs []Request, jobs chan<- j
 		}
 	}
 	return nil
+}
+
+// picker returns a draw of request indexes: uniform, or in proportion to
+// each check's N when a workload file set it.
+func picker(reqs []Request) func(*rand.Rand) int {
+	weighted := false
+	for i := range reqs {
+		if reqs[i].check.N > 1 {
+			weighted = true
+			break
+		}
+	}
+	if !weighted {
+		return func(r *rand.Rand) int { return r.IntN(len(reqs)) }
+	}
+	cum := make([]uint64, len(reqs))
+	var total uint64
+	for i := range reqs {
+		total += uint64(max(reqs[i].check.N, 1))
+		cum[i] = total
+	}
+	return func(r *rand.Rand) int {
+		x := r.Uint64N(total)
+		i, _ := slices.BinarySearch(cum, x+1)
+		return i
+	}
 }
