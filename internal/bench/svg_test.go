@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"math"
+	"strings"
+	"testing"
+)
+
+// svgElements parses b as XML and counts its elements by name; it fails
+// the test on XML that is not well formed or whose root is not an svg.
+func svgElements(t *testing.T, b []byte) map[string]int {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	out := map[string]int{}
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well formed: %v\n%s", err, b)
+		}
+		switch e := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 && (e.Name.Local != "svg" || e.Name.Space != "http://www.w3.org/2000/svg") {
+				t.Fatalf("root element %v, want svg", e.Name)
+			}
+			depth++
+			out[e.Name.Local]++
+		case xml.EndElement:
+			depth--
+		}
+	}
+	if depth != 0 || out["svg"] != 1 {
+		t.Fatalf("unbalanced document (depth %d, %d svg elements)", depth, out["svg"])
+	}
+	return out
+}
+
+func TestBarChartSVG(t *testing.T) {
+	c := BarChart{
+		Title: `checks/s at the P99 limit <Zipf & "rbac">`, Unit: "checks/s",
+		Groups: []string{"rbac", "rebac3", "zipf"},
+		Series: []BarSeries{
+			{Name: "nexus", Values: []float64{12000, 9000, 11000}, Lo: []float64{11000, 8000, 10000}, Hi: []float64{13000, 9500, 12000}},
+			{Name: "OPA", Values: []float64{3000, math.NaN(), 2500}},
+		},
+	}
+	b := c.SVG()
+	els := svgElements(t, b)
+	// 5 bars and 3 whiskers, plus the legend's 2 swatches and the background.
+	if els["rect"] != 5+2+1 {
+		t.Fatalf("%d rect elements, want 8", els["rect"])
+	}
+	if !strings.Contains(string(b), "&lt;Zipf &amp; &#34;rbac&#34;&gt;") {
+		t.Fatalf("the title is not escaped:\n%s", b)
+	}
+	c.Log = true
+	svgElements(t, c.SVG())
+}
+
+func TestLineChartSVG(t *testing.T) {
+	c := LineChart{
+		Title: "capacity", XLabel: "offered checks/s", YLabel: "P99 ms", LogY: true, HLine: 30, HLineLabel: "limit",
+		Lines: []Line{
+			{Name: "nexus", Points: []LinePoint{{1000, 0.5}, {1250, 0.7}, {1562, 45}}},
+			{Name: "allow-only", Points: []LinePoint{{1000, 0.3}, {1250, 0.4}}},
+			{Name: "empty"},
+		},
+	}
+	els := svgElements(t, c.SVG())
+	if els["polyline"] != 2 || els["circle"] != 5 {
+		t.Fatalf("%d polylines and %d points, want 2 and 5", els["polyline"], els["circle"])
+	}
+	c.XTicks = map[float64]string{50: "P50", 95: "P95", 99: "P99"}
+	c.LogY = false
+	svgElements(t, c.SVG())
+	svgElements(t, LineChart{Title: "nothing"}.SVG())
+	svgElements(t, BarChart{Title: "nothing"}.SVG())
+}
