@@ -71,6 +71,8 @@ type LoadResult struct {
 	Failed     int64 `json:"failed"`
 	Wrong      int64 `json:"wrong"`
 	Allowed    int64 `json:"allowed"`
+	// HTTP4xx counts 4xx answers that carry no decision (a proxy's 403
+	// deny is a decision, not counted here).
 	HTTP4xx    int64 `json:"http_4xx"`
 	HTTP5xx    int64 `json:"http_5xx"`
 	GRPCErrors int64 `json:"grpc_errors"`
@@ -137,7 +139,8 @@ func (t *tally) record(j job, o Outcome, lat time.Duration) {
 	switch {
 	case o.HTTPStatus >= 500:
 		t.c5xx.Add(1)
-	case o.HTTPStatus >= 400:
+	case o.HTTPStatus >= 400 && o.Err != nil:
+		// a 4xx that is not a decision (a proxy's 403 deny is one)
 		t.c4xx.Add(1)
 	}
 	if o.Err != nil && o.GRPCCode != codes.OK {
