@@ -68,9 +68,9 @@ type LoadResult struct {
 	Completed int64 `json:"completed"`
 	// Failed requests got no decision (transport, gRPC or HTTP error) or,
 	// with Expect, a wrong one.
-	Failed     int64 `json:"failed"`
-	Wrong      int64 `json:"wrong"`
-	Allowed    int64 `json:"allowed"`
+	Failed  int64 `json:"failed"`
+	Wrong   int64 `json:"wrong"`
+	Allowed int64 `json:"allowed"`
 	// HTTP4xx counts 4xx answers that carry no decision (a proxy's 403
 	// deny is a decision, not counted here).
 	HTTP4xx    int64 `json:"http_4xx"`
