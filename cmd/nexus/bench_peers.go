@@ -149,7 +149,8 @@ gateway-latency.svg.`,
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds, each visiting every proxy and server")
 	f.DurationVar(&cfg.Warmup, "warmup", 5*time.Second, "unmeasured window per proxy and server before the first round (negative: none)")
 	f.StringSliceVar(&cfg.Proxies, "proxies", nil, "proxies (default: nginx, caddy)")
-	f.IntVar(&cfg.GateSample, "gate-sample", 2000, "workload checks gated through each proxy (with the rbac and rebac3 gate files)")
+	f.IntVar(&cfg.GateSample, "gate-sample", 2000, "workload checks gated through each proxy")
+	f.StringSliceVar(&cfg.GateFiles, "gate-files", []string{"rbac", "rebac3"}, "check profiles whose gate files are gated through each proxy too")
 	f.BoolVar(&noCache, "no-cache-run", true, "also measure nexus with its decision cache off")
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -79,9 +80,11 @@ type GatewayConfig struct {
 	Rounds   int
 	Warmup   time.Duration
 	// GateSample is how many workload checks (the first ones) are gated
-	// through each proxy, besides the rbac and rebac3 gate files; zero
-	// means 2,000.
+	// through each proxy; zero means 2,000.
 	GateSample int
+	// GateFiles are the check profiles whose gate files are gated through
+	// each proxy too (e.g. rbac, rebac3); nil means none.
+	GateFiles []string
 	// Work is the directory for the proxies' files.
 	Work string
 	// Nexus, NoCache and AllowOnly start the servers; NoCache and
@@ -166,7 +169,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayReport, error) 
 	rep := &GatewayReport{Started: time.Now().UTC(), Machine: machine(), Workload: cfg.WorkloadName,
 		Distinct: len(cfg.Workload), Rate: cfg.Rate, Duration: cfg.Duration.Seconds()}
 	gate := slices.Clone(cfg.Workload[:min(cfg.GateSample, len(cfg.Workload))])
-	for _, p := range []string{"rbac", "rebac3"} {
+	for _, p := range cfg.GateFiles {
 		cs, err := ReadChecksFile(filepath.Join(cfg.Data, GateFile(p)))
 		if err != nil {
 			return nil, err
@@ -206,8 +209,16 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayReport, error) 
 	var slots []*slot
 	for _, kind := range cfg.Proxies {
 		for _, s := range srvs {
-			p, err := StartProxy(ctx, ProxyConfig{Kind: kind, Nexus: s.s.HTTPAddr(), Upstream: up.Addr,
-				Dir: filepath.Join(cfg.Work, kind+"-"+safeName(s.name)), Log: cfg.Log})
+			dir := filepath.Join(cfg.Work, kind+"-"+safeName(s.name))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
+			}
+			lf, err := os.Create(filepath.Join(dir, "proxy.log"))
+			if err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
+			}
+			defer lf.Close()
+			p, err := StartProxy(ctx, ProxyConfig{Kind: kind, Nexus: s.s.HTTPAddr(), Upstream: up.Addr, Dir: dir, Log: lf})
 			if err != nil {
 				return nil, err
 			}
