@@ -158,7 +158,7 @@ func Compare(ctx context.Context, cfg CompareConfig) ([]CompareResult, error) {
 				}
 				rd.Latency = &lr
 				cc := cfg.Capacity
-				cc.Expect, cc.MetricsURL, cc.Seed, cc.Limit = !c.Baseline, c.MetricsURL, uint64(1000*(r+1)), w.Limit
+				cc.Expect, cc.MetricsURL, cc.Seed, cc.Limit, cc.StepDown = !c.Baseline, c.MetricsURL, uint64(1000*(r+1)), w.Limit, true
 				if r > 0 && s.cap1 > 0 {
 					f := cc.Factor
 					if f == 0 {
@@ -207,8 +207,12 @@ func Compare(ctx context.Context, cfg CompareConfig) ([]CompareResult, error) {
 					rd.PeakRSSBytes = after.PeakRSSBytes
 				}
 				s.res.Rounds = append(s.res.Rounds, rd)
-				logf("round %d: %s on %s: P50 %s P99 %s ms at %.0f/s; capacity %.0f/s; CPU %.1f µs/check; hits %.1f%%",
-					r+1, c.Name, w.Name, ms(lr.Load.Client.P50), ms(lr.Load.Client.P99), lr.Load.OfferedRate, cr.Capacity, rd.CPUPerCheckMicros, 100*rd.HitRatio)
+				hitStr := "-"
+				if rd.HitRatio >= 0 {
+					hitStr = fmt.Sprintf("%.1f%%", 100*rd.HitRatio)
+				}
+				logf("round %d: %s on %s: P50 %s P99 %s ms at %.0f/s; capacity %.0f/s; CPU %.1f µs/check; cache hits %s",
+					r+1, c.Name, w.Name, ms(lr.Load.Client.P50), ms(lr.Load.Client.P99), lr.Load.OfferedRate, cr.Capacity, rd.CPUPerCheckMicros, hitStr)
 			}
 		}
 	}

@@ -147,6 +147,9 @@ type CapacityConfig struct {
 	// (each halves the bracket in log scale: 3 steps narrow x1.25 to
 	// under 3%); zero means none.
 	Bisect int
+	// StepDown halves the rate while the first steps fail (at most four
+	// times), so that a start rate above the capacity still finds it.
+	StepDown bool
 	// Expect, Seed, MetricsURL: see LatencyConfig.
 	Expect     bool
 	Seed       uint64
@@ -223,7 +226,16 @@ type CapacityResult struct {
 	Best *Step `json:"best,omitempty"`
 }
 
-// Capacity runs steps until MaxFails fail in a row (or MaxSteps).
+// With StepDown, when the first steps fail, Capacity halves the rate (at
+// most maxStepsDown times, not under minStepRate) before it counts
+// failures.
+const (
+	maxStepsDown = 4
+	minStepRate  = 10
+)
+
+// Capacity runs steps until MaxFails fail in a row (or MaxSteps), then
+// bisects (CapacityConfig.Bisect).
 func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig) (CapacityResult, error) {
 	if err := cfg.defaults(); err != nil {
 		return CapacityResult{}, err
@@ -255,11 +267,17 @@ func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig
 		return st, nil
 	}
 	rate := cfg.StartRate
-	fails := 0
+	fails, down := 0, 0
 	for i := 0; i < cfg.MaxSteps; i++ {
 		st, err := step(i, rate, false)
 		if err != nil {
 			return res, err
+		}
+		if cfg.StepDown && !st.Passed && res.Capacity == 0 && down < maxStepsDown && rate/2 >= minStepRate {
+			// nothing passed yet: the start rate was too high, look lower
+			down++
+			rate /= 2
+			continue
 		}
 		if !st.Passed {
 			fails++
