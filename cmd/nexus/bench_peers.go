@@ -400,6 +400,6 @@ GOPATH/bin (scripts/bench-peers.sh installs them).`,
 	f.IntVar(&cfg.Capacity.Bisect, "bisect", 3, "capacity: bisection steps between the last passing and the first failing step")
 	f.IntVar(&cfg.Capacity.MaxFails, "max-fails", 1, "capacity: failing steps in a row that end the stepping")
 	f.DurationVar(&cfg.Capacity.Warmup, "capacity-warmup", -1, "capacity: unjudged window at the start rate (negative: none)")
-	f.IntVar(&cfg.GateSample, "gate-sample", 0, "checks of each workload gated per server (0: all)")
+	f.IntVar(&cfg.GateSample, "gate-sample", 10000, "checks of each workload gated per server, the first ones (0: all)")
 	return cmd
 }
