@@ -151,14 +151,17 @@ func Compare(ctx context.Context, cfg CompareConfig) ([]CompareResult, error) {
 				c := s.res.Contender
 				rd := CompareRound{HitRatio: -1}
 				lc := cfg.Latency
-				lc.Expect, lc.MetricsURL, lc.Seed = !c.Baseline, c.MetricsURL, uint64(r+1)
+				// every window draws its own sequence (a replay of an earlier
+				// window's draws would find them all in nexus' cache)
+				seed := uint64(1_000_000*(r+1) + 1000*k + 7*len(w.Name))
+				lc.Expect, lc.MetricsURL, lc.Seed = !c.Baseline, c.MetricsURL, seed
 				lr, err := Latency(ctx, s.t, s.reqs, lc)
 				if err != nil {
 					return nil, fmt.Errorf("%s on %s: %w", c.Name, w.Name, err)
 				}
 				rd.Latency = &lr
 				cc := cfg.Capacity
-				cc.Expect, cc.MetricsURL, cc.Seed, cc.Limit, cc.StepDown = !c.Baseline, c.MetricsURL, uint64(1000*(r+1)), w.Limit, true
+				cc.Expect, cc.MetricsURL, cc.Seed, cc.Limit, cc.StepDown = !c.Baseline, c.MetricsURL, seed+100, w.Limit, true
 				if r > 0 && s.cap1 > 0 {
 					f := cc.Factor
 					if f == 0 {

@@ -245,7 +245,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayReport, error) 
 				return nil, err
 			}
 			if cfg.Warmup > 0 {
-				if _, err := Load(ctx, t, sl.reqs, LoadConfig{Rate: cfg.Rate, MaxInFlight: DefaultCapInFlight, Duration: cfg.Warmup, Seed: 7}); err != nil {
+				if _, err := Load(ctx, t, sl.reqs, LoadConfig{Rate: cfg.Rate, MaxInFlight: DefaultCapInFlight, Duration: cfg.Warmup, Seed: uint64(7 + len(slots))}); err != nil {
 					return nil, err
 				}
 			}
@@ -253,7 +253,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayReport, error) 
 		}
 	}
 	for r := range cfg.Rounds {
-		for _, sl := range slots {
+		for k, sl := range slots {
 			var rd GatewayRound
 			pid := 0
 			if p, ok := sl.srv.s.(PIDer); ok {
@@ -268,7 +268,9 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayReport, error) 
 			err := measured(ctx, sl.srv.s.MetricsURL(), InterfaceGateway, &rd.Server, func() error {
 				var err error
 				rd.Load, err = Load(ctx, sl.tgt, sl.reqs, LoadConfig{Rate: cfg.Rate, MaxInFlight: DefaultCapInFlight,
-					Duration: cfg.Duration, Expect: sl.srv.name != TargetAllowOnly, Seed: uint64(100 + r)})
+					// every window draws its own sequence: a window that replayed
+					// the previous one's draws would find them all cached
+					Duration: cfg.Duration, Expect: sl.srv.name != TargetAllowOnly, Seed: uint64(1000 + r*len(slots) + k)})
 				return err
 			})
 			if err != nil {
