@@ -129,7 +129,23 @@ func Compare(ctx context.Context, cfg CompareConfig) ([]CompareResult, error) {
 					if ctx.Err() != nil {
 						return nil, ctx.Err()
 					}
-					s.res.Excluded = fmt.Sprintf("answered %d of %d gate checks wrongly", len(g.Wrong), g.Checks)
+					wrong, failed, first := 0, 0, ""
+					for _, x := range g.Wrong {
+						if x.Error != "" {
+							failed++
+							if first == "" {
+								first = x.Error
+							}
+						} else {
+							wrong++
+						}
+					}
+					switch {
+					case wrong > 0:
+						s.res.Excluded = fmt.Sprintf("answered %d of %d gate checks wrongly", wrong, g.Checks)
+					default:
+						s.res.Excluded = fmt.Sprintf("failed %d of %d gate checks (%s)", failed, g.Checks, first)
+					}
 					logf("%s on %s: %s: not measured", c.Name, w.Name, s.res.Excluded)
 					continue
 				}

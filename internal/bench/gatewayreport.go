@@ -60,7 +60,7 @@ func (r *GatewayReport) Markdown(w io.Writer) {
 		"the proxy forwards every request to nexus' forward-auth endpoint and, when allowed, to a loopback upstream that answers at once. "+
 		"Figures are the median over the rounds, with the range in brackets.\n\n",
 		r.Rate, rounds, r.Duration, r.Workload, r.Distinct)
-	p("| proxy | nexus | gate | through the proxy P50 / P95 / P99 ms | added P95 / P99 ms (vs allow-only) | nexus P50 / P95 / P99 ms | cache hits | decision log events | proxy 4xx / 5xx | failed | nexus CPU s (µs/request) | nexus peak RSS MiB |\n")
+	p("| proxy | nexus | gate | through the proxy P50 / P95 / P99 ms | added P50 / P95 / P99 ms (vs allow-only) | nexus P50 / P95 / P99 ms | cache hits | decision log events | proxy 4xx / 5xx | failed | nexus CPU s (µs/request) | nexus peak RSS MiB |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, proxy := range r.proxies() {
 		for _, tgt := range []string{TargetNexus, TargetAllowOnly, TargetNoCache} {
@@ -74,7 +74,7 @@ func (r *GatewayReport) Markdown(w io.Writer) {
 			}
 			added := "-"
 			if tgt == TargetNexus {
-				added = r.added(proxy, p95).String() + " / " + r.added(proxy, p99).String()
+				added = r.added(proxy, p50).String() + " / " + r.added(proxy, p95).String() + " / " + r.added(proxy, p99).String()
 			}
 			var hits, decisions, logs, cpu, peak float64
 			var e4, e5, failed, sent int64

@@ -293,7 +293,10 @@ func StartOPA(ctx context.Context, bin, dir, work, addr string, log io.Writer) (
 func StartOpenFGA(ctx context.Context, bin, dir, addr, grpcAddr string, log io.Writer) (*PeerProcess, string, string, error) {
 	c, err := StartChild(ctx, ChildConfig{
 		Exe: bin, Args: []string{"run", "--datastore-engine", "memory", "--http-addr", addr, "--grpc-addr", grpcAddr,
-			"--playground-enabled=false", "--log-level", "warn", "--metrics-enabled=false"},
+			"--playground-enabled=false", "--log-level", "warn", "--metrics-enabled=false",
+			// the default 3 s deadline cuts checks short on a loaded
+			// machine; the load generator's own 5 s timeout applies
+			"--request-timeout", "10s"},
 		Log: log, Ready: "http://" + addr + "/healthz",
 	})
 	if err != nil {
