@@ -125,7 +125,7 @@ func (r *GatewayReport) Markdown(w io.Writer) {
 // Chart is the gateway latency chart: P50, P95 and P99 through each
 // proxy for each target, with their range over the rounds.
 func (r *GatewayReport) Chart() BarChart {
-	c := BarChart{Title: fmt.Sprintf("Through the proxy at %.0f requests/s (median and range over rounds)", r.Rate), Unit: "ms"}
+	c := BarChart{Title: fmt.Sprintf("Through the proxy at %.0f requests/s (median, range; log scale)", r.Rate), Unit: "ms", Log: true}
 	tgts := []string{TargetAllowOnly, TargetNexus, TargetNoCache}
 	for _, proxy := range r.proxies() {
 		for _, q := range []string{"P50", "P95", "P99"} {
