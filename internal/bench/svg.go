@@ -63,7 +63,7 @@ const (
 	svgFont                            = `font-family="sans-serif" font-size="12"`
 	svgHead                            = `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">` + "\n"
 	svgBackground                      = `<rect width="100%" height="100%" fill="white"/>` + "\n"
-	svgTitle                           = `<text x="%d" y="22" %s font-size="15" font-weight="bold">%s</text>` + "\n"
+	svgTitle                           = `<text x="%d" y="22" font-family="sans-serif" font-size="15" font-weight="bold">%s</text>` + "\n"
 	legendX, legendY, legendStep, swat = svgW - padR + 15, padT + 10, 20, 12
 )
 
@@ -180,7 +180,7 @@ func (c BarChart) SVG() []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, svgHead, svgW, svgH, svgW, svgH)
 	b.WriteString(svgBackground)
-	fmt.Fprintf(&b, svgTitle, padL, svgFont, esc(c.Title))
+	fmt.Fprintf(&b, svgTitle, padL, esc(c.Title))
 	var all []float64
 	for _, s := range c.Series {
 		all = append(append(append(all, s.Values...), s.Hi...), s.Lo...)
@@ -222,7 +222,7 @@ func (c LineChart) SVG() []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, svgHead, svgW, svgH, svgW, svgH)
 	b.WriteString(svgBackground)
-	fmt.Fprintf(&b, svgTitle, padL, svgFont, esc(c.Title))
+	fmt.Fprintf(&b, svgTitle, padL, esc(c.Title))
 	var ys []float64
 	xlo, xhi := math.Inf(1), math.Inf(-1)
 	for _, l := range c.Lines {

@@ -26,6 +26,15 @@ func svgElements(t *testing.T, b []byte) map[string]int {
 		}
 		switch e := tok.(type) {
 		case xml.StartElement:
+			// encoding/xml accepts a repeated attribute; XML (and every
+			// browser) does not
+			seen := map[xml.Name]bool{}
+			for _, a := range e.Attr {
+				if seen[a.Name] {
+					t.Fatalf("element %s repeats attribute %s", e.Name.Local, a.Name.Local)
+				}
+				seen[a.Name] = true
+			}
 			if depth == 0 && (e.Name.Local != "svg" || e.Name.Space != "http://www.w3.org/2000/svg") {
 				t.Fatalf("root element %v, want svg", e.Name)
 			}
