@@ -153,7 +153,7 @@ func (r *PeersReport) Markdown(w io.Writer) {
 	}
 	p("![capacity](peers-capacity.svg)\n\n![latency at a fixed rate](peers-latency.svg)\n\n")
 	for i := range r.workloads() {
-		p("![capacity curves](capacity-curves-%d.svg)\n\n", i+1)
+		p("![latency distribution](latency-%d.svg)\n\n![capacity curves](capacity-curves-%d.svg)\n\n", i+1, i+1)
 	}
 }
 
@@ -187,6 +187,31 @@ func (r *PeersReport) Charts() map[string][]byte {
 		}
 		capc.Series = append(capc.Series, cs)
 		lat.Series = append(lat.Series, ls)
+	}
+	for i, wl := range wls {
+		lc := LineChart{Title: fmt.Sprintf("Latency distribution at %.0f checks/s: %s (median over rounds)", r.LatencyRate, wl),
+			XLabel: "percentile", YLabel: "client latency ms (log scale)", LogY: true,
+			XTicks: map[float64]string{1: "P50", 2: "P95", 3: "P99", 4: "max"}}
+		for _, name := range names {
+			x := r.result(wl, name)
+			if x == nil || x.Excluded != "" {
+				continue
+			}
+			l := Line{Name: name}
+			for k, q := range []func(Percentiles) float64{p50, p95, p99, func(p Percentiles) float64 { return p.Max }} {
+				v := x.spread(func(rd CompareRound) float64 {
+					if rd.Latency == nil {
+						return math.NaN()
+					}
+					return q(rd.Latency.Load.Client)
+				}).Median
+				if !math.IsNaN(v) {
+					l.Points = append(l.Points, LinePoint{X: float64(k + 1), Y: math.Max(v, 0.001)})
+				}
+			}
+			lc.Lines = append(lc.Lines, l)
+		}
+		out[fmt.Sprintf("latency-%d.svg", i+1)] = lc.SVG()
 	}
 	out["peers-capacity.svg"] = capc.SVG()
 	out["peers-latency.svg"] = lat.SVG()

@@ -91,3 +91,43 @@ func TestLineChartSVG(t *testing.T) {
 	svgElements(t, LineChart{Title: "nothing"}.SVG())
 	svgElements(t, BarChart{Title: "nothing"}.SVG())
 }
+
+// TestPeersReportCharts renders the charts and tables of a report with a
+// measured server, an excluded one and a baseline: every chart is well
+// formed and the tables say what was measured.
+func TestPeersReportCharts(t *testing.T) {
+	round := func(capacity, p50 float64) CompareRound {
+		return CompareRound{
+			Latency:  &LatencyResult{Load: LoadResult{Client: Percentiles{P50: p50, P95: 2 * p50, P99: 3 * p50, Max: 4 * p50}}},
+			Capacity: &CapacityResult{Capacity: capacity, LimitMS: 30, Steps: []Step{{Load: LoadResult{OfferedRate: capacity, Client: Percentiles{P99: 5}}, Passed: true}}},
+			HitRatio: 0.4, CPUPerCheckMicros: 50,
+		}
+	}
+	r := &PeersReport{Rounds: 3, LatencyRate: 100, Results: []CompareResult{
+		{Workload: "zipf", Contender: Contender{Name: "nexus", Interface: "allowed"}, Gate: &GateResult{Checks: 10, Right: 10},
+			Rounds: []CompareRound{round(1000, 0.5), round(1200, 0.6), round(900, 0.4)}},
+		{Workload: "zipf", Contender: Contender{Name: "OpenFGA", Interface: "openfga"}, Gate: &GateResult{Checks: 10, Right: 9}, Excluded: "answered 1 of 10 gate checks wrongly"},
+		{Workload: "zipf", Contender: Contender{Name: "floor", Interface: "grpc", Baseline: true}, Rounds: []CompareRound{round(2000, 0.3)}},
+		{Workload: "rbac", Contender: Contender{Name: "nexus", Interface: "allowed"}, Gate: &GateResult{Checks: 10, Right: 10}, Rounds: []CompareRound{round(800, 0.7)}},
+	}}
+	charts := r.Charts()
+	for _, name := range []string{"peers-capacity.svg", "peers-latency.svg", "latency-1.svg", "latency-2.svg", "capacity-curves-1.svg", "capacity-curves-2.svg"} {
+		b, ok := charts[name]
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+		svgElements(t, b)
+	}
+	var md strings.Builder
+	r.Markdown(&md)
+	for _, want := range []string{
+		"| nexus | allowed | 10/10 | 1000 (900–1200) | 0.500 (0.400–0.600) |",
+		"| OpenFGA | openfga | 9/10 | not measured: answered 1 of 10 gate checks wrongly |",
+		"| floor | grpc | not gated (allows everything) | 2000 |",
+		"| Permit's published Nexus PDP (2 CPUs) | HTTP | | 658 | 4.30 |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the tables lack %q:\n%s", want, md.String())
+		}
+	}
+}
