@@ -64,7 +64,7 @@ bench: build
 # (cache on and off, /allowed and gRPC), OPA, OpenFGA, the allow-only nexus
 # and the transport floor side by side on the Zipf, RBAC and ReBAC depth 3
 # workloads in three interleaved rounds, then the gateway run, and prints
-# the tables BENCHMARKS.md shows: about 35 minutes on 2 cores.
+# the tables BENCHMARKS.md shows: about 40 minutes on 2 cores.
 bench-peers: build
 	./scripts/bench-peers.sh
 	$(BIN) bench peers --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/peers $(PEERS_FLAGS)
