@@ -121,7 +121,7 @@ func TestOpenFGAPeerAnswersTheGate(t *testing.T) {
 	dir, _ := genSmall(t, 1)
 	// OpenFGA's in-memory datastore scans the store's tuples on every
 	// read: a few hundred checks keep the test short.
-	checks := peerChecks(t, dir, 100, 200)
+	checks := peerChecks(t, dir, 50, 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	addr, err := freeAddr()
