@@ -10,7 +10,7 @@ PKGS      ?= ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/nexuspdp/nexus/internal/version.Version=$(VERSION)
 
-.PHONY: all build test test-go deps check bench bench-large bench-go plugin clean
+.PHONY: all build test test-go deps check bench bench-large bench-peers bench-go plugin clean
 
 all: build
 
@@ -42,17 +42,33 @@ check:
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-# bench runs the anchor's benchmark method on the small data set (gen,
-# gate, latency and capacity for RBAC and ReBAC depth 0-3 over gRPC, RBAC
-# and depth 3 over /allowed and AuthZEN, each next to an allow-only
-# baseline) with short windows: 13 to 15 minutes on 2 cores. The report
-# lands in $(BENCH_OUT)/report.md and report.json (see BENCHMARKS.md).
+# bench runs Permit's published Nexus PDP method on the small data set
+# (gen, gate, latency and capacity for RBAC and ReBAC depth 0-3 over gRPC,
+# RBAC and depth 3 over /allowed and AuthZEN, each next to an allow-only
+# baseline) with short windows, then the gateway run (real nginx and
+# Caddy in front of nexus, the Zipf workload at 100 requests/s, three
+# rounds of 20 s against an allow-only nexus): about 20 minutes on 2
+# cores. Reports land in $(BENCH_OUT)/report.md and report.json and in
+# $(BENCH_OUT)/gateway/ (see BENCHMARKS.md).
 BENCH_OUT       ?= bench-out
 BENCH_LARGE_OUT ?= bench-out-large
 BENCH_FLAGS     ?= --warmup 3s --duration 20s --step 3s --start-rate 1000
+GATEWAY_FLAGS   ?=
+PEERS_FLAGS     ?=
 
 bench: build
 	$(BIN) bench run --profile small --seed 1 --out $(BENCH_OUT) $(BENCH_FLAGS)
+	$(BIN) bench gateway --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/gateway $(GATEWAY_FLAGS)
+
+# bench-peers installs OPA and OpenFGA (scripts/bench-peers.sh), runs nexus
+# (cache on and off, /allowed and gRPC), OPA, OpenFGA, the allow-only nexus
+# and the transport floor side by side on the Zipf, RBAC and ReBAC depth 3
+# workloads in three interleaved rounds, then the gateway run, and prints
+# the tables BENCHMARKS.md shows: about 40 minutes on 2 cores.
+bench-peers: build
+	./scripts/bench-peers.sh
+	$(BIN) bench peers --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/peers $(PEERS_FLAGS)
+	$(BIN) bench gateway --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/gateway $(GATEWAY_FLAGS)
 
 # bench-large does the same on the 20-million-tuple data set (generated
 # and imported once into $(BENCH_LARGE_OUT); about 1 GB of disk).

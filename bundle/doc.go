@@ -33,7 +33,9 @@
 //     module runs, and that it exports the manifest's entrypoints, is
 //     checked by the engine when it loads the bundle.
 //   - Files other than the three above (Rego sources, OPA's signatures)
-//     are ignored, and bundles are not signed yet.
+//     are ignored: Read checks no signature. `nexus compile --signing-key`
+//     signs bundles, and `nexus serve` verifies the signatures of bundles
+//     it fetches from a bundle server, as OPA does.
 //   - [Manifest.InputPaths] and [Manifest.Nondeterministic] are only known
 //     for bundles built by nexus' compiler; for any other bundle the policy
 //     may read all of input and may call non-deterministic builtins.

@@ -31,7 +31,7 @@ func newBenchCmd() *cobra.Command {
 Latency is measured from each request's scheduled send time (no
 coordinated omission). See BENCHMARKS.md for the latest figures.`,
 	}
-	cmd.AddCommand(newBenchGenCmd(), newBenchLatencyCmd(), newBenchCapacityCmd(), newBenchRunCmd())
+	cmd.AddCommand(newBenchGenCmd(), newBenchLatencyCmd(), newBenchCapacityCmd(), newBenchRunCmd(), newBenchGatewayCmd(), newBenchPeersCmd(), newBenchFloorCmd())
 	var cpuProfile string
 	var stop func()
 	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to this file")
@@ -385,38 +385,57 @@ func importBenchData(ctx context.Context, errOut io.Writer, data, nexusDir strin
 // --no-baseline, serving the allow-only policy. Their log files are
 // appended to *logs for the caller to close.
 func (o *benchRunOptions) servers(logs *[]*os.File, nexusDir string) error {
-	exe, err := os.Executable()
+	extra := []string(nil)
+	if o.noCache {
+		extra = append(extra, "--no-cache")
+	}
+	starter, err := serverStarter(o.out, o.data, o.decisionLog, logs, extra...)
 	if err != nil {
 		return err
 	}
+	o.cfg.Servers.Nexus = starter("nexus", "--data-dir", nexusDir)
+	if o.noBaseline {
+		return nil
+	}
+	o.cfg.Servers.Baseline, err = allowOnlyStarter(o.out, starter)
+	return err
+}
+
+// serverStarter returns a maker of server starters: each runs this binary
+// with serve flags for the data set in data (its schema, the decision log,
+// the trusted subject header) plus extra and its own args, logging to
+// OUT/NAME.log (appended to *logs for the caller to close).
+func serverStarter(out, data, decisionLog string, logs *[]*os.File, extra ...string) (func(name string, args ...string) func(context.Context) (bench.Server, error), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
 	// The load generator is the trusted hop: it names the subject in the
 	// x-user header, as a proxy that verified it would.
-	common := []string{"--schema", filepath.Join(o.data, bench.SchemaFile), "--decision-log", o.decisionLog, "--log-level", "info", "--trusted-subject-header", "x-user"}
-	if o.noCache {
-		common = append(common, "--no-cache")
-	}
-	starter := func(name string, args ...string) func(context.Context) (bench.Server, error) {
+	common := []string{"--schema", filepath.Join(data, bench.SchemaFile), "--decision-log", decisionLog, "--log-level", "info", "--trusted-subject-header", "x-user"}
+	common = append(common, extra...)
+	return func(name string, args ...string) func(context.Context) (bench.Server, error) {
 		return func(ctx context.Context) (bench.Server, error) {
-			f, err := os.Create(filepath.Join(o.out, name+".log"))
+			f, err := os.Create(filepath.Join(out, name+".log"))
 			if err != nil {
 				return nil, err
 			}
 			*logs = append(*logs, f)
 			return bench.StartProcess(ctx, bench.ProcessConfig{Exe: exe, Args: append(append([]string{}, common...), args...), Log: f})
 		}
-	}
-	o.cfg.Servers.Nexus = starter("nexus", "--data-dir", nexusDir)
-	if o.noBaseline {
-		return nil
-	}
-	baseDir := filepath.Join(o.out, "baseline-data")
+	}, nil
+}
+
+// allowOnlyStarter starts the allow-only baseline (an empty store and the
+// allow-only policy under out).
+func allowOnlyStarter(out string, starter func(name string, args ...string) func(context.Context) (bench.Server, error)) (func(context.Context) (bench.Server, error), error) {
+	baseDir := filepath.Join(out, "baseline-data")
 	if err := os.RemoveAll(baseDir); err != nil {
-		return err
+		return nil, err
 	}
-	pol, err := bench.WriteAllowAll(filepath.Join(o.out, "allowall"))
+	pol, err := bench.WriteAllowAll(filepath.Join(out, "allowall"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	o.cfg.Servers.Baseline = starter("baseline", "--data-dir", baseDir, "--policy", pol)
-	return nil
+	return starter("baseline", "--data-dir", baseDir, "--policy", pol), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/internal/bundlesync"
 )
 
 func newCompileCmd() *cobra.Command {
@@ -20,6 +21,7 @@ func newCompileCmd() *cobra.Command {
 		optimize    int
 		regoV0      bool
 		withPrint   bool
+		sign        bundlesync.SignOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "compile [-o bundle.tar.gz] [-e ENTRYPOINT]... PATH...",
@@ -28,7 +30,12 @@ func newCompileCmd() *cobra.Command {
 OPA-format bundle: /.manifest, /policy.wasm and /data.json. Entrypoints are
 rule paths without the data prefix, e.g. nexus/authz/allow; the decision
 log's mask and drop rules (system/log/mask, system/log/drop) are added when
-the policy defines them. Errors are printed as file:line:col: message.`,
+the policy defines them. Errors are printed as file:line:col: message.
+
+With --signing-key the bundle carries a /.signatures.json as opa build
+--signing-key writes it, which OPA and nexus verify against the public key
+configured for the bundle (keys and bundles.<name>.signing in OPA's
+configuration).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(entrypoints) == 0 {
@@ -50,6 +57,17 @@ the policy defines them. Errors are printed as file:line:col: message.`,
 			var buf bytes.Buffer
 			if err := b.Write(&buf); err != nil {
 				return err
+			}
+			if sign.Key == "" && (cmd.Flags().Changed("signing-alg") || sign.ClaimsFile != "" || sign.Scope != "" || cmd.Flags().Changed("signing-key-id")) {
+				return usageError(cmd, fmt.Errorf("compile: --signing-alg, --signing-key-id, --claims-file and --scope need --signing-key"))
+			}
+			if sign.Key != "" {
+				signed, err := bundlesync.Sign(buf.Bytes(), sign)
+				if err != nil {
+					return fmt.Errorf("compile: %w", err)
+				}
+				buf.Reset()
+				buf.Write(signed)
 			}
 			// Write to a temporary file and rename: no partial bundle on failure.
 			dir := filepath.Dir(out)
@@ -80,5 +98,10 @@ the policy defines them. Errors are printed as file:line:col: message.`,
 	f.IntVarP(&optimize, "optimize", "O", 0, "OPA optimisation level (0-2)")
 	f.BoolVar(&regoV0, "v0-compatible", false, "parse policies as Rego v0")
 	f.BoolVar(&withPrint, "enable-print", false, "keep print() calls (nexus eval shows their output on stderr)")
+	f.StringVar(&sign.Key, "signing-key", "", "sign the bundle with this private key (PEM file, or the HMAC secret for HS algorithms)")
+	f.StringVar(&sign.Algorithm, "signing-alg", "RS256", "signing algorithm (RS256, PS256, ES256, HS256, ... as OPA)")
+	f.StringVar(&sign.KeyID, "signing-key-id", "default", "key id recorded in the signature (the key name under keys in OPA's configuration)")
+	f.StringVar(&sign.ClaimsFile, "claims-file", "", "JSON file of further claims for the signature")
+	f.StringVar(&sign.Scope, "scope", "", "scope claim of the signature (bundles.<name>.signing.scope)")
 	return cmd
 }

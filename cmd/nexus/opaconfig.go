@@ -141,18 +141,15 @@ func agree(dst *string, v, opaName, nexusName string) error {
 }
 
 // managementSections refuses the sections of OPA's management APIs that
-// nexus does not read yet: bundles downloaded from a service (and the
-// keys that verify them). Decision logs and status reports are read by
-// startOPALogging.
+// nexus does not read yet: OPA's deprecated single bundle. The bundles
+// and keys sections are read by the bundle downloader (bundles.go), the
+// decision_logs and status sections by startOPALogging.
 func managementSections(cfg *opaconfig.Config) error {
-	const bundleHint = "give the policy as a path (a .rego file, a directory or a bundle) and remove the section"
 	for _, s := range []struct {
 		name, hint string
 		raw        []byte
 	}{
-		{"bundles", bundleHint, cfg.Bundles},
-		{"bundle", bundleHint, cfg.Bundle},
-		{"keys", bundleHint, cfg.Keys},
+		{"bundle", "write it as a bundles section (bundles.<name>.service, resource, ...)", cfg.Bundle},
 	} {
 		if s.raw != nil {
 			return fmt.Errorf("%s: not supported yet by nexus: %s", s.name, s.hint)

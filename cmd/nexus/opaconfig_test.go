@@ -105,13 +105,12 @@ func TestServeFromOPA(t *testing.T) {
 				t.Fatalf("log rules %v", eps)
 			}
 		}},
-		{name: "bundles", raw: `{"bundles": {"authz": {"service": "s"}}}`, wantErr: "bundles: not supported yet"},
 		{name: "status", raw: `{"status": {"console": true}}`, check: func(t *testing.T, c serveConfig) {
 			if c.opa.Config == nil || c.opa.Config.Status == nil || !slices.Equal(logRuleEntrypoints(c), defaultLogRules) {
 				t.Fatalf("settings %+v", c.opa)
 			}
 		}},
-		{name: "keys", raw: `{"keys": {"k": {"key": "x"}}}`, wantErr: "keys: not supported yet"},
+		{name: "deprecated bundle", raw: `{"bundle": {"name": "authz", "service": "s"}}`, wantErr: "bundle: not supported yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := opaconfig.Parse([]byte(tc.raw))

@@ -362,6 +362,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err := cl.attach(ctx, srv); err != nil {
 		return err
 	}
+	if _, err := serveBundles(ctx, c, log, srv.LoadPolicy); err != nil {
+		return err
+	}
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}

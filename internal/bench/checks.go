@@ -21,6 +21,9 @@ type Check struct {
 	ID     string `json:"id"`
 	Tenant string `json:"tenant"`
 	Allow  bool   `json:"allow"`
+	// N, in a workload file, is how often the check was drawn: the load
+	// generator sends checks in proportion to N. Zero counts as one.
+	N int `json:"n,omitempty"`
 }
 
 // Method is the HTTP method of the route rule for the check's action.

@@ -266,6 +266,7 @@ const (
 	tagGrantUser
 	tagGrantFile
 	tagGroup
+	tagZipf
 )
 
 var roleNames = [3]string{"admin", "editor", "viewer"}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,9 +68,11 @@ type LoadResult struct {
 	Completed int64 `json:"completed"`
 	// Failed requests got no decision (transport, gRPC or HTTP error) or,
 	// with Expect, a wrong one.
-	Failed     int64 `json:"failed"`
-	Wrong      int64 `json:"wrong"`
-	Allowed    int64 `json:"allowed"`
+	Failed  int64 `json:"failed"`
+	Wrong   int64 `json:"wrong"`
+	Allowed int64 `json:"allowed"`
+	// HTTP4xx counts 4xx answers that carry no decision (a proxy's 403
+	// deny is a decision, not counted here).
 	HTTP4xx    int64 `json:"http_4xx"`
 	HTTP5xx    int64 `json:"http_5xx"`
 	GRPCErrors int64 `json:"grpc_errors"`
@@ -136,7 +139,8 @@ func (t *tally) record(j job, o Outcome, lat time.Duration) {
 	switch {
 	case o.HTTPStatus >= 500:
 		t.c5xx.Add(1)
-	case o.HTTPStatus >= 400:
+	case o.HTTPStatus >= 400 && o.Err != nil:
+		// a 4xx that is not a decision (a proxy's 403 deny is one)
 		t.c4xx.Add(1)
 	}
 	if o.Err != nil && o.GRPCCode != codes.OK {
@@ -220,6 +224,7 @@ func Load(ctx context.Context, t *Target, reqs []Request, cfg LoadConfig) (LoadR
 // It returns ctx's error if ctx ends first.
 func dispatch(ctx context.Context, cfg LoadConfig, reqs []Request, jobs chan<- job, inflight *atomic.Int64, start time.Time, res *LoadResult) error {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Rate*1000)))
+	pick := picker(reqs)
 	total := int64(cfg.Duration.Seconds() * cfg.Rate)
 	if total < 1 {
 		total = 1
@@ -237,7 +242,7 @@ func dispatch(ctx context.Context, cfg LoadConfig, reqs []Request, jobs chan<- j
 				continue
 			}
 			inflight.Add(1)
-			jobs <- job{sched: sched, req: &reqs[rng.IntN(len(reqs))]}
+			jobs <- job{sched: sched, req: &reqs[pick(rng)]}
 			res.Sent++
 		}
 		if next >= total {
@@ -274,4 +279,30 @@ func dispatch(ctx context.Context, cfg LoadConfig, reqs []Request, jobs chan<- j
 		}
 	}
 	return nil
+}
+
+// picker returns a draw of request indexes: uniform, or in proportion to
+// each check's N when a workload file set it.
+func picker(reqs []Request) func(*rand.Rand) int {
+	weighted := false
+	for i := range reqs {
+		if reqs[i].check.N > 1 {
+			weighted = true
+			break
+		}
+	}
+	if !weighted {
+		return func(r *rand.Rand) int { return r.IntN(len(reqs)) }
+	}
+	cum := make([]uint64, len(reqs))
+	var total uint64
+	for i := range reqs {
+		total += uint64(max(reqs[i].check.N, 1))
+		cum[i] = total
+	}
+	return func(r *rand.Rand) int {
+		x := r.Uint64N(total)
+		i, _ := slices.BinarySearch(cum, x+1)
+		return i
+	}
 }

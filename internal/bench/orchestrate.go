@@ -289,6 +289,9 @@ type Machine struct {
 	Hostname   string `json:"hostname,omitempty"`
 }
 
+// ThisMachine describes the machine the process runs on.
+func ThisMachine() Machine { return machine() }
+
 func machine() Machine {
 	m := Machine{Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), OS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version()}
 	m.Hostname, _ = os.Hostname()

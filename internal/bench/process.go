@@ -46,6 +46,9 @@ func (p *process) GRPCAddr() string   { return p.grpc }
 func (p *process) HTTPAddr() string   { return p.http }
 func (p *process) MetricsURL() string { return "http://" + p.admin + "/metrics" }
 
+// PID is the server's process ID.
+func (p *process) PID() int { return p.cmd.Process.Pid }
+
 // Stop sends SIGTERM and waits (killing after 15 s).
 func (p *process) Stop(ctx context.Context) error {
 	p.stopOnce.Do(func() {

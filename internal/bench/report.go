@@ -73,6 +73,9 @@ func (r *Report) WriteFiles(dir string) error {
 }
 
 func ms(v float64) string {
+	if v < 0 {
+		return "-" + ms(-v)
+	}
 	switch {
 	case v == 0:
 		return "0"

@@ -142,6 +142,14 @@ type CapacityConfig struct {
 	// (connections, caches, the Go runtime); zero means 5 s, negative
 	// none.
 	Warmup time.Duration
+	// Bisect is the number of bisection steps run after the stepping,
+	// between the highest passing rate and the failing rate above it
+	// (each halves the bracket in log scale: 3 steps narrow x1.25 to
+	// under 3%); zero means none.
+	Bisect int
+	// StepDown halves the rate while the first steps fail (at most four
+	// times), so that a start rate above the capacity still finds it.
+	StepDown bool
 	// Expect, Seed, MetricsURL: see LatencyConfig.
 	Expect     bool
 	Seed       uint64
@@ -186,6 +194,8 @@ type Step struct {
 	Load   LoadResult   `json:"load"`
 	Server *ServerStats `json:"server,omitempty"`
 	Passed bool         `json:"passed"`
+	// Bisect marks a step of the bisection after the stepping.
+	Bisect bool `json:"bisect,omitempty"`
 	// Reason says why a step failed.
 	Reason string `json:"reason,omitempty"`
 }
@@ -216,7 +226,16 @@ type CapacityResult struct {
 	Best *Step `json:"best,omitempty"`
 }
 
-// Capacity runs steps until MaxFails fail in a row (or MaxSteps).
+// With StepDown, when the first steps fail, Capacity halves the rate (at
+// most maxStepsDown times, not under minStepRate) before it counts
+// failures.
+const (
+	maxStepsDown = 4
+	minStepRate  = 10
+)
+
+// Capacity runs steps until MaxFails fail in a row (or MaxSteps), then
+// bisects (CapacityConfig.Bisect).
 func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig) (CapacityResult, error) {
 	if err := cfg.defaults(); err != nil {
 		return CapacityResult{}, err
@@ -230,22 +249,35 @@ func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig
 			return res, err
 		}
 	}
-	rate := cfg.StartRate
-	fails := 0
-	for i := 0; i < cfg.MaxSteps; i++ {
-		var st Step
+	step := func(i int, rate float64, bisect bool) (Step, error) {
+		st := Step{Bisect: bisect}
 		err := measured(ctx, cfg.MetricsURL, t.Interface(), &st.Server, func() error {
 			var err error
 			st.Load, err = Load(ctx, t, reqs, LoadConfig{Rate: rate, MaxInFlight: cfg.MaxInFlight, Duration: cfg.Step, Expect: cfg.Expect, Seed: cfg.Seed + uint64(i)})
 			return err
 		})
 		if err != nil {
-			return res, err
+			return st, err
 		}
 		st.Passed, st.Reason = Judge(st.Load, cfg.Limit, cfg.MaxDropped)
 		res.Steps = append(res.Steps, st)
 		if cfg.Progress != nil {
 			cfg.Progress(st)
+		}
+		return st, nil
+	}
+	rate := cfg.StartRate
+	fails, down := 0, 0
+	for i := 0; i < cfg.MaxSteps; i++ {
+		st, err := step(i, rate, false)
+		if err != nil {
+			return res, err
+		}
+		if cfg.StepDown && !st.Passed && res.Capacity == 0 && down < maxStepsDown && rate/2 >= minStepRate {
+			// nothing passed yet: the start rate was too high, look lower
+			down++
+			rate /= 2
+			continue
 		}
 		if !st.Passed {
 			fails++
@@ -257,6 +289,18 @@ func Capacity(ctx context.Context, t *Target, reqs []Request, cfg CapacityConfig
 			res.Capacity = rate
 		}
 		rate *= cfg.Factor
+	}
+	if failed := res.Capacity * cfg.Factor; cfg.Bisect > 0 && res.Capacity > 0 && failed <= res.Steps[len(res.Steps)-1].Load.OfferedRate {
+		i := len(res.Steps)
+		c, err := Bisect(res.Capacity, failed, cfg.Bisect, func(r float64) (bool, error) {
+			i++
+			st, err := step(i, r, true)
+			return st.Passed, err
+		})
+		if err != nil {
+			return res, err
+		}
+		res.Capacity = c
 	}
 	for i := range res.Steps {
 		if res.Steps[i].Passed && res.Steps[i].Load.OfferedRate == res.Capacity {

@@ -37,6 +37,14 @@ const (
 	InterfaceAllowed = "allowed"
 	// InterfaceAuthZEN is AuthZEN's POST /access/v1/evaluation.
 	InterfaceAuthZEN = "authzen"
+	// InterfaceOPA is OPA's POST /v1/data/nexusbench/allow (the OPA peer).
+	InterfaceOPA = "opa"
+	// InterfaceOpenFGA is OpenFGA's POST /stores/{id}/check (the OpenFGA
+	// peer; TargetConfig.Store and Model name the store and model).
+	InterfaceOpenFGA = "openfga"
+	// InterfaceGateway is the check's own request (method, path, the
+	// x-user header) sent through a proxy: 2xx is an allow, 403 a deny.
+	InterfaceGateway = "gateway"
 )
 
 // Interfaces lists every interface.
@@ -47,6 +55,8 @@ func metricInterface(iface string) string {
 	switch iface {
 	case InterfaceAllowed:
 		return "permit"
+	case InterfaceGateway:
+		return "http"
 	}
 	return iface
 }
@@ -70,6 +80,9 @@ type TargetConfig struct {
 	// APIKey is sent as "Authorization: Bearer APIKey" to the HTTP
 	// listener's application endpoints; "" sends none.
 	APIKey string
+	// Store and Model are the OpenFGA store and authorization model IDs
+	// (InterfaceOpenFGA).
+	Store, Model string
 }
 
 // gRPC clients of the load generator.
@@ -84,9 +97,13 @@ const (
 // Validate fills defaults and rejects nonsense.
 func (c *TargetConfig) Validate() error {
 	switch c.Interface {
-	case InterfaceGRPC, InterfaceAllowed, InterfaceAuthZEN:
+	case InterfaceGRPC, InterfaceAllowed, InterfaceAuthZEN, InterfaceOPA, InterfaceGateway:
+	case InterfaceOpenFGA:
+		if c.Store == "" || c.Model == "" {
+			return fmt.Errorf("%w: the openfga interface needs a store and a model", ErrConfig)
+		}
 	default:
-		return fmt.Errorf("%w: interface %q: want grpc, allowed or authzen", ErrConfig, c.Interface)
+		return fmt.Errorf("%w: interface %q: want grpc, allowed, authzen, opa, openfga or gateway", ErrConfig, c.Interface)
 	}
 	if c.Addr == "" {
 		return fmt.Errorf("%w: a target address is required", ErrConfig)
@@ -167,8 +184,15 @@ func NewTarget(cfg TargetConfig) (*Target, error) {
 		}
 		t.http = &http.Client{Transport: tr, Timeout: cfg.Timeout}
 		path := "/allowed"
-		if cfg.Interface == InterfaceAuthZEN {
+		switch cfg.Interface {
+		case InterfaceAuthZEN:
 			path = "/access/v1/evaluation"
+		case InterfaceOPA:
+			path = "/v1/data/nexusbench/allow"
+		case InterfaceOpenFGA:
+			path = "/stores/" + cfg.Store + "/check"
+		case InterfaceGateway:
+			path = ""
 		}
 		t.url = "http://" + cfg.Addr + path
 		if cfg.APIKey != "" {
@@ -240,6 +264,12 @@ func (t *Target) Prepare(checks []Check) ([]Request, error) {
 				"action":   map[string]string{"name": c.Action},
 				"resource": map[string]any{"type": c.Type, "id": c.ID, "properties": map[string]string{"tenant": c.Tenant}},
 			})
+		case InterfaceOPA:
+			b, err = json.Marshal(opaInput(c))
+		case InterfaceOpenFGA:
+			b, err = json.Marshal(fgaCheck(c, t.cfg.Model))
+		case InterfaceGateway:
+			b = []byte(t.url + c.Path())
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: building request %d: %w", i, err)
@@ -434,6 +464,9 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 		}
 		return grpcOutcome(m.code)
 	}
+	if t.cfg.Interface == InterfaceGateway {
+		return t.sendGateway(ctx, r)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(r.body))
 	if err != nil {
 		return Outcome{Err: err}
@@ -457,9 +490,42 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 	if resp.StatusCode != http.StatusOK {
 		return Outcome{Err: fmt.Errorf("bench: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(buf.Bytes())), HTTPStatus: resp.StatusCode}
 	}
-	key := []byte(`"allow":true`)
-	if t.cfg.Interface == InterfaceAuthZEN {
+	var key []byte
+	switch t.cfg.Interface {
+	case InterfaceAuthZEN:
 		key = []byte(`"decision":true`)
+	case InterfaceOPA:
+		key = []byte(`"result":true`)
+	case InterfaceOpenFGA:
+		key = []byte(`"allowed":true`)
+	default:
+		key = []byte(`"allow":true`)
 	}
 	return Outcome{Allowed: bytes.Contains(buf.Bytes(), key), HTTPStatus: resp.StatusCode}
+}
+
+// sendGateway sends the check's own request through a proxy: the
+// proxy's answer is the decision (2xx allows, 403 denies; anything else
+// is an error).
+func (t *Target) sendGateway(ctx context.Context, r *Request) Outcome {
+	req, err := http.NewRequestWithContext(ctx, r.check.Method(), string(r.body), nil)
+	if err != nil {
+		return Outcome{Err: err}
+	}
+	req.Header.Set("X-User", r.check.User)
+	resp, err := t.http.Do(req)
+	if err != nil {
+		return Outcome{Err: err}
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return Outcome{Err: err, HTTPStatus: resp.StatusCode}
+	case resp.StatusCode/100 == 2:
+		return Outcome{Allowed: true, HTTPStatus: resp.StatusCode}
+	case resp.StatusCode == http.StatusForbidden:
+		return Outcome{HTTPStatus: resp.StatusCode}
+	}
+	return Outcome{Err: fmt.Errorf("bench: the proxy answered %d", resp.StatusCode), HTTPStatus: resp.StatusCode}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -34,6 +35,9 @@ type Service struct {
 	tokenPath string
 	scheme    string
 	client    *http.Client
+
+	waitOnce   sync.Once
+	waitClient *http.Client
 }
 
 var (
@@ -272,6 +276,23 @@ func (s *Service) NewRequest(ctx context.Context, method, path string, body io.R
 // Do sends a request built by NewRequest.
 func (s *Service) Do(req *http.Request) (*http.Response, error) {
 	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	return resp, nil
+}
+
+// DoWait sends a request built by NewRequest without the response header
+// timeout, for long polls: the server holds such a request until it has
+// something new, and the caller bounds the wait with the request's
+// context (OPA lifts the timeout for long polls the same way).
+func (s *Service) DoWait(req *http.Request) (*http.Response, error) {
+	s.waitOnce.Do(func() {
+		tr := s.client.Transport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = 0
+		s.waitClient = &http.Client{Transport: tr}
+	})
+	resp, err := s.waitClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}

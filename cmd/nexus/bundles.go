@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+
+	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/internal/bundlesync"
+	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/pdp"
+)
+
+// startBundles starts keeping the configured bundles up to date: each new
+// bundle is compiled when it holds Rego (for the entrypoints), given the
+// trusted subject header, and loaded with load; the last good one keeps
+// serving when one fails. Persisted bundles live under
+// <dataDir>/bundles/<name>/. It returns nil when no bundle is configured.
+func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, entrypoints []string, subjectHeader string, log *slog.Logger, load func(context.Context, *bundle.Bundle) error) (*bundlesync.Syncer, error) {
+	srcs, err := bundlesync.ParseConfig(cfg.Bundles, cfg.Keys, cfg.Services)
+	if err != nil {
+		return nil, fmt.Errorf("opa config: %w", err)
+	}
+	if len(srcs) == 0 {
+		return nil, nil
+	}
+	s, err := bundlesync.New(bundlesync.Options{
+		Sources: srcs,
+		Dir:     filepath.Join(dataDir, "bundles"),
+		Compile: func(ctx context.Context, raw []byte) (*bundle.Bundle, error) {
+			b, err := policyload.FromTarGz(ctx, bytes.NewReader(raw), policyload.Options{Entrypoints: entrypoints})
+			if err != nil {
+				return nil, err
+			}
+			return trustSubjectHeader(b, subjectHeader)
+		},
+		OnBundle: load,
+		Logger:   log.With("component", "bundles"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, src := range srcs {
+		log.Info("fetching the policy bundle", "bundle", src.Name, "service", src.Service.Name, "resource", src.Resource, "signed", src.Signed(), "persist", src.Persist)
+	}
+	// A bundle kept by an earlier run decides from the start.
+	if err := s.LoadPersisted(ctx); err == nil {
+		for _, st := range s.Status() {
+			if st.ActiveRevision != "" {
+				log.Info("loaded the persisted policy bundle", "bundle", st.Name, "revision", st.ActiveRevision)
+			}
+		}
+	}
+	go s.Run(ctx)
+	return s, nil
+}
+
+// serveBundles starts fetching the bundles of serve's OPA configuration
+// (its bundles, keys and services sections), if it has any, into load
+// (the server's LoadPolicy). It returns nil when there are none.
+func serveBundles(ctx context.Context, c serveConfig, log *slog.Logger, load func(context.Context, *bundle.Bundle) error) (*bundlesync.Syncer, error) {
+	if c.opa.Config == nil || c.opa.Config.Bundles == nil {
+		return nil, nil
+	}
+	eps := slices.Clone(c.Entrypoints)
+	if len(eps) == 0 {
+		// A disabled (or unset) entrypoint is none to compile.
+		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+			if ep != "" && ep != pdp.Disabled {
+				eps = append(eps, ep)
+			}
+		}
+	}
+	return startBundles(ctx, c.opa.Config, c.DataDir, eps, c.TrustedSubjectHeader, log, load)
+}
