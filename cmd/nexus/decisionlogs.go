@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/bundlesync"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/opalog"
 	"github.com/nexuspdp/nexus/internal/version"
@@ -49,6 +52,9 @@ type opaLogging struct {
 	// isReady is the server's readiness as the status report gives it;
 	// nil until startOPALogging sets it.
 	isReady *atomic.Bool
+	// syncer is the bundle downloader whose status the reports carry;
+	// nil until startOPALogging sets it.
+	syncer *atomic.Pointer[bundlesync.Syncer]
 
 	// Logger writes decisions in OPA's format; nil when decision_logs is
 	// absent (nexus' own --decision-log is then unchanged).
@@ -129,12 +135,76 @@ func startOPALogging(c serveConfig, log *slog.Logger) (*opaLogging, error) {
 	}
 	ready := new(atomic.Bool)
 	in.Ready = ready.Load
+	syncer := new(atomic.Pointer[bundlesync.Syncer])
+	if c.opa.Config != nil && c.opa.Config.Bundles != nil {
+		in.Bundles = func() []opalog.BundleStatus { return bundleStatus(syncer.Load()) }
+	}
 	o, err := newOPALogging(in)
 	if err != nil {
 		return nil, err
 	}
-	o.isReady = ready
+	o.isReady, o.syncer = ready, syncer
 	return o, nil
+}
+
+// bundlesFrom makes the status reports carry s's bundles' status.
+func (o *opaLogging) bundlesFrom(s *bundlesync.Syncer) {
+	if o.syncer != nil && s != nil {
+		o.syncer.Store(s)
+		o.notify()
+	}
+}
+
+// reportLoads wraps the function that activates a downloaded bundle so
+// that each activation, or failure to activate, is reported at once.
+func (o *opaLogging) reportLoads(load func(context.Context, *bundle.Bundle) error) func(context.Context, *bundle.Bundle) error {
+	return func(ctx context.Context, b *bundle.Bundle) error {
+		err := load(ctx, b)
+		// The downloader records the outcome just after load returns:
+		// report once its status shows it (or after a second at most).
+		go func() {
+			for range 100 {
+				if err == nil && o.activeRevision(b.Manifest.Revision) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			o.notify()
+		}()
+		return err
+	}
+}
+
+// activeRevision reports whether a downloaded bundle's status shows
+// revision active.
+func (o *opaLogging) activeRevision(revision string) bool {
+	if o.syncer == nil {
+		return false
+	}
+	for _, st := range bundleStatus(o.syncer.Load()) {
+		if st.ActiveRevision == revision && !st.LastSuccessfulActivation.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// bundleStatus is the downloader's status as the status report takes it.
+func bundleStatus(s *bundlesync.Syncer) []opalog.BundleStatus {
+	if s == nil {
+		return nil
+	}
+	var out []opalog.BundleStatus
+	for _, st := range s.Status() {
+		code, _ := strconv.Atoi(st.HTTPCode)
+		out = append(out, opalog.BundleStatus{
+			Name: st.Name, ActiveRevision: st.ActiveRevision,
+			LastSuccessfulActivation: st.LastSuccessfulActivation, LastSuccessfulDownload: st.LastSuccessfulDownload,
+			LastSuccessfulRequest: st.LastSuccessfulRequest, LastRequest: st.LastRequest,
+			Code: st.Code, Message: st.Message, Errors: st.Errors, HTTPCode: code,
+		})
+	}
+	return out
 }
 
 // checkOPALogSections reads the decision_logs and status sections as

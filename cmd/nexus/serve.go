@@ -362,9 +362,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err := cl.attach(ctx, srv); err != nil {
 		return err
 	}
-	if _, err := serveBundles(ctx, c, log, srv.LoadPolicy); err != nil {
+	bs, err := serveBundles(ctx, c, log, ol.reportLoads(srv.LoadPolicy))
+	if err != nil {
 		return err
 	}
+	ol.bundlesFrom(bs)
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
