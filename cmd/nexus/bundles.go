@@ -32,7 +32,7 @@ func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, en
 		Sources: srcs,
 		Dir:     filepath.Join(dataDir, "bundles"),
 		Compile: func(ctx context.Context, raw []byte) (*bundle.Bundle, error) {
-			b, err := policyload.FromTarGz(ctx, bytes.NewReader(raw), policyload.Options{Entrypoints: entrypoints})
+			b, err := policyload.FromTarGz(ctx, bytes.NewReader(raw), policyload.Options{Entrypoints: entrypoints, OptionalEntrypoints: logRulesOf(cfg)})
 			if err != nil {
 				return nil, err
 			}
