@@ -84,6 +84,11 @@ type Config struct {
 	// 200 (restarting would not help); /readyz is not affected.
 	Degraded func() (reason string, details map[string]any)
 
+	// Ready, if set, is one more readiness check: while it returns an
+	// error, /readyz and /health answer not ready with it (a policy that
+	// is still to come from a bundle server).
+	Ready func() error
+
 	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
 	// "-" disables it. "unix:///path/to.sock" listens on a Unix socket
 	// (a stale socket at the path is removed first, as opa-envoy-plugin

@@ -320,6 +320,9 @@ func (s *Server) readiness() func() error {
 				return errors.New(wire.Describe(err))
 			}
 		}
+		if s.cfg.Ready != nil {
+			return s.cfg.Ready()
+		}
 		return nil
 	}
 }
@@ -333,6 +336,9 @@ func (s *Server) probes(mux *http.ServeMux) {
 	var health []func() error
 	if h, ok := s.cfg.Store.(interface{ Health() error }); ok {
 		health = append(health, h.Health) // a damaged data file takes readiness down
+	}
+	if s.cfg.Ready != nil {
+		health = append(health, s.cfg.Ready)
 	}
 	mux.HandleFunc("GET /readyz", wire.Readyz(s.p, health...))
 	// /health answers as OPA's does, for the probes opa-envoy-plugin

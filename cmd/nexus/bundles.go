@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
+	"sync/atomic"
 
 	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/internal/bundlesync"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/policyload"
@@ -76,4 +81,63 @@ func serveBundles(ctx context.Context, c serveConfig, log *slog.Logger, load fun
 		}
 	}
 	return startBundles(ctx, c.opa.Config, c.DataDir, eps, c.TrustedSubjectHeader, log, load)
+}
+
+// awaitedBundle tracks, when the policy comes from a bundle server alone,
+// whether a bundle is active yet.
+type awaitedBundle struct{ active atomic.Bool }
+
+// ready is the server's extra readiness check.
+func (a *awaitedBundle) ready() error {
+	if !a.active.Load() {
+		return errors.New("waiting for the first policy bundle")
+	}
+	return nil
+}
+
+// loaded wraps the server's LoadPolicy so that a successful load marks
+// the bundle active. A nil awaitedBundle returns load itself.
+func (a *awaitedBundle) loaded(load func(context.Context, *bundle.Bundle) error) func(context.Context, *bundle.Bundle) error {
+	if a == nil {
+		return load
+	}
+	return func(ctx context.Context, b *bundle.Bundle) error {
+		if err := load(ctx, b); err != nil {
+			return err
+		}
+		a.active.Store(true)
+		return nil
+	}
+}
+
+var regoIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// denyAll is the policy that decides until the first bundle arrives: each
+// entrypoint a/b/c is "default c := false" in package a.b, which every
+// interface answers with a denial.
+func denyAll(ctx context.Context, entrypoints []string) (*bundle.Bundle, error) {
+	pkgs := map[string][]string{}
+	for _, ep := range entrypoints {
+		segs := strings.Split(ep, "/")
+		if len(segs) < 2 {
+			return nil, fmt.Errorf("decision %q: a policy from a bundle server needs a decision inside a package (a/b/allow)", ep)
+		}
+		for _, s := range segs {
+			if !regoIdent.MatchString(s) {
+				return nil, fmt.Errorf("decision %q: give a policy path to start with; %q is not a Rego name", ep, s)
+			}
+		}
+		pkg := strings.Join(segs[:len(segs)-1], ".")
+		pkgs[pkg] = append(pkgs[pkg], segs[len(segs)-1])
+	}
+	mods := map[string]string{}
+	for pkg, rules := range pkgs {
+		var src strings.Builder
+		src.WriteString("package " + pkg + "\n\n")
+		for _, r := range rules {
+			src.WriteString("default " + r + " := false\n")
+		}
+		mods["awaiting-bundle/"+pkg+".rego"] = src.String()
+	}
+	return compiler.Compile(ctx, compiler.Options{Modules: mods, Entrypoints: entrypoints, Revision: "awaiting-bundle"})
 }

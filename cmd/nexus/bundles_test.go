@@ -16,11 +16,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 	opakeys "github.com/open-policy-agent/opa/v1/keys"
+	"google.golang.org/grpc/codes"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
@@ -160,5 +162,65 @@ func TestServeBundlesFromOPAConfig(t *testing.T) {
 	}
 	if _, err := serveBundles(ctx, c3, slog.New(slog.DiscardHandler), nil); !errors.Is(err, opaconfig.ErrUnsupported) {
 		t.Fatalf("two bundles: %v", err)
+	}
+}
+
+// TestRunAwaitsFirstBundle: nexus run with a bundles section and no policy
+// path (as opa run is started when a bundle server holds the policy)
+// denies every check and is not ready until the first bundle is active,
+// then decides with it.
+func TestRunAwaitsFirstBundle(t *testing.T) {
+	dir := t.TempDir()
+	var tarball bytes.Buffer
+	ob := opabundle.Bundle{
+		Manifest: opabundle.Manifest{Revision: "first", Roots: &[]string{"envoy"}},
+		Modules:  []opabundle.ModuleFile{{URL: "/envoy/authz.rego", Path: "/envoy/authz.rego", Raw: []byte(quickStartPolicy)}},
+		Data:     map[string]any{},
+	}
+	if err := opabundle.NewWriter(&tarball).Write(ob); err != nil {
+		t.Fatal(err)
+	}
+	var serving atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !serving.Load() || r.URL.Path != "/bundles/authz" {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/gzip")
+		_, _ = w.Write(tarball.Bytes())
+	}))
+	defer srv.Close()
+	config := writeFile(t, dir, "config.yaml", "services:\n  acme:\n    url: "+srv.URL+"\nbundles:\n  authz:\n    service: acme\n    polling:\n      min_delay_seconds: 1\n      max_delay_seconds: 1\nplugins:\n  envoy_ext_authz_grpc:\n    addr: 127.0.0.1:0\n    path: envoy/authz/allow\nnexus:\n  data_dir: "+filepath.Join(dir, "data")+"\n")
+	p := startNexus(t, "run", "--server", "--config-file="+config, "--addr=127.0.0.1:0", "--diagnostic-addr=127.0.0.1:0")
+	c := p.client(t)
+	ctx := context.Background()
+	allowed := func(method, path string) bool {
+		t.Helper()
+		resp, err := c.Check(ctx, check(method, path, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus().GetCode() == int32(codes.OK)
+	}
+	if allowed("GET", "/people") {
+		t.Fatal("allowed before any bundle was active")
+	}
+	if code, body := get(t, "http://"+p.addrs["diagnostic"]+"/health"); code != http.StatusInternalServerError || !strings.Contains(body, "waiting for the first policy bundle") {
+		t.Fatalf("/health before the first bundle = %d %q", code, body)
+	}
+	serving.Store(true)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, _ := get(t, "http://"+p.addrs["diagnostic"]+"/health")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready 30s after the bundle server answered\n%s", p.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !allowed("GET", "/people") || allowed("POST", "/people") {
+		t.Fatal("the bundle's decisions are not in force")
 	}
 }

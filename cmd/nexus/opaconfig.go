@@ -20,6 +20,10 @@ type opaSettings struct {
 	// DiagnosticAddr is opa run's --diagnostic-addr: health and metrics
 	// alone.
 	DiagnosticAddr string
+	// AwaitBundle: no policy was given and the bundles section brings it;
+	// every check is denied, and the server is not ready, until the first
+	// bundle is active.
+	AwaitBundle bool
 	// The envoy_ext_authz_grpc plugin's settings.
 	DryRun                    bool
 	SkipRequestBodyParse      bool

@@ -136,9 +136,7 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 		return c, errors.New("nexus run needs --server: nexus has no interactive shell")
 	}
 	switch len(args) {
-	case 0:
-		return c, errors.New("nexus run: give the policy: a .rego file, a directory or a bundle")
-	case 1:
+	case 0, 1:
 	default:
 		return c, fmt.Errorf("nexus run: %d policy paths: nexus loads one (a .rego file, a directory or a bundle); put the files in one directory", len(args))
 	}
@@ -159,10 +157,18 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 	if c, err = serveFromOPA(cfg, true); err != nil {
 		return c, err
 	}
-	if c.Policy != "" && c.Policy != args[0] {
+	switch {
+	case len(args) == 0 && c.Policy == "" && cfg.Bundles != nil:
+		// The policy comes from a bundle server alone, as with opa run
+		// and a bundles section: deny until the first bundle is active.
+		c.opa.AwaitBundle = true
+	case len(args) == 0 && c.Policy == "":
+		return c, errors.New("nexus run: give the policy: a .rego file, a directory or a bundle, or a bundles section in the configuration")
+	case len(args) == 1 && c.Policy != "" && c.Policy != args[0]:
 		return c, fmt.Errorf("the policy path %q and nexus.policy %q disagree: set it once", args[0], c.Policy)
+	case len(args) == 1:
+		c.Policy = args[0]
 	}
-	c.Policy = args[0]
 	if len(f.ignore) > 0 {
 		if st, err := os.Stat(c.Policy); err == nil && st.IsDir() {
 			return c, fmt.Errorf("--ignore %s with the directory %s: %w yet: give the .rego file or a bundle", strings.Join(f.ignore, ","), c.Policy, opaconfig.ErrUnsupported)

@@ -355,6 +355,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	}
 	cl.configure(&cfg)
 	ol.apply(&cfg)
+	var awaited *awaitedBundle
+	if c.opa.AwaitBundle {
+		awaited = &awaitedBundle{}
+		cfg.Ready = awaited.ready
+	}
 	srv, err := extauthz.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -362,7 +367,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err := cl.attach(ctx, srv); err != nil {
 		return err
 	}
-	bs, err := serveBundles(ctx, c, log, ol.reportLoads(srv.LoadPolicy))
+	bs, err := serveBundles(ctx, c, log, ol.reportLoads(awaited.loaded(srv.LoadPolicy)))
 	if err != nil {
 		return err
 	}
@@ -461,6 +466,9 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 				eps = append(eps, ep)
 			}
 		}
+	}
+	if c.opa.AwaitBundle {
+		return denyAll(ctx, eps)
 	}
 	if c.Policy == "" {
 		mods := map[string]string{}
