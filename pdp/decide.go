@@ -51,6 +51,9 @@ type meta struct {
 	// start is when the core began, input building included (set only
 	// for a decision sink).
 	start time.Time
+	// whole writes the whole input document, unpruned, for a decision
+	// sink (nil when the policy saw the whole document already).
+	whole func() ([]byte, error)
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -140,6 +143,11 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 			return Decision{}, err
 		}
 		md.view = v
+		if p.cfg.DecisionSink != nil && keep != nil {
+			// OPA logs the input document the request made, not the
+			// parts this policy reads.
+			md.whole = func() ([]byte, error) { return build(nil, nil) }
+		}
 		d, err := p.decide(ctx, iface, entrypoint, buf, md)
 		if err != errStale {
 			return d, err
@@ -204,15 +212,21 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 	return d, err
 }
 
-// record hands the decision to the decision sink, with copies of the
-// input and the result.
+// record hands the decision to the decision sink, with the whole input
+// document and the result.
 func (p *PDP) record(iface, entrypoint string, input []byte, d *Decision, err error, start time.Time, elapsed time.Duration, md *meta) {
+	in := input
+	if md.whole != nil {
+		if w, werr := md.whole(); werr == nil {
+			in = w
+		}
+	}
 	r := &DecisionRecord{
 		ID:           d.ID,
 		Time:         start.UTC(),
 		Path:         entrypoint,
 		Interface:    iface,
-		Input:        bytes.Clone(input),
+		Input:        bytes.Clone(in),
 		Revision:     *p.policyRev(),
 		EvalNanos:    elapsed.Nanoseconds(),
 		HandlerNanos: time.Since(md.start).Nanoseconds(),

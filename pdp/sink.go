@@ -28,8 +28,8 @@ type DecisionRecord struct {
 	Path string
 	// Interface is the transport that asked (IfaceGRPC, ...).
 	Interface string
-	// Input is the input document the policy saw, as JSON. The core
-	// writes only the parts of the input the loaded policy reads.
+	// Input is the whole input document of the request, as JSON, as
+	// OPA logs it (the policy itself is handed only the parts it reads).
 	Input json.RawMessage
 	// Result is the policy's result document; nil when the decision
 	// failed. It may be shared with the decision cache: read it, never

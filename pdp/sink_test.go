@@ -68,8 +68,19 @@ func TestDecisionSink(t *testing.T) {
 		if err := json.Unmarshal(r.Result, &res); err != nil || res["extra"] == nil || res["headers"].(map[string]any)["x-seen"] != "/files/x" {
 			t.Fatalf("record %d: result %s", i, r.Result)
 		}
-		var in map[string]any
-		if err := json.Unmarshal(r.Input, &in); err != nil || in["attributes"] == nil {
+		// The policy reads the path alone; the log gets the whole input
+		// document, as OPA logs it.
+		var in struct {
+			Attributes struct {
+				Request struct {
+					HTTP struct {
+						Method, Path string
+					} `json:"http"`
+				} `json:"request"`
+			} `json:"attributes"`
+			ParsedPath []string `json:"parsed_path"`
+		}
+		if err := json.Unmarshal(r.Input, &in); err != nil || in.Attributes.Request.HTTP.Method != "GET" || in.Attributes.Request.HTTP.Path != "/files/x" || len(in.ParsedPath) != 2 {
 			t.Fatalf("record %d: input %s", i, r.Input)
 		}
 	}

@@ -90,15 +90,7 @@ func TestCompileSignedVerifiedByOPA(t *testing.T) {
 func TestServeBundlesFromOPAConfig(t *testing.T) {
 	dir := t.TempDir()
 	// An OPA bundle of Rego sources, as opa build writes one.
-	var tarball bytes.Buffer
-	ob := opabundle.Bundle{
-		Manifest: opabundle.Manifest{Revision: "from-server", Roots: &[]string{"envoy"}},
-		Modules:  []opabundle.ModuleFile{{URL: "/envoy/authz.rego", Path: "/envoy/authz.rego", Raw: []byte("package envoy.authz\n\nallow if input.user == \"bob\"\n")}},
-		Data:     map[string]any{},
-	}
-	if err := opabundle.NewWriter(&tarball).Write(ob); err != nil {
-		t.Fatal(err)
-	}
+	tarball := opaRegoBundle(t, "from-server", "package envoy.authz\n\nallow if input.user == \"bob\"\n")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/bundles/authz" {
 			http.NotFound(w, r)
@@ -171,15 +163,7 @@ func TestServeBundlesFromOPAConfig(t *testing.T) {
 // then decides with it.
 func TestRunAwaitsFirstBundle(t *testing.T) {
 	dir := t.TempDir()
-	var tarball bytes.Buffer
-	ob := opabundle.Bundle{
-		Manifest: opabundle.Manifest{Revision: "first", Roots: &[]string{"envoy"}},
-		Modules:  []opabundle.ModuleFile{{URL: "/envoy/authz.rego", Path: "/envoy/authz.rego", Raw: []byte(quickStartPolicy)}},
-		Data:     map[string]any{},
-	}
-	if err := opabundle.NewWriter(&tarball).Write(ob); err != nil {
-		t.Fatal(err)
-	}
+	tarball := opaRegoBundle(t, "first", quickStartPolicy)
 	var serving atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !serving.Load() || r.URL.Path != "/bundles/authz" {
@@ -223,4 +207,20 @@ func TestRunAwaitsFirstBundle(t *testing.T) {
 	if !allowed("GET", "/people") || allowed("POST", "/people") {
 		t.Fatal("the bundle's decisions are not in force")
 	}
+}
+
+// opaRegoBundle is an OPA bundle of one Rego module under the root envoy,
+// as opa build writes one.
+func opaRegoBundle(t *testing.T, revision, rego string) *bytes.Buffer {
+	t.Helper()
+	var tarball bytes.Buffer
+	ob := opabundle.Bundle{
+		Manifest: opabundle.Manifest{Revision: revision, Roots: &[]string{"envoy"}},
+		Modules:  []opabundle.ModuleFile{{URL: "/envoy/authz.rego", Path: "/envoy/authz.rego", Raw: []byte(rego)}},
+		Data:     map[string]any{},
+	}
+	if err := opabundle.NewWriter(&tarball).Write(ob); err != nil {
+		t.Fatal(err)
+	}
+	return &tarball
 }

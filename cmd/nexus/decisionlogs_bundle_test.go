@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/plugins/status"
 
 	"github.com/nexuspdp/nexus/bundle"
@@ -23,15 +21,7 @@ import (
 // downloaded bundle's status, reported when it is activated.
 func TestStatusReportsDownloadedBundle(t *testing.T) {
 	dir := t.TempDir()
-	var tarball bytes.Buffer
-	ob := opabundle.Bundle{
-		Manifest: opabundle.Manifest{Revision: "rev-b1", Roots: &[]string{"envoy"}},
-		Modules:  []opabundle.ModuleFile{{URL: "/envoy/authz.rego", Path: "/envoy/authz.rego", Raw: []byte("package envoy.authz\n\nallow if input.user == \"bob\"\n")}},
-		Data:     map[string]any{},
-	}
-	if err := opabundle.NewWriter(&tarball).Write(ob); err != nil {
-		t.Fatal(err)
-	}
+	tarball := opaRegoBundle(t, "rev-b1", "package envoy.authz\n\nallow if input.user == \"bob\"\n")
 	var mu sync.Mutex
 	var reports []status.UpdateRequestV1
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

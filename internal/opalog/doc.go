@@ -4,7 +4,7 @@
 // nexus' output unchanged.
 //
 // A Logger is a pdp.DecisionSink: the core hands it every decision (the
-// input the policy saw, its raw result, timings) without waiting. A
+// request's whole input document, the raw result, timings) without waiting. A
 // goroutine turns each record into an OPA decision event, applies the
 // policy's drop and mask rules (evaluated by the core), prints it on the
 // console and queues it for upload: gzip-compressed JSON arrays POSTed to

@@ -305,7 +305,7 @@ func roundTrip(t *testing.T, v any) any {
 
 // TestUploadOPAEvents: every decision of the Envoy, forward-auth and
 // AuthZEN paths reaches the collector as an event OPA's EventV1 decodes,
-// with the decision ID Envoy got, the input the policy saw, the policy's
+// with the decision ID Envoy got, the whole input document, the policy's
 // raw result, the path, labels, bundle revision, timestamp and timers.
 func TestUploadOPAEvents(t *testing.T) {
 	c := newCollector(t)
