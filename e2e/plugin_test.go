@@ -38,7 +38,11 @@ func pluginBinary(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("OPA_ENVOY_PLUGIN")
 	if p == "" {
-		t.Skip("OPA_ENVOY_PLUGIN is not set: the expected responses are not checked against a real opa-envoy-plugin (build one with go build ./cmd/opa-envoy-plugin in its repository)")
+		const why = "OPA_ENVOY_PLUGIN names no opa-envoy-plugin binary (build one with go build ./cmd/opa-envoy-plugin in its repository)"
+		if tt, ok := t.(*testing.T); ok {
+			skipNoted(tt, why)
+		}
+		t.Skip(why)
 	}
 	return p
 }
