@@ -183,6 +183,28 @@ func parseObject(s string) (Object, bool) {
 	return o, ValidName(o.Type) && ValidID(o.ID)
 }
 
+// SplitObject splits "type:id" without validating either part, for a
+// caller that hands the parts to something that validates them (the
+// store) and should not pay for it twice.
+func SplitObject(s string) (Object, error) {
+	typ, id, ok := strings.Cut(s, ":")
+	if !ok {
+		return Object{}, &SyntaxError{Input: s, Msg: "want object type:id"}
+	}
+	return Object{Type: typ, ID: id}, nil
+}
+
+// SplitSubject splits "type:id" or "type:id#relation" without validating
+// the parts, as SplitObject; only an empty relation after '#' is refused.
+func SplitSubject(s string) (Subject, error) {
+	obj, rel, hasRel := strings.Cut(s, "#")
+	o, err := SplitObject(obj)
+	if err != nil || (hasRel && rel == "") {
+		return Subject{}, &SyntaxError{Input: s, Msg: "want subject type:id or type:id#relation"}
+	}
+	return Subject{Type: o.Type, ID: o.ID, Relation: rel}, nil
+}
+
 // ParseSubject parses type:id or type:id#relation.
 func ParseSubject(s string) (Subject, error) {
 	sub, ok := parseSubject(s)

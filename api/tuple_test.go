@@ -114,3 +114,17 @@ func BenchmarkParseTuple(b *testing.B) {
 		}
 	}
 }
+
+func TestSplitWithoutValidating(t *testing.T) {
+	if o, err := SplitObject("doc:has space"); err != nil || o != (Object{Type: "doc", ID: "has space"}) {
+		t.Fatalf("SplitObject = %v, %v", o, err)
+	}
+	if s, err := SplitSubject("group:eng#member"); err != nil || s != (Subject{Type: "group", ID: "eng", Relation: "member"}) {
+		t.Fatalf("SplitSubject = %v, %v", s, err)
+	}
+	for _, bad := range []string{"nocolon", "group:eng#", ""} {
+		if _, err := SplitSubject(bad); !errors.Is(err, ErrSyntax) {
+			t.Errorf("SplitSubject(%q) = %v, want a syntax error", bad, err)
+		}
+	}
+}

@@ -26,7 +26,6 @@ package builtins
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
@@ -75,11 +74,11 @@ func Register(reg *engine.Registry, s Store) error {
 	check := func(ctx context.Context, object, permission, subject string) (bool, error) {
 		// The store validates the IDs, names and types it is asked about;
 		// the arguments are only split here, so that each is checked once.
-		obj, err := splitObject(object)
+		obj, err := api.SplitObject(object)
 		if err != nil {
 			return false, err
 		}
-		sub, err := splitSubject(subject)
+		sub, err := api.SplitSubject(subject)
 		if err != nil {
 			return false, err
 		}
@@ -165,25 +164,4 @@ func validIDs(_ context.Context, a, b, c string) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-// splitObject splits "type:id" without validating either part: the store
-// does (api.ParseObject would validate them a first time).
-func splitObject(s string) (api.Object, error) {
-	typ, id, ok := strings.Cut(s, ":")
-	if !ok {
-		return api.Object{}, &api.SyntaxError{Input: s, Msg: "want object type:id"}
-	}
-	return api.Object{Type: typ, ID: id}, nil
-}
-
-// splitSubject splits "type:id" or "type:id#relation" without validating
-// the parts, as splitObject.
-func splitSubject(s string) (api.Subject, error) {
-	obj, rel, hasRel := strings.Cut(s, "#")
-	o, err := splitObject(obj)
-	if err != nil || (hasRel && rel == "") {
-		return api.Subject{}, &api.SyntaxError{Input: s, Msg: "want subject type:id or type:id#relation"}
-	}
-	return api.Subject{Type: o.Type, ID: o.ID, Relation: rel}, nil
 }

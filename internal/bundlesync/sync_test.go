@@ -376,8 +376,14 @@ func TestPersistedBundleServesAfterRestart(t *testing.T) {
 		if !l.allows(t, "alice") {
 			t.Fatal("the persisted bundle does not serve")
 		}
-		if st := s.Status()[0]; st.ActiveRevision != "r1" {
-			t.Fatalf("status %+v", st)
+		// The status records the activation once OnBundle has returned,
+		// which may be just after the load above was seen.
+		deadline := time.Now().Add(10 * time.Second)
+		for st := s.Status()[0]; st.ActiveRevision != "r1"; st = s.Status()[0] {
+			if time.Now().After(deadline) {
+				t.Fatalf("status %+v", st)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	})
 	t.Run("a tampered persisted bundle is refused", func(t *testing.T) {

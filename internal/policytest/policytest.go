@@ -149,11 +149,11 @@ func (r *Report) Counts() map[Status]int {
 func goBuiltins(s builtins.Store) []*tester.Builtin {
 	impls := map[string]func(ctx context.Context, a []string) (*ast.Term, error){
 		"nexus.check": func(ctx context.Context, a []string) (*ast.Term, error) {
-			obj, err := splitObject(a[0])
+			obj, err := api.SplitObject(a[0])
 			if err != nil {
 				return nil, err
 			}
-			sub, err := splitSubject(a[2])
+			sub, err := api.SplitSubject(a[2])
 			if err != nil {
 				return nil, err
 			}
@@ -259,26 +259,6 @@ func stringsTerm(list []string, err error) (*ast.Term, error) {
 		terms[i] = ast.StringTerm(x)
 	}
 	return ast.ArrayTerm(terms...), nil
-}
-
-// splitObject splits "type:id" without validating either part, as the
-// engine's nexus.check does: the store validates them.
-func splitObject(s string) (api.Object, error) {
-	typ, id, ok := strings.Cut(s, ":")
-	if !ok {
-		return api.Object{}, &api.SyntaxError{Input: s, Msg: "want object type:id"}
-	}
-	return api.Object{Type: typ, ID: id}, nil
-}
-
-// splitSubject splits "type:id" or "type:id#relation" as splitObject.
-func splitSubject(s string) (api.Subject, error) {
-	obj, rel, hasRel := strings.Cut(s, "#")
-	o, err := splitObject(obj)
-	if err != nil || (hasRel && rel == "") {
-		return api.Subject{}, &api.SyntaxError{Input: s, Msg: "want subject type:id or type:id#relation"}
-	}
-	return api.Subject{Type: o.Type, ID: o.ID, Relation: rel}, nil
 }
 
 // test is one discovered test rule.
