@@ -215,18 +215,21 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 // record hands the decision to the decision sink, with the whole input
 // document and the result.
 func (p *PDP) record(iface, entrypoint string, input []byte, d *Decision, err error, start time.Time, elapsed time.Duration, md *meta) {
-	in := input
+	var in []byte
 	if md.whole != nil {
-		if w, werr := md.whole(); werr == nil {
-			in = w
+		if w, err := md.whole(); err == nil {
+			in = w // freshly written: the sink may own it
 		}
+	}
+	if in == nil {
+		in = bytes.Clone(input) // the decision's buffer goes back to its pool
 	}
 	r := &DecisionRecord{
 		ID:           d.ID,
 		Time:         start.UTC(),
 		Path:         entrypoint,
 		Interface:    iface,
-		Input:        bytes.Clone(in),
+		Input:        in,
 		Revision:     *p.policyRev(),
 		EvalNanos:    elapsed.Nanoseconds(),
 		HandlerNanos: time.Since(md.start).Nanoseconds(),
