@@ -33,10 +33,7 @@ type snapshotInfo struct {
 
 // listSnapshots returns the snapshots of this log, newest first.
 func (r *Replica) listSnapshots(ctx context.Context, obs jetstream.ObjectStore, logID string) ([]snapshotInfo, error) {
-	infos, err := obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
-	}
+	infos, err := listObjects(ctx, obs)
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +55,34 @@ func (r *Replica) listSnapshots(ctx context.Context, obs jetstream.ObjectStore, 
 		r.mu.Unlock()
 	}
 	return out, nil
+}
+
+// listAttempt bounds one listing of the bucket. The client lists through an
+// ordered consumer that, right after the NATS servers restart and before the
+// bucket's stream has a leader, can wait for an end-of-list marker that never
+// comes; a fresh attempt creates a fresh consumer.
+const listAttempt = 5 * time.Second
+
+// listObjects lists the bucket's objects, none being an empty list, retrying
+// an attempt that outlived listAttempt until ctx ends.
+func listObjects(ctx context.Context, obs jetstream.ObjectStore) ([]*jetstream.ObjectInfo, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, listAttempt)
+		infos, err := obs.List(actx)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrNoObjectsFound):
+			return nil, nil
+		case err == nil:
+			return infos, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		case errors.Is(err, context.DeadlineExceeded):
+			continue
+		default:
+			return nil, err
+		}
+	}
 }
 
 func cmpRev(a, b datastore.Revision) int {
