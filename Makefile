@@ -28,6 +28,7 @@ E2E_NOTES := $(CURDIR)/e2e/.test-notes
 
 test: deps build check
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -count=1 -run 'TestDefaultPolicyMatchesReference' ./pdp/
 	@rm -f $(E2E_NOTES)
 	cd e2e && NEXUS_REQUIRE_TOOLS=1 NEXUS_TEST_NOTES=$(E2E_NOTES) $(GO) test -count=1 -timeout 30m ./...; s=$$?; cat $(E2E_NOTES) 2>/dev/null; rm -f $(E2E_NOTES); exit $$s
 

@@ -56,4 +56,19 @@ var NexusBuiltins = []HostBuiltin{
 		Decl:        types.NewFunction(types.Args(types.Named("object", types.S), types.Named("permission", types.S), types.Named("subject_type", types.S)), stringArray),
 		Description: "Lists the subjects of subject_type that have permission on object.",
 	},
+	{
+		Name:        "nexus.envoy_decide",
+		Decl:        types.NewFunction(types.Args(types.Named("table", types.S), types.Named("request", types.S)), types.A),
+		Description: "The default policy's opa-envoy-plugin result for a proxied request: table is the JSON of its route rules and ABAC conditions ({\"routes\": [[method, action, type, [segment, ...]], ...], \"conditions\": [...]}), request the JSON array [method, path segments, [subject] or [], tenant header].",
+	},
+	{
+		Name:        "nexus.resource_tenant",
+		Decl:        types.NewFunction(types.Args(types.Named("object", types.S), types.Named("claimed", types.S)), stringArray),
+		Description: "The tenant a check on object is judged in: [\"mismatch\"] when the store assigns object to tenants and claimed (\"\" for none) is not one of them, else [\"ok\", tenant] with the claimed tenant, else the store's only one, else \"\".",
+	},
+	{
+		Name:        "nexus.grant",
+		Decl:        types.NewFunction(types.Args(types.Named("subject", types.S), types.Named("action", types.S), types.Named("object", types.S), types.Named("tenant", types.S)), stringArray),
+		Description: "Why subject may do action on object: [\"rbac\"] when a role of subject in tenant grants \"type:action\" or \"type:*\", else [\"rebac\"] when action is a permission of object's type that the store grants, else [].",
+	},
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -34,6 +35,10 @@ files := nexus.lookup_resources(input.subject, "read", "file")
 readers := nexus.lookup_subjects(input.object, "read", "user")
 
 shout := nexus.shout(input.subject)
+
+four := nexus.four(input.a, input.b, input.c, input.d)
+
+obj := nexus.obj(input.a, input.b)
 `
 
 type ctxKey struct{}
@@ -78,6 +83,18 @@ func relRegistry(t testing.TB) *engine.Registry {
 		}
 		return ast.StringTerm(strings.ToUpper(string(s)) + "!"), nil
 	})))
+	must(r.Register("nexus.four", 0, engine.StringList4(func(_ context.Context, dst []string, a, b, c, d string) ([]string, error) {
+		return append(dst, d, c, b, a), nil
+	})))
+	must(r.Register("nexus.obj", 0, engine.JSON2(func(_ context.Context, dst []byte, a, b string) ([]byte, error) {
+		switch a {
+		case "none":
+			return dst, nil
+		case "fail":
+			return dst, errors.New("no answer")
+		}
+		return fmt.Appendf(dst, `{"a":%q,"n":[1,2.5,null,true],"b":{"x":%q}}`, a, b), nil
+	})))
 	if err := r.Register("nexus.check", 0, engine.Predicate3(nil)); !errors.Is(err, engine.ErrBuiltinExists) {
 		t.Fatalf("duplicate register: %v", err)
 	}
@@ -90,8 +107,12 @@ func relRegistry(t testing.TB) *engine.Registry {
 func TestHostBuiltins(t *testing.T) {
 	b, err := compiler.Compile(context.Background(), compiler.Options{
 		Modules:     map[string]string{"rel.rego": relPolicy},
-		Entrypoints: []string{"rel/allow", "rel/roles", "rel/admin", "rel/viewers", "rel/files", "rel/readers", "rel/shout"},
-		Builtins:    []bundle.HostBuiltin{{Name: "nexus.shout", Decl: types.NewFunction(types.Args(types.S), types.S)}},
+		Entrypoints: []string{"rel/allow", "rel/roles", "rel/admin", "rel/viewers", "rel/files", "rel/readers", "rel/shout", "rel/four", "rel/obj"},
+		Builtins: []bundle.HostBuiltin{
+			{Name: "nexus.shout", Decl: types.NewFunction(types.Args(types.S), types.S)},
+			{Name: "nexus.four", Decl: types.NewFunction(types.Args(types.S, types.S, types.S, types.S), types.NewArray(nil, types.S))},
+			{Name: "nexus.obj", Decl: types.NewFunction(types.Args(types.S, types.S), types.A)},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +122,7 @@ func TestHostBuiltins(t *testing.T) {
 		name, ep, input, want string
 		ctx                   context.Context
 		wantCode              string
+		undefined             bool
 	}{
 		{name: "check true", ep: "rel/allow", input: `{"object":"doc:1","permission":"read","subject":"user:alice"}`, want: "true"},
 		{name: "check false", ep: "rel/allow", input: `{"object":"doc:1","permission":"write","subject":"user:alice"}`, want: "false"},
@@ -115,6 +137,11 @@ func TestHostBuiltins(t *testing.T) {
 		{name: "lookup resources", ep: "rel/files", input: `{"subject":"user:alice"}`, want: `["file:1","file:2"]`},
 		{name: "lookup subjects", ep: "rel/readers", input: `{"object":"doc:1"}`, want: `[]`},
 		{name: "generic", ep: "rel/shout", input: `{"subject":"hey"}`, want: `"HEY!"`},
+		{name: "four strings", ep: "rel/four", input: `{"a":"1","b":"2","c":"3","d":"ü\""}`, want: `["ü\"","3","2","1"]`},
+		{name: "four with a non-string", ep: "rel/four", input: `{"a":"1","b":2,"c":"3","d":"4"}`, undefined: true},
+		{name: "json value", ep: "rel/obj", input: `{"a":"x","b":"y\"z"}`, want: `{"a":"x","b":{"x":"y\"z"},"n":[1,2.5,null,true]}`},
+		{name: "json nothing is undefined", ep: "rel/obj", input: `{"a":"none","b":""}`, undefined: true},
+		{name: "json error fails closed", ep: "rel/obj", input: `{"a":"fail","b":""}`, wantCode: engine.CodeBuiltin},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,6 +150,12 @@ func TestHostBuiltins(t *testing.T) {
 				ctx = context.Background()
 			}
 			got, err := e.Eval(ctx, tc.ep, []byte(tc.input), nil)
+			if tc.undefined {
+				if !errors.Is(err, engine.ErrUndefined) {
+					t.Fatalf("got %s, %v; want undefined", got, err)
+				}
+				return
+			}
 			if tc.wantCode != "" {
 				var ee *engine.EvalError
 				if !errors.As(err, &ee) || ee.Code != tc.wantCode {
@@ -133,11 +166,18 @@ func TestHostBuiltins(t *testing.T) {
 			if err != nil {
 				t.Fatalf("eval: %v", err)
 			}
-			if string(got) != tc.want {
+			if string(got) != tc.want && !sameJSON(got, []byte(tc.want)) {
 				t.Fatalf("got %s, want %s", got, tc.want)
 			}
 		})
 	}
+}
+
+// sameJSON reports whether a and b are the same JSON value (an object's
+// members in any order).
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 func TestHostBuiltinMissing(t *testing.T) {
@@ -153,7 +193,10 @@ func TestEvalDoesNotAllocate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation count under -short")
 	}
-	pol := strings.Replace(relPolicy, "shout := nexus.shout(input.subject)\n", "", 1)
+	pol := relPolicy
+	for _, rule := range []string{"shout := nexus.shout(input.subject)\n", "four := nexus.four(input.a, input.b, input.c, input.d)\n", "obj := nexus.obj(input.a, input.b)\n"} {
+		pol = strings.Replace(pol, rule, "", 1)
+	}
 	b := compileModules(t, map[string]string{"rel.rego": pol}, nil, "rel/allow", "rel/admin")
 	e := newEngine(t, engine.Config{Builtins: relRegistry(t), MaxInstances: 1}, b)
 	for _, tc := range []struct{ ep, input string }{

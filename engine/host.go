@@ -109,11 +109,14 @@ func (p *policy) hostBuiltin(ctx context.Context, mod api.Module, stack []uint64
 func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32, args []uint32) uint32 {
 	p := in.p
 	switch hb.kind {
-	case kindPred2, kindPred3, kindList2, kindList3:
-		var s [3]string
+	case kindPred2, kindPred3, kindList2, kindList3, kindList4, kindJSON2:
+		var s [4]string
 		n := 2
-		if hb.kind == kindPred3 || hb.kind == kindList3 {
+		switch hb.kind {
+		case kindPred3, kindList3:
 			n = 3
+		case kindList4:
+			n = 4
 		}
 		if len(args) != n {
 			panic(&builtinPanic{name: hb.name, err: fmt.Errorf("called with %d arguments, want %d", len(args), n)})
@@ -130,6 +133,17 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 			list []string
 			err  error
 		)
+		if hb.kind == kindJSON2 {
+			raw, err := hb.json2(ctx, in.buf[:0], s[0], s[1])
+			if err != nil {
+				panic(&builtinPanic{name: hb.name, err: err})
+			}
+			in.buf = raw
+			if len(raw) == 0 {
+				return 0
+			}
+			return in.parseJSON(ctx, raw)
+		}
 		switch hb.kind {
 		case kindPred2:
 			ok, err = hb.pred2(ctx, s[0], s[1])
@@ -139,6 +153,8 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 			list, err = hb.list2(ctx, in.strs[:0], s[0], s[1])
 		case kindList3:
 			list, err = hb.list3(ctx, in.strs[:0], s[0], s[1], s[2])
+		case kindList4:
+			list, err = hb.list4(ctx, in.strs[:0], s[0], s[1], s[2], s[3])
 		}
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: err})
@@ -243,6 +259,11 @@ func (in *instance) stringArray(ctx context.Context, list []string) uint32 {
 	}
 	b = append(b, ']')
 	in.buf = b
+	return in.parseJSON(ctx, b)
+}
+
+// parseJSON writes the JSON text b as a value into the heap.
+func (in *instance) parseJSON(ctx context.Context, b []byte) uint32 {
 	a, err := in.malloc(ctx, uint32(len(b)))
 	if err != nil {
 		panic(err)

@@ -24,6 +24,12 @@ type (
 	StringList2 func(ctx context.Context, dst []string, a, b string) ([]string, error)
 	// StringList3 is a builtin of three strings returning strings.
 	StringList3 func(ctx context.Context, dst []string, a, b, c string) ([]string, error)
+	// StringList4 is a builtin of four strings returning strings.
+	StringList4 func(ctx context.Context, dst []string, a, b, c, d string) ([]string, error)
+	// JSON2 is a builtin of two strings returning any value, written as
+	// JSON: it appends the value to dst (which it may reuse) and returns
+	// it; appending nothing makes the call undefined.
+	JSON2 func(ctx context.Context, dst []byte, a, b string) ([]byte, error)
 	// Generic is a builtin of any arguments as OPA terms. Returning a nil
 	// term makes the call undefined.
 	Generic func(ctx context.Context, args []*ast.Term) (*ast.Term, error)
@@ -36,6 +42,8 @@ const (
 	kindPred3
 	kindList2
 	kindList3
+	kindList4
+	kindJSON2
 	kindGeneric
 	kindTopdown
 )
@@ -48,6 +56,8 @@ type hostBuiltin struct {
 	pred3   Predicate3
 	list2   StringList2
 	list3   StringList3
+	list4   StringList4
+	json2   JSON2
 	generic Generic
 }
 
@@ -66,7 +76,7 @@ func NewRegistry() *Registry {
 }
 
 // Register adds a builtin. fn is one of Predicate2, Predicate3,
-// StringList2, StringList3 or Generic (or a func literal of one of those
+// StringList2, StringList3, StringList4, JSON2 or Generic (or a func literal of one of those
 // signatures); arity is only used for Generic and may be 0 otherwise.
 func (r *Registry) Register(name string, arity int, fn any) error {
 	hb := &hostBuiltin{name: name}
@@ -87,6 +97,14 @@ func (r *Registry) Register(name string, arity int, fn any) error {
 		hb.kind, hb.arity, hb.list3 = kindList3, 3, f
 	case func(context.Context, []string, string, string, string) ([]string, error):
 		hb.kind, hb.arity, hb.list3 = kindList3, 3, f
+	case StringList4:
+		hb.kind, hb.arity, hb.list4 = kindList4, 4, f
+	case func(context.Context, []string, string, string, string, string) ([]string, error):
+		hb.kind, hb.arity, hb.list4 = kindList4, 4, f
+	case JSON2:
+		hb.kind, hb.arity, hb.json2 = kindJSON2, 2, f
+	case func(context.Context, []byte, string, string) ([]byte, error):
+		hb.kind, hb.arity, hb.json2 = kindJSON2, 2, f
 	case Generic:
 		hb.kind, hb.arity, hb.generic = kindGeneric, arity, f
 	case func(context.Context, []*ast.Term) (*ast.Term, error):

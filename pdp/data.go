@@ -8,18 +8,21 @@ import (
 	"strings"
 
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
 )
 
 // PolicyData is the data a policy is loaded with: data plus the schema's
-// roles and permissions, the route rules' split paths and their index.
+// roles and permissions, the route rules' split paths and their route
+// table. Route rules that are not well formed are ErrBadPolicyData.
 func PolicyData(data []byte, sc *datastore.Schema) ([]byte, error) {
 	d, _, err := withSchema(data, sc)
 	return d, err
 }
 
 // withSchema returns data with data.nexus.roles (role to grants) and
-// data.nexus.permissions (type to permission names) from sc, and each
-// route rule of data.nexus.routes with its path split into "segments".
+// data.nexus.permissions (type to permission names) from sc, each route
+// rule of data.nexus.routes with its path split into "segments", and the
+// rules as the route table nexus.route reads (data.nexus.route_table).
 func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, error) {
 	doc := map[string]any{}
 	if len(bytes.TrimSpace(data)) > 0 {
@@ -30,22 +33,12 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 		}
 	}
 	nx, _ := doc["nexus"].(map[string]any)
-	if routes, ok := nx["routes"].([]any); ok {
-		// Split each route's path once here rather than in every evaluation.
-		for _, r := range routes {
-			if m, ok := r.(map[string]any); ok {
-				if p, ok := m["path"].(string); ok {
-					if _, has := m["segments"]; !has {
-						m["segments"] = strings.Split(strings.TrimPrefix(p, "/"), "/")
-					}
-				}
-			}
+	if nx != nil {
+		table, err := routeTable(nx)
+		if err != nil {
+			return nil, nil, err
 		}
-		if _, has := nx["route_index"]; !has {
-			if idx, ok := routeIndex(routes); ok {
-				nx["route_index"] = idx
-			}
-		}
+		nx["route_table"] = string(table)
 	}
 	if sc == nil {
 		out, err := json.Marshal(doc)
@@ -86,33 +79,88 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 	return out, types, nil
 }
 
-// routeIndex lists the positions of the route rules by the number of
-// segments of their path and by method ("*" included), in data order, so
-// that the default policy matches a request against its candidates only.
-// It gives up (false) on a rule without a string method and segments.
-func routeIndex(routes []any) ([]map[string][]int, bool) {
-	var idx []map[string][]int
-	for i, r := range routes {
-		m, _ := r.(map[string]any)
-		method, ok := m["method"].(string)
-		if !ok {
-			return nil, false
+// routeTable checks the route rules (data.nexus.routes) and the ABAC
+// conditions (data.nexus.conditions) and writes them as the table
+// nexus.envoy_decide reads. Every rule is an object with a string method,
+// action and type and a path (or its "segments"), with at most one "{id}"
+// and one "{tenant}" segment; every condition an object with a string
+// type, attribute and reason, actions (strings) and a value: data that is
+// not is an error, not a rule that silently never matches.
+func routeTable(nx map[string]any) ([]byte, error) {
+	var t builtins.Table
+	if c, ok := nx["conditions"]; ok {
+		raw, err := json.Marshal(c)
+		if err == nil {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			err = dec.Decode(&t.Conditions)
 		}
-		var n int
-		switch segs := m["segments"].(type) {
-		case []string:
-			n = len(segs)
-		case []any:
-			n = len(segs)
-		default:
-			return nil, false
+		if err != nil {
+			return nil, fmt.Errorf("%w: data.nexus.conditions is not a list of conditions (type, actions, attribute, value, reason): %v", ErrBadPolicyData, err)
 		}
-		for len(idx) <= n {
-			idx = append(idx, map[string][]int{})
+		list, _ := c.([]any) // an array, or null: it decoded as one
+		for i, c := range list {
+			m, _ := c.(map[string]any)
+			for _, k := range []string{"type", "actions", "attribute", "value", "reason"} {
+				if _, ok := m[k]; !ok {
+					return nil, fmt.Errorf("%w: condition %d has no %q", ErrBadPolicyData, i, k)
+				}
+			}
 		}
-		idx[n][method] = append(idx[n][method], i)
 	}
-	return idx, true
+	routes, ok := nx["routes"]
+	if !ok {
+		return builtins.AppendTable(nil, t)
+	}
+	list, ok := routes.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: data.nexus.routes is not an array of route rules", ErrBadPolicyData)
+	}
+	t.Routes = make([]builtins.RouteRule, len(list))
+	for i, r := range list {
+		m, _ := r.(map[string]any)
+		rule := &t.Routes[i]
+		var okM, okA, okT bool
+		rule.Method, okM = m["method"].(string)
+		rule.Action, okA = m["action"].(string)
+		rule.Type, okT = m["type"].(string)
+		if !okM || !okA || !okT || rule.Method == "" || rule.Action == "" || rule.Type == "" {
+			return nil, fmt.Errorf("%w: route rule %d needs a method, an action and a type (strings): %v", ErrBadPolicyData, i, r)
+		}
+		switch segs := m["segments"].(type) {
+		case nil:
+			p, ok := m["path"].(string)
+			if !ok {
+				return nil, fmt.Errorf("%w: route rule %d needs a path (a string): %v", ErrBadPolicyData, i, r)
+			}
+			rule.Segments = strings.Split(strings.TrimPrefix(p, "/"), "/")
+			m["segments"] = rule.Segments
+		case []any:
+			for _, s := range segs {
+				str, ok := s.(string)
+				if !ok {
+					return nil, fmt.Errorf("%w: route rule %d: its segments are not strings: %v", ErrBadPolicyData, i, r)
+				}
+				rule.Segments = append(rule.Segments, str)
+			}
+		default:
+			return nil, fmt.Errorf("%w: route rule %d: its segments are not strings: %v", ErrBadPolicyData, i, r)
+		}
+		if countOf(rule.Segments, "{id}") > 1 || countOf(rule.Segments, "{tenant}") > 1 {
+			return nil, fmt.Errorf("%w: route rule %d names \"{id}\" or \"{tenant}\" twice: %v", ErrBadPolicyData, i, r)
+		}
+	}
+	return builtins.AppendTable(nil, t)
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
 
 // Route is a route rule of the policy's data (data.nexus.routes): a

@@ -126,7 +126,7 @@ func Code(err error) string {
 		return CodeStoreError
 	case errors.Is(err, api.ErrSyntax), errors.Is(err, datastore.ErrInvalidTuple),
 		errors.Is(err, datastore.ErrInvalidSchema), errors.Is(err, datastore.ErrUnknown),
-		errors.Is(err, bundle.ErrInvalid), errors.Is(err, ErrNoEntrypoint):
+		errors.Is(err, bundle.ErrInvalid), errors.Is(err, ErrNoEntrypoint), errors.Is(err, ErrBadPolicyData):
 		return CodeBadRequest
 	case errors.Is(err, datastore.ErrPreconditionFailed), errors.Is(err, datastore.ErrSchemaOrphans):
 		return CodeConflict

@@ -27,6 +27,10 @@ const Disabled = "-"
 // configured to evaluate.
 var ErrNoEntrypoint = errors.New("pdp: the bundle lacks a configured entrypoint")
 
+// ErrBadPolicyData reports a bundle whose data nexus reads (data.nexus,
+// such as its route rules) is not well formed.
+var ErrBadPolicyData = errors.New("pdp: the policy's data is not valid")
+
 // PDP is the decision core shared by every transport. Its methods are safe
 // for concurrent use.
 type PDP struct {

@@ -2,6 +2,7 @@ package pdp_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -11,7 +12,8 @@ import (
 )
 
 // TestRoutes: the loaded policy's route rules, in data order, follow
-// every load; a rule that lacks a field is left out.
+// every load; data whose route rules are not well formed is refused with
+// ErrBadPolicyData and the previous rules stay.
 func TestRoutes(t *testing.T) {
 	ts := newFixture(t)
 	ctx := context.Background()
@@ -31,9 +33,8 @@ func TestRoutes(t *testing.T) {
 		want []pdp.Route
 	}{
 		{"none", `{}`, nil},
-		{"incomplete-left-out", `{"nexus":{"routes":[{"method":"GET","path":"/a"},{"method":"*","path":"/b/{id}","action":"read","type":"file","extra":1},"x"]}}`,
+		{"extra-field", `{"nexus":{"routes":[{"method":"*","path":"/b/{id}","action":"read","type":"file","extra":1}]}}`,
 			[]pdp.Route{{Method: "*", Path: "/b/{id}", Action: "read", Type: "file"}}},
-		{"not-a-list", `{"nexus":{"routes":{"a":1}}}`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,6 +43,28 @@ func TestRoutes(t *testing.T) {
 			}
 			if got := p.Routes(); !slices.Equal(got, tt.want) {
 				t.Fatalf("routes %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	for name, data := range map[string]string{
+		"no-action":      `{"nexus":{"routes":[{"method":"GET","path":"/a"}]}}`,
+		"empty-method":   `{"nexus":{"routes":[{"method":"","path":"/a","action":"read","type":"file"}]}}`,
+		"no-path":        `{"nexus":{"routes":[{"method":"GET","action":"read","type":"file"}]}}`,
+		"not-an-object":  `{"nexus":{"routes":["x"]}}`,
+		"not-a-list":     `{"nexus":{"routes":{"a":1}}}`,
+		"bad-segments":   `{"nexus":{"routes":[{"method":"GET","segments":["a",1],"action":"read","type":"file"}]}}`,
+		"two-ids":        `{"nexus":{"routes":[{"method":"GET","path":"/a/{id}/b/{id}","action":"read","type":"file"}]}}`,
+		"two-tenants":    `{"nexus":{"routes":[{"method":"GET","path":"/{tenant}/{tenant}","action":"read","type":"file"}]}}`,
+		"number-of-type": `{"nexus":{"routes":[{"method":"GET","path":"/a","action":"read","type":7}]}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := p.Routes()
+			err := p.Load(ctx, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: []byte(data)})
+			if !errors.Is(err, pdp.ErrBadPolicyData) {
+				t.Fatalf("load = %v, want ErrBadPolicyData", err)
+			}
+			if got := p.Routes(); !slices.Equal(got, before) {
+				t.Fatalf("routes after a refused load %+v, want %+v", got, before)
 			}
 		})
 	}

@@ -68,8 +68,9 @@ func NewEngine(ctx context.Context, s Store, cfg engine.Config) (*engine.Engine,
 	return engine.New(ctx, cfg)
 }
 
-// Register adds nexus.check, nexus.roles, nexus.relations,
-// nexus.lookup_resources and nexus.lookup_subjects to reg.
+// Register adds nexus.check, nexus.valid_ids, nexus.roles,
+// nexus.relations, nexus.lookup_resources, nexus.lookup_subjects,
+// nexus.envoy_decide, nexus.resource_tenant and nexus.grant to reg.
 func Register(reg *engine.Registry, s Store) error {
 	check := func(ctx context.Context, object, permission, subject string) (bool, error) {
 		// The store validates the IDs, names and types it is asked about;
@@ -148,6 +149,15 @@ func Register(reg *engine.Registry, s Store) error {
 		{"nexus.relations", 2, engine.StringList2(relations)},
 		{"nexus.lookup_resources", 3, engine.StringList3(lookupResources)},
 		{"nexus.lookup_subjects", 3, engine.StringList3(lookupSubjects)},
+		{"nexus.envoy_decide", 2, engine.JSON2(func(ctx context.Context, dst []byte, table, request string) ([]byte, error) {
+			return EnvoyDecide(ctx, s, dst, table, request)
+		})},
+		{"nexus.resource_tenant", 2, engine.StringList2(func(ctx context.Context, dst []string, object, claimed string) ([]string, error) {
+			return ResourceTenant(ctx, s, dst, object, claimed)
+		})},
+		{"nexus.grant", 4, engine.StringList4(func(ctx context.Context, dst []string, subject, action, object, tenant string) ([]string, error) {
+			return Grant(ctx, s, dst, subject, action, object, tenant)
+		})},
 	} {
 		if err := reg.Register(b.name, b.arity, b.fn); err != nil {
 			return fmt.Errorf("builtins: %w", err)

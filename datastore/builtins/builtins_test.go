@@ -49,7 +49,7 @@ default can_read := false
 default is_admin := false
 `
 
-func openDrive(t *testing.T) *datastore.BoltStore {
+func openDrive(t testing.TB) *datastore.BoltStore {
 	t.Helper()
 	ctx := context.Background()
 	s, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(t.TempDir(), "rel.db")})

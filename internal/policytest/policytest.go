@@ -216,6 +216,19 @@ func goBuiltins(s builtins.Store) []*tester.Builtin {
 			return stringsTerm(ids, nil)
 		},
 	}
+	impls["nexus.envoy_decide"] = func(ctx context.Context, a []string) (*ast.Term, error) {
+		b, err := builtins.EnvoyDecide(ctx, s, nil, a[0], a[1])
+		if err != nil {
+			return nil, err
+		}
+		return ast.ParseTerm(string(b))
+	}
+	impls["nexus.resource_tenant"] = func(ctx context.Context, a []string) (*ast.Term, error) {
+		return stringsTerm(builtins.ResourceTenant(ctx, s, nil, a[0], a[1]))
+	}
+	impls["nexus.grant"] = func(ctx context.Context, a []string) (*ast.Term, error) {
+		return stringsTerm(builtins.Grant(ctx, s, nil, a[0], a[1], a[2], a[3]))
+	}
 	var out []*tester.Builtin
 	for _, hb := range bundle.NexusBuiltins {
 		impl, ok := impls[hb.Name]
@@ -621,4 +634,15 @@ func (noStore) LookupResources(context.Context, api.Subject, string, string) ([]
 
 func (noStore) LookupSubjects(context.Context, api.Object, string, string) ([]string, error) {
 	return nil, errNoStore
+}
+
+// RegoBuiltins are nexus' host builtins over s as options of OPA's own
+// evaluator (rego.New), implemented as `nexus test` runs them: what a test
+// needs to evaluate a nexus policy with OPA as its oracle.
+func RegoBuiltins(s builtins.Store) []func(*rego.Rego) {
+	var out []func(*rego.Rego)
+	for _, b := range goBuiltins(s) {
+		out = append(out, b.Func)
+	}
+	return out
 }

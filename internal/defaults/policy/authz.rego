@@ -5,7 +5,7 @@
 #
 # A check is allowed when no ABAC condition denies it and either
 #   - RBAC: a role the subject holds in the resource's tenant grants
-#     "<type>:<action>" or "<type>:*" (data.nexus.roles, from the schema), or
+#     "<type>:<action>" or "<type>:*" (the schema's roles), or
 #   - ReBAC: the relationship store says the subject has the permission named
 #     by the action on the resource (folder inheritance and all).
 #
@@ -24,63 +24,33 @@ decision := decide(input.subject, input.action, input.resource)
 
 allow := decision.allow
 
-# decide answers one check: {"allow": bool, "reason": string}. The store
-# is asked for the resource's tenants once.
-decide(subject, action, resource) := decide_stored(subject, action, resource, stored_tenants(resource))
-
-decide_stored(subject, action, resource, stored) := {"allow": false, "reason": "tenant_mismatch"} if {
-	claimed := object.get(resource, "tenant", "")
-	claimed != ""
-	count(stored) > 0
-	not claimed in stored
-} else := decide_in_tenant(subject, action, resource, tenant_of(resource, stored))
-
-# stored_tenants are the tenants the store assigns the resource to (none
-# for a type without a tenant relation, or a resource without an id).
-stored_tenants(resource) := {t |
-	resource.id != ""
-	data.nexus.tenanted[resource.type]
-	prefix := concat("", [data.nexus.tenant_type, ":"])
-	some s in nexus.relations(concat(":", [resource.type, resource.id]), "tenant")
-	startswith(s, prefix)
-	t := substring(s, count(prefix), -1)
+# decide answers one check: {"allow": bool, "reason": string}.
+#
+# nexus.resource_tenant asks the store for the resource's tenants once:
+# ["mismatch"] when the request claims a tenant the store does not hold
+# the resource in, else ["ok", T], the tenant the check is judged in (the
+# claimed one, else the store's only one, else ""). nexus.grant answers
+# ["rbac"] when a role of the subject in that tenant grants
+# "<type>:<action>" or "<type>:*" (the schema's roles), else ["rebac"] when
+# the relationship store grants the permission named by the action, else
+# []. The fields of subject and resource are strings (the transports make
+# them so).
+decide(subject, action, resource) := decide_in(subject, action, resource, obj, nexus.resource_tenant(obj, object.get(resource, "tenant", ""))) if {
+	obj := concat(":", [resource.type, object.get(resource, "id", "")])
 }
 
-# tenant_of is the tenant a check is judged in: the one the request names
-# (decide refused it if the store disagrees), else the store's single one.
-tenant_of(resource, stored) := t if {
-	t := object.get(resource, "tenant", "")
-	t != ""
-} else := t if {
-	count(stored) == 1
-	some t in stored
-} else := ""
+# A resource without a type has no tenant, role grant or permission.
+decide(_, _, resource) := {"allow": false, "reason": "no_grant"} if not resource.type
 
-decide_in_tenant(subject, action, resource, tenant) := {"allow": false, "reason": min(ds)} if {
+decide_in(_, _, _, _, ["mismatch"]) := {"allow": false, "reason": "tenant_mismatch"}
+
+decide_in(subject, action, resource, obj, ["ok", tenant]) := {"allow": false, "reason": min(ds)} if {
 	ds := denials(action, resource)
 	count(ds) > 0
-} else := {"allow": true, "reason": "rbac"} if {
-	rbac(concat(":", [subject.type, subject.id]), action, resource.type, tenant)
-} else := {"allow": true, "reason": "rebac"} if {
-	rebac(concat(":", [subject.type, subject.id]), action, resource)
+} else := {"allow": true, "reason": grant[0]} if {
+	grant := nexus.grant(concat(":", [subject.type, subject.id]), action, obj, tenant)
+	count(grant) == 1
 } else := {"allow": false, "reason": "no_grant"}
-
-# rbac holds when a tenant role of the subject grants the action on the
-# resource type in tenant.
-rbac(subject, action, type, tenant) if {
-	tenant != ""
-	grants := {concat(":", [type, action]), concat(":", [type, "*"])}
-	some role in nexus.roles(subject, tenant)
-	some grant in data.nexus.roles[role]
-	grant in grants
-}
-
-# rebac holds when the relationship store grants the permission.
-rebac(subject, action, resource) if {
-	resource.id != ""
-	action in object.get(data.nexus.permissions, resource.type, [])
-	nexus.check(concat(":", [resource.type, resource.id]), action, subject)
-}
 
 # denials are the reasons the ABAC conditions (data.nexus.conditions) give
 # to deny: a condition names a resource type, actions, and a resource

@@ -6,177 +6,68 @@
 # Route rules (data.nexus.routes, in order, first match wins) map the
 # method and path to an action and a resource: a path segment "{id}" names
 # the resource, "{tenant}" its tenant, "*" matches any one segment. The
-# server adds each route's "segments" (its path split at "/") when it loads
-# the policy; without them the policy splits the path itself. The subject
-# is the "sub" of a JWT verified by Envoy's jwt_authn filter (its payload in
-# the request's metadata) or, only without one, the header
+# subject is the "sub" of a JWT verified by Envoy's jwt_authn filter (its
+# payload in the request's metadata) or, only without a JWT, the header
 # data.nexus.subject_header, which the server sets only when told that a
 # trusted hop sets it (nexus serve --trusted-subject-header); the tenant
-# comes from a path segment or the header data.nexus.tenant_header. The
-# server also indexes the route rules (data.nexus.route_index, below).
+# comes from a path segment or the header data.nexus.tenant_header.
+#
+# The host builtin nexus.envoy_decide answers the rest, in one call:
+#   - no route rule matches: 403, reason "no_route";
+#   - no subject: 401, reason "no_subject";
+#   - the subject, the tenant or the resource ID is not an ID the store can
+#     hold (letters, digits and _-.=+/|~, at most 256 bytes; not "." or
+#     ".."): anything else, a header sent twice (joined with ","), a space,
+#     an empty value, is the client's error, 400 "invalid_request",
+#     answered before the store is asked;
+#   - otherwise the check is decided as data.nexus.authz.decide decides an
+#     application check (the resource's tenant, the ABAC conditions, RBAC,
+#     ReBAC): an allow names the subject and the reason in the headers
+#     x-nexus-subject and x-nexus-decision, a deny is 403 with the reason.
+# A result names the subject it decided for ("subject"): nexus' decision
+# log records it. Envoy ignores the field.
 package nexus.envoy
 
 import rego.v1
 
 # Only the fields the policy names are read: nexus passes a policy just the
 # parts of the input document it refers to.
+default method := ""
+
 method := input.attributes.request.http.method
 
 # The subject and tenant headers, named in data.
+default subject_header := null
+
 subject_header := input.attributes.request.http.headers[data.nexus.subject_header]
+
+default tenant_header := ""
 
 tenant_header := input.attributes.request.http.headers[data.nexus.tenant_header]
 
+# The payloads of the JWTs Envoy's jwt_authn filter verified. A verified
+# JWT decides the subject (its "sub", when the payloads have exactly one);
+# the subject header counts only when no JWT came with the request.
+default jwt_payloads := null
+
+jwt_payloads := input.attributes.metadataContext.filterMetadata["envoy.filters.http.jwt_authn"]
+
+# The route rules and conditions as nexus.envoy_decide reads them: the
+# server writes them into data.nexus.route_table when it loads the policy;
+# without it (OPA, nexus test) the policy writes them itself.
 segments(r) := r.segments
 
 segments(r) := split(trim_prefix(r.path, "/"), "/") if not r.segments
 
-path_length := count(input.parsed_path)
+route_table := data.nexus.route_table
 
-# A wildcard ("*", "{id}", "{tenant}") matches any segment, anything else
-# only itself. (One rule per wildcard: no set is built per segment.)
-segment_matches("*", _)
+default conditions := []
 
-segment_matches("{id}", _)
+conditions := data.nexus.conditions
 
-segment_matches("{tenant}", _)
+route_table := json.marshal({
+	"routes": [[r.method, r.action, r.type, segments(r)] | some r in data.nexus.routes],
+	"conditions": conditions,
+}) if not data.nexus.route_table
 
-segment_matches(pattern, value) if pattern == value
-
-method_matches(m) if m == method
-
-method_matches("*")
-
-route_matches(r) if {
-	method_matches(r.method)
-	parts := segments(r)
-	count(parts) == path_length
-	every i, p in parts {
-		segment_matches(p, input.parsed_path[i])
-	}
-}
-
-# The candidates are the rules whose path has as many segments as the
-# request's and whose method is the request's or "*". The server indexes the
-# rules so when it loads the policy (data.nexus.route_index: by segment count,
-# then method, the rules' positions); without the index every rule is a
-# candidate. The first matching rule in data order wins.
-candidates contains i if {
-	some m in [method, "*"]
-	some i in data.nexus.route_index[path_length][m]
-}
-
-candidates contains i if {
-	not data.nexus.route_index
-	some i, _ in data.nexus.routes
-}
-
-route := data.nexus.routes[min({i | some i in candidates; route_matches(data.nexus.routes[i])})]
-
-route_segments := segments(route)
-
-jwt_subjects contains sub if {
-	some _, payload in input.attributes.metadataContext.filterMetadata["envoy.filters.http.jwt_authn"]
-	sub := payload.sub
-}
-
-# A verified JWT decides; the header counts only when no JWT came with the
-# request (a JWT without exactly one "sub" names no subject at all).
-claimed_subject := s if {
-	count(jwt_subjects) == 1
-	some s in jwt_subjects
-}
-
-claimed_subject := subject_header if not input.attributes.metadataContext.filterMetadata["envoy.filters.http.jwt_authn"]
-
-# A result names the subject it decided for ("subject"): nexus' decision
-# log records it. Envoy ignores the field.
-#
-# The subject, the tenant and the resource ID must be IDs the store can
-# hold (letters, digits and _-.=+/|~, at most 256 bytes): anything else, a
-# header sent twice (joined with ","), a space, an empty value, is the
-# client's error, answered before the store is asked.
-valid_id(s) if {
-	is_string(s)
-	s != ""
-	s != "." # a path segment a server may resolve
-	s != ".."
-	nexus.valid_ids(s, "", "")
-}
-
-subject_id := claimed_subject if valid_id(claimed_subject)
-
-default tenant := ""
-
-tenant := input.parsed_path[i] if {
-	some i, p in route_segments
-	p == "{tenant}"
-}
-
-tenant := tenant_header if not "{tenant}" in route_segments
-
-default resource_id := ""
-
-resource_id := input.parsed_path[i] if {
-	some i, p in route_segments
-	p == "{id}"
-}
-
-# invalid names the first part of the request that is not a valid ID.
-invalid := "subject" if {
-	claimed_subject
-	not subject_id
-} else := "tenant" if {
-	tenant != ""
-	not valid_id(tenant)
-} else := "resource" if {
-	"{id}" in route_segments
-	not valid_id(resource_id)
-}
-
-authz := data.nexus.authz.decide(
-	{"type": "user", "id": subject_id},
-	route.action,
-	{"type": route.type, "id": resource_id, "tenant": tenant},
-)
-
-default result := {"allowed": false, "http_status": 403, "reason": "no_route", "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}}
-
-result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: a verified JWT is required\"}", "headers": {"content-type": "application/json", "www-authenticate": "Bearer realm=\"nexus\""}} if {
-	route
-	not claimed_subject
-}
-
-result := {
-	"allowed": false,
-	"http_status": 400,
-	"reason": "invalid_request",
-	"body": concat("", ["{\"error\":\"the request's ", invalid, " is not a valid ID\"}"]),
-	"headers": {"content-type": "application/json"},
-} if {
-	route
-	claimed_subject
-	invalid
-}
-
-result := {
-	"allowed": true,
-	"reason": authz.reason,
-	"subject": subject_id,
-	"headers": {"x-nexus-subject": subject_id, "x-nexus-decision": authz.reason},
-} if {
-	not invalid
-	authz.allow
-}
-
-result := {
-	"allowed": false,
-	"http_status": 403,
-	"reason": authz.reason,
-	"subject": subject_id,
-	"body": concat("", ["{\"error\":\"forbidden\",\"reason\":\"", authz.reason, "\"}"]),
-	"headers": {"content-type": "application/json", "x-nexus-decision": authz.reason},
-} if {
-	not invalid
-	not authz.allow
-}
+result := nexus.envoy_decide(route_table, json.marshal([method, input.parsed_path, jwt_payloads, subject_header, tenant_header]))

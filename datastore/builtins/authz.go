@@ -1,0 +1,347 @@
+package builtins
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
+)
+
+// The builtins of this file answer the parts of a check that the default
+// policy used to compute in Rego (route matching, the resource's tenant,
+// RBAC and ReBAC), in one host call each. Their Rego definitions are kept
+// as the specification they are tested against (package
+// internal/defaults/reference).
+
+// The segments of a route rule that name the resource and its tenant.
+const (
+	idSegment     = "{id}"
+	tenantSegment = "{tenant}"
+)
+
+// RouteRule is one rule of a route table: a request whose method is
+// Method (or Method is "*") and whose path has as many segments as
+// Segments, each equal to its pattern or matched by "*", "{id}" or
+// "{tenant}", is Action on a resource of Type.
+type RouteRule struct {
+	Method, Action, Type string
+	Segments             []string
+}
+
+// Condition is an ABAC condition of the default policy's data
+// (data.nexus.conditions): Action in Actions on a resource of Type whose
+// attribute Attribute equals Value is denied, with Reason.
+type Condition struct {
+	Type      string   `json:"type"`
+	Actions   []string `json:"actions"`
+	Attribute string   `json:"attribute"`
+	Value     any      `json:"value"`
+	Reason    string   `json:"reason"`
+}
+
+// Table is what nexus.envoy_decide reads of the default policy's data:
+// the route rules, in order, and the ABAC conditions.
+type Table struct {
+	Routes     []RouteRule
+	Conditions []Condition
+}
+
+// AppendTable appends t as the JSON text nexus.envoy_decide reads:
+// {"routes": [[method, action, type, [segment, ...]], ...], "conditions":
+// [...]}.
+func AppendTable(dst []byte, t Table) ([]byte, error) {
+	routes := make([][4]any, len(t.Routes))
+	for i, r := range t.Routes {
+		routes[i] = [4]any{r.Method, r.Action, r.Type, r.Segments}
+	}
+	conds := t.Conditions
+	if conds == nil {
+		conds = []Condition{}
+	}
+	b, err := json.Marshal(map[string]any{"routes": routes, "conditions": conds})
+	if err != nil {
+		return dst, fmt.Errorf("builtins: route table: %w", err)
+	}
+	return append(dst, b...), nil
+}
+
+// parseTable reads a table AppendTable wrote, or one a policy wrote with
+// json.marshal. A route rule whose method, action or type is not a
+// string, or whose segments are not strings, is left out: it can match
+// nothing. (The server refuses such data when it loads a policy.)
+func parseTable(table string) (*Table, error) {
+	var raw struct {
+		Routes     [][]json.RawMessage `json:"routes"`
+		Conditions []json.RawMessage   `json:"conditions"`
+	}
+	if err := json.Unmarshal([]byte(table), &raw); err != nil {
+		return nil, fmt.Errorf("nexus.envoy_decide: the route table is not valid: %w", err)
+	}
+	t := &Table{Routes: make([]RouteRule, 0, len(raw.Routes))}
+	for _, r := range raw.Routes {
+		var rule RouteRule
+		if len(r) != 4 ||
+			json.Unmarshal(r[0], &rule.Method) != nil ||
+			json.Unmarshal(r[1], &rule.Action) != nil ||
+			json.Unmarshal(r[2], &rule.Type) != nil ||
+			json.Unmarshal(r[3], &rule.Segments) != nil ||
+			rule.Segments == nil {
+			continue
+		}
+		t.Routes = append(t.Routes, rule)
+	}
+	for _, c := range raw.Conditions {
+		var cond Condition
+		if json.Unmarshal(c, &cond) != nil {
+			continue
+		}
+		t.Conditions = append(t.Conditions, cond)
+	}
+	return t, nil
+}
+
+// parsedTable is the last table read, kept so that a policy's table is
+// parsed once, not on every check.
+type parsedTable struct {
+	text  string
+	table *Table
+}
+
+var lastTable atomic.Pointer[parsedTable]
+
+func tableOf(text string) (*Table, error) {
+	if t := lastTable.Load(); t != nil && t.text == text {
+		return t.table, nil
+	}
+	t, err := parseTable(text)
+	if err != nil {
+		return nil, err
+	}
+	lastTable.Store(&parsedTable{text: strings.Clone(text), table: t})
+	return t, nil
+}
+
+// matched is the route rule a request matched and its captures.
+type matched struct {
+	rule       *RouteRule
+	id, tenant capture
+}
+
+// route finds the first rule of t that matches method and the path's
+// segments. A rule with two "{id}" (or "{tenant}") segments whose values
+// differ is an error: the request names two resources.
+func (t *Table) route(method string, segs []string) (matched, bool, error) {
+	for i := range t.Routes {
+		r := &t.Routes[i]
+		if (r.Method != method && r.Method != "*") || len(r.Segments) != len(segs) {
+			continue
+		}
+		m := matched{rule: r}
+		ok := true
+		for j, p := range r.Segments {
+			switch p {
+			case "*":
+			case idSegment:
+				if err := m.id.set(p, segs[j]); err != nil {
+					return m, false, err
+				}
+			case tenantSegment:
+				if err := m.tenant.set(p, segs[j]); err != nil {
+					return m, false, err
+				}
+			default:
+				ok = p == segs[j]
+			}
+			if !ok {
+				break
+			}
+		}
+		if ok {
+			return m, true, nil
+		}
+	}
+	return matched{}, false, nil
+}
+
+type capture struct {
+	value string
+	found bool
+}
+
+func (c *capture) set(pattern, seg string) error {
+	if c.found && c.value != seg {
+		return fmt.Errorf("nexus.route: the rule's %s segments name %q and %q", pattern, c.value, seg)
+	}
+	c.value, c.found = seg, true
+	return nil
+}
+
+// Results of nexus.resource_tenant.
+const (
+	tenantMismatch = "mismatch"
+	tenantOK       = "ok"
+)
+
+// schemaStore is what nexus.resource_tenant and nexus.grant read besides
+// Store's methods.
+type schemaStore interface {
+	Schema(ctx context.Context) (*datastore.Schema, error)
+}
+
+// ResourceTenant is nexus.resource_tenant(object, claimed): the tenant a
+// check on object ("type:id") is judged in. The store's tenants of object
+// are those of its "tenant" relation, for a type the schema gives one to
+// the tenant type. A claimed tenant ("" for none) that the store does not
+// hold, when it holds one, appends ["mismatch"]; otherwise ["ok", T] where
+// T is the claimed tenant, else the store's only one, else "".
+func ResourceTenant(ctx context.Context, s Store, dst []string, object, claimed string) ([]string, error) {
+	stored, err := storedTenants(ctx, s, object)
+	if err != nil {
+		return dst, err
+	}
+	switch {
+	case claimed != "" && len(stored) > 0 && !slices.Contains(stored, claimed):
+		return append(dst, tenantMismatch), nil
+	case claimed != "":
+		return append(dst, tenantOK, claimed), nil
+	case len(stored) == 1:
+		return append(dst, tenantOK, stored[0]), nil
+	}
+	return append(dst, tenantOK, ""), nil
+}
+
+// storedTenants lists the distinct tenants the store assigns object to.
+func storedTenants(ctx context.Context, s Store, object string) ([]string, error) {
+	typ, id, _ := strings.Cut(object, ":")
+	if id == "" {
+		return nil, nil
+	}
+	sc := schemaOf(ctx, s)
+	if sc == nil || !tenanted(sc, typ) {
+		return nil, nil
+	}
+	obj, err := api.ParseObject(object)
+	if err != nil {
+		return nil, fmt.Errorf("nexus.resource_tenant: %w", err)
+	}
+	var subjects []string
+	if sa, ok := s.(subjectsAppender); ok {
+		subjects, err = sa.AppendSubjects(ctx, nil, obj, "tenant")
+	} else {
+		var ts []api.Tuple
+		ts, err = s.Read(ctx, datastore.Filter{ObjectType: obj.Type, ObjectID: obj.ID, Relation: "tenant"})
+		for _, t := range ts {
+			subjects = append(subjects, t.Subject.String())
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nexus.resource_tenant: %w", err)
+	}
+	prefix := sc.TenantType() + ":"
+	var out []string
+	for _, sub := range subjects {
+		if t, ok := strings.CutPrefix(sub, prefix); ok && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// schemaOf is the store's schema, nil without one (or for a store that
+// does not say).
+func schemaOf(ctx context.Context, s Store) *datastore.Schema {
+	ss, ok := s.(schemaStore)
+	if !ok {
+		return nil
+	}
+	sc, err := ss.Schema(ctx)
+	if err != nil {
+		return nil
+	}
+	return sc
+}
+
+// tenanted reports whether the schema lets typ's resources be assigned to
+// a tenant: a "tenant" relation whose subjects are of the tenant type.
+func tenanted(sc *datastore.Schema, typ string) bool {
+	c := lastTenanted.Load()
+	if c == nil || c.schema != sc {
+		c = &tenantedTypes{schema: sc, types: map[string]bool{}}
+		if tt := sc.TenantType(); tt != "" {
+			for _, t := range sc.Types() {
+				c.types[t] = slices.Contains(sc.Relations(t), "tenant") &&
+					slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool {
+						return st.Type == tt && st.Relation == ""
+					})
+			}
+		}
+		lastTenanted.Store(c)
+	}
+	return c.types[typ]
+}
+
+// tenantedTypes are the types a schema lets be assigned to a tenant,
+// kept for the last schema asked about (a store's schema is immutable:
+// a schema write makes a new one).
+type tenantedTypes struct {
+	schema *datastore.Schema
+	types  map[string]bool
+}
+
+var lastTenanted atomic.Pointer[tenantedTypes]
+
+// Grant is nexus.grant(subject, action, object, tenant): why subject may
+// do action on object ("type:id"), as ["rbac"] when one of its roles in
+// tenant (none if "") grants "type:action" or "type:*", else ["rebac"]
+// when object has an ID, action is one of its type's permissions and the
+// store grants it; nothing appended when neither does.
+func Grant(ctx context.Context, s Store, dst []string, subject, action, object, tenant string) ([]string, error) {
+	typ, id, _ := strings.Cut(object, ":")
+	if tenant != "" {
+		sub, err := api.ParseSubject(subject)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.grant: %w", err)
+		}
+		roles, err := s.AppendRoles(ctx, nil, sub, tenant)
+		if err != nil {
+			return dst, fmt.Errorf("nexus.grant: %w", err)
+		}
+		if sc := schemaOf(ctx, s); sc != nil {
+			for _, role := range roles {
+				for _, g := range sc.RoleGrants(role) {
+					if gt, ga, _ := strings.Cut(g, ":"); gt == typ && (ga == action || ga == "*") {
+						return append(dst, "rbac"), nil
+					}
+				}
+			}
+		}
+	}
+	if id == "" {
+		return dst, nil
+	}
+	sc := schemaOf(ctx, s)
+	if sc == nil || !slices.Contains(sc.Permissions(typ), action) {
+		return dst, nil
+	}
+	obj, err := api.SplitObject(object)
+	if err != nil {
+		return dst, fmt.Errorf("nexus.grant: %w", err)
+	}
+	sub, err := api.SplitSubject(subject)
+	if err != nil {
+		return dst, fmt.Errorf("nexus.grant: %w", err)
+	}
+	res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: action, Subject: sub})
+	if err != nil {
+		return dst, fmt.Errorf("nexus.grant: %w", err)
+	}
+	if res.Allowed {
+		return append(dst, "rebac"), nil
+	}
+	return dst, nil
+}

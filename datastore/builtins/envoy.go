@@ -1,0 +1,350 @@
+package builtins
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/internal/jsonw"
+)
+
+// EnvoyDecide is nexus.envoy_decide(table, request): the default policy's
+// answer to a proxied HTTP request, an opa-envoy-plugin result object.
+// table is the policy's route rules and ABAC conditions (AppendTable);
+// request is the JSON array [method, path segments, JWT payloads, subject
+// header, tenant header]: the payloads Envoy's jwt_authn filter verified
+// (its metadata; null or false without one) and the headers' values (null
+// for an absent subject header, "" for an absent tenant header). A JWT
+// decides the subject, when it has exactly one distinct "sub"; the header
+// counts only without a JWT.
+//
+// The first route rule that matches names the action and the resource
+// (its "{id}" segment) and maybe its tenant (its "{tenant}" segment, else
+// the tenant header). No rule is a 403 "no_route"; no subject a 401
+// "no_subject"; a subject, tenant or resource ID that is not an ID the
+// store can hold a 400 "invalid_request". Otherwise the check is decided
+// as nexus.authz's decide does (tenant, ABAC conditions, RBAC, ReBAC): an
+// allow with the subject and the reason in headers, or a 403 with the
+// reason.
+func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string) ([]byte, error) {
+	t, err := tableOf(table)
+	if err != nil {
+		return dst, err
+	}
+	var req envoyRequest
+	if err := req.parse(request); err != nil {
+		return dst, err
+	}
+	m, ok, err := t.route(req.method, req.path)
+	if err != nil {
+		return dst, fmt.Errorf("nexus.envoy_decide: %w", err)
+	}
+	if !ok {
+		return append(dst, `{"allowed":false,"http_status":403,"reason":"no_route","body":"{\"error\":\"no route rule matches this request\"}","headers":{"content-type":"application/json"}}`...), nil
+	}
+	if !req.claimed {
+		return append(dst, `{"allowed":false,"http_status":401,"reason":"no_subject","body":"{\"error\":\"no subject: a verified JWT is required\"}","headers":{"content-type":"application/json","www-authenticate":"Bearer realm=\"nexus\""}}`...), nil
+	}
+	tenant := req.tenant
+	if m.tenant.found {
+		tenant = m.tenant.value
+	}
+	invalid := ""
+	switch {
+	case !req.subjectOK || !validID(req.subject):
+		invalid = "subject"
+	case tenant != "" && !validID(tenant):
+		invalid = "tenant"
+	case m.id.found && !validID(m.id.value):
+		invalid = "resource"
+	}
+	if invalid != "" {
+		dst = append(dst, `{"allowed":false,"http_status":400,"reason":"invalid_request","body":`...)
+		dst = jsonw.String(dst, "{\"error\":\"the request's "+invalid+" is not a valid ID\"}")
+		return append(dst, `,"headers":{"content-type":"application/json"}}`...), nil
+	}
+	allow, reason, err := decide(ctx, s, t, "user:"+req.subject, m.rule.Action, m.rule.Type, m.id.value, tenant)
+	if err != nil {
+		return dst, err
+	}
+	if allow {
+		dst = append(dst, `{"allowed":true,"reason":`...)
+		dst = jsonw.String(dst, reason)
+		dst = append(dst, `,"subject":`...)
+		dst = jsonw.String(dst, req.subject)
+		dst = append(dst, `,"headers":{"x-nexus-subject":`...)
+		dst = jsonw.String(dst, req.subject)
+		dst = append(dst, `,"x-nexus-decision":`...)
+		dst = jsonw.String(dst, reason)
+		return append(dst, "}}"...), nil
+	}
+	dst = append(dst, `{"allowed":false,"http_status":403,"reason":`...)
+	dst = jsonw.String(dst, reason)
+	dst = append(dst, `,"subject":`...)
+	dst = jsonw.String(dst, req.subject)
+	dst = append(dst, `,"body":`...)
+	dst = jsonw.String(dst, "{\"error\":\"forbidden\",\"reason\":\""+reason+"\"}")
+	dst = append(dst, `,"headers":{"content-type":"application/json","x-nexus-decision":`...)
+	dst = jsonw.String(dst, reason)
+	return append(dst, "}}"...), nil
+}
+
+// envoyRequest is nexus.envoy_decide's request argument, the JSON array
+// [method, path segments, JWT payloads, subject header, tenant header].
+type envoyRequest struct {
+	method    string
+	path      []string
+	claimed   bool   // the request names a subject
+	subject   string // the subject, when subjectOK
+	subjectOK bool   // the subject named is a string
+	tenant    string
+}
+
+func (r *envoyRequest) parse(request string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("nexus.envoy_decide: the request is not [method, path, JWT payloads, subject header, tenant header]: %s", why)
+	}
+	sc := scanner{s: request}
+	if !sc.next('[') {
+		return bad("not an array")
+	}
+	var ok bool
+	if r.method, ok = sc.str(); !ok || !sc.next(',') || !sc.next('[') {
+		return bad("method")
+	}
+	for first := true; !sc.next(']'); first = false {
+		if !first && !sc.next(',') {
+			return bad("path")
+		}
+		seg, ok := sc.str()
+		if !ok {
+			return bad("path")
+		}
+		r.path = append(r.path, seg)
+	}
+	if !sc.next(',') {
+		return bad("JWT payloads")
+	}
+	jwt, ok := sc.value()
+	if !ok || !sc.next(',') {
+		return bad("JWT payloads")
+	}
+	header, ok := sc.value()
+	if !ok || !sc.next(',') {
+		return bad("subject header")
+	}
+	if r.tenant, ok = sc.str(); !ok || !sc.next(']') || sc.i != len(sc.s) {
+		return bad("tenant header")
+	}
+	var claim string // the subject's JSON, "" for none
+	if jwt == "null" || jwt == "false" {
+		// No JWT: the subject header, when the request has it.
+		if header != "null" {
+			claim = header
+		}
+	} else {
+		// A verified JWT decides: exactly one distinct "sub" among its
+		// payloads names the subject, anything else none.
+		subs, err := jwtSubjects(jwt)
+		if err != nil {
+			return bad(err.Error())
+		}
+		if len(subs) == 1 {
+			claim = subs[0]
+		}
+	}
+	if claim == "" || claim == "false" {
+		return nil // false names no subject either
+	}
+	r.claimed = true
+	if claim[0] == '"' {
+		r.subject, r.subjectOK = unquote(claim)
+	}
+	return nil
+}
+
+// jwtSubjects lists the distinct "sub" claims (as JSON) of the payloads
+// Envoy's jwt_authn filter wrote: the values of an object (or the elements
+// of an array) that are objects with a "sub".
+func jwtSubjects(jwt string) ([]string, error) {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(jwt))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	var payloads []any
+	switch p := v.(type) {
+	case map[string]any:
+		for _, x := range p {
+			payloads = append(payloads, x)
+		}
+	case []any:
+		payloads = p
+	}
+	var subs []string
+	for _, p := range payloads {
+		obj, ok := p.(map[string]any)
+		if !ok {
+			continue
+		}
+		sub, ok := obj["sub"]
+		if !ok {
+			continue
+		}
+		b, err := json.Marshal(canonical(sub))
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(subs, string(b)) {
+			subs = append(subs, string(b))
+		}
+	}
+	return subs, nil
+}
+
+// canonical makes numbers that Rego holds equal (1 and 1.0) the same.
+func canonical(v any) any {
+	if n, ok := v.(json.Number); ok {
+		if f, err := n.Float64(); err == nil {
+			return f
+		}
+	}
+	return v
+}
+
+// scanner reads the JSON text nexus.envoy_decide's request is: OPA's
+// json.marshal writes it compactly.
+type scanner struct {
+	s string
+	i int
+}
+
+func (sc *scanner) skipSpace() {
+	for sc.i < len(sc.s) && (sc.s[sc.i] == ' ' || sc.s[sc.i] == '\t' || sc.s[sc.i] == '\n' || sc.s[sc.i] == '\r') {
+		sc.i++
+	}
+}
+
+// next consumes c if it comes next.
+func (sc *scanner) next(c byte) bool {
+	sc.skipSpace()
+	if sc.i < len(sc.s) && sc.s[sc.i] == c {
+		sc.i++
+		return true
+	}
+	return false
+}
+
+// str consumes a string and returns its value.
+func (sc *scanner) str() (string, bool) {
+	raw, ok := sc.value()
+	if !ok || raw[0] != '"' {
+		return "", false
+	}
+	return unquote(raw)
+}
+
+// unquote decodes a JSON string.
+func unquote(raw string) (string, bool) {
+	if inner := raw[1 : len(raw)-1]; !strings.ContainsAny(inner, "\\\"") && utf8.ValidString(inner) {
+		return inner, true
+	}
+	var s string
+	err := json.Unmarshal([]byte(raw), &s)
+	return s, err == nil
+}
+
+// value consumes any JSON value and returns its text.
+func (sc *scanner) value() (string, bool) {
+	sc.skipSpace()
+	start := sc.i
+	depth := 0
+	for sc.i < len(sc.s) {
+		switch c := sc.s[sc.i]; c {
+		case '"':
+			sc.i++
+			for sc.i < len(sc.s) && sc.s[sc.i] != '"' {
+				if sc.s[sc.i] == '\\' {
+					sc.i++
+				}
+				sc.i++
+			}
+			if sc.i >= len(sc.s) {
+				return "", false
+			}
+			sc.i++
+		case '[', '{':
+			depth++
+			sc.i++
+		case ']', '}':
+			if depth == 0 {
+				return sc.end(start)
+			}
+			depth--
+			sc.i++
+		case ',':
+			if depth == 0 {
+				return sc.end(start)
+			}
+			sc.i++
+		default:
+			sc.i++
+		}
+		if depth == 0 && sc.i > start && (sc.s[sc.i-1] == '"' || sc.s[sc.i-1] == ']' || sc.s[sc.i-1] == '}') {
+			return sc.end(start)
+		}
+	}
+	return sc.end(start)
+}
+
+// end returns the value consumed since start. It is not validated: a
+// string is when it is decoded, the JWT payloads when they are parsed, and
+// any other subject is not a string, so not a valid one.
+func (sc *scanner) end(start int) (string, bool) {
+	raw := strings.TrimSpace(sc.s[start:sc.i])
+	return raw, raw != ""
+}
+
+// validID reports whether s is an ID a request may name: not empty, not a
+// dot segment a server may resolve, and one the store can hold.
+func validID(s string) bool {
+	return s != "" && s != "." && s != ".." && api.ValidID(s)
+}
+
+// decide is nexus.authz's decide for a resource without attributes:
+// whether subject may do action on the resource typ:id in the tenant the
+// request claims ("" for none), and why.
+func decide(ctx context.Context, s Store, t *Table, subject, action, typ, id, tenant string) (bool, string, error) {
+	obj := typ + ":" + id
+	var buf [2]string
+	res, err := ResourceTenant(ctx, s, buf[:0], obj, tenant)
+	if err != nil {
+		return false, "", err
+	}
+	if res[0] == tenantMismatch {
+		return false, "tenant_mismatch", nil
+	}
+	denial, denied := "", false
+	for _, c := range t.Conditions {
+		// Without attributes, every attribute is null.
+		if c.Type == typ && slices.Contains(c.Actions, action) && c.Value == nil && (!denied || c.Reason < denial) {
+			denial, denied = c.Reason, true
+		}
+	}
+	if denied {
+		return false, denial, nil
+	}
+	g, err := Grant(ctx, s, buf[:0], subject, action, obj, res[1])
+	if err != nil {
+		return false, "", err
+	}
+	if len(g) == 1 {
+		return true, g[0], nil
+	}
+	return false, "no_grant", nil
+}

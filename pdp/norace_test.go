@@ -1,0 +1,5 @@
+//go:build !race
+
+package pdp_test
+
+const raceEnabled = false
