@@ -120,7 +120,14 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 	if cur := Revision(s.rev.Load()); from <= cur {
 		return nil, fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, from, cur)
 	}
-	s.writeBegin()
+	// A run of tuple writes lets checks keep the shared snapshot while it
+	// runs, when it cannot grow the file past the map; a schema write
+	// changes the state checks pair with their snapshot, and retires it.
+	if exclusive {
+		s.writeBegin()
+	} else {
+		s.writeBeginShared(runGrowth(bs))
+	}
 	defer s.writeEnd()
 	results := make([]error, len(bs))
 	var newState *state
@@ -179,6 +186,29 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 	}
 	s.signal()
 	return results, nil
+}
+
+// runGrowth bounds the bytes of new pages a run of tuple writes adds to
+// the file beyond rewriting what it changes (see writeBeginShared): for
+// every key it puts or deletes, in either index or the changelog, a
+// leaf and its branches (64 KiB, for trees five levels deep of 4 KiB pages
+// split in three), plus four times the bytes it carries (names, metadata,
+// a change set as a value) for values that take pages of their own.
+func runGrowth(bs []Batch) int64 {
+	var keys, bytes int64
+	for _, b := range bs {
+		keys += int64(2*(len(b.Write.Touches)+len(b.Write.Deletes))) + 4
+		for _, ts := range [][]api.Tuple{b.Write.Touches, b.Write.Deletes} {
+			for _, t := range ts {
+				bytes += int64(len(t.Object.Type) + len(t.Object.ID) + len(t.Relation) + len(t.Subject.Type) + len(t.Subject.ID) + len(t.Subject.Relation) + 16)
+			}
+		}
+		for k, v := range b.Meta {
+			keys++
+			bytes += int64(len(k) + len(v))
+		}
+	}
+	return keys<<16 + 4*bytes
 }
 
 // applyWrite does what Write does inside its transaction. A batch that

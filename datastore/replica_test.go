@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nexuspdp/nexus/api"
@@ -335,5 +337,69 @@ func TestApplyRunTouchThenDelete(t *testing.T) {
 	}
 	if fmt.Sprint(changes) != "[1 0 2]" {
 		t.Fatalf("changes per revision %v, want [1 0 2] (touch, touch of a present tuple, delete and touch)", changes)
+	}
+}
+
+// TestApplyRunSharesSnapshot: checks made while runs of tuple writes
+// apply go on sharing one read transaction (each run publishes one new
+// one) instead of each beginning its own.
+func TestApplyRunSharesSnapshot(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	if _, err := s.ApplyRun(ctx, 1, []datastore.Batch{
+		{Schema: mustParseSchema(t, replicaSchema)},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:base#viewer@user:ann")}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const runs, readers = 40, 4
+	before := s.ReadTxCount()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var checks atomic.Int64
+	errs := make(chan error, readers)
+	for range readers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rev, _ := s.Revision(ctx)
+				ok, err := fixture.CheckText(ctx, s, "folder:base", "read", "user:ann")
+				if err != nil || !ok {
+					errs <- fmt.Errorf("check at revision %d: %v, %v", rev, ok, err)
+					return
+				}
+				if _, err := fixture.CheckText(ctx, s, "folder:p", "read", "user:x"); err != nil {
+					errs <- err
+					return
+				}
+				checks.Add(2)
+			}
+		})
+	}
+	for i := range runs {
+		var b datastore.Batch
+		if i%2 == 0 {
+			b.Write.Touches = mustTuples(t, "folder:q#viewer@user:x", "folder:p#viewer@user:x")
+		} else {
+			b.Write.Deletes = mustTuples(t, "folder:p#viewer@user:x", "folder:q#viewer@user:x")
+		}
+		if _, err := s.ApplyRun(ctx, datastore.Revision(3+2*i), []datastore.Batch{b, {}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// One snapshot published per run; a few more for checks that met one
+	// retired between their load and their reference.
+	if txs := s.ReadTxCount() - before; txs > runs+readers*4 {
+		t.Fatalf("%d read transactions for %d checks during %d runs: checks began their own", txs, checks.Load(), runs)
 	}
 }
