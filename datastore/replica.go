@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
@@ -224,11 +225,13 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 		return rejected, err
 	}
 	ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+	oc := ob.Cursor() // one for every lookup: present repositions it
+	cs.Changes = slices.Grow(cs.Changes, len(req.Touches)+len(req.Deletes))
 	var kb, sk []byte
 	for _, t := range req.Deletes {
 		n, _ := tupleIDs(st.dict, t)
 		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-		if !present(ob, kb) {
+		if !present(oc, kb) {
 			continue
 		}
 		if err := ob.Delete(kb); err != nil {
@@ -243,7 +246,7 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 	for _, t := range req.Touches {
 		n, _ := tupleIDs(st.dict, t)
 		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-		if present(ob, kb) {
+		if present(oc, kb) {
 			continue
 		}
 		if err := ob.Put(kb, nil); err != nil {
@@ -258,13 +261,16 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 	return nil, nil
 }
 
-// present reports whether b holds key k. Tuple keys have empty values,
-// and bbolt's Get returns nil for a key put with a nil value earlier in
-// the same transaction, as for a missing key: a run of batches that
-// touches a tuple and then deletes it would skip the delete. A cursor
-// finds the key either way.
-func present(b *bolt.Bucket, k []byte) bool {
-	got, _ := b.Cursor().Seek(k)
+// present reports whether the bucket of cursor c holds key k. Tuple keys
+// have empty values, and bbolt's Get returns nil for a key put with a nil
+// value earlier in the same transaction, as for a missing key: a run of
+// batches that touches a tuple and then deletes it would skip the delete.
+// A cursor finds the key either way. Seek starts again from the bucket's
+// root, so one cursor serves every lookup of a transaction, puts and
+// deletes in between included (a cursor of its own each cost two
+// allocations).
+func present(c *bolt.Cursor, k []byte) bool {
+	got, _ := c.Seek(k)
 	return bytes.Equal(got, k)
 }
 
