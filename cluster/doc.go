@@ -27,8 +27,9 @@
 // replica's revision is how far it has read. A message is applied to the
 // state the messages before it left, atomically; the messages that arrive
 // while one commit runs share the next bbolt transaction
-// (datastore.BoltStore.ApplyRun), so that a replica applies a burst with
-// one fsync rather than one per message.
+// (datastore.BoltStore.ApplyRun), and while they come faster than one
+// commit each, a transaction gathers them for 5 ms, so that a busy replica
+// commits at most 200 times a second.
 //
 // A write is first checked against the local store (the tuples against
 // the schema, the preconditions against the tuples). A conditional write
