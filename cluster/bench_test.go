@@ -3,7 +3,9 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,8 +23,11 @@ func benchCluster(b *testing.B, nodes int) []*replica {
 	b.Helper()
 	ns := natstest.Start(b, nodes)
 	var rs []*replica
-	for range 3 {
-		rs = append(rs, newReplica(b, cluster.Config{URLs: ns.URLs(), StreamReplicas: nodes, MaxBytes: 512 << 20, SnapshotInterval: -1}, ""))
+	for i := range 3 {
+		// Labelled replica=0, 1, 2 in CPU profiles.
+		pprof.Do(context.Background(), pprof.Labels("replica", strconv.Itoa(i)), func(context.Context) {
+			rs = append(rs, newReplica(b, cluster.Config{URLs: ns.URLs(), StreamReplicas: nodes, MaxBytes: 512 << 20, SnapshotInterval: -1}, ""))
+		})
 	}
 	for _, r := range rs {
 		waitFollowing(b, r)
