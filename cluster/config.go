@@ -44,7 +44,8 @@ type Config struct {
 	Name string
 	// Store is this replica's local store, opened by the caller and
 	// closed by the caller after Close. It must take writes only through
-	// the Replica. Required.
+	// the Replica. Required. New makes its commits skip fsync
+	// (datastore.BoltStore.Unsync) where the platform allows.
 	Store *datastore.BoltStore
 
 	// StreamReplicas is how many NATS servers keep the stream and the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,8 +141,16 @@ func TestKillReplicaProcess(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
+	// The killed process committed without fsync: its record says so, and
+	// names this boot, so the file is trusted (not moved aside).
+	if _, err := os.Stat(path + ".unsynced"); runtime.GOOS == "linux" && err != nil {
+		t.Fatalf("the killed replica left no record of unsynced commits: %v", err)
+	}
 	// The killed replica's data directory, on a new replica.
 	b := newReplica(t, cfg, path)
+	if torn, _ := filepath.Glob(path + ".torn-*"); len(torn) > 0 {
+		t.Fatalf("the killed replica's store was moved aside: %v", torn)
+	}
 	waitFollowing(t, b)
 	if err := b.Sync(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)

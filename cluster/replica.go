@@ -129,6 +129,14 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	// The log holds every entry after the store's revision: applies need
+	// not wait for the disk (see datastore.BoltStore.Unsync for a file
+	// the operating system left torn).
+	if err := cfg.Store.Unsync(ctx); errors.Is(err, errors.ErrUnsupported) {
+		cfg.Logger.Info("applies wait for the disk", "cluster", cfg.Name, "why", err)
+	} else if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	r := &Replica{
 		cfg: cfg, log: cfg.Logger.With("cluster", cfg.Name), store: cfg.Store, id: nuid.Next(),
 		notify: make(chan struct{}), wake: make(chan struct{}, 1), condSem: make(chan struct{}, 1),

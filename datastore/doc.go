@@ -139,5 +139,7 @@
 //   - While a write runs (its 2 ms wait for company, its commit and fsync)
 //     the shared transaction is retired, since a write that grows the file
 //     must remap it, and checks begin transactions of their own: under a
-//     steady stream of writes, checks pay that cost.
+//     steady stream of writes, checks pay that cost. A replica's apply
+//     runs (ApplyRun) of tuple writes keep it while the file is small
+//     enough that they cannot remap it (under some 4 GB).
 package datastore

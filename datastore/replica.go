@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
@@ -120,7 +121,14 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 	if cur := Revision(s.rev.Load()); from <= cur {
 		return nil, fmt.Errorf("%w: revision %d, store at %d", ErrRevisionApplied, from, cur)
 	}
-	s.writeBegin()
+	// A run of tuple writes lets checks keep the shared snapshot while it
+	// runs, when it cannot grow the file past the map; a schema write
+	// changes the state checks pair with their snapshot, and retires it.
+	if exclusive {
+		s.writeBegin()
+	} else {
+		s.writeBeginShared(runGrowth(bs))
+	}
 	defer s.writeEnd()
 	results := make([]error, len(bs))
 	var newState *state
@@ -181,6 +189,29 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 	return results, nil
 }
 
+// runGrowth bounds the bytes of new pages a run of tuple writes adds to
+// the file beyond rewriting what it changes (see writeBeginShared): for
+// every key it puts or deletes, in either index or the changelog, a
+// leaf and its branches (64 KiB, for trees five levels deep of 4 KiB pages
+// split in three), plus four times the bytes it carries (names, metadata,
+// a change set as a value) for values that take pages of their own.
+func runGrowth(bs []Batch) int64 {
+	var keys, bytes int64
+	for _, b := range bs {
+		keys += int64(2*(len(b.Write.Touches)+len(b.Write.Deletes))) + 4
+		for _, ts := range [][]api.Tuple{b.Write.Touches, b.Write.Deletes} {
+			for _, t := range ts {
+				bytes += int64(len(t.Object.Type) + len(t.Object.ID) + len(t.Relation) + len(t.Subject.Type) + len(t.Subject.ID) + len(t.Subject.Relation) + 16)
+			}
+		}
+		for k, v := range b.Meta {
+			keys++
+			bytes += int64(len(k) + len(v))
+		}
+	}
+	return keys<<16 + 4*bytes
+}
+
 // applyWrite does what Write does inside its transaction. A batch that
 // does not apply returns rejected and changes nothing.
 func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *ChangeSet) (rejected, err error) {
@@ -194,11 +225,13 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 		return rejected, err
 	}
 	ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+	oc := ob.Cursor() // one for every lookup: present repositions it
+	cs.Changes = slices.Grow(cs.Changes, len(req.Touches)+len(req.Deletes))
 	var kb, sk []byte
 	for _, t := range req.Deletes {
 		n, _ := tupleIDs(st.dict, t)
 		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-		if !present(ob, kb) {
+		if !present(oc, kb) {
 			continue
 		}
 		if err := ob.Delete(kb); err != nil {
@@ -213,7 +246,7 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 	for _, t := range req.Touches {
 		n, _ := tupleIDs(st.dict, t)
 		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-		if present(ob, kb) {
+		if present(oc, kb) {
 			continue
 		}
 		if err := ob.Put(kb, nil); err != nil {
@@ -228,13 +261,16 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 	return nil, nil
 }
 
-// present reports whether b holds key k. Tuple keys have empty values,
-// and bbolt's Get returns nil for a key put with a nil value earlier in
-// the same transaction, as for a missing key: a run of batches that
-// touches a tuple and then deletes it would skip the delete. A cursor
-// finds the key either way.
-func present(b *bolt.Bucket, k []byte) bool {
-	got, _ := b.Cursor().Seek(k)
+// present reports whether the bucket of cursor c holds key k. Tuple keys
+// have empty values, and bbolt's Get returns nil for a key put with a nil
+// value earlier in the same transaction, as for a missing key: a run of
+// batches that touches a tuple and then deletes it would skip the delete.
+// A cursor finds the key either way. Seek starts again from the bucket's
+// root, so one cursor serves every lookup of a transaction, puts and
+// deletes in between included (a cursor of its own each cost two
+// allocations).
+func present(c *bolt.Cursor, k []byte) bool {
+	got, _ := c.Seek(k)
 	return bytes.Equal(got, k)
 }
 

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nexuspdp/nexus/api"
@@ -335,5 +338,118 @@ func TestApplyRunTouchThenDelete(t *testing.T) {
 	}
 	if fmt.Sprint(changes) != "[1 0 2]" {
 		t.Fatalf("changes per revision %v, want [1 0 2] (touch, touch of a present tuple, delete and touch)", changes)
+	}
+}
+
+// TestApplyRunSharesSnapshot: checks made while runs of tuple writes
+// apply go on sharing one read transaction (each run publishes one new
+// one) instead of each beginning its own.
+func TestApplyRunSharesSnapshot(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	if _, err := s.ApplyRun(ctx, 1, []datastore.Batch{
+		{Schema: mustParseSchema(t, replicaSchema)},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:base#viewer@user:ann")}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const runs, readers = 40, 4
+	before := s.ReadTxCount()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var checks atomic.Int64
+	errs := make(chan error, readers)
+	for range readers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rev, _ := s.Revision(ctx)
+				ok, err := fixture.CheckText(ctx, s, "folder:base", "read", "user:ann")
+				if err != nil || !ok {
+					errs <- fmt.Errorf("check at revision %d: %v, %v", rev, ok, err)
+					return
+				}
+				if _, err := fixture.CheckText(ctx, s, "folder:p", "read", "user:x"); err != nil {
+					errs <- err
+					return
+				}
+				checks.Add(2)
+			}
+		})
+	}
+	for i := range runs {
+		var b datastore.Batch
+		if i%2 == 0 {
+			b.Write.Touches = mustTuples(t, "folder:q#viewer@user:x", "folder:p#viewer@user:x")
+		} else {
+			b.Write.Deletes = mustTuples(t, "folder:p#viewer@user:x", "folder:q#viewer@user:x")
+		}
+		if _, err := s.ApplyRun(ctx, datastore.Revision(3+2*i), []datastore.Batch{b, {}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// One snapshot published per run; a few more for checks that met one
+	// retired between their load and their reference.
+	if txs := s.ReadTxCount() - before; txs > runs+readers*4 {
+		t.Fatalf("%d read transactions for %d checks during %d runs: checks began their own", txs, checks.Load(), runs)
+	}
+}
+
+// TestApplyRunMiddleRejected: in a run of three tuple writes whose middle
+// one fails its precondition at apply time, the first and the last apply,
+// the middle one changes nothing, and each keeps its own revision.
+func TestApplyRunMiddleRejected(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	if err := s.ApplyAt(ctx, 7, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyRun(ctx, 8, []datastore.Batch{
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:b#viewer@user:bob"),
+			// folder:a has a tuple since revision 8: the precondition fails.
+			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: false}}}},
+		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:c#viewer@user:cid"),
+			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: true}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || res[2] != nil {
+		t.Fatalf("results %v: the first and last should apply", res)
+	}
+	if !errors.Is(res[1], datastore.ErrBatchRejected) || !errors.Is(res[1], datastore.ErrPreconditionFailed) || !strings.Contains(res[1].Error(), "revision 9") {
+		t.Fatalf("middle result %v, want a rejection at revision 9 for its precondition", res[1])
+	}
+	if got := export(t, s); got != "folder:a#viewer@user:ann\nfolder:c#viewer@user:cid\n" {
+		t.Fatalf("export %q", got)
+	}
+	if rev, _ := s.Revision(ctx); rev != 10 {
+		t.Fatalf("revision %d, want 10", rev)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got []string
+	for cs, err := range s.Watch(wctx, 7) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d:%d", cs.Revision, len(cs.Changes)))
+		if cs.Revision == 10 {
+			break
+		}
+	}
+	if fmt.Sprint(got) != "[8:1 9:0 10:1]" {
+		t.Fatalf("change sets %v, want [8:1 9:0 10:1]", got)
 	}
 }

@@ -1,6 +1,7 @@
 package datastore
 
 import (
+	"os"
 	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
@@ -19,7 +20,8 @@ import (
 //
 // A write retires the current snapshot before it starts (a write that
 // grows the file remaps it, which waits for every open read transaction)
-// and publishes a new one when no write is running. The last release of a
+// and publishes a new one when no write is running; an apply run that
+// cannot remap the file keeps it until it ends (writeBeginShared). The last release of a
 // retired snapshot rolls it back, on whichever goroutine that is; nobody
 // uses it afterwards (acquire checks that it is still current after
 // taking its reference).
@@ -91,6 +93,37 @@ func (s *BoltStore) writeBegin() {
 	if old != nil {
 		old.retire()
 	}
+}
+
+// writeBeginShared is writeBegin for a write that allocates at most grow
+// bytes of new pages: when that cannot make bbolt remap the file, checks
+// go on sharing the current snapshot while the write runs (they see the
+// state before it, as they would on transactions of their own, which
+// cost each check a transaction and bbolt's meta lock), and writeEnd
+// replaces it. It reports whether the snapshot was kept.
+//
+// bbolt remaps only when a commit's pages reach past the mapped size,
+// which is never below initialMmapSize. A commit writes every node it
+// changed to new pages: at most the whole tree once (the file's size)
+// plus what it adds, and the free list. So a write keeps the snapshot
+// while twice the file's size, plus grow, plus a margin for the free list
+// and bbolt's growth step, stays below the initial map: a store of some
+// 4 GB and more retires it as every write does.
+func (s *BoltStore) writeBeginShared(grow int64) bool {
+	const margin = 64 << 20
+	if !shareSnapshots {
+		s.writeBegin()
+		return false
+	}
+	fi, err := os.Stat(s.cfg.Path)
+	if err != nil || 2*fi.Size()+grow+margin >= initialMmapSize {
+		s.writeBegin()
+		return false
+	}
+	s.snapMu.Lock()
+	s.writers++
+	s.snapMu.Unlock()
+	return true
 }
 
 // writeEnd publishes a new snapshot once no write runs.

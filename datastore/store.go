@@ -148,11 +148,25 @@ func Open(ctx context.Context, cfg Config) (_ *BoltStore, err error) {
 		}
 	}()
 	defer s.guard("open", debug.SetPanicOnFault(true), &err)
+	unsynced, err := checkUnsynced(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if s.db, err = openBolt(cfg); err != nil {
 		return nil, err
 	}
 	if err := s.checkFile(); err != nil {
 		return nil, err
+	}
+	if unsynced && !cfg.ReadOnly {
+		// The last process died with commits the kernel has not written
+		// out yet: write them before the record goes (see Unsync).
+		if err := s.db.Sync(); err != nil {
+			return nil, fmt.Errorf("datastore: open %s: sync: %w", cfg.Path, err)
+		}
+		if err := removeDurably(cfg.Path + unsyncedSuffix); err != nil {
+			return nil, fmt.Errorf("datastore: open %s: %w", cfg.Path, err)
+		}
 	}
 	if err := s.initialise(); err != nil {
 		return nil, err
@@ -333,5 +347,9 @@ func (s *BoltStore) Close() error {
 	}
 	s.snapMu.Unlock()
 	s.signal()
-	return s.db.Close()
+	serr := s.syncUnsynced()
+	if err := s.db.Close(); err != nil {
+		return err
+	}
+	return serr
 }

@@ -82,11 +82,12 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 		}
 		cs := &ChangeSet{Time: time.Now()}
 		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
+		oc := ob.Cursor() // one for every lookup: present repositions it
 		var kb, sk []byte
 		for _, t := range req.Deletes {
 			n, _ := tupleIDs(st.dict, t)
 			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-			if !present(ob, kb) {
+			if !present(oc, kb) {
 				continue
 			}
 			if err := ob.Delete(kb); err != nil {
@@ -101,7 +102,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 		for _, t := range req.Touches {
 			n, _ := tupleIDs(st.dict, t)
 			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-			if present(ob, kb) {
+			if present(oc, kb) {
 				continue
 			}
 			if err := ob.Put(kb, nil); err != nil {
