@@ -59,8 +59,9 @@ type Replica struct {
 	snapRev   datastore.Revision
 	snapTime  time.Time
 	rejected  uint64
-	connErr   error  // the last failed connection attempt, until one succeeds
-	connWarn  string // the connection failure last logged
+	connErr   error     // the last failed connection attempt, until one succeeds
+	connWarn  string    // the connection failure last logged
+	connWarnT time.Time // when
 }
 
 // Policy is a policy bundle loaded through the cluster.
@@ -479,20 +480,24 @@ func (r *Replica) Policy(ctx context.Context) (Policy, error) {
 // connected forgets the last connection failure.
 func (r *Replica) connected() {
 	r.mu.Lock()
-	r.connErr, r.connWarn = nil, ""
+	r.connErr, r.connWarn, r.connWarnT = nil, "", time.Time{}
 	r.mu.Unlock()
 }
 
-// connFailed records a failed connection attempt and logs it when it
-// differs from the failure logged last (attempts repeat every 250ms).
+// connFailed records a failed connection attempt and logs it: the first
+// after a connection, then one that differs from the failure logged last
+// at most every 10s (attempts repeat every 250ms, alternating between
+// servers).
 func (r *Replica) connFailed(err error) {
 	if err == nil || r.closed.Load() {
 		return
 	}
 	r.mu.Lock()
 	r.connErr = err
-	warn := err.Error() != r.connWarn
-	r.connWarn = err.Error()
+	warn := r.connWarnT.IsZero() || (err.Error() != r.connWarn && time.Since(r.connWarnT) >= 10*time.Second)
+	if warn {
+		r.connWarn, r.connWarnT = err.Error(), time.Now()
+	}
 	r.mu.Unlock()
 	if warn {
 		r.log.Warn("cannot connect to NATS; trying again", "err", err)
