@@ -148,6 +148,7 @@ func BenchmarkBootstrap(b *testing.B) {
 	if _, err := obs.Put(ctx, jetstream.ObjectMeta{
 		Name:     fmt.Sprintf("snapshot/%020d", snapRev),
 		Metadata: map[string]string{"revision": strconv.FormatUint(uint64(snapRev), 10), "log": string(logID), "replica": "bench"},
+		Opts:     &jetstream.ObjectMetaOptions{ChunkSize: cluster.SnapshotChunk},
 	}, snapFile); err != nil {
 		b.Fatal(err)
 	}

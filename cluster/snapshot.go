@@ -20,6 +20,14 @@ import (
 // in the object's metadata. One name per revision deduplicates them.
 const snapshotPrefix = "snapshot/"
 
+// snapshotChunk is the object store chunk size of snapshots. The client
+// keeps up to 4,000 chunks of an object in flight, and a NATS server
+// answers 429 (too many requests), failing the whole put, to whatever
+// exceeds a stream's ingest buffer (128 MiB by default): with the
+// client's default 128 KiB chunks a snapshot of more than 128 MiB fails
+// on a busy server. 16 KiB chunks keep at most 62.5 MiB in flight.
+const snapshotChunk = 16 << 10
+
 func snapshotName(rev datastore.Revision) string {
 	return fmt.Sprintf("%s%020d", snapshotPrefix, rev)
 }
@@ -152,6 +160,7 @@ func (r *Replica) writeSnapshot(ctx context.Context, always bool) (datastore.Rev
 		Name:        snapshotName(rev),
 		Description: "nexus store snapshot",
 		Metadata:    map[string]string{"revision": strconv.FormatUint(uint64(rev), 10), "log": logID, "replica": r.id},
+		Opts:        &jetstream.ObjectMetaOptions{ChunkSize: snapshotChunk},
 	}, tmp)
 	if err != nil {
 		r.m.snapshots.WithLabelValues("write", "error").Inc()
