@@ -145,10 +145,9 @@ func BenchmarkBootstrap(b *testing.B) {
 		b.Fatal(err)
 	}
 	start = time.Now()
-	if _, err := obs.Put(ctx, jetstream.ObjectMeta{
+	if _, err := cluster.PutPaced(ctx, js, obs, "nexus-boot", jetstream.ObjectMeta{
 		Name:     fmt.Sprintf("snapshot/%020d", snapRev),
 		Metadata: map[string]string{"revision": strconv.FormatUint(uint64(snapRev), 10), "log": string(logID), "replica": "bench"},
-		Opts:     &jetstream.ObjectMetaOptions{ChunkSize: cluster.SnapshotChunk},
 	}, snapFile); err != nil {
 		b.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 package cluster
 
-// SnapshotChunk is snapshotChunk, for BenchmarkBootstrap, which writes a
-// snapshot as a replica does.
-const SnapshotChunk = snapshotChunk
+// PutPaced is putPaced, for BenchmarkBootstrap, which writes a snapshot
+// as a replica does.
+var PutPaced = putPaced

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -20,13 +21,72 @@ import (
 // in the object's metadata. One name per revision deduplicates them.
 const snapshotPrefix = "snapshot/"
 
-// snapshotChunk is the object store chunk size of snapshots. The client
-// keeps up to 4,000 chunks of an object in flight, and a NATS server
-// answers 429 (too many requests), failing the whole put, to whatever
-// exceeds a stream's ingest buffer (128 MiB by default): with the
-// client's default 128 KiB chunks a snapshot of more than 128 MiB fails
-// on a busy server. 16 KiB chunks keep at most 62.5 MiB in flight.
-const snapshotChunk = 16 << 10
+// putWindow bounds the chunks of a snapshot in flight to the object store
+// (sent, not yet stored). The client's own bound is 4,000 chunks of 128
+// KiB, 500 MiB, with 200 ms to wait when it is reached: a NATS server
+// answers 429 (too many requests) to what exceeds a stream's ingest
+// buffer (128 MiB by default), and either fails the whole put of a large
+// snapshot on a busy server (nats-io/nats.go#1908). 256 chunks are 32 MiB.
+const putWindow = 256
+
+// putPaced puts r into the bucket's object store as name, feeding the
+// client a chunk only while fewer than putWindow chunks are sent and not
+// yet stored: the object store's stream's last sequence tells how many
+// are. Each Read of the client's is one chunk.
+func putPaced(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, bucket string, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
+	s, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("object store stream: %w", err)
+	}
+	last := func() (uint64, error) {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("object store stream: %w", err)
+		}
+		return info.State.LastSeq, nil
+	}
+	base, err := last()
+	if err != nil {
+		return nil, err
+	}
+	return obs.Put(ctx, meta, &pacedReader{r: r, last: last, base: base, stored: base})
+}
+
+// putStall is how long a paced put waits for the server to store another
+// chunk: chunks it dropped are never stored, and the client only notices
+// when it reads again.
+const putStall = 30 * time.Second
+
+type pacedReader struct {
+	r      io.Reader
+	last   func() (uint64, error)
+	base   uint64 // the stream's last sequence before the put
+	sent   uint64 // chunks handed to the client
+	stored uint64 // the stream's last sequence as last read
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	since := time.Now()
+	for p.sent >= p.stored-p.base+putWindow {
+		seq, err := p.last()
+		if err != nil {
+			return 0, err
+		}
+		if seq > p.stored {
+			p.stored, since = seq, time.Now()
+			continue
+		}
+		if time.Since(since) > putStall {
+			return 0, fmt.Errorf("the object store stored no chunk in %v (%d of %d sent stored)", putStall, p.stored-p.base, p.sent)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.sent++
+	}
+	return n, err
+}
 
 func snapshotName(rev datastore.Revision) string {
 	return fmt.Sprintf("%s%020d", snapshotPrefix, rev)
@@ -156,11 +216,10 @@ func (r *Replica) writeSnapshot(ctx context.Context, always bool) (datastore.Rev
 		return 0, fmt.Errorf("cluster: snapshot: %w", err)
 	}
 	start := time.Now()
-	_, err = obs.Put(ctx, jetstream.ObjectMeta{
+	_, err = putPaced(ctx, r.js, obs, r.cfg.bucket(), jetstream.ObjectMeta{
 		Name:        snapshotName(rev),
 		Description: "nexus store snapshot",
 		Metadata:    map[string]string{"revision": strconv.FormatUint(uint64(rev), 10), "log": logID, "replica": r.id},
-		Opts:        &jetstream.ObjectMetaOptions{ChunkSize: snapshotChunk},
 	}, tmp)
 	if err != nil {
 		r.m.snapshots.WithLabelValues("write", "error").Inc()
