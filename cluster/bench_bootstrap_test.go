@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -218,7 +219,8 @@ func TestBootstrapProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := cluster.New(ctx, cluster.Config{URLs: []string{args[0]}, Name: "boot", Store: s, SnapshotInterval: -1, MaxBytes: 4 << 30})
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r, err := cluster.New(ctx, cluster.Config{URLs: []string{args[0]}, Name: "boot", Store: s, SnapshotInterval: -1, MaxBytes: 4 << 30, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

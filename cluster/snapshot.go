@@ -97,6 +97,7 @@ type snapshotInfo struct {
 	rev   datastore.Revision
 	logID string
 	mtime time.Time
+	size  uint64
 }
 
 // listSnapshots returns the snapshots of this log, newest first.
@@ -114,7 +115,7 @@ func (r *Replica) listSnapshots(ctx context.Context, obs jetstream.ObjectStore, 
 		if err != nil || oi.Metadata["log"] != logID {
 			continue
 		}
-		out = append(out, snapshotInfo{name: oi.Name, rev: datastore.Revision(rev), logID: oi.Metadata["log"], mtime: oi.ModTime})
+		out = append(out, snapshotInfo{name: oi.Name, rev: datastore.Revision(rev), logID: oi.Metadata["log"], mtime: oi.ModTime, size: oi.Size})
 	}
 	slices.SortFunc(out, func(a, b snapshotInfo) int { return -cmpRev(a.rev, b.rev) })
 	if len(out) > 0 {
@@ -250,6 +251,12 @@ func dirOf(path string) string {
 	return "."
 }
 
+// fetchTimeout bounds the download of a snapshot of size bytes: a minute,
+// plus a second for every 4 MiB.
+func fetchTimeout(size uint64) time.Duration {
+	return time.Minute + time.Duration(size/(4<<20))*time.Second
+}
+
 // restoreNewest restores the newest snapshot of this log if it is newer
 // than the store; first is the log's first retained sequence. A snapshot
 // that does not reach first is still restored when it is newer (fewer
@@ -270,7 +277,13 @@ func (r *Replica) restoreNewest(ctx context.Context, first uint64) error {
 	start := time.Now()
 	tmp := r.store.Path() + ".restore"
 	defer os.Remove(tmp)
-	if err := obs.GetFile(ctx, s.name, tmp); err != nil {
+	// The client gives a get without a deadline 5s, after which every
+	// snapshot larger than 5s of download failed, and was fetched again
+	// from the start, for ever.
+	gctx, cancel := context.WithTimeout(ctx, fetchTimeout(s.size))
+	err = obs.GetFile(gctx, s.name, tmp)
+	cancel()
+	if err != nil {
 		r.m.snapshots.WithLabelValues("restore", "error").Inc()
 		return fmt.Errorf("fetch snapshot %s: %w", s.name, err)
 	}
