@@ -79,11 +79,18 @@ type Config struct {
 	// MaxWait bounds WaitRevision. Zero means DefaultMaxWait (2s).
 	MaxWait time.Duration
 
-	// CredentialsFile is a NATS credentials file (JWT and NKey seed);
-	// empty means none.
+	// CredentialsFile is a NATS credentials file (a user JWT and its nkey
+	// seed, as nsc writes them) for servers in decentralized
+	// authentication (operator) mode; empty means none. New reads it and
+	// rejects a file without both; the client reads it again on every
+	// connection, so a file replaced in place is picked up at the next.
 	CredentialsFile string
-	// TLS configures TLS to the NATS servers; nil means plain text unless
-	// a URL says tls://.
+	// TLS configures TLS to the NATS servers: RootCAs to trust (nil means
+	// the system's), Certificates for mutual TLS, ServerName when the
+	// servers' certificates name another host than the URLs. With TLS set
+	// the client requires TLS of every server and never falls back to
+	// plain text. Nil means TLS only if a URL says tls:// or a server
+	// requires it (then with the system's roots).
 	TLS *tls.Config
 
 	// OnPolicy, if set, is called with the policy bundle whenever the

@@ -76,8 +76,9 @@
 // of that revision is already there, and keeps the newest
 // Config.SnapshotsKept. A replica that starts empty, or finds that the log
 // no longer holds the entries after its revision, restores the newest
-// snapshot of this log (datastore.BoltStore.Restore, one transaction) and
-// replays the log from there.
+// snapshot of this log (datastore.BoltStore.Restore: the downloaded file
+// becomes the store's data file, with memory bounded whatever its size)
+// and replays the log from there.
 //
 // # Policies
 //
@@ -118,12 +119,13 @@
 //   - The stream and the bucket are created with this replica's settings
 //     if missing; an existing stream keeps its own (change them with the
 //     NATS tools).
-//   - A restore copies the whole snapshot in one bbolt transaction, which
-//     holds the copy's dirty pages in memory.
 //   - After an operating system crash or power cut, a replica's store
 //     starts empty (the old file is kept as <path>.torn-<time>) and is
 //     restored from the newest snapshot plus the log's tail: it needs a
 //     snapshot, or a log that still holds every entry.
+//   - While a restore runs, the data directory holds the downloaded
+//     snapshot beside the old data file (reads go on from the old one
+//     until the switch).
 //   - A write is at most one NATS message (max_payload, 1 MiB by default:
 //     some 25,000 tuples of 40 characters); ErrTooLarge otherwise. Larger
 //     imports go in several writes.

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -57,6 +59,9 @@ type Replica struct {
 	snapRev   datastore.Revision
 	snapTime  time.Time
 	rejected  uint64
+	connErr   error     // the last failed connection attempt, until one succeeds
+	connWarn  string    // the connection failure last logged
+	connWarnT time.Time // when
 }
 
 // Policy is a policy bundle loaded through the cluster.
@@ -154,8 +159,13 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 		// of waiting for a connection.
 		nats.ReconnectBufSize(-1),
 		nats.Timeout(2 * time.Second),
-		nats.ConnectHandler(func(*nats.Conn) { r.log.Info("connected to NATS"); r.poke() }),
+		// A server refusing the credentials is tried again like one that
+		// is down (the client gives up after two refusals by default):
+		// the account or user may be fixed on the server's side.
+		nats.IgnoreAuthErrorAbort(),
+		nats.ConnectHandler(func(*nats.Conn) { r.connected(); r.log.Info("connected to NATS"); r.poke() }),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			r.connected()
 			r.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 			r.poke()
 		}),
@@ -164,8 +174,20 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 				r.log.Warn("disconnected from NATS: writes are refused until it is back", "err", err)
 			}
 		}),
+		// A failed attempt (the first one's TLS or authentication error
+		// included, which RetryOnFailedConnect does not return) is the
+		// reason Status and refused writes give.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { r.connFailed(err) }),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			if sub == nil && err != nil && !nc.IsConnected() {
+				r.connFailed(err)
+			}
+		}),
 	}
 	if cfg.CredentialsFile != "" {
+		if err := checkCredentials(cfg.CredentialsFile); err != nil {
+			return nil, err
+		}
 		opts = append(opts, nats.UserCredentials(cfg.CredentialsFile))
 	}
 	if cfg.TLS != nil {
@@ -186,6 +208,28 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 	go r.run()
 	go r.housekeeping()
 	return r, nil
+}
+
+// checkCredentials rejects a credentials file that the client would fail
+// to use on every attempt: New would otherwise return a replica that
+// retries for ever.
+func checkCredentials(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("cluster: Config.CredentialsFile: %w", err)
+	}
+	tok, _ := jwt.ParseDecoratedJWT(b)
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return fmt.Errorf("cluster: Config.CredentialsFile %s: no user JWT in it (want a credentials file as nsc writes it): %w", path, err)
+	}
+	if _, err := jwt.ParseDecoratedUserNKey(b); err != nil {
+		return fmt.Errorf("cluster: Config.CredentialsFile %s: no user nkey seed in it: %w", path, err)
+	}
+	if uc.Expires != 0 && time.Unix(uc.Expires, 0).Before(time.Now()) {
+		return fmt.Errorf("cluster: Config.CredentialsFile %s: the user JWT expired at %s", path, time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 func joinURLs(us []string) string {
@@ -373,7 +417,7 @@ func (r *Replica) lastSequence(ctx context.Context) (uint64, error) {
 // currentStream returns the stream while the replica follows the log.
 func (r *Replica) currentStream() (jetstream.Stream, error) {
 	if !r.nc.IsConnected() {
-		return nil, fmt.Errorf("%w: not connected to NATS (%s)", ErrUnavailable, r.nc.Status())
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, r.notConnected())
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -410,7 +454,7 @@ func (r *Replica) Status() Status {
 	case r.closed.Load():
 		st.Degraded, st.Reason = true, "closed"
 	case !st.Connected:
-		st.Degraded, st.Reason = true, "not connected to NATS ("+r.nc.Status().String()+")"
+		st.Degraded, st.Reason = true, r.notConnectedLocked().Error()
 	case r.diverged != nil:
 		st.Degraded, st.Reason = true, r.diverged.Error()
 	case !r.following || r.reason != "":
@@ -439,6 +483,55 @@ func (r *Replica) Policy(ctx context.Context) (Policy, error) {
 		return Policy{}, fmt.Errorf("cluster: %w", err)
 	}
 	return Policy{Revision: datastore.Revision(pm.Revision), SHA256: pm.SHA256, Bundle: b}, nil
+}
+
+// connected forgets the last connection failure.
+func (r *Replica) connected() {
+	r.mu.Lock()
+	r.connErr, r.connWarn, r.connWarnT = nil, "", time.Time{}
+	r.mu.Unlock()
+}
+
+// connFailed records a failed connection attempt and logs it: the first
+// after a connection, then one that differs from the failure logged last
+// at most every 10s (attempts repeat every 250ms, alternating between
+// servers).
+func (r *Replica) connFailed(err error) {
+	if err == nil || r.closed.Load() {
+		return
+	}
+	r.mu.Lock()
+	r.connErr = err
+	warn := r.connWarnT.IsZero() || (err.Error() != r.connWarn && time.Since(r.connWarnT) >= 10*time.Second)
+	if warn {
+		r.connWarn, r.connWarnT = err.Error(), time.Now()
+	}
+	r.mu.Unlock()
+	if warn {
+		r.log.Warn("cannot connect to NATS; trying again", "err", err)
+	}
+}
+
+// notConnected says why the connection is down: its state and the last
+// failed attempt (a TLS or authentication refusal, a server that does not
+// answer), wrapped.
+func (r *Replica) notConnected() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.notConnectedLocked()
+}
+
+func (r *Replica) notConnectedLocked() error {
+	cause := r.connErr
+	if last := r.nc.LastError(); last != nil {
+		// A failure after the connection was made (the handshake, the
+		// credentials) is only kept by the client.
+		cause = last
+	}
+	if cause == nil {
+		return fmt.Errorf("not connected to NATS (%s)", r.nc.Status())
+	}
+	return fmt.Errorf("not connected to NATS (%s): %w", r.nc.Status(), cause)
 }
 
 // setFollowing records whether the follow loop runs, and why not.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -20,6 +21,73 @@ import (
 // in the object's metadata. One name per revision deduplicates them.
 const snapshotPrefix = "snapshot/"
 
+// putWindow bounds the chunks of a snapshot in flight to the object store
+// (sent, not yet stored). The client's own bound is 4,000 chunks of 128
+// KiB, 500 MiB, with 200 ms to wait when it is reached: a NATS server
+// answers 429 (too many requests) to what exceeds a stream's ingest
+// buffer (128 MiB by default), and either fails the whole put of a large
+// snapshot on a busy server (nats-io/nats.go#1908). 256 chunks are 32 MiB.
+const putWindow = 256
+
+// putPaced puts r into the bucket's object store as name, feeding the
+// client a chunk only while fewer than putWindow chunks are sent and not
+// yet stored: the object store's stream's last sequence tells how many
+// are. Each Read of the client's is one chunk.
+func putPaced(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, bucket string, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
+	s, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("object store stream: %w", err)
+	}
+	last := func() (uint64, error) {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("object store stream: %w", err)
+		}
+		return info.State.LastSeq, nil
+	}
+	base, err := last()
+	if err != nil {
+		return nil, err
+	}
+	return obs.Put(ctx, meta, &pacedReader{r: r, last: last, base: base, stored: base})
+}
+
+// putStall is how long a paced put waits for the server to store another
+// chunk: chunks it dropped are never stored, and the client only notices
+// when it reads again.
+const putStall = 30 * time.Second
+
+type pacedReader struct {
+	r      io.Reader
+	last   func() (uint64, error)
+	base   uint64 // the stream's last sequence before the put
+	sent   uint64 // chunks handed to the client
+	stored uint64 // the stream's last sequence as last read
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	since := time.Now()
+	for p.sent >= p.stored-p.base+putWindow {
+		seq, err := p.last()
+		if err != nil {
+			return 0, err
+		}
+		if seq > p.stored {
+			p.stored, since = seq, time.Now()
+			continue
+		}
+		if time.Since(since) > putStall {
+			return 0, fmt.Errorf("the object store stored no chunk in %v (%d of %d sent stored)", putStall, p.stored-p.base, p.sent)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.sent++
+	}
+	return n, err
+}
+
 func snapshotName(rev datastore.Revision) string {
 	return fmt.Sprintf("%s%020d", snapshotPrefix, rev)
 }
@@ -29,6 +97,7 @@ type snapshotInfo struct {
 	rev   datastore.Revision
 	logID string
 	mtime time.Time
+	size  uint64
 }
 
 // listSnapshots returns the snapshots of this log, newest first.
@@ -46,7 +115,7 @@ func (r *Replica) listSnapshots(ctx context.Context, obs jetstream.ObjectStore, 
 		if err != nil || oi.Metadata["log"] != logID {
 			continue
 		}
-		out = append(out, snapshotInfo{name: oi.Name, rev: datastore.Revision(rev), logID: oi.Metadata["log"], mtime: oi.ModTime})
+		out = append(out, snapshotInfo{name: oi.Name, rev: datastore.Revision(rev), logID: oi.Metadata["log"], mtime: oi.ModTime, size: oi.Size})
 	}
 	slices.SortFunc(out, func(a, b snapshotInfo) int { return -cmpRev(a.rev, b.rev) })
 	if len(out) > 0 {
@@ -148,7 +217,7 @@ func (r *Replica) writeSnapshot(ctx context.Context, always bool) (datastore.Rev
 		return 0, fmt.Errorf("cluster: snapshot: %w", err)
 	}
 	start := time.Now()
-	_, err = obs.Put(ctx, jetstream.ObjectMeta{
+	_, err = putPaced(ctx, r.js, obs, r.cfg.bucket(), jetstream.ObjectMeta{
 		Name:        snapshotName(rev),
 		Description: "nexus store snapshot",
 		Metadata:    map[string]string{"revision": strconv.FormatUint(uint64(rev), 10), "log": logID, "replica": r.id},
@@ -182,6 +251,12 @@ func dirOf(path string) string {
 	return "."
 }
 
+// fetchTimeout bounds the download of a snapshot of size bytes: a minute,
+// plus a second for every 4 MiB.
+func fetchTimeout(size uint64) time.Duration {
+	return time.Minute + time.Duration(size/(4<<20))*time.Second
+}
+
 // restoreNewest restores the newest snapshot of this log if it is newer
 // than the store; first is the log's first retained sequence. A snapshot
 // that does not reach first is still restored when it is newer (fewer
@@ -202,7 +277,13 @@ func (r *Replica) restoreNewest(ctx context.Context, first uint64) error {
 	start := time.Now()
 	tmp := r.store.Path() + ".restore"
 	defer os.Remove(tmp)
-	if err := obs.GetFile(ctx, s.name, tmp); err != nil {
+	// The client gives a get without a deadline 5s, after which every
+	// snapshot larger than 5s of download failed, and was fetched again
+	// from the start, for ever.
+	gctx, cancel := context.WithTimeout(ctx, fetchTimeout(s.size))
+	err = obs.GetFile(gctx, s.name, tmp)
+	cancel()
+	if err != nil {
 		r.m.snapshots.WithLabelValues("restore", "error").Inc()
 		return fmt.Errorf("fetch snapshot %s: %w", s.name, err)
 	}

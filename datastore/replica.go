@@ -7,7 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
@@ -523,84 +527,170 @@ func checkFormat(tx *bolt.Tx, path string) error {
 
 // Restore replaces the store's whole content (schema, tuples, changelog,
 // replica metadata, revision) with that of the data file at path, a
-// Backup, in one transaction. The snapshot must be newer than the store
-// (ErrRevisionApplied otherwise). Watchers from before it get
-// ErrRevisionCompacted if the snapshot's changelog does not reach back to
-// them. It returns the revision restored.
-func (s *BoltStore) Restore(ctx context.Context, path string) (Revision, error) {
+// Backup. The file becomes the store's data file: it is moved into place
+// when it is on the data file's file system (path is gone afterwards),
+// else copied beside the data file first, so that memory stays bounded
+// whatever its size. It is checked (its structure, as Open checks it, and
+// its format) before anything is replaced; the switch is one rename, so a
+// crash leaves either store whole. Reads go on meanwhile, on the old
+// content until the switch; writes wait. The snapshot must be newer than
+// the store (ErrRevisionApplied otherwise, and path is left alone).
+// Watchers from before it get ErrRevisionCompacted if the snapshot's
+// changelog does not reach back to them. It returns the revision
+// restored.
+func (s *BoltStore) Restore(ctx context.Context, path string) (_ Revision, err error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
 	if s.cfg.ReadOnly {
 		return 0, errors.New("datastore: restore: store opened read-only")
 	}
-	src, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: defaultOpenTimeout})
+	rev, err := SnapshotRevision(path)
+	if err != nil {
+		return 0, fmt.Errorf("datastore: restore: %w", err)
+	}
+	if cur := Revision(s.rev.Load()); rev <= cur {
+		return 0, fmt.Errorf("%w: snapshot at revision %d, store at %d", ErrRevisionApplied, rev, cur)
+	}
+	staging := s.cfg.Path + ".restoring"
+	_ = os.Remove(staging) // left by a crash
+	defer os.Remove(staging)
+	if err := moveOrCopy(ctx, path, staging); err != nil {
+		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
+	}
+	db, newState, err := s.openRestored(staging, rev)
 	if err != nil {
 		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
 	}
-	defer src.Close()
-	stx, err := src.Begin(false)
-	if err != nil {
-		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
-	}
-	defer func() { _ = stx.Rollback() }()
-	if err := checkFormat(stx, path); err != nil {
-		return 0, err
-	}
-	rev := readRev(stx)
+	var old *bolt.DB
+	defer func() {
+		if old != nil {
+			// Waits for reads that began on it.
+			if cerr := old.Close(); cerr != nil {
+				s.log.Warn("datastore: closing the data file replaced by a restore", "err", cerr)
+			}
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur := Revision(s.rev.Load()); rev <= cur {
+		_ = db.Close()
 		return 0, fmt.Errorf("%w: snapshot at revision %d, store at %d", ErrRevisionApplied, rev, cur)
 	}
 	s.writeBegin()
 	defer s.writeEnd()
-	var newState *state
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bMeta, bDict, bObj, bSubj, bLog, bReplica} {
-			if tx.Bucket(name) != nil {
-				if err := tx.DeleteBucket(name); err != nil {
-					return err
-				}
-			}
-			from := stx.Bucket(name)
-			if from == nil {
-				if bytes.Equal(name, bReplica) {
-					continue
-				}
-				return fmt.Errorf("%w: %s has no %s bucket", ErrFormat, path, name)
-			}
-			to, err := tx.CreateBucket(name)
-			if err != nil {
-				return err
-			}
-			to.FillPercent = 1 // keys arrive in order
-			c := from.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				if v == nil && from.Bucket(k) != nil {
-					return fmt.Errorf("%w: %s: nested bucket in %s", ErrFormat, path, name)
-				}
-				if err := to.Put(k, v); err != nil {
-					return err
-				}
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		var err error
-		newState, err = loadState(tx)
-		if err != nil {
-			return err
-		}
-		tx.OnCommit(func() { s.committed(rev) })
-		return nil
-	})
-	if err != nil {
+	if err := os.Rename(staging, s.cfg.Path); err != nil {
+		_ = db.Close()
 		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
 	}
+	if err := syncDir(filepath.Dir(s.cfg.Path)); err != nil {
+		s.log.Warn("datastore: restore: syncing the data directory", "err", err)
+	}
+	old = s.db.swap(db)
 	s.state.Store(newState)
+	s.committed(rev)
 	s.signal()
 	s.log.Info("datastore restored from a snapshot", "path", path, "revision", rev)
 	return rev, nil
+}
+
+// moveOrCopy moves src to dst, or copies it (and removes nothing) across
+// file systems, and makes dst durable.
+func moveOrCopy(ctx context.Context, src, dst string) error {
+	if err := os.Rename(src, dst); err != nil {
+		var le *os.LinkError
+		if !errors.As(err, &le) || !errors.Is(le.Err, syscall.EXDEV) {
+			return err
+		}
+		if err := copyFile(ctx, src, dst); err != nil {
+			_ = os.Remove(dst)
+			return err
+		}
+	}
+	f, err := os.OpenFile(dst, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func copyFile(ctx context.Context, src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(ctxWriter{ctx, out}, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// openRestored opens the file at path as the store would open it and
+// checks it as Open does (its structure, format, buckets, dictionary and
+// schema), and that it holds revision rev. A damaged snapshot is a
+// *CorruptError about it; the store itself stays healthy.
+func (s *BoltStore) openRestored(path string, rev Revision) (db *bolt.DB, _ *state, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				_ = db.Close()
+			}
+			db, err = nil, &CorruptError{Path: path, Op: "restore", Err: fmt.Errorf("panic: %v", r)}
+		}
+	}()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	_, err = checkFileAt(f, fi.Size(), false)
+	f.Close()
+	if err != nil {
+		return nil, nil, &CorruptError{Path: path, Op: "restore", Err: err}
+	}
+	cfg := s.cfg
+	cfg.Path = path
+	if db, err = openBolt(cfg); err != nil {
+		return nil, nil, err
+	}
+	var st *state
+	err = db.View(func(tx *bolt.Tx) error {
+		if err := checkFormat(tx, path); err != nil {
+			return err
+		}
+		for _, b := range allBuckets {
+			if tx.Bucket(b) == nil {
+				return fmt.Errorf("%w: %s has no %s bucket", ErrFormat, path, b)
+			}
+		}
+		if v := tx.Bucket(bMeta).Get(kLogStart); len(v) != 8 {
+			return fmt.Errorf("%w: the changelog start is %d bytes long, want 8", errBadKey, len(v))
+		}
+		if got := readRev(tx); got != rev {
+			return fmt.Errorf("%w: %s holds revision %d, it held %d", ErrFormat, path, got, rev)
+		}
+		var err error
+		st, err = loadState(tx)
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return db, st, nil
 }

@@ -232,6 +232,9 @@ func TestBackupRestore(t *testing.T) {
 	if err != nil || got != 6 {
 		t.Fatalf("Restore = %d, %v", got, err)
 	}
+	if _, err := os.Stat(snap); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the snapshot on the data file's file system was not moved into place: %v", err)
+	}
 	if a, b := export(t, src), export(t, dst); a != b {
 		t.Fatalf("restored export\n%s\nwant\n%s", b, a)
 	}
@@ -248,8 +251,182 @@ func TestBackupRestore(t *testing.T) {
 	if err := dst.ApplyAt(ctx, 7, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:c#viewer@user:cat")}}); err != nil {
 		t.Fatal(err)
 	}
+	backup(t, src, snap)
 	if _, err := dst.Restore(ctx, snap); !errors.Is(err, datastore.ErrRevisionApplied) {
 		t.Fatalf("restoring an older snapshot = %v, want ErrRevisionApplied", err)
+	}
+	if _, err := os.Stat(snap); err != nil {
+		t.Fatalf("a refused snapshot was not left alone: %v", err)
+	}
+}
+
+// backup writes a Backup of s to path.
+func backup(t *testing.T, s *datastore.BoltStore, path string) datastore.Revision {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rev, _, err := s.Backup(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// TestRestoreWhileReading restores snapshots into a store while checks
+// and reads run on it (-race): each read sees one store or the other,
+// never an error, and after each restore the new content.
+func TestRestoreWhileReading(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := openTemp(t, datastore.Config{})
+	if err := src.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
+		t.Fatal(err)
+	}
+	dst := openTemp(t, datastore.Config{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rev, err := dst.Revision(ctx)
+				if err != nil {
+					errc <- err
+					return
+				}
+				ok, err := fixture.CheckText(ctx, dst, "folder:a", "read", "user:ann")
+				if rev == 0 && errors.Is(err, datastore.ErrNoSchema) {
+					continue // before the first restore
+				}
+				if err != nil {
+					errc <- fmt.Errorf("check at revision >= %d: %w", rev, err)
+					return
+				}
+				if rev >= 2 && !ok {
+					errc <- fmt.Errorf("ann cannot read folder:a at revision >= %d", rev)
+					return
+				}
+				if _, err := dst.Read(ctx, datastore.Filter{ObjectType: "folder"}); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	for i := range 20 {
+		rev := datastore.Revision(2 + i)
+		if err := src.ApplyAt(ctx, rev, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann", fmt.Sprintf("folder:f%d#viewer@user:u%d", i, i))}}); err != nil {
+			t.Fatal(err)
+		}
+		snap := filepath.Join(dir, fmt.Sprintf("snap-%d.db", i))
+		backup(t, src, snap)
+		if got, err := dst.Restore(ctx, snap); err != nil || got != rev {
+			t.Fatalf("Restore = %d, %v, want %d", got, err, rev)
+		}
+		if a, b := export(t, src), export(t, dst); a != b {
+			t.Fatalf("after restore %d: export\n%s\nwant\n%s", rev, b, a)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if err := dst.Health(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestoreRefusesDamagedSnapshot: a snapshot that is not a store, or
+// that is damaged, is refused before anything changes, and the store
+// stays healthy.
+func TestRestoreRefusesDamagedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := openTemp(t, datastore.Config{})
+	if err := src.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
+		t.Fatal(err)
+	}
+	dst := openTemp(t, datastore.Config{})
+	before := export(t, dst)
+	junk := filepath.Join(dir, "junk.db")
+	if err := os.WriteFile(junk, bytes.Repeat([]byte("not a store "), 2000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Restore(ctx, junk); err == nil {
+		t.Fatal("Restore took a file that is not a store")
+	}
+	snap := filepath.Join(dir, "snap.db")
+	backup(t, src, snap)
+	b, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Damage the root page of the first bucket (the page after the two
+	// meta pages and the free list).
+	for i := 3 * 4096; i < 4*4096 && i < len(b); i++ {
+		b[i] ^= 0xa5
+	}
+	if err := os.WriteFile(snap, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Restore(ctx, snap); err == nil {
+		t.Fatal("Restore took a damaged snapshot")
+	}
+	if err := dst.Health(); err != nil {
+		t.Fatalf("a refused snapshot made the store unhealthy: %v", err)
+	}
+	if after := export(t, dst); after != before {
+		t.Fatalf("a refused snapshot changed the store")
+	}
+	if r, _ := dst.Revision(ctx); r != 0 {
+		t.Fatalf("revision %d after refused restores", r)
+	}
+}
+
+// TestRestoreAcrossFileSystems: a snapshot on another file system than
+// the data file's is copied, and left where it was.
+func TestRestoreAcrossFileSystems(t *testing.T) {
+	shm, err := os.MkdirTemp("/dev/shm", "nexus-restore-")
+	if err != nil {
+		t.Skip("no /dev/shm")
+	}
+	defer os.RemoveAll(shm)
+	probe, other := filepath.Join(shm, "probe"), filepath.Join(t.TempDir(), "probe")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		t.Skip(err)
+	}
+	if os.Rename(probe, other) == nil {
+		t.Skip("/dev/shm is on the same file system as the test's temporary directory")
+	}
+	ctx := context.Background()
+	src := openTemp(t, datastore.Config{})
+	if err := src.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}}); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(shm, "snap.db")
+	backup(t, src, snap)
+	dst := openTemp(t, datastore.Config{})
+	if got, err := dst.Restore(ctx, snap); err != nil || got != 2 {
+		t.Fatalf("Restore = %d, %v", got, err)
+	}
+	if _, err := os.Stat(snap); err != nil {
+		t.Fatalf("a snapshot on another file system was not copied: %v", err)
+	}
+	if a, b := export(t, src), export(t, dst); a != b {
+		t.Fatalf("restored export\n%s\nwant\n%s", b, a)
 	}
 }
 

@@ -78,7 +78,7 @@ var _ Store = (*BoltStore)(nil)
 type BoltStore struct {
 	cfg    Config
 	log    *slog.Logger
-	db     *bolt.DB
+	db     *liveDB
 	state  atomic.Pointer[state]
 	mu     sync.RWMutex // schema writes hold it; tuple writes and import batches share it
 	closed atomic.Bool
@@ -152,9 +152,11 @@ func Open(ctx context.Context, cfg Config) (_ *BoltStore, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.db, err = openBolt(cfg); err != nil {
+	db, err := openBolt(cfg)
+	if err != nil {
 		return nil, err
 	}
+	s.db = newLiveDB(db)
 	if err := s.checkFile(); err != nil {
 		return nil, err
 	}

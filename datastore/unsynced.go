@@ -73,13 +73,13 @@ func (s *BoltStore) Unsync(ctx context.Context) error {
 	}
 	s.mu.Lock() // every commit holds mu: none is running
 	defer s.mu.Unlock()
-	if s.db.NoSync {
+	if s.db.NoSync() {
 		return nil
 	}
 	if err := writeDurably(s.cfg.Path+unsyncedSuffix, []byte(boot+"\n")); err != nil {
 		return fmt.Errorf("datastore: unsync: %w", err)
 	}
-	s.db.NoSync = true
+	s.db.SetNoSync(true)
 	s.log.Info("datastore commits no longer wait for the disk", "path", s.cfg.Path)
 	return nil
 }
@@ -89,13 +89,13 @@ func (s *BoltStore) Unsync(ctx context.Context) error {
 func (s *BoltStore) syncUnsynced() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.db.NoSync {
+	if !s.db.NoSync() {
 		return nil
 	}
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("datastore: close: sync: %w", err)
 	}
-	s.db.NoSync = false
+	s.db.SetNoSync(false)
 	return removeDurably(s.cfg.Path + unsyncedSuffix)
 }
 

@@ -64,9 +64,11 @@ func Verify(ctx context.Context, path string) (rep VerifyReport, err error) {
 		}
 	}()
 	defer s.guard("verify", debug.SetPanicOnFault(true), &err)
-	if s.db, err = openBolt(s.cfg); err != nil {
+	db, err := openBolt(s.cfg)
+	if err != nil {
 		return rep, err
 	}
+	s.db = newLiveDB(db)
 	defer s.db.Close()
 	f, err := os.Open(path)
 	if err != nil {

@@ -37,7 +37,7 @@ type clusterConfig struct {
 	// StreamReplicas is JetStream's R for the stream and the bucket when
 	// this replica creates them (3 on a 3-node NATS cluster).
 	StreamReplicas int `yaml:"stream_replicas"`
-	// Credentials is a NATS credentials file.
+	// Credentials is a NATS credentials file (user JWT and nkey seed).
 	Credentials string     `yaml:"credentials"`
 	TLS         clusterTLS `yaml:"tls"`
 	// SyncTimeout bounds how long a starting replica waits to catch up
@@ -45,11 +45,20 @@ type clusterConfig struct {
 	SyncTimeout time.Duration `yaml:"sync_timeout"`
 }
 
-// clusterTLS is TLS to the NATS servers.
+// clusterTLS is TLS to the NATS servers. Any field set makes TLS
+// required of every server (no plain-text fallback).
 type clusterTLS struct {
-	CAFile   string `yaml:"ca_file"`
+	// CAFile holds the CAs that sign the servers' certificates (PEM);
+	// empty means the system's.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are this replica's client certificate, for
+	// servers that require one (mutual TLS).
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name the servers' certificates must hold, when
+	// the URLs name them otherwise (by address); empty means the URL's
+	// host.
+	ServerName string `yaml:"server_name"`
 }
 
 func (c clusterConfig) enabled() bool { return len(c.NATSURLs) > 0 }
@@ -81,7 +90,7 @@ func (t clusterTLS) config() (*tls.Config, error) {
 	if t == (clusterTLS{}) {
 		return nil, nil
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {

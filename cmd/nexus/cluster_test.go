@@ -371,7 +371,7 @@ func TestServeClusterRefusesSingleNodeData(t *testing.T) {
 func TestServeClusterConfig(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "nexus.yaml")
-	yaml := "cluster:\n  nats_urls: [nats://n1:4222, nats://n2:4222]\n  name: prod\n  stream_replicas: 3\n  credentials: /etc/nats/nexus.creds\n  tls:\n    ca_file: /etc/nats/ca.pem\n"
+	yaml := "cluster:\n  nats_urls: [nats://n1:4222, nats://n2:4222]\n  name: prod\n  stream_replicas: 3\n  credentials: /etc/nats/nexus.creds\n  tls:\n    ca_file: /etc/nats/ca.pem\n    cert_file: /etc/nats/nexus.pem\n    key_file: /etc/nats/nexus-key.pem\n    server_name: nats.internal\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func TestServeClusterConfig(t *testing.T) {
 	var c serveConfig
 	mergeFlags(cmd, &c, file)
 	if strings.Join(c.Cluster.NATSURLs, ",") != "nats://n1:4222,nats://n2:4222" || c.Cluster.Name != "prod" || c.Cluster.StreamReplicas != 3 ||
-		c.Cluster.Credentials != "/etc/nats/nexus.creds" || c.Cluster.TLS.CAFile != "/etc/nats/ca.pem" {
+		c.Cluster.Credentials != "/etc/nats/nexus.creds" || c.Cluster.TLS != (clusterTLS{CAFile: "/etc/nats/ca.pem", CertFile: "/etc/nats/nexus.pem", KeyFile: "/etc/nats/nexus-key.pem", ServerName: "nats.internal"}) {
 		t.Fatalf("cluster section not applied: %+v", c.Cluster)
 	}
 	cmd = newServeCmd()

@@ -1,11 +1,14 @@
 // Package natstest runs real NATS servers with JetStream in the test
 // process, on loopback ports: one node, or a cluster of several that
-// route to each other. Nodes can be stopped and started again on the same
+// route to each other; optionally requiring TLS (with certificates from
+// a throwaway PKI) and authentication (users, nkeys, or an operator
+// with accounts and user credentials files, as nsc makes them). Nodes can be stopped and started again on the same
 // ports and storage, which is how tests take NATS away and bring it back.
 package natstest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -21,8 +24,25 @@ import (
 
 // Cluster is a set of NATS servers with JetStream.
 type Cluster struct {
-	mu    sync.Mutex
-	nodes []*node
+	mu     sync.Mutex
+	nodes  []*node
+	client []nats.Option
+	scheme string
+}
+
+// Options change how the servers of StartWith run.
+type Options struct {
+	// TLS, if set, makes every node require TLS from its clients with this
+	// configuration: its Certificates are the server's, and ClientAuth
+	// tls.RequireAndVerifyClientCert with ClientCAs asks for mutual TLS.
+	// URLs are then tls://.
+	TLS *tls.Config
+	// Configure, if set, changes each node's options before it starts:
+	// users, nkeys, or an operator and its accounts (see Operator).
+	Configure func(*server.Options)
+	// Client are the options the JetStream readiness check connects with:
+	// the TLS and credentials the servers require.
+	Client []nats.Option
 }
 
 type node struct {
@@ -35,7 +55,13 @@ type node struct {
 // returns once JetStream answers.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c, err := New(n, t.TempDir())
+	return StartWith(t, n, Options{})
+}
+
+// StartWith is Start with TLS or authentication.
+func StartWith(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
+	c, err := NewWith(n, t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +72,15 @@ func Start(t testing.TB, n int) *Cluster {
 // New is Start for callers without a testing.TB (examples): storage goes
 // under dir, and the caller stops the servers with StopAll.
 func New(n int, dir string) (*Cluster, error) {
-	c := &Cluster{}
+	return NewWith(n, dir, Options{})
+}
+
+// NewWith is New with TLS or authentication.
+func NewWith(n int, dir string, opts Options) (*Cluster, error) {
+	c := &Cluster{client: opts.Client, scheme: "nats"}
+	if opts.TLS != nil {
+		c.scheme = "tls"
+	}
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -67,6 +101,13 @@ func New(n int, dir string) (*Cluster, error) {
 			NoLog:                  true,
 			NoSigs:                 true,
 			DisableJetStreamBanner: true,
+		}
+		if opts.TLS != nil {
+			o.TLS, o.TLSConfig, o.TLSTimeout = true, opts.TLS, 5
+			o.TLSVerify = opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		}
+		if opts.Configure != nil {
+			opts.Configure(o)
 		}
 		if n > 1 {
 			o.Cluster = server.ClusterOpts{Name: "nexus-test", Host: "127.0.0.1", Port: ports[n+i]}
@@ -127,11 +168,12 @@ func (c *Cluster) start(i int) error {
 	return nil
 }
 
-// URLs are the client URLs of every node, running or not.
+// URLs are the client URLs of every node, running or not: tls://
+// when the nodes require TLS, else nats://.
 func (c *Cluster) URLs() []string {
 	var out []string
 	for _, nd := range c.nodes {
-		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", nd.opts.Port))
+		out = append(out, fmt.Sprintf("%s://127.0.0.1:%d", c.scheme, nd.opts.Port))
 	}
 	return out
 }
@@ -208,7 +250,7 @@ func (c *Cluster) waitJetStream(timeout time.Duration) error {
 }
 
 func (c *Cluster) ping() error {
-	nc, err := nats.Connect(strings.Join(c.URLs(), ","), nats.Timeout(time.Second))
+	nc, err := nats.Connect(strings.Join(c.URLs(), ","), append([]nats.Option{nats.Timeout(time.Second)}, c.client...)...)
 	if err != nil {
 		return err
 	}
