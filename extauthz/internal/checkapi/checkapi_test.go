@@ -317,3 +317,24 @@ func TestReadKong(t *testing.T) {
 		})
 	}
 }
+
+// TestReadPermitExactAttributes: a Permit user or resource keeps its
+// attributes' numbers exact however the body spells the key (escapes
+// included), and a plain string or an escaped one decodes the same.
+func TestReadPermitExactAttributes(t *testing.T) {
+	for _, body := range []string{
+		`{"user":{"key":"alice"},"action":"read","resource":{"type":"file","key":"f1","attributes":{"size":12345678901234567890}}}`,
+		`{"user":{"key":"alice"},"action":"read","resource":{"type":"file","key":"f1","attr\u0069butes":{"size":12345678901234567890}}}`,
+		`{"user":"al\u0069ce","action":"read","resource":{"type":"file","key":"f1","attributes":{"size":12345678901234567890}}}`,
+		`{"user":"alice","action":"read","resource":{"t\u0079pe":"file","key":"f1","attributes":{"size":12345678901234567890}}}`,
+	} {
+		c, err := ReadPermit(strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		want := `{"subject":{"type":"user","id":"alice"},"action":"read","resource":{"type":"file","id":"f1","attributes":{"size":12345678901234567890}}}`
+		if got := string(c.Input()); got != want {
+			t.Fatalf("%s:\ngot  %s\nwant %s", body, got, want)
+		}
+	}
+}

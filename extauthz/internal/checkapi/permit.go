@@ -102,15 +102,29 @@ func stringOrObject(raw json.RawMessage, s *string, obj any, field string) error
 	if len(raw) == 0 || string(raw) == "null" {
 		return fmt.Errorf("%w: %s is required", ErrBadRequest, field)
 	}
+	// raw is a value of a body that decoded, so valid JSON and UTF-8.
 	if raw[0] == '"' {
+		if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 {
+			*s = string(inner) // no escapes: the text is the value
+			return nil
+		}
 		return json.Unmarshal(raw, s)
 	}
 	if raw[0] != '{' {
 		return fmt.Errorf("%w: %s must be a string or an object", ErrBadRequest, field)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(obj); err != nil {
+	var err error
+	if bytes.IndexByte(raw, '\\') < 0 && !bytes.Contains(raw, []byte(`"attributes"`)) {
+		// No attributes (not even spelled with escapes): only strings
+		// to decode.
+		err = json.Unmarshal(raw, obj)
+	} else {
+		// Attributes keep their numbers exact (json.Number).
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		err = dec.Decode(obj)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %s: %s", ErrBadRequest, field, describeJSONError(err))
 	}
 	return nil
