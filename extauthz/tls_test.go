@@ -2,17 +2,9 @@ package extauthz_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +17,7 @@ import (
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
 type testPKI struct {
@@ -37,50 +30,29 @@ type testPKI struct {
 // certificate, all signed by the CA.
 func newPKI(t *testing.T) testPKI {
 	t.Helper()
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nexus test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, err := natstest.NewPKI("nexus test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
+	srv, err := ca.Issue("nexus", false, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
+	cli, err := ca.Issue("envoy", true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	srvDER, srvKey := issue(2, "nexus", x509.ExtKeyUsageServerAuth)
-	srvKeyDER, _ := x509.MarshalECPrivateKey(srvKey)
-	cliDER, cliKey := issue(3, "envoy", x509.ExtKeyUsageClientAuth)
-	pki := testPKI{
-		caFile:   write("ca.pem", "CERTIFICATE", caDER),
-		certFile: write("server.pem", "CERTIFICATE", srvDER),
-		keyFile:  write("server-key.pem", "EC PRIVATE KEY", srvKeyDER),
-		pool:     x509.NewCertPool(),
-		client:   tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey},
+	dir, err := ca.WriteFiles(t.TempDir(), map[string]natstest.Cert{"server": srv})
+	if err != nil {
+		t.Fatal(err)
 	}
-	pki.pool.AddCert(ca)
-	return pki
+	return testPKI{
+		caFile:   filepath.Join(dir, "ca.pem"),
+		certFile: filepath.Join(dir, "server.pem"),
+		keyFile:  filepath.Join(dir, "server-key.pem"),
+		pool:     ca.Pool(),
+		client:   cli.TLS,
+	}
 }
 
 func TestMTLS(t *testing.T) {
