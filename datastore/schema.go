@@ -501,6 +501,15 @@ func (s *Schema) AllowedSubjects(typ, relation string) []SubjectType {
 // no roles section.
 func (s *Schema) TenantType() string { return s.tenant }
 
+// Tenanted reports whether typ's resources can be assigned to a tenant:
+// typ has a "tenant" relation whose subjects are of the tenant type.
+func (s *Schema) Tenanted(typ string) bool {
+	return s.tenant != "" && slices.Contains(s.Relations(typ), "tenant") &&
+		slices.ContainsFunc(s.AllowedSubjects(typ, "tenant"), func(st SubjectType) bool {
+			return st.Type == s.tenant && st.Relation == ""
+		})
+}
+
 // RoleGrants returns the grants of a tenant role, such as "file:read" or
 // "folder:*" (nil for an unknown role).
 func (s *Schema) RoleGrants(role string) []string { return slices.Clone(s.grants[role]) }

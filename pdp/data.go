@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/nexuspdp/nexus/datastore"
@@ -15,34 +14,44 @@ import (
 // roles and permissions, the route rules' split paths and their route
 // table. Route rules that are not well formed are ErrBadPolicyData.
 func PolicyData(data []byte, sc *datastore.Schema) ([]byte, error) {
-	d, _, err := withSchema(data, sc)
-	return d, err
+	d, err := withSchema(data, sc)
+	return d.data, err
+}
+
+// loadData is a policy's data as the server loads it (withSchema).
+type loadData struct {
+	data  []byte
+	types map[string]bool // the schema's types; nil without a schema
+	table *builtins.Table // the route rules and conditions; nil without data.nexus
 }
 
 // withSchema returns data with data.nexus.roles (role to grants) and
 // data.nexus.permissions (type to permission names) from sc, each route
 // rule of data.nexus.routes with its path split into "segments", and the
 // rules as the route table nexus.route reads (data.nexus.route_table).
-func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, error) {
+func withSchema(data []byte, sc *datastore.Schema) (loadData, error) {
+	var ld loadData
 	doc := map[string]any{}
 	if len(bytes.TrimSpace(data)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.UseNumber()
 		if err := dec.Decode(&doc); err != nil {
-			return nil, nil, fmt.Errorf("pdp: policy data: %w", err)
+			return ld, fmt.Errorf("pdp: policy data: %w", err)
 		}
 	}
 	nx, _ := doc["nexus"].(map[string]any)
 	if nx != nil {
-		table, err := routeTable(nx)
+		table, text, err := routeTable(nx)
 		if err != nil {
-			return nil, nil, err
+			return ld, err
 		}
-		nx["route_table"] = string(table)
+		ld.table = table
+		nx["route_table"] = string(text)
 	}
 	if sc == nil {
-		out, err := json.Marshal(doc)
-		return out, nil, err
+		var err error
+		ld.data, err = json.Marshal(doc)
+		return ld, err
 	}
 	if nx == nil {
 		nx = map[string]any{}
@@ -64,9 +73,7 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 		nx["tenant_type"] = tt
 		tenanted := map[string]bool{}
 		for _, t := range sc.Types() {
-			if slices.Contains(sc.Relations(t), "tenant") && slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool {
-				return st.Type == tt && st.Relation == ""
-			}) {
+			if sc.Tenanted(t) {
 				tenanted[t] = true
 			}
 		}
@@ -74,9 +81,10 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 	}
 	out, err := json.Marshal(doc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pdp: policy data: %w", err)
+		return ld, fmt.Errorf("pdp: policy data: %w", err)
 	}
-	return out, types, nil
+	ld.data, ld.types = out, types
+	return ld, nil
 }
 
 // routeTable checks the route rules (data.nexus.routes) and the ABAC
@@ -86,7 +94,7 @@ func withSchema(data []byte, sc *datastore.Schema) ([]byte, map[string]bool, err
 // and one "{tenant}" segment; every condition an object with a string
 // type, attribute and reason, actions (strings) and a value: data that is
 // not is an error, not a rule that silently never matches.
-func routeTable(nx map[string]any) ([]byte, error) {
+func routeTable(nx map[string]any) (*builtins.Table, []byte, error) {
 	var t builtins.Table
 	if c, ok := nx["conditions"]; ok {
 		raw, err := json.Marshal(c)
@@ -96,25 +104,26 @@ func routeTable(nx map[string]any) ([]byte, error) {
 			err = dec.Decode(&t.Conditions)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: data.nexus.conditions is not a list of conditions (type, actions, attribute, value, reason): %v", ErrBadPolicyData, err)
+			return nil, nil, fmt.Errorf("%w: data.nexus.conditions is not a list of conditions (type, actions, attribute, value, reason): %v", ErrBadPolicyData, err)
 		}
 		list, _ := c.([]any) // an array, or null: it decoded as one
 		for i, c := range list {
 			m, _ := c.(map[string]any)
 			for _, k := range []string{"type", "actions", "attribute", "value", "reason"} {
 				if _, ok := m[k]; !ok {
-					return nil, fmt.Errorf("%w: condition %d has no %q", ErrBadPolicyData, i, k)
+					return nil, nil, fmt.Errorf("%w: condition %d has no %q", ErrBadPolicyData, i, k)
 				}
 			}
 		}
 	}
 	routes, ok := nx["routes"]
 	if !ok {
-		return builtins.AppendTable(nil, t)
+		text, err := builtins.AppendTable(nil, t)
+		return &t, text, err
 	}
 	list, ok := routes.([]any)
 	if !ok {
-		return nil, fmt.Errorf("%w: data.nexus.routes is not an array of route rules", ErrBadPolicyData)
+		return nil, nil, fmt.Errorf("%w: data.nexus.routes is not an array of route rules", ErrBadPolicyData)
 	}
 	t.Routes = make([]builtins.RouteRule, len(list))
 	for i, r := range list {
@@ -125,13 +134,13 @@ func routeTable(nx map[string]any) ([]byte, error) {
 		rule.Action, okA = m["action"].(string)
 		rule.Type, okT = m["type"].(string)
 		if !okM || !okA || !okT || rule.Method == "" || rule.Action == "" || rule.Type == "" {
-			return nil, fmt.Errorf("%w: route rule %d needs a method, an action and a type (strings): %v", ErrBadPolicyData, i, r)
+			return nil, nil, fmt.Errorf("%w: route rule %d needs a method, an action and a type (strings): %v", ErrBadPolicyData, i, r)
 		}
 		switch segs := m["segments"].(type) {
 		case nil:
 			p, ok := m["path"].(string)
 			if !ok {
-				return nil, fmt.Errorf("%w: route rule %d needs a path (a string): %v", ErrBadPolicyData, i, r)
+				return nil, nil, fmt.Errorf("%w: route rule %d needs a path (a string): %v", ErrBadPolicyData, i, r)
 			}
 			rule.Segments = strings.Split(strings.TrimPrefix(p, "/"), "/")
 			m["segments"] = rule.Segments
@@ -139,18 +148,19 @@ func routeTable(nx map[string]any) ([]byte, error) {
 			for _, s := range segs {
 				str, ok := s.(string)
 				if !ok {
-					return nil, fmt.Errorf("%w: route rule %d: its segments are not strings: %v", ErrBadPolicyData, i, r)
+					return nil, nil, fmt.Errorf("%w: route rule %d: its segments are not strings: %v", ErrBadPolicyData, i, r)
 				}
 				rule.Segments = append(rule.Segments, str)
 			}
 		default:
-			return nil, fmt.Errorf("%w: route rule %d: its segments are not strings: %v", ErrBadPolicyData, i, r)
+			return nil, nil, fmt.Errorf("%w: route rule %d: its segments are not strings: %v", ErrBadPolicyData, i, r)
 		}
 		if countOf(rule.Segments, "{id}") > 1 || countOf(rule.Segments, "{tenant}") > 1 {
-			return nil, fmt.Errorf("%w: route rule %d names \"{id}\" or \"{tenant}\" twice: %v", ErrBadPolicyData, i, r)
+			return nil, nil, fmt.Errorf("%w: route rule %d names \"{id}\" or \"{tenant}\" twice: %v", ErrBadPolicyData, i, r)
 		}
 	}
-	return builtins.AppendTable(nil, t)
+	text, err := builtins.AppendTable(nil, t)
+	return &t, text, err
 }
 
 func countOf(list []string, s string) int {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
@@ -51,6 +52,7 @@ type PDP struct {
 	ready  atomic.Bool
 	types  atomic.Pointer[map[string]bool] // resource types of the schema
 	routes atomic.Pointer[[]Route]         // the loaded policy's route rules
+	table  atomic.Pointer[builtins.Table]  // the same, as matched (nil without data.nexus)
 	policy atomic.Pointer[string]          // revision of the loaded policy
 	view   atomic.Pointer[inputView]       // what the loaded policy reads of the input
 
@@ -141,19 +143,20 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	if err != nil && !errors.Is(err, datastore.ErrNoSchema) {
 		return fmt.Errorf("pdp: reading the schema: %w", err)
 	}
-	data, types, err := withSchema(b.Data, sc)
+	ld, err := withSchema(b.Data, sc)
 	if err != nil {
 		return err
 	}
 	nb := *b
-	nb.Data = data
+	nb.Data = ld.data
 	if err := p.eng.Load(ctx, &nb); err != nil {
 		return fmt.Errorf("pdp: loading the policy: %w", err)
 	}
 	p.base = b
-	p.types.Store(&types)
+	p.types.Store(&ld.types)
 	routes := routeRules(b.Data)
 	p.routes.Store(&routes)
+	p.table.Store(ld.table)
 	v := &inputView{uncached: p.uncached(&b.Manifest, fresh)}
 	for _, ep := range []string{p.cfg.MaskDecision, p.cfg.DropDecision} {
 		if slices.Contains(b.Manifest.Entrypoints, ep) {
@@ -267,6 +270,24 @@ func (p *PDP) Routes() []Route {
 		return *r
 	}
 	return nil
+}
+
+// RouteMatch is the route rule a request matched: the action on a
+// resource of Type, with the segments under "{id}" and "{tenant}".
+type RouteMatch struct {
+	Action, Type, ID, Tenant string
+}
+
+// MatchRoute finds the first route rule of the loaded policy that matches
+// method and the path's segments, as the default policy matches proxied
+// requests (nexus.envoy_decide).
+func (p *PDP) MatchRoute(method string, segs []string) (RouteMatch, bool) {
+	t := p.table.Load()
+	if t == nil {
+		return RouteMatch{}, false
+	}
+	r, id, tenant, ok := t.Match(method, segs)
+	return RouteMatch{Action: r.Action, Type: r.Type, ID: id, Tenant: tenant}, ok
 }
 
 // Close flushes the decision log, waiting until ctx ends at most.

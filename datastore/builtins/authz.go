@@ -132,6 +132,19 @@ type matched struct {
 	id, tenant capture
 }
 
+// Match finds the first rule of t that matches method and the path's
+// segments, and the segments under its "{id}" and "{tenant}" ("" for a
+// rule without one). A rule naming "{id}" or "{tenant}" twice with
+// different values matches nothing (the server refuses such rules when it
+// loads a policy).
+func (t *Table) Match(method string, segs []string) (r RouteRule, id, tenant string, ok bool) {
+	m, ok, err := t.route(method, segs)
+	if err != nil || !ok {
+		return RouteRule{}, "", "", false
+	}
+	return *m.rule, m.id.value, m.tenant.value, true
+}
+
 // route finds the first rule of t that matches method and the path's
 // segments. A rule with two "{id}" (or "{tenant}") segments whose values
 // differ is an error: the request names two resources.
@@ -272,13 +285,8 @@ func tenanted(sc *datastore.Schema, typ string) bool {
 	c := lastTenanted.Load()
 	if c == nil || c.schema != sc {
 		c = &tenantedTypes{schema: sc, types: map[string]bool{}}
-		if tt := sc.TenantType(); tt != "" {
-			for _, t := range sc.Types() {
-				c.types[t] = slices.Contains(sc.Relations(t), "tenant") &&
-					slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool {
-						return st.Type == tt && st.Relation == ""
-					})
-			}
+		for _, t := range sc.Types() {
+			c.types[t] = sc.Tenanted(t)
 		}
 		lastTenanted.Store(c)
 	}
@@ -302,6 +310,7 @@ var lastTenanted atomic.Pointer[tenantedTypes]
 // store grants it; nothing appended when neither does.
 func Grant(ctx context.Context, s Store, dst []string, subject, action, object, tenant string) ([]string, error) {
 	typ, id, _ := strings.Cut(object, ":")
+	sc := schemaOf(ctx, s)
 	if tenant != "" {
 		sub, err := api.ParseSubject(subject)
 		if err != nil {
@@ -311,7 +320,7 @@ func Grant(ctx context.Context, s Store, dst []string, subject, action, object, 
 		if err != nil {
 			return dst, fmt.Errorf("nexus.grant: %w", err)
 		}
-		if sc := schemaOf(ctx, s); sc != nil {
+		if sc != nil {
 			for _, role := range roles {
 				for _, g := range sc.RoleGrants(role) {
 					if gt, ga, _ := strings.Cut(g, ":"); gt == typ && (ga == action || ga == "*") {
@@ -321,11 +330,7 @@ func Grant(ctx context.Context, s Store, dst []string, subject, action, object, 
 			}
 		}
 	}
-	if id == "" {
-		return dst, nil
-	}
-	sc := schemaOf(ctx, s)
-	if sc == nil || !slices.Contains(sc.Permissions(typ), action) {
+	if id == "" || sc == nil || !slices.Contains(sc.Permissions(typ), action) {
 		return dst, nil
 	}
 	obj, err := api.SplitObject(object)

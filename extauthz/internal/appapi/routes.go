@@ -2,45 +2,11 @@ package appapi
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
 )
-
-// matchRoute finds the first route rule of the loaded policy that
-// matches method and the path's segments, as the default policy matches
-// proxied requests: the rule's method or "*", as many segments, each
-// equal or a wildcard ("*", "{id}", "{tenant}"). It returns the rule and
-// the segments under "{id}" and "{tenant}".
-func matchRoute(routes []pdp.Route, method string, segs []string) (r pdp.Route, id, tenant string, ok bool) {
-	for _, r := range routes {
-		if r.Method != method && r.Method != "*" {
-			continue
-		}
-		pat := strings.Split(strings.TrimPrefix(r.Path, "/"), "/")
-		if len(pat) != len(segs) {
-			continue
-		}
-		id, tenant, ok = "", "", true
-		for i, p := range pat {
-			switch p {
-			case "{id}":
-				id = segs[i]
-			case "{tenant}":
-				tenant = segs[i]
-			case "*":
-			default:
-				ok = ok && p == segs[i]
-			}
-		}
-		if ok {
-			return r, id, tenant, true
-		}
-	}
-	return pdp.Route{}, "", "", false
-}
 
 // urlResponse is Permit's answer to /allowed_url and /nginx_allowed: the
 // decision and the check it was made on.
@@ -71,17 +37,18 @@ func (s *API) handleAllowedURL(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	route, id, tenant, ok := matchRoute(s.PDP.Routes(), q.Method, q.Segments)
+	route, ok := s.PDP.MatchRoute(q.Method, q.Segments)
 	if !ok {
 		wire.WriteJSON(w, http.StatusOK, urlResponse{
 			PermitResponse: checkapi.PermitResponse{Debug: map[string]any{"reason": "no_route", "error": "no route rule matches " + q.Method + " " + q.RawURL}},
 		})
 		return
 	}
+	tenant := route.Tenant
 	if tenant == "" {
 		tenant = q.Tenant
 	}
-	c := checkapi.Check{Subject: q.User, Action: route.Action, Resource: checkapi.Resource{Type: route.Type, ID: id, Tenant: tenant}, Context: q.Context}
+	c := checkapi.Check{Subject: q.User, Action: route.Action, Resource: checkapi.Resource{Type: route.Type, ID: route.ID, Tenant: tenant}, Context: q.Context}
 	if err := c.Validate(); err != nil {
 		s.PDP.CountError(pdp.IfacePermit, err)
 		wire.WriteError(s.Log, w, err)
@@ -152,12 +119,12 @@ func (s *API) handleKong(w http.ResponseWriter, r *http.Request) {
 		wire.WriteJSON(w, http.StatusOK, map[string]bool{"result": false})
 		return
 	}
-	route, id, tenant, ok := matchRoute(s.PDP.Routes(), k.Method, segs)
+	route, ok := s.PDP.MatchRoute(k.Method, segs)
 	if !ok {
 		wire.WriteJSON(w, http.StatusOK, map[string]bool{"result": false})
 		return
 	}
-	c := checkapi.Check{Subject: checkapi.Subject{Type: "user", ID: k.Consumer}, Action: route.Action, Resource: checkapi.Resource{Type: route.Type, ID: id, Tenant: tenant}}
+	c := checkapi.Check{Subject: checkapi.Subject{Type: "user", ID: k.Consumer}, Action: route.Action, Resource: checkapi.Resource{Type: route.Type, ID: route.ID, Tenant: route.Tenant}}
 	if err := c.Validate(); err != nil {
 		s.PDP.CountError(pdp.IfacePermit, err)
 		wire.WriteError(s.Log, w, err)
