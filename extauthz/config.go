@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -181,6 +182,11 @@ type Config struct {
 	CacheSize int
 	// CacheDisabled turns the decision cache off.
 	CacheDisabled bool
+	// WasmOnly runs every decision in the policy's Wasm. By default, when
+	// the loaded policy is nexus' default policy as nexus compiles it, the
+	// server makes its decisions in Go, exactly as its Wasm would (see
+	// pdp.Config.Relations); WasmOnly turns that off, to compare.
+	WasmOnly bool
 	// CacheNondeterministic caches decisions of policies that can call
 	// non-deterministic builtins (or whose bundle does not say) like any
 	// other; see pdp.Config.CacheNondeterministic.
@@ -337,8 +343,12 @@ func peakRSS() float64 {
 
 // pdpConfig is the decision core's part of c.
 func (c *Config) pdpConfig() pdp.Config {
+	var relations builtins.Store
+	if !c.WasmOnly {
+		relations = c.Store
+	}
 	return pdp.Config{
-		Engine: c.Engine, Store: c.Store, Policy: c.Policy,
+		Engine: c.Engine, Store: c.Store, Relations: relations, Policy: c.Policy,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		SkipRequestBodyParse: c.SkipRequestBodyParse, DryRun: c.DryRun,

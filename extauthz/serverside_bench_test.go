@@ -35,22 +35,24 @@ var allowOnly = sync.OnceValues(func() (*bundle.Bundle, error) {
 	})
 })
 
+// benchPolicy is a policy the server-side benchmarks run.
+type benchPolicy struct {
+	name     string
+	b        *bundle.Bundle
+	wasmOnly bool
+}
+
 // benchPolicies are the policies the server-side benchmarks compare: the
-// default policy and the allow-only baseline, on the same server and
-// interface, so "above allow-only" is the difference of two lines.
-func benchPolicies(b *testing.B) []struct {
-	name string
-	b    *bundle.Bundle
-} {
+// default policy (decided natively, and in its Wasm) and the allow-only
+// baseline, on the same server and interface, so "above allow-only" is
+// the difference of two lines.
+func benchPolicies(b *testing.B) []benchPolicy {
 	b.Helper()
 	ao, err := allowOnly()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return []struct {
-		name string
-		b    *bundle.Bundle
-	}{{"default", fixture.Bundle(b)}, {"allow-only", ao}}
+	return []benchPolicy{{"default", fixture.Bundle(b), false}, {"default-wasm", fixture.Bundle(b), true}, {"allow-only", ao, false}}
 }
 
 // BenchmarkCheckServerSidePolicies is BenchmarkCheckServerSide for the
@@ -58,7 +60,7 @@ func benchPolicies(b *testing.B) []struct {
 func BenchmarkCheckServerSidePolicies(b *testing.B) {
 	for _, pol := range benchPolicies(b) {
 		for _, cache := range []bool{false, true} {
-			ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = !cache; c.DecisionLog = nil; c.Policy = pol.b })
+			ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = !cache; c.DecisionLog = nil; c.Policy = pol.b; c.WasmOnly = pol.wasmOnly })
 			for _, bc := range []struct {
 				name string
 				req  *authv3.CheckRequest
@@ -98,7 +100,7 @@ func cacheName(on bool) string {
 func BenchmarkHTTPServerSide(b *testing.B) {
 	for _, pol := range benchPolicies(b) {
 		for _, cache := range []bool{false, true} {
-			ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = !cache; c.DecisionLog = nil; c.Policy = pol.b })
+			ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = !cache; c.DecisionLog = nil; c.Policy = pol.b; c.WasmOnly = pol.wasmOnly })
 			h := ts.srv.HTTPHandler()
 			for _, bc := range []struct{ name, path, body, want string }{
 				{"allowed/RBAC", "/allowed", `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`, `"allow":true`},

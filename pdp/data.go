@@ -23,6 +23,11 @@ type loadData struct {
 	data  []byte
 	types map[string]bool // the schema's types; nil without a schema
 	table *builtins.Table // the route rules and conditions; nil without data.nexus
+	// subjectHeader and tenantHeader are data.nexus.subject_header and
+	// data.nexus.tenant_header ("" when unset); headersOK is false when
+	// one is set to something other than a string.
+	subjectHeader, tenantHeader string
+	headersOK                   bool
 }
 
 // withSchema returns data with data.nexus.roles (role to grants) and
@@ -47,6 +52,13 @@ func withSchema(data []byte, sc *datastore.Schema) (loadData, error) {
 		}
 		ld.table = table
 		nx["route_table"] = string(text)
+	}
+	ld.headersOK = true
+	for k, dst := range map[string]*string{"subject_header": &ld.subjectHeader, "tenant_header": &ld.tenantHeader} {
+		if v, ok := nx[k]; ok {
+			s, isString := v.(string)
+			*dst, ld.headersOK = s, ld.headersOK && isString
+		}
 	}
 	if sc == nil {
 		var err error

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
@@ -324,13 +325,8 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 			return d, nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.EvalTimeout)
-	defer cancel()
 	bp := p.buf()
-	// Every input was written by this package's encoders (fuzzed to
-	// write UTF-8 JSON whatever the request held) or encoding/json: the
-	// engine need not scan it again.
-	out, err := p.eng.EvalTrusted(ctx, entrypoint, input, (*bp)[:0])
+	out, err := p.eval(ctx, entrypoint, input, (*bp)[:0], v)
 	if err == nil {
 		d.Decision, err = p.parseResult(out, envoy)
 		if err == nil && p.cfg.DecisionSink != nil {
@@ -345,6 +341,30 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		p.cache.Set(key, d.Decision)
 	}
 	return d, nil
+}
+
+// eval evaluates entrypoint on input, natively when view v has the
+// default policy's native decisions and they can answer.
+func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v *inputView) ([]byte, error) {
+	if v != nil && v.native != nil {
+		var out []byte
+		ok := false
+		switch entrypoint {
+		case policy.EnvoyEntrypoint:
+			out, ok = v.native.Envoy(ctx, input, dst)
+		case policy.AuthzEntrypoint:
+			out, ok = v.native.Authz(ctx, input, dst)
+		}
+		if ok {
+			return out, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.EvalTimeout)
+	defer cancel()
+	// Every input was written by this package's encoders (fuzzed to
+	// write UTF-8 JSON whatever the request held) or encoding/json: the
+	// engine need not scan it again.
+	return p.eng.EvalTrusted(ctx, entrypoint, input, dst)
 }
 
 // resultKind tells the two ways of reading a result apart in the keys of

@@ -3,6 +3,8 @@ package pdp
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 	"github.com/nexuspdp/nexus/pdp/internal/result"
@@ -73,6 +76,9 @@ type inputView struct {
 	// logRules lists the decision log's mask and drop entrypoints the
 	// bundle has.
 	logRules []string
+	// native decides the default policy's entrypoints without the Wasm
+	// when the bundle is the default policy (nil otherwise).
+	native *builtins.DefaultPolicy
 }
 
 // has reports whether the view's bundle has the log rule entrypoint.
@@ -166,6 +172,12 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
 		v.keep = prune.New(paths)
 	}
+	if p.cfg.Relations != nil && ld.headersOK && isDefaultPolicy(b.Wasm) {
+		v.native = builtins.NewDefaultPolicy(p.cfg.Relations, ld.table, ld.subjectHeader, ld.tenantHeader)
+	}
+	if fresh {
+		p.cfg.Logger.Info("policy loaded", "revision", b.Manifest.Revision, "native", v.native != nil)
+	}
 	p.view.Store(v)
 	rev := b.Manifest.Revision
 	p.policy.Store(&rev)
@@ -175,6 +187,20 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	}
 	p.ready.Store(true)
 	return nil
+}
+
+// isDefaultPolicy reports whether wasm is the default policy as nexus
+// compiles it: the policy whose decisions builtins.DefaultPolicy makes.
+func isDefaultPolicy(wasm []byte) bool {
+	sum := sha256.Sum256(wasm)
+	return hex.EncodeToString(sum[:]) == policy.WasmSHA256
+}
+
+// Native reports whether the loaded policy is the default policy, whose
+// decisions the core makes without entering its Wasm (Config.Relations).
+func (p *PDP) Native() bool {
+	v := p.view.Load()
+	return v != nil && v.native != nil
 }
 
 // CheckBundle reports whether b could be loaded as far as can be told

@@ -483,7 +483,7 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 			}
 			switch {
 			case strings.HasSuffix(p, ".rego"):
-				mods["default/"+p] = string(b)
+				mods[p] = string(b) // as compiled everywhere: the Wasm is then the one policy.WasmSHA256 names
 			case p == "data.json":
 				data = b
 			}

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 func TestServeConfigFile(t *testing.T) {
@@ -94,5 +99,19 @@ func TestLoadPolicy(t *testing.T) {
 	def, err := loadPolicy(ctx, serveConfig{EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision"})
 	if err != nil || !slices.Contains(def.Manifest.Entrypoints, "nexus/envoy/result") || !slices.Contains(def.Manifest.Entrypoints, "nexus/authz/decision") {
 		t.Fatalf("embedded default: entrypoints %v, err %v", def.Manifest.Entrypoints, err)
+	}
+}
+
+// TestDefaultPolicyIsNative: the default policy `nexus serve` compiles is
+// the module the decision core recognises (policy.WasmSHA256) and decides
+// natively.
+func TestDefaultPolicyIsNative(t *testing.T) {
+	b, err := loadPolicy(t.Context(), serveConfig{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b.Wasm)
+	if got := hex.EncodeToString(sum[:]); got != policy.WasmSHA256 {
+		t.Fatalf("the default policy's Wasm is %s, the core recognises %s", got, policy.WasmSHA256)
 	}
 }

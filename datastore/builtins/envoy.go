@@ -39,15 +39,22 @@ func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string
 	if err := req.parse(request); err != nil {
 		return dst, err
 	}
+	return envoyResult(ctx, s, dst, t, &req)
+}
+
+// envoyResult appends the result object for req, canonical JSON (keys
+// sorted, compact): the default policy's native evaluation (DefaultPolicy)
+// answers with it.
+func envoyResult(ctx context.Context, s Store, dst []byte, t *Table, req *envoyRequest) ([]byte, error) {
 	m, ok, err := t.route(req.method, req.path)
 	if err != nil {
 		return dst, fmt.Errorf("nexus.envoy_decide: %w", err)
 	}
 	if !ok {
-		return append(dst, `{"allowed":false,"http_status":403,"reason":"no_route","body":"{\"error\":\"no route rule matches this request\"}","headers":{"content-type":"application/json"}}`...), nil
+		return append(dst, `{"allowed":false,"body":"{\"error\":\"no route rule matches this request\"}","headers":{"content-type":"application/json"},"http_status":403,"reason":"no_route"}`...), nil
 	}
 	if !req.claimed {
-		return append(dst, `{"allowed":false,"http_status":401,"reason":"no_subject","body":"{\"error\":\"no subject: a verified JWT is required\"}","headers":{"content-type":"application/json","www-authenticate":"Bearer realm=\"nexus\""}}`...), nil
+		return append(dst, `{"allowed":false,"body":"{\"error\":\"no subject: a verified JWT is required\"}","headers":{"content-type":"application/json","www-authenticate":"Bearer realm=\"nexus\""},"http_status":401,"reason":"no_subject"}`...), nil
 	}
 	tenant := req.tenant
 	if m.tenant.found {
@@ -63,34 +70,34 @@ func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string
 		invalid = "resource"
 	}
 	if invalid != "" {
-		dst = append(dst, `{"allowed":false,"http_status":400,"reason":"invalid_request","body":`...)
+		dst = append(dst, `{"allowed":false,"body":`...)
 		dst = jsonw.String(dst, "{\"error\":\"the request's "+invalid+" is not a valid ID\"}")
-		return append(dst, `,"headers":{"content-type":"application/json"}}`...), nil
+		return append(dst, `,"headers":{"content-type":"application/json"},"http_status":400,"reason":"invalid_request"}`...), nil
 	}
 	allow, reason, err := decide(ctx, s, t, "user:"+req.subject, m.rule.Action, m.rule.Type, m.id.value, tenant)
 	if err != nil {
 		return dst, err
 	}
 	if allow {
-		dst = append(dst, `{"allowed":true,"reason":`...)
+		dst = append(dst, `{"allowed":true,"headers":{"x-nexus-decision":`...)
+		dst = jsonw.String(dst, reason)
+		dst = append(dst, `,"x-nexus-subject":`...)
+		dst = jsonw.String(dst, req.subject)
+		dst = append(dst, `},"reason":`...)
 		dst = jsonw.String(dst, reason)
 		dst = append(dst, `,"subject":`...)
 		dst = jsonw.String(dst, req.subject)
-		dst = append(dst, `,"headers":{"x-nexus-subject":`...)
-		dst = jsonw.String(dst, req.subject)
-		dst = append(dst, `,"x-nexus-decision":`...)
-		dst = jsonw.String(dst, reason)
-		return append(dst, "}}"...), nil
+		return append(dst, '}'), nil
 	}
-	dst = append(dst, `{"allowed":false,"http_status":403,"reason":`...)
-	dst = jsonw.String(dst, reason)
-	dst = append(dst, `,"subject":`...)
-	dst = jsonw.String(dst, req.subject)
-	dst = append(dst, `,"body":`...)
+	dst = append(dst, `{"allowed":false,"body":`...)
 	dst = jsonw.String(dst, "{\"error\":\"forbidden\",\"reason\":\""+reason+"\"}")
 	dst = append(dst, `,"headers":{"content-type":"application/json","x-nexus-decision":`...)
 	dst = jsonw.String(dst, reason)
-	return append(dst, "}}"...), nil
+	dst = append(dst, `},"http_status":403,"reason":`...)
+	dst = jsonw.String(dst, reason)
+	dst = append(dst, `,"subject":`...)
+	dst = jsonw.String(dst, req.subject)
+	return append(dst, '}'), nil
 }
 
 // envoyRequest is nexus.envoy_decide's request argument, the JSON array
@@ -140,6 +147,15 @@ func (r *envoyRequest) parse(request string) error {
 	if r.tenant, ok = sc.str(); !ok || !sc.next(']') || sc.i != len(sc.s) {
 		return bad("tenant header")
 	}
+	if err := r.identify(jwt, header); err != nil {
+		return bad(err.Error())
+	}
+	return nil
+}
+
+// identify sets the subject the request claims from the JSON texts of the
+// JWT payloads and the subject header.
+func (r *envoyRequest) identify(jwt, header string) error {
 	var claim string // the subject's JSON, "" for none
 	if jwt == "null" || jwt == "false" {
 		// No JWT: the subject header, when the request has it.
@@ -151,7 +167,7 @@ func (r *envoyRequest) parse(request string) error {
 		// payloads names the subject, anything else none.
 		subs, err := jwtSubjects(jwt)
 		if err != nil {
-			return bad(err.Error())
+			return err
 		}
 		if len(subs) == 1 {
 			claim = subs[0]

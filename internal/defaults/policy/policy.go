@@ -25,3 +25,10 @@ const (
 	// AuthzEntrypoint answers application checks with {"allow", "reason"}.
 	AuthzEntrypoint = "nexus/authz/decision"
 )
+
+// WasmSHA256 is the SHA-256 digest (hex) of the Wasm module nexus compiles
+// this policy to, with these two entrypoints: a bundle with this module is
+// the default policy, whatever its data, and the server decides it
+// natively (see the RATIONALE). A test fails when a compiler change
+// changes the module.
+const WasmSHA256 = "1f88d6829933eb8f492985d0b2618e5bf4cdafcaf2756f681ad57e0e3708782b"

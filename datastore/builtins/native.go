@@ -1,0 +1,305 @@
+package builtins
+
+import (
+	"context"
+	"slices"
+	"unsafe"
+)
+
+// DefaultPolicy decides the default policy's two entrypoints in Go, as
+// its Rego (compiled to Wasm) decides them: nexus/envoy/result (a proxied
+// request, nexus.envoy_decide on the input's method, path, JWT payloads and
+// headers) and nexus/authz/decision (an application check: the resource's
+// tenant, the ABAC conditions, RBAC, ReBAC). The Rego's own work is
+// reading a few input fields and handing them to host builtins, yet
+// entering the Wasm, parsing the input there, marshalling the builtin's
+// arguments and parsing and writing its result cost several times what
+// the builtins do; a server whose loaded policy is the default one asks
+// this type instead.
+//
+// Every input it is not sure to read as the Rego does (a field of an
+// unexpected type, a key repeated, a condition's value that is a number
+// or a structure) and every store error make it answer ok == false: the
+// caller evaluates the Wasm, which gives the answer (or the error) the
+// policy defines. A result is the JSON value the Wasm writes, as
+// canonical JSON (keys sorted, compact; the Wasm writes an object's keys
+// in its hash table's order).
+type DefaultPolicy struct {
+	store Store
+	table *Table
+	// subjectHeader and tenantHeader are data.nexus.subject_header and
+	// data.nexus.tenant_header ("" when data does not set them).
+	subjectHeader, tenantHeader string
+	// authz is whether the conditions' values are ones Authz compares
+	// (strings, booleans, null).
+	authz bool
+}
+
+// NewDefaultPolicy returns the default policy's native decisions over
+// store with the policy data's route table and headers, or nil when the
+// data holds something it would not write as the Wasm does (a condition
+// whose reason needs escaping).
+func NewDefaultPolicy(store Store, t *Table, subjectHeader, tenantHeader string) *DefaultPolicy {
+	if t == nil {
+		return nil
+	}
+	d := &DefaultPolicy{store: store, table: t, subjectHeader: subjectHeader, tenantHeader: tenantHeader, authz: true}
+	for _, c := range t.Conditions {
+		if !plain(c.Reason) {
+			return nil
+		}
+		switch c.Value.(type) {
+		case nil, bool, string:
+		default:
+			d.authz = false
+		}
+	}
+	return d
+}
+
+// plain reports whether s is written the same by every JSON writer:
+// printable ASCII with nothing to escape.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// Envoy appends the result of nexus/envoy/result for the opa-envoy-plugin
+// input document input (as the server writes it, maybe pruned to what
+// the policy reads).
+func (d *DefaultPolicy) Envoy(ctx context.Context, input, dst []byte) ([]byte, bool) {
+	in := unsafe.String(unsafe.SliceData(input), len(input))
+	var req envoyRequest
+	attrs, _, ok := lookup(in, "attributes")
+	if !ok {
+		return dst, false
+	}
+	http, _, ok := lookup(attrs, "request", "http")
+	if !ok {
+		return dst, false
+	}
+	headers, _, ok := lookup(http, "headers")
+	if !ok {
+		return dst, false
+	}
+	method, found, ok := lookup(http, "method")
+	if !ok {
+		return dst, false
+	}
+	if found {
+		if req.method, ok = unquoted(method); !ok {
+			return dst, false
+		}
+	}
+	header, tenant := "null", ""
+	if d.subjectHeader != "" {
+		raw, found, ok := lookup(headers, d.subjectHeader)
+		if !ok {
+			return dst, false
+		}
+		if found {
+			header = raw
+		}
+	}
+	if d.tenantHeader != "" {
+		raw, found, ok := lookup(headers, d.tenantHeader)
+		if !ok {
+			return dst, false
+		}
+		if found {
+			if tenant, ok = unquoted(raw); !ok {
+				return dst, false
+			}
+		}
+	}
+	req.tenant = tenant
+	jwt, found, ok := lookup(attrs, "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn")
+	if !ok {
+		return dst, false
+	}
+	if !found {
+		jwt = "null"
+	}
+	path, found, ok := lookup(in, "parsed_path")
+	if !ok || !found {
+		return dst, false // no parsed_path: the policy is undefined
+	}
+	sc := scanner{s: path}
+	if !sc.next('[') {
+		return dst, false
+	}
+	for first := true; !sc.next(']'); first = false {
+		if !first && !sc.next(',') {
+			return dst, false
+		}
+		seg, ok := sc.str()
+		if !ok {
+			return dst, false
+		}
+		req.path = append(req.path, seg)
+	}
+	if sc.i != len(sc.s) || req.identify(jwt, header) != nil {
+		return dst, false
+	}
+	out, err := envoyResult(ctx, d.store, dst, d.table, &req)
+	if err != nil {
+		return dst, false
+	}
+	return out, true
+}
+
+// Authz appends the result of nexus/authz/decision for the application
+// check input ({"subject", "action", "resource", ...}).
+func (d *DefaultPolicy) Authz(ctx context.Context, input, dst []byte) ([]byte, bool) {
+	if !d.authz {
+		return dst, false
+	}
+	in := unsafe.String(unsafe.SliceData(input), len(input))
+	var f [6]string // subject type and id, action, resource type, id and tenant
+	for i, p := range [6][2]string{{"subject", "type"}, {"subject", "id"}, {"action"}, {"resource", "type"}, {"resource", "id"}, {"resource", "tenant"}} {
+		keys := p[:]
+		if p[1] == "" {
+			keys = p[:1]
+		}
+		raw, found, ok := lookup(in, keys...)
+		if !ok || (!found && i < 4) {
+			return dst, false // the Rego's other definitions decide
+		}
+		if found {
+			if f[i], ok = unquoted(raw); !ok {
+				return dst, false
+			}
+		}
+	}
+	attrs, found, ok := lookup(in, "resource", "attributes")
+	if !ok || (found && !isObject(attrs)) {
+		return dst, false
+	}
+	obj := f[3] + ":" + f[4]
+	var buf [2]string
+	res, err := ResourceTenant(ctx, d.store, buf[:0], obj, f[5])
+	if err != nil {
+		return dst, false
+	}
+	reason := ""
+	switch {
+	case res[0] == tenantMismatch:
+		reason = "tenant_mismatch"
+	default:
+		for _, c := range d.table.Conditions {
+			if c.Type != f[3] || !slices.Contains(c.Actions, f[2]) || (reason != "" && c.Reason >= reason) {
+				continue
+			}
+			v, found, ok := lookup(attrs, c.Attribute)
+			if !ok {
+				return dst, false
+			}
+			if !found {
+				v = "null"
+			}
+			if equal(v, c.Value) {
+				reason = c.Reason
+			}
+		}
+	}
+	if reason == "" {
+		g, err := Grant(ctx, d.store, buf[:0], f[0]+":"+f[1], f[2], obj, res[1])
+		if err != nil {
+			return dst, false
+		}
+		if len(g) == 1 {
+			return append(append(append(dst, `{"allow":true,"reason":"`...), g[0]...), `"}`...), true
+		}
+		reason = "no_grant"
+	}
+	return append(append(append(dst, `{"allow":false,"reason":"`...), reason...), `"}`...), true
+}
+
+// equal reports whether the JSON text v equals the condition value c (a
+// string, a boolean or null), as Rego compares them.
+func equal(v string, c any) bool {
+	switch c := c.(type) {
+	case nil:
+		return v == "null"
+	case bool:
+		return v == "true" && c || v == "false" && !c
+	case string:
+		s, ok := unquoted(v)
+		return ok && s == c
+	}
+	return false
+}
+
+func isObject(v string) bool { return len(v) > 0 && v[0] == '{' }
+
+// unquoted decodes v if it is a JSON string.
+func unquoted(v string) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	return unquote(v)
+}
+
+// lookup finds the value under keys in the JSON text doc, an object of
+// objects. found is false when a key is missing or a value on the way is
+// not an object (where Rego's reference is undefined too); ok is false
+// when doc is not JSON it reads with certainty (a key repeated).
+func lookup(doc string, keys ...string) (raw string, found, ok bool) {
+	raw = doc
+	for _, k := range keys {
+		if !isObject(raw) {
+			return "", false, true
+		}
+		sc := scanner{s: raw}
+		sc.next('{')
+		found = false
+		for first := true; !sc.next('}'); first = false {
+			if !first && !sc.next(',') {
+				return "", false, false
+			}
+			match, ok := sc.key(k)
+			if !ok || !sc.next(':') {
+				return "", false, false
+			}
+			v, ok := sc.value()
+			if !ok {
+				return "", false, false
+			}
+			if match {
+				if found {
+					return "", false, false
+				}
+				raw, found = v, true
+			}
+		}
+		if !found {
+			return "", false, true
+		}
+	}
+	return raw, true, true
+}
+
+// key consumes an object's key and reports whether it is k. A key
+// without escapes is compared as it is written, without decoding it.
+func (sc *scanner) key(k string) (match, ok bool) {
+	sc.skipSpace()
+	if sc.i >= len(sc.s) || sc.s[sc.i] != '"' {
+		return false, false
+	}
+	start := sc.i + 1
+	for i := start; i < len(sc.s); i++ {
+		switch sc.s[i] {
+		case '"':
+			sc.i = i + 1
+			return sc.s[start:i] == k, true
+		case '\\':
+			s, ok := sc.str()
+			return ok && s == k, ok
+		}
+	}
+	return false, false
+}
