@@ -60,7 +60,12 @@ func benchPolicies(b *testing.B) []benchPolicy {
 func BenchmarkCheckServerSidePolicies(b *testing.B) {
 	for _, pol := range benchPolicies(b) {
 		for _, cache := range []bool{false, true} {
-			ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = !cache; c.DecisionLog = nil; c.Policy = pol.b; c.WasmOnly = pol.wasmOnly })
+			ts := newTestServer(b, func(c *extauthz.Config) {
+				c.CacheDisabled = !cache
+				c.DecisionLog = nil
+				c.Policy = pol.b
+				c.WasmOnly = pol.wasmOnly
+			})
 			for _, bc := range []struct {
 				name string
 				req  *authv3.CheckRequest
@@ -100,7 +105,12 @@ func cacheName(on bool) string {
 func BenchmarkHTTPServerSide(b *testing.B) {
 	for _, pol := range benchPolicies(b) {
 		for _, cache := range []bool{false, true} {
-			ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = !cache; c.DecisionLog = nil; c.Policy = pol.b; c.WasmOnly = pol.wasmOnly })
+			ts := newTestServer(b, func(c *extauthz.Config) {
+				c.CacheDisabled = !cache
+				c.DecisionLog = nil
+				c.Policy = pol.b
+				c.WasmOnly = pol.wasmOnly
+			})
 			h := ts.srv.HTTPHandler()
 			for _, bc := range []struct{ name, path, body, want string }{
 				{"allowed/RBAC", "/allowed", `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`, `"allow":true`},
