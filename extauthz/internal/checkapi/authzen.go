@@ -52,6 +52,11 @@ const (
 // the specification requires is required: subject.type, subject.id,
 // action.name, resource.type and resource.id.
 func ReadAuthZEN(r io.Reader) (Check, error) {
+	if f, ok := readFlat(r); ok {
+		if req, ok := readAuthZENFlat(f); ok {
+			return req.check(authzenRequest{})
+		}
+	}
 	var req authzenRequest
 	if err := decode(r, &req); err != nil {
 		return Check{}, err

@@ -32,6 +32,11 @@ type (
 
 // ReadPermit reads the body of POST /allowed.
 func ReadPermit(r io.Reader) (Check, error) {
+	if f, ok := readFlat(r); ok {
+		if c, ok, err := readPermitFlat(f); ok {
+			return c, err
+		}
+	}
 	var q PermitQuery
 	if err := decode(r, &q); err != nil {
 		return Check{}, err
@@ -82,15 +87,21 @@ func (q *PermitQuery) Check() (Check, error) {
 	if err := stringOrObject(q.Resource, &resStr, &res, "resource"); err != nil {
 		return Check{}, err
 	}
+	return permitCheck(u, res, resStr, q.Action, q.Context)
+}
+
+// permitCheck is the check of a query with user u, resource res (or
+// resStr, "type:key", when not ""), action and context.
+func permitCheck(u permitUser, res permitResource, resStr, action string, ctx map[string]any) (Check, error) {
 	if resStr != "" {
 		t, k, _ := strings.Cut(resStr, ":")
 		res = permitResource{Type: t, Key: k}
 	}
 	c := Check{
 		Subject:  Subject{Type: "user", ID: u.Key, Attributes: u.Attributes},
-		Action:   q.Action,
+		Action:   action,
 		Resource: Resource{Type: res.Type, ID: res.Key, Tenant: res.Tenant, Attributes: res.Attributes},
-		Context:  q.Context,
+		Context:  ctx,
 	}
 	if c.Subject.ID == "" {
 		return Check{}, fmt.Errorf("%w: user.key is required", ErrBadRequest)
