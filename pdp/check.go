@@ -3,9 +3,11 @@ package pdp
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/internal/jsonw"
 
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 )
@@ -46,12 +48,69 @@ type HTTPRequest = input.HTTP
 // (fields in a fixed order, map keys sorted), so equal checks give equal
 // bytes and can share a cache entry.
 func (c *Check) Input() []byte {
-	b, err := json.Marshal(c)
+	// The fields are written by hand (what json.Marshal writes, without
+	// its reflection); a map is written by json.Marshal.
+	b := make([]byte, 0, 160)
+	b = append(b, `{"subject":{"type":`...)
+	b = jsonw.String(b, c.Subject.Type)
+	b = append(b, `,"id":`...)
+	b = jsonw.String(b, c.Subject.ID)
+	b = appendMap(b, "attributes", c.Subject.Attributes)
+	b = append(b, `},"action":`...)
+	b = jsonw.String(b, c.Action)
+	b = appendMap(b, "action_attributes", c.ActionAttributes)
+	b = append(b, `,"resource":{"type":`...)
+	b = jsonw.String(b, c.Resource.Type)
+	if c.Resource.ID != "" {
+		b = append(b, `,"id":`...)
+		b = jsonw.String(b, c.Resource.ID)
+	}
+	if c.Resource.Tenant != "" {
+		b = append(b, `,"tenant":`...)
+		b = jsonw.String(b, c.Resource.Tenant)
+	}
+	b = appendMap(b, "attributes", c.Resource.Attributes)
+	b = append(b, '}')
+	b = appendMap(b, "context", c.Context)
+	return append(b, '}')
+}
+
+// appendMap appends ,"name":m unless m is empty (omitempty), its keys
+// sorted: strings by hand, any other value by json.Marshal.
+func appendMap(b []byte, name string, m map[string]any) []byte {
+	if len(m) == 0 {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if _, ok := v.(string); !ok {
+			return appendMarshal(b, m)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonw.String(b, k)
+		b = append(b, ':')
+		b = jsonw.String(b, m[k].(string))
+	}
+	return append(b, '}')
+}
+
+func appendMarshal(b []byte, v any) []byte {
+	raw, err := json.Marshal(v)
 	if err != nil {
 		// Every value came from decoding JSON, so it encodes again.
 		panic(fmt.Sprintf("pdp: encoding a decoded check: %v", err))
 	}
-	return b
+	return append(b, raw...)
 }
 
 // Validate reports the first missing or malformed field.
