@@ -101,6 +101,10 @@ func TestServeDefaultREADME(t *testing.T) {
 	start := time.Now()
 	p := nexusproc.Start(t, "", "127.0.0.1:8282", args...)
 	t.Logf("nexus serve ready after %v (time to first /readyz 200, including process start)", time.Since(start).Round(time.Millisecond))
+	// The embedded default policy is the one the server decides natively.
+	if l := policyLoadedLine(t, p); !strings.Contains(l, "native=true") {
+		t.Fatalf("the default policy is not decided natively: %s", l)
+	}
 
 	// The README has users export the application API key nexus serve
 	// generated; its examples send $NEXUS_APP_API_KEY.
@@ -164,5 +168,25 @@ func TestServeDefaultREADME(t *testing.T) {
 		"-d", `{"user":"carol","action":"read","resource":"file:report.pdf"}`).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"allow":true`) {
 		t.Fatalf("after a restart carol's relationship is gone: %s %v", out, err)
+	}
+}
+
+// policyLoadedLine is the server's "policy loaded" log line.
+func policyLoadedLine(t *testing.T, p *nexusproc.Proc) string {
+	t.Helper()
+	for _, l := range strings.Split(p.Output.String(), "\n") {
+		if strings.Contains(l, "policy loaded") {
+			return l
+		}
+	}
+	t.Fatalf("no \"policy loaded\" line in the server's log:\n%s", p.Output.String())
+	return ""
+}
+
+// TestServeWasmOnly: --wasm-only runs the default policy in its Wasm.
+func TestServeWasmOnly(t *testing.T) {
+	p := nexusproc.Start(t, "", "127.0.0.1:8282", append(readmeServeArgs(t), "--wasm-only")...)
+	if l := policyLoadedLine(t, p); !strings.Contains(l, "native=false") {
+		t.Fatalf("--wasm-only: %s", l)
 	}
 }

@@ -57,6 +57,7 @@ type serveConfig struct {
 	DecisionLog          string        `yaml:"decision_log"`
 	CacheSize            int           `yaml:"cache_size"`
 	CacheDisabled        bool          `yaml:"cache_disabled"`
+	WasmOnly             bool          `yaml:"wasm_only"`
 	EvalTimeout          time.Duration `yaml:"eval_timeout"`
 	MaxBodyBytes         int64         `yaml:"max_body_bytes"`
 	Reflection           bool          `yaml:"reflection"`
@@ -155,6 +156,7 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.DecisionLog, "decision-log", "", `decision log: "stdout", "stderr" or a file path (default off)`)
 	f.IntVar(&c.CacheSize, "cache-size", pdp.DefaultCacheSize, "decision cache entries")
 	f.BoolVar(&c.CacheDisabled, "no-cache", false, "disable the decision cache")
+	f.BoolVar(&c.WasmOnly, "wasm-only", false, "run the default policy in its Wasm too (by default nexus decides it natively, exactly as its Wasm would)")
 	f.BoolVar(&c.CacheNondeterministic, "cache-nondeterministic", false, "also cache decisions of policies that call non-deterministic builtins (time.now_ns, rand.intn, http.send, ...) or whose bundle does not say (opa build): one answer per input until the policy or the data changes, an opt-in like OPA's http.send cache option")
 	f.DurationVar(&c.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
@@ -231,6 +233,9 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	}
 	if !set("no-cache") && file.CacheDisabled {
 		c.CacheDisabled = true
+	}
+	if !set("wasm-only") && file.WasmOnly {
+		c.WasmOnly = true
 	}
 	if !set("cache-nondeterministic") && file.CacheNondeterministic {
 		c.CacheNondeterministic = true
@@ -349,7 +354,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
-		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
+		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic, WasmOnly: c.WasmOnly,
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: log,
 	}
