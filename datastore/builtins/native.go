@@ -74,59 +74,50 @@ func plain(s string) bool {
 func (d *DefaultPolicy) Envoy(ctx context.Context, input, dst []byte) ([]byte, bool) {
 	in := unsafe.String(unsafe.SliceData(input), len(input))
 	var req envoyRequest
-	attrs, _, ok := lookup(in, "attributes")
+	top, ok := members(in, "attributes", "parsed_path")
 	if !ok {
 		return dst, false
 	}
-	http, _, ok := lookup(attrs, "request", "http")
+	path := top[1]
+	if path == "" {
+		return dst, false // no parsed_path: the policy is undefined
+	}
+	attrs, ok := members(top[0], "request", "metadataContext")
 	if !ok {
 		return dst, false
 	}
-	headers, _, ok := lookup(http, "headers")
+	http, ok := members(attrs[0], "http")
 	if !ok {
 		return dst, false
 	}
-	method, found, ok := lookup(http, "method")
+	fields, ok := members(http[0], "method", "headers")
 	if !ok {
 		return dst, false
 	}
-	if found {
-		if req.method, ok = unquoted(method); !ok {
+	if fields[0] != "" {
+		if req.method, ok = unquoted(fields[0]); !ok {
 			return dst, false
 		}
 	}
-	header, tenant := "null", ""
-	if d.subjectHeader != "" {
-		raw, found, ok := lookup(headers, d.subjectHeader)
-		if !ok {
+	headers, ok := members(fields[1], d.subjectHeader, d.tenantHeader)
+	if !ok {
+		return dst, false
+	}
+	header := "null"
+	if d.subjectHeader != "" && headers[0] != "" {
+		header = headers[0]
+	}
+	if d.tenantHeader != "" && headers[1] != "" {
+		if req.tenant, ok = unquoted(headers[1]); !ok {
 			return dst, false
 		}
-		if found {
-			header = raw
-		}
 	}
-	if d.tenantHeader != "" {
-		raw, found, ok := lookup(headers, d.tenantHeader)
-		if !ok {
-			return dst, false
-		}
-		if found {
-			if tenant, ok = unquoted(raw); !ok {
-				return dst, false
-			}
-		}
-	}
-	req.tenant = tenant
-	jwt, found, ok := lookup(attrs, "metadataContext", "filterMetadata", "envoy.filters.http.jwt_authn")
+	jwt, found, ok := lookup(attrs[1], "filterMetadata", "envoy.filters.http.jwt_authn")
 	if !ok {
 		return dst, false
 	}
 	if !found {
 		jwt = "null"
-	}
-	path, found, ok := lookup(in, "parsed_path")
-	if !ok || !found {
-		return dst, false // no parsed_path: the policy is undefined
 	}
 	sc := scanner{s: path}
 	if !sc.next('[') {
@@ -281,6 +272,72 @@ func lookup(doc string, keys ...string) (raw string, found, ok bool) {
 		}
 	}
 	return raw, true, true
+}
+
+// members finds the values of up to four keys in the JSON text doc in one
+// pass: a key's value's text, or "" when doc is not an object or lacks
+// it. ok is false when doc is not JSON it reads with certainty (a key it
+// looks for repeated). An empty key is never looked for.
+func members(doc string, keys ...string) (vals [4]string, ok bool) {
+	if !isObject(doc) {
+		return vals, true
+	}
+	sc := scanner{s: doc}
+	sc.next('{')
+	for first := true; !sc.next('}'); first = false {
+		if !first && !sc.next(',') {
+			return vals, false
+		}
+		k, plain, ok := sc.rawKey()
+		if !ok || !sc.next(':') {
+			return vals, false
+		}
+		v, ok := sc.value()
+		if !ok {
+			return vals, false
+		}
+		for i, want := range keys {
+			if want == "" || (plain && k != want) {
+				continue
+			}
+			if !plain {
+				s, ok := unquote(`"` + k + `"`)
+				if !ok {
+					return vals, false
+				}
+				if s != want {
+					continue
+				}
+			}
+			if vals[i] != "" {
+				return vals, false
+			}
+			vals[i] = v
+		}
+	}
+	return vals, true
+}
+
+// rawKey consumes an object's key and returns its text between the
+// quotes, and whether it has no escapes (the text is then the key).
+func (sc *scanner) rawKey() (string, bool, bool) {
+	sc.skipSpace()
+	if sc.i >= len(sc.s) || sc.s[sc.i] != '"' {
+		return "", false, false
+	}
+	start := sc.i + 1
+	plain := true
+	for i := start; i < len(sc.s); i++ {
+		switch sc.s[i] {
+		case '"':
+			sc.i = i + 1
+			return sc.s[start:i], plain, true
+		case '\\':
+			plain = false
+			i++
+		}
+	}
+	return "", false, false
 }
 
 // key consumes an object's key and reports whether it is k. A key
