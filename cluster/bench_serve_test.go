@@ -247,7 +247,7 @@ func policyPDP(b *testing.B, r *replica) *pdp.PDP {
 	b.Helper()
 	ctx := context.Background()
 	p, err := pdp.New(ctx, pdp.Config{
-		Engine: fixture.StoreEngine(b, r.store), Store: r.store, Policy: fixture.Bundle(b),
+		Engine: fixture.StoreEngine(b, r.store), Store: r.store, Relations: r.store, Policy: fixture.Bundle(b),
 		CacheDisabled: true, Revisions: r.Replica,
 	})
 	if err != nil {

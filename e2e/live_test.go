@@ -177,7 +177,7 @@ func TestProxiesInFrontOfNexus(t *testing.T) {
 // jwt_payload) and ext_authz (metadata_context_namespaces:
 // envoy.filters.http.jwt_authn) add for a token it verified; a non-empty
 // user sets the x-user header.
-func envoyCheck(t *testing.T, method, path, user, jwtSub string) *authv3.CheckRequest {
+func envoyCheck(t testing.TB, method, path, user, jwtSub string) *authv3.CheckRequest {
 	t.Helper()
 	sock := func(ip string, port uint32) *corev3.Address {
 		return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: ip, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port}}}}
