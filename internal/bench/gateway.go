@@ -125,6 +125,11 @@ func StartProxy(ctx context.Context, cfg ProxyConfig) (*ProxyProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The proxy runs in cfg.Dir: the paths it is given must not be
+	// relative to this process' directory.
+	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
