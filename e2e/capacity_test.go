@@ -27,20 +27,20 @@ import (
 // BenchmarkReplicaCapacityUnderWrites measures what 1,000 writes a second
 // cost the check capacity of one replica: a `nexus serve --cluster`
 // process with the decision cache off (--no-cache: every check runs the
-// policy and reads the store), while the cluster (three NATS nodes, the
-// stream on one of them, and two other replicas, one of which takes the
-// writes) takes no writes, or
+// policy and reads the store), while the cluster (one NATS server and
+// another replica, which takes the writes) takes no writes, or
 // 1,000 single-tuple writes a second that this replica applies from the
 // log.
 //
 // On this 2-core machine the replica is pinned to CPU 0 alone (taskset)
-// and everything else, NATS, the other replicas and this load generator,
+// and everything else, NATS, the other replica and this load generator,
 // to CPU 1, so that the replica's CPU time (read from /proc) is its own:
-// its checks and its applying the log. (A stream replicated three times
-// is more than the one core left carries at 1,000 writes a second.) One
-// core cannot both generate
-// enough checks to saturate the replica and carry the cluster's writes,
-// so checks come at fixed rates over gRPC (Envoy ext_authz, alternately
+// its checks and its applying the log. (Three NATS servers and a third
+// replica are more than the one core left carries at 1,000 writes a
+// second; they change nothing of what the measured replica does.) One
+// core cannot both generate enough checks to saturate the replica and
+// carry the cluster's writes, so checks come at fixed rates over gRPC
+// (Envoy ext_authz, alternately
 // an RBAC check and a ReBAC check three folders deep), 750 and 1,500 a
 // second, each with and without writes, in three interleaved rounds. The
 // replica's CPU with writes, less without, is what the writes cost it:
@@ -60,7 +60,7 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	// This process and what it starts run on CPU 1; the replica measured
 	// is moved to CPU 0 once started.
 	pin(b, os.Getpid(), "2")
-	nats := natsproc.Start(b, 3)
+	nats := natsproc.Start(b, 1)
 	conf := filepath.Join(b.TempDir(), "nexus.yaml")
 	if err := os.WriteFile(conf, []byte("cluster:\n  stream_replicas: 1\n"), 0o600); err != nil {
 		b.Fatal(err)
@@ -74,7 +74,6 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		return nexusproc.Start(b, dir, admin, args...), admin, grpcAddr
 	}
 	_, writerAdmin, _ := start()
-	start()
 	reader, readerAdmin, readerGRPC := start("--no-cache")
 	pin(b, reader.Cmd.Process.Pid, "1")
 

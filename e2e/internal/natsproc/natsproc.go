@@ -90,8 +90,9 @@ func freePorts(t testing.TB, n int) []int {
 }
 
 // Start runs n nats-server nodes routed to each other as one JetStream
-// cluster, with their storage under t.TempDir, waits until each answers
-// /healthz, and stops them when the test ends.
+// cluster (one node alone is a plain JetStream server), with their
+// storage under t.TempDir, waits until each answers /healthz, and stops
+// them when the test ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: Binary(t)}
@@ -109,12 +110,12 @@ http: 127.0.0.1:%d
 jetstream {
   store_dir: %q
 }
-cluster {
-  name: nexus-e2e
-  listen: 127.0.0.1:%d
-  routes: [%s]
-}
-`, name, ports[3*i], ports[3*i+2], filepath.Join(dir, name), ports[3*i+1], strings.Join(routes, ", "))
+`, name, ports[3*i], ports[3*i+2], filepath.Join(dir, name))
+		if n > 1 {
+			// One node alone is no cluster: its JetStream would wait for
+			// a meta leader forever.
+			conf += fmt.Sprintf("cluster {\n  name: nexus-e2e\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", ports[3*i+1], strings.Join(routes, ", "))
+		}
 		path := filepath.Join(dir, name+".conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
