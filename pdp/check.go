@@ -3,7 +3,6 @@ package pdp
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
@@ -84,24 +83,12 @@ func appendMap(b []byte, name string, m map[string]any) []byte {
 	b = append(b, ',', '"')
 	b = append(b, name...)
 	b = append(b, '"', ':')
-	keys := make([]string, 0, len(m))
-	for k, v := range m {
+	for _, v := range m {
 		if _, ok := v.(string); !ok {
 			return appendMarshal(b, m)
 		}
-		keys = append(keys, k)
 	}
-	slices.Sort(keys)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonw.String(b, k)
-		b = append(b, ':')
-		b = jsonw.String(b, m[k].(string))
-	}
-	return append(b, '}')
+	return jsonw.Object(b, m, func(b []byte, v any) []byte { return jsonw.String(b, v.(string)) })
 }
 
 func appendMarshal(b []byte, v any) []byte {

@@ -6,6 +6,7 @@ package jsonw
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -87,4 +88,24 @@ func Float(dst []byte, f float64) []byte {
 		}
 	}
 	return dst
+}
+
+// Object appends m as a JSON object with its keys sorted (as
+// encoding/json writes a map), each value written by val.
+func Object[V any](dst []byte, m map[string]V, val func([]byte, V) []byte) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = String(dst, k)
+		dst = append(dst, ':')
+		dst = val(dst, m[k])
+	}
+	return append(dst, '}')
 }

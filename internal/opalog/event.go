@@ -60,21 +60,7 @@ func appendEvent(b []byte, r *pdp.DecisionRecord, labels []byte, bundle string) 
 
 // appendLabels encodes labels as a JSON object, keys sorted.
 func appendLabels(b []byte, labels map[string]string) []byte {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonw.String(b, k)
-		b = append(b, ':')
-		b = jsonw.String(b, labels[k])
-	}
-	return append(b, '}')
+	return jsonw.Object(b, labels, jsonw.String)
 }
 
 // errMalformedMask reports a mask rule result that cannot be read.
