@@ -228,18 +228,7 @@ func drivePolicyCluster(b *testing.B) (reader, writer *replica) {
 
 // driveBatch is benchBatch on the drive schema: new files, each with a
 // viewer.
-func driveBatch(size int) datastore.WriteRequest {
-	n := benchSeq.Add(1)
-	req := datastore.WriteRequest{Touches: make([]api.Tuple, size)}
-	for i := range req.Touches {
-		req.Touches[i] = api.Tuple{
-			Object:   api.Object{Type: "file", ID: fmt.Sprintf("w%d-%d", n, i)},
-			Relation: "viewer",
-			Subject:  api.Subject{Type: "user", ID: fmt.Sprintf("u%d", i)},
-		}
-	}
-	return req
-}
+func driveBatch(size int) datastore.WriteRequest { return viewerBatch("file", "w", size) }
 
 // policyPDP is a decision core on r's store with the default policy and
 // the decision cache off, as a replica serves Envoy's checks.

@@ -38,12 +38,16 @@ func benchCluster(b *testing.B, nodes int) []*replica {
 
 var benchSeq atomic.Int64
 
-func benchBatch(size int) datastore.WriteRequest {
+func benchBatch(size int) datastore.WriteRequest { return viewerBatch("doc", "d", size) }
+
+// viewerBatch is size new objects of type typ (IDs starting with
+// prefix), each with a viewer.
+func viewerBatch(typ, prefix string, size int) datastore.WriteRequest {
 	n := benchSeq.Add(1)
 	req := datastore.WriteRequest{Touches: make([]api.Tuple, size)}
 	for i := range req.Touches {
 		req.Touches[i] = api.Tuple{
-			Object:   api.Object{Type: "doc", ID: fmt.Sprintf("d%d-%d", n, i)},
+			Object:   api.Object{Type: typ, ID: fmt.Sprintf("%s%d-%d", prefix, n, i)},
 			Relation: "viewer",
 			Subject:  api.Subject{Type: "user", ID: fmt.Sprintf("u%d", i)},
 		}

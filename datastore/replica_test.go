@@ -50,6 +50,25 @@ func mustParseSchema(t *testing.T, src string) *datastore.Schema {
 	return sc
 }
 
+// watchThrough returns the change sets after revision from, through
+// revision to.
+func watchThrough(t *testing.T, s *datastore.BoltStore, from, to datastore.Revision) []datastore.ChangeSet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out []datastore.ChangeSet
+	for cs, err := range s.Watch(ctx, from) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, cs)
+		if cs.Revision == to {
+			break
+		}
+	}
+	return out
+}
+
 func export(t *testing.T, s *datastore.BoltStore) string {
 	t.Helper()
 	var b bytes.Buffer
@@ -501,17 +520,9 @@ func TestApplyRunTouchThenDelete(t *testing.T) {
 	if got := export(t, s); got != "folder:b#viewer@user:bob\n" {
 		t.Fatalf("export %q", got)
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var changes []int
-	for cs, err := range s.Watch(wctx, 1) {
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, cs := range watchThrough(t, s, 1, 4) {
 		changes = append(changes, len(cs.Changes))
-		if cs.Revision == 4 {
-			break
-		}
 	}
 	if fmt.Sprint(changes) != "[1 0 2]" {
 		t.Fatalf("changes per revision %v, want [1 0 2] (touch, touch of a present tuple, delete and touch)", changes)
@@ -614,17 +625,9 @@ func TestApplyRunMiddleRejected(t *testing.T) {
 	if rev, _ := s.Revision(ctx); rev != 10 {
 		t.Fatalf("revision %d, want 10", rev)
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var got []string
-	for cs, err := range s.Watch(wctx, 7) {
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, cs := range watchThrough(t, s, 7, 10) {
 		got = append(got, fmt.Sprintf("%d:%d", cs.Revision, len(cs.Changes)))
-		if cs.Revision == 10 {
-			break
-		}
 	}
 	if fmt.Sprint(got) != "[8:1 9:0 10:1]" {
 		t.Fatalf("change sets %v, want [8:1 9:0 10:1]", got)

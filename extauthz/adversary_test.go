@@ -147,13 +147,9 @@ func newAdvEnv(t *testing.T) *advEnv {
 // without --trusted-subject-header: no subject header is trusted.
 func advUntrustingBundle(t *testing.T) *bundle.Bundle {
 	t.Helper()
-	mods := map[string]string{}
-	for _, f := range []string{"authz.rego", "envoy.rego"} {
-		b, err := policy.FS.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mods[f] = string(b)
+	mods, err := fixture.Modules(policy.FS)
+	if err != nil {
+		t.Fatal(err)
 	}
 	data, err := policy.FS.ReadFile("data.json")
 	if err != nil {

@@ -21,13 +21,9 @@ import (
 // allowOnly compiles the embedded allow-only policy (the baseline that
 // decides nothing) once per test binary.
 var allowOnly = sync.OnceValues(func() (*bundle.Bundle, error) {
-	mods := map[string]string{}
-	for _, f := range []string{"authz.rego", "envoy.rego"} {
-		b, err := allowall.FS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		mods[f] = string(b)
+	mods, err := fixture.Modules(allowall.FS)
+	if err != nil {
+		return nil, err
 	}
 	return compiler.Compile(context.Background(), compiler.Options{
 		Modules: mods, Revision: "allow-only",

@@ -15,6 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 )
 
 // Defaults of Config.
@@ -26,8 +27,8 @@ const (
 
 // Default entrypoints, those of the embedded default policy.
 const (
-	DefaultEnvoyEntrypoint = "nexus/envoy/result"
-	DefaultAuthzEntrypoint = "nexus/authz/decision"
+	DefaultEnvoyEntrypoint = policy.EnvoyEntrypoint
+	DefaultAuthzEntrypoint = policy.AuthzEntrypoint
 )
 
 // Default paths of the decision log's mask and drop rules, OPA's.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
@@ -350,9 +349,9 @@ func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v 
 		var out []byte
 		ok := false
 		switch entrypoint {
-		case policy.EnvoyEntrypoint:
+		case DefaultEnvoyEntrypoint:
 			out, ok = v.native.Envoy(ctx, input, dst)
-		case policy.AuthzEntrypoint:
+		case DefaultAuthzEntrypoint:
 			out, ok = v.native.Authz(ctx, input, dst)
 		}
 		if ok {

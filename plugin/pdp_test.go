@@ -17,6 +17,7 @@ import (
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/plugin/internal/harness"
 )
 
@@ -81,13 +82,9 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close(ctx) })
-	mods := map[string]string{}
-	for _, f := range []string{"authz.rego", "envoy.rego"} {
-		b, err := policy.FS.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mods[f] = string(b)
+	mods, err := fixture.Modules(policy.FS)
+	if err != nil {
+		t.Fatal(err)
 	}
 	data, _ := policy.FS.ReadFile("data.json")
 	b, err := compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: []string{policy.EnvoyEntrypoint, policy.AuthzEntrypoint}})

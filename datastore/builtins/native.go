@@ -150,24 +150,30 @@ func (d *DefaultPolicy) Authz(ctx context.Context, input, dst []byte) ([]byte, b
 		return dst, false
 	}
 	in := unsafe.String(unsafe.SliceData(input), len(input))
-	var f [6]string // subject type and id, action, resource type, id and tenant
-	for i, p := range [6][2]string{{"subject", "type"}, {"subject", "id"}, {"action"}, {"resource", "type"}, {"resource", "id"}, {"resource", "tenant"}} {
-		keys := p[:]
-		if p[1] == "" {
-			keys = p[:1]
-		}
-		raw, found, ok := lookup(in, keys...)
-		if !ok || (!found && i < 4) {
-			return dst, false // the Rego's other definitions decide
-		}
-		if found {
-			if f[i], ok = unquoted(raw); !ok {
-				return dst, false
+	top, ok := members(in, "subject", "action", "resource")
+	if !ok {
+		return dst, false
+	}
+	subj, ok1 := members(top[0], "type", "id")
+	resource, ok2 := members(top[2], "type", "id", "tenant", "attributes")
+	if !ok1 || !ok2 {
+		return dst, false
+	}
+	// subject type and id, action, resource type, id and tenant
+	var f [6]string
+	for i, raw := range [6]string{subj[0], subj[1], top[1], resource[0], resource[1], resource[2]} {
+		if raw == "" {
+			if i < 4 {
+				return dst, false // the Rego's other definitions decide
 			}
+			continue
+		}
+		if f[i], ok = unquoted(raw); !ok {
+			return dst, false
 		}
 	}
-	attrs, found, ok := lookup(in, "resource", "attributes")
-	if !ok || (found && !isObject(attrs)) {
+	attrs := resource[3]
+	if attrs != "" && !isObject(attrs) {
 		return dst, false
 	}
 	obj := f[3] + ":" + f[4]
@@ -242,34 +248,14 @@ func unquoted(v string) (string, bool) {
 func lookup(doc string, keys ...string) (raw string, found, ok bool) {
 	raw = doc
 	for _, k := range keys {
-		if !isObject(raw) {
+		v, ok := members(raw, k)
+		if !ok {
+			return "", false, false
+		}
+		if v[0] == "" {
 			return "", false, true
 		}
-		sc := scanner{s: raw}
-		sc.next('{')
-		found = false
-		for first := true; !sc.next('}'); first = false {
-			if !first && !sc.next(',') {
-				return "", false, false
-			}
-			match, ok := sc.key(k)
-			if !ok || !sc.next(':') {
-				return "", false, false
-			}
-			v, ok := sc.value()
-			if !ok {
-				return "", false, false
-			}
-			if match {
-				if found {
-					return "", false, false
-				}
-				raw, found = v, true
-			}
-		}
-		if !found {
-			return "", false, true
-		}
+		raw = v[0]
 	}
 	return raw, true, true
 }
@@ -277,7 +263,7 @@ func lookup(doc string, keys ...string) (raw string, found, ok bool) {
 // members finds the values of up to four keys in the JSON text doc in one
 // pass: a key's value's text, or "" when doc is not an object or lacks
 // it. ok is false when doc is not JSON it reads with certainty (a key it
-// looks for repeated). An empty key is never looked for.
+// looks for repeated).
 func members(doc string, keys ...string) (vals [4]string, ok bool) {
 	if !isObject(doc) {
 		return vals, true
@@ -297,7 +283,7 @@ func members(doc string, keys ...string) (vals [4]string, ok bool) {
 			return vals, false
 		}
 		for i, want := range keys {
-			if want == "" || (plain && k != want) {
+			if plain && k != want {
 				continue
 			}
 			if !plain {
@@ -340,23 +326,3 @@ func (sc *scanner) rawKey() (string, bool, bool) {
 	return "", false, false
 }
 
-// key consumes an object's key and reports whether it is k. A key
-// without escapes is compared as it is written, without decoding it.
-func (sc *scanner) key(k string) (match, ok bool) {
-	sc.skipSpace()
-	if sc.i >= len(sc.s) || sc.s[sc.i] != '"' {
-		return false, false
-	}
-	start := sc.i + 1
-	for i := start; i < len(sc.s); i++ {
-		switch sc.s[i] {
-		case '"':
-			sc.i = i + 1
-			return sc.s[start:i] == k, true
-		case '\\':
-			s, ok := sc.str()
-			return ok && s == k, ok
-		}
-	}
-	return false, false
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // TestWasmSHA256: the ways nexus compiles the embedded default policy
@@ -18,13 +19,9 @@ import (
 // server recognises it; a changed policy does not.
 func TestWasmSHA256(t *testing.T) {
 	ctx := context.Background()
-	mods := map[string]string{}
-	for _, f := range []string{"authz.rego", "envoy.rego"} {
-		b, err := policy.FS.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mods[f] = string(b)
+	mods, err := fixture.Modules(policy.FS)
+	if err != nil {
+		t.Fatal(err)
 	}
 	eps := []string{policy.EnvoyEntrypoint, policy.AuthzEntrypoint}
 	for _, c := range []struct {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/nexuspdp/nexus/internal/jsonw"
 	opautil "github.com/open-policy-agent/opa/v1/util"
 )
 
@@ -190,7 +191,7 @@ func appendAny(dst []byte, v any) []byte {
 		}
 		return append(dst, ']')
 	case map[string]any:
-		return appendSorted(dst, v, appendAny)
+		return jsonw.Object(dst, v, appendAny)
 	}
 	panic(fmt.Sprintf("input: appendAny: unexpected %T", v))
 }
@@ -237,5 +238,5 @@ func appendMultipart(dst []byte, ct string, payload []byte, write bool) ([]byte,
 	if !write {
 		return dst, nil
 	}
-	return appendSorted(dst, values, func(dst []byte, vs []any) []byte { return appendAny(dst, vs) }), nil
+	return jsonw.Object(dst, values, func(dst []byte, vs []any) []byte { return appendAny(dst, vs) }), nil
 }

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -30,6 +29,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/nexuspdp/nexus/internal/jsonw"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
 
@@ -281,7 +281,7 @@ func parsePath(path string) (decoded string, query url.Values, err error) {
 }
 
 func appendValues(dst []byte, v url.Values) []byte {
-	return appendSorted(dst, v, func(dst []byte, vs []string) []byte {
+	return jsonw.Object(dst, v, func(dst []byte, vs []string) []byte {
 		dst = append(dst, '[')
 		for j, s := range vs {
 			if j > 0 {
@@ -297,7 +297,7 @@ func appendValues(dst []byte, v url.Values) []byte {
 // of sel if it is not nil.
 func appendMap(dst []byte, sel *prune.Tree, m map[string]string) []byte {
 	if sel == nil {
-		return appendSorted(dst, m, appendString)
+		return jsonw.Object(dst, m, appendString)
 	}
 	dst = append(dst, '{')
 	first := true
@@ -313,26 +313,6 @@ func appendMap(dst []byte, sel *prune.Tree, m map[string]string) []byte {
 		dst = appendString(dst, k)
 		dst = append(dst, ':')
 		dst = appendString(dst, v)
-	}
-	return append(dst, '}')
-}
-
-// appendSorted appends m as a JSON object with its keys sorted, each value
-// written by val.
-func appendSorted[V any](dst []byte, m map[string]V, val func([]byte, V) []byte) []byte {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	dst = append(dst, '{')
-	for i, k := range keys {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, k)
-		dst = append(dst, ':')
-		dst = val(dst, m[k])
 	}
 	return append(dst, '}')
 }
