@@ -325,4 +325,3 @@ func (sc *scanner) rawKey() (string, bool, bool) {
 	}
 	return "", false, false
 }
-
