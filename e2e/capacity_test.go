@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,29 +28,30 @@ import (
 // BenchmarkReplicaCapacityUnderWrites measures what 1,000 writes a second
 // cost the check capacity of one replica: a `nexus serve --cluster`
 // process with the decision cache off (--no-cache: every check runs the
-// policy and reads the store), while the cluster (one NATS server and
-// another replica, which takes the writes) takes no writes, or
-// 1,000 single-tuple writes a second that this replica applies from the
-// log.
+// policy and reads the store), saturated with checks over gRPC (Envoy
+// ext_authz, alternately an RBAC check and a ReBAC check three folders
+// deep, from 64 callers that each send the next check when the last is
+// answered), while the cluster (one NATS server and another replica,
+// which takes the writes) takes no writes, or 1,000 single-tuple writes a
+// second that this replica applies from the log. Five interleaved
+// rounds of each; the medians are reported.
 //
-// On this 2-core machine the replica is pinned to CPU 0 alone (taskset)
-// and everything else, NATS, the other replica and this load generator,
-// to CPU 1, so that the replica's CPU time (read from /proc) is its own:
-// its checks and its applying the log. (Three NATS servers and a third
-// replica are more than the one core left carries at 1,000 writes a
-// second; they change nothing of what the measured replica does.) One
-// core cannot both generate enough checks to saturate the replica and
-// carry the cluster's writes, so checks come at fixed rates over gRPC
-// (Envoy ext_authz, alternately
-// an RBAC check and a ReBAC check three folders deep), 750 and 1,500 a
-// second, each with and without writes, in three interleaved rounds. The
-// replica's CPU with writes, less without, is what the writes cost it:
-// A (applying the log) plus d for each check (what the writes add to a
-// check: caches, the garbage collector); two check rates tell them apart.
-// The capacity of one core is then 1 / (CPU per check) without writes
-// and (1 - A) / (CPU per check + d) with them.
+// On this 2-core machine the replica is pinned to CPU 0 (taskset) and
+// everything else, NATS, the other replica and this load generator, to
+// CPU 1. One core cannot both carry the cluster's writes and send the
+// checks a whole core answers, so the replica gets a share q of CPU 0
+// (a cgroup's CPU quota, 2.5 ms of every 10 ms): saturated, it answers
+// what that share can. Applying the log takes the same CPU time a second
+// whatever the share, so with writes the share answers (1 - A/q) of its
+// checks, A being what applying (and its effect on the checks: caches,
+// the garbage collector) costs. A replica with a whole core keeps 1 - A
+// of its capacity.
 //
 //	go test -run '^$' -bench ReplicaCapacityUnderWrites -benchtime 1x ./e2e/
+//
+// It needs taskset, two CPUs and a writable cgroup (v1 cpu controller at
+// /sys/fs/cgroup/cpu, or v2 with the cpu controller), as root; it skips
+// otherwise.
 func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		b.Skip("taskset is not installed: the replica cannot be given a core of its own")
@@ -57,6 +59,8 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	if n, err := exec.Command("nproc").Output(); err != nil || strings.TrimSpace(string(n)) == "1" {
 		b.Skip("one CPU: the replica cannot be given a core of its own")
 	}
+	const quota = 0.25 // of CPU 0
+	limit := cpuLimit(b, quota)
 	// This process and what it starts run on CPU 1; the replica measured
 	// is moved to CPU 0 once started.
 	pin(b, os.Getpid(), "2")
@@ -74,8 +78,18 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		return nexusproc.Start(b, dir, admin, args...), admin, grpcAddr
 	}
 	_, writerAdmin, _ := start()
-	reader, readerAdmin, readerGRPC := start("--no-cache")
+	// NEXUS_BENCH_PPROF=DIR writes CPU profiles of the replica in the
+	// first round, answering checks alone (DIR/replica-idle.pprof) and
+	// while it applies the writes (DIR/replica-writes.pprof), for go tool
+	// pprof with the nexus binary.
+	profDir := os.Getenv("NEXUS_BENCH_PPROF")
+	readerArgs := []string{"--no-cache"}
+	if profDir != "" {
+		readerArgs = append(readerArgs, "--pprof")
+	}
+	reader, readerAdmin, readerGRPC := start(readerArgs...)
 	pin(b, reader.Cmd.Process.Pid, "1")
+	limit(reader.Cmd.Process.Pid)
 
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	revision := func(admin string) uint64 {
@@ -118,20 +132,53 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 
 	const writeRate, window = 1000, 10 * time.Second
 	var wseq atomic.Int64
-	// phase runs checks at checkRate (and writes, if writes) for the
-	// window and returns the replica's CPU use (CPU seconds a second) and
-	// the writes it applied per second.
-	phase := func(checkRate int, writes bool) (cpuShare, applied float64) {
+	profiled := map[string]bool{}
+	// phase saturates the replica with checks (and sends writes, if
+	// writes) for the window and returns the checks it answered a
+	// second, its CPU use (CPU seconds a second) and the writes it
+	// applied a second.
+	phase := func(writes bool) (checksPerSec, cpuShare, applied float64) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		var failed, behind atomic.Int64
+		var failed, behind, checks atomic.Int64
 		var firstErr atomic.Value
-		pace := func(rate, workers int, do func()) {
-			jobs := make(chan struct{}, rate)
-			for range workers {
+		for range 64 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					resp, err := client.Check(ctx, reqs[i%2])
+					if err != nil || resp.GetStatus().GetCode() != 0 {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Sprintf("check: %v %v", resp, err))
+						return
+					}
+					checks.Add(1)
+				}
+			})
+		}
+		if writes {
+			jobs := make(chan struct{}, writeRate)
+			for range 256 {
 				wg.Go(func() {
 					for range jobs {
-						do()
+						i := wseq.Add(1)
+						body := fmt.Sprintf(`{"touches":["file:load-%d#viewer@user:w%d"]}`, i, i%1000)
+						req, _ := http.NewRequest("POST", "http://"+writerAdmin+"/v1/relationships", strings.NewReader(body))
+						req.Header.Set("Authorization", "Bearer "+clusterAdminToken)
+						req.Header.Set("Content-Type", "application/json")
+						resp, err := hc.Do(req)
+						if err != nil || resp.StatusCode != 200 {
+							failed.Add(1)
+							firstErr.CompareAndSwap(nil, fmt.Sprintf("write: %v %v", resp, err))
+						}
+						if resp != nil {
+							_, _ = io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+						}
 					}
 				})
 			}
@@ -145,7 +192,7 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 					case <-stop:
 						return
 					case <-tick.C:
-						for ; n < int(time.Since(t0).Seconds()*float64(rate)); n++ {
+						for ; n < int(time.Since(t0).Seconds()*writeRate); n++ {
 							select {
 							case jobs <- struct{}{}:
 							default:
@@ -156,35 +203,15 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 				}
 			})
 		}
-		var checks atomic.Int64
-		pace(checkRate, 16, func() {
-			i := checks.Add(1)
-			resp, err := client.Check(ctx, reqs[i%2])
-			if err != nil || resp.GetStatus().GetCode() != 0 {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, fmt.Sprintf("check: %v %v", resp, err))
-			}
-		})
-		if writes {
-			pace(writeRate, 256, func() {
-				i := wseq.Add(1)
-				body := fmt.Sprintf(`{"touches":["file:load-%d#viewer@user:w%d"]}`, i, i%1000)
-				req, _ := http.NewRequest("POST", "http://"+writerAdmin+"/v1/relationships", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+clusterAdminToken)
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := hc.Do(req)
-				if err != nil || resp.StatusCode != 200 {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("write: %v %v", resp, err))
-				}
-				if resp != nil {
-					resp.Body.Close()
-				}
-			})
-		}
 		time.Sleep(time.Second) // warm up
 		c0, r0, cpu0, t0 := checks.Load(), revision(readerAdmin), procCPU(b, reader.Cmd.Process.Pid), time.Now()
-		time.Sleep(window)
+		if name := map[bool]string{false: "replica-idle.pprof", true: "replica-writes.pprof"}[writes]; profDir != "" && !profiled[name] {
+			profiled[name] = true
+			profile(b, hc, readerAdmin, window-time.Second, filepath.Join(profDir, name))
+			time.Sleep(time.Second)
+		} else {
+			time.Sleep(window)
+		}
 		c1, r1, cpu1, el := checks.Load(), revision(readerAdmin), procCPU(b, reader.Cmd.Process.Pid), time.Since(t0)
 		close(stop)
 		wg.Wait()
@@ -192,49 +219,104 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 			b.Fatalf("writes %v: %d checks or writes failed (first: %v)", writes, n, firstErr.Load())
 		}
 		if m := behind.Load(); m > 0 {
-			// The core the cluster shares with this generator fell
-			// behind: the rates below say what was sent and applied.
-			b.Logf("writes %v: %d checks or writes not sent in time", writes, m)
+			b.Fatalf("writes %v: %d writes not sent in time: the core the cluster shares with this generator fell behind", writes, m)
 		}
-		if got := float64(c1-c0) / el.Seconds(); got < 0.95*float64(checkRate) || got > 1.05*float64(checkRate) {
-			b.Fatalf("%.0f checks/s answered, %d offered", got, checkRate)
-		}
-		return (cpu1 - cpu0).Seconds() / el.Seconds(), float64(r1-r0) / el.Seconds()
+		return float64(c1-c0) / el.Seconds(), (cpu1 - cpu0).Seconds() / el.Seconds(), float64(r1-r0) / el.Seconds()
 	}
-	// Two check rates with and without writes: the replica's CPU is
-	// (checks/s x CPU per check) without writes, and with writes
-	// (checks/s x (CPU per check + d)) + A, where A is applying the
-	// log and d what the writes add to each check (caches, the garbage
-	// collector). Two rates tell A and d apart.
-	const lo, hi = 750, 1500
-	var idleLo, idleHi, busyLo, busyHi []float64
-	for round := range 3 {
-		for _, c := range []struct {
-			rate   int
-			writes bool
-			into   *[]float64
-		}{{hi, false, &idleHi}, {hi, true, &busyHi}, {lo, false, &idleLo}, {lo, true, &busyLo}} {
-			share, applied := phase(c.rate, c.writes)
-			b.Logf("round %d, %d checks/s, writes %v: replica CPU %.1f%% of its core, %.0f writes/s applied", round+1, c.rate, c.writes, share*100, applied)
-			if c.writes && applied < 0.9*writeRate {
-				b.Fatalf("the replica applied %.0f writes/s, not %d", applied, writeRate)
+	const rounds = 5
+	var idle, busy []float64
+	for round := range rounds {
+		var applied float64
+		for _, writes := range []bool{false, true} {
+			rate, share, got := phase(writes)
+			if share < 0.9*quota {
+				// Not saturated: something else (this generator) is the limit.
+				b.Fatalf("writes %v: the replica used %.1f%% of CPU 0, not its quota of %.0f%%: it was not saturated", writes, share*100, quota*100)
 			}
-			*c.into = append(*c.into, share)
+			if writes {
+				if applied = got; applied < 0.9*writeRate {
+					b.Fatalf("the replica applied %.0f writes/s, not %d", applied, writeRate)
+				}
+				busy = append(busy, rate)
+			} else {
+				idle = append(idle, rate)
+			}
+		}
+		b.Logf("round %d: %.0f checks/s without writes, %.0f with %.0f writes/s applied (%.1f%%)",
+			round+1, idle[round], busy[round], applied, 100*busy[round]/idle[round])
+	}
+	// What a whole core keeps, round by round: the store grows by the
+	// writes of every round, and a write into a larger store touches more
+	// pages of its own.
+	whole := make([]float64, rounds)
+	for i := range whole {
+		whole[i] = 1 - quota*(1-busy[i]/idle[i])
+	}
+	ratio := median(busy) / median(idle)
+	apply := quota * (1 - ratio) // CPU seconds a second
+	b.Logf("%.0f%% of a core: %.0f checks/s without writes, %.0f with 1,000 writes/s (%.1f%%); %.0f µs of CPU a check",
+		quota*100, median(idle), median(busy), ratio*100, quota/median(idle)*1e6)
+	b.Logf("a whole core keeps, round by round: %s", percents(whole))
+	b.Logf("applying 1,000 writes/s takes %.1f%% of a core (%.0f µs a write): a replica with a whole core keeps %.1f%% of its capacity",
+		apply*100, apply*1e6/writeRate, (1-apply)*100)
+	b.ReportMetric(median(idle)/quota, "checks/s-core")
+	b.ReportMetric((1-apply)*median(idle)/quota, "checks/s-core-1000writes")
+	b.ReportMetric(1-apply, "ratio")
+	b.ReportMetric(apply*1e6/writeRate, "apply-µs/write")
+}
+
+func percents(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.1f%%", x*100)
+	}
+	return strings.Join(s, ", ")
+}
+
+// cpuLimit makes a cgroup whose CPU quota is share of one CPU, and
+// returns a function that moves a process into it; the cgroup is removed
+// at the end of the benchmark. It skips the benchmark where no cgroup can
+// be made.
+func cpuLimit(b *testing.B, share float64) func(pid int) {
+	b.Helper()
+	const period = 10_000 // µs
+	quota := strconv.Itoa(int(share * period))
+	name := fmt.Sprintf("nexus-bench-%d", os.Getpid())
+	var dir, procs string
+	var files [][2]string
+	switch {
+	case fileExists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"): // v1
+		dir = filepath.Join("/sys/fs/cgroup/cpu", name)
+		files = [][2]string{{"cpu.cfs_period_us", strconv.Itoa(period)}, {"cpu.cfs_quota_us", quota}}
+		procs = "cgroup.procs"
+	case fileExists("/sys/fs/cgroup/cgroup.controllers"): // v2
+		dir = filepath.Join("/sys/fs/cgroup", name)
+		files = [][2]string{{"cpu.max", quota + " " + strconv.Itoa(period)}}
+		procs = "cgroup.procs"
+	default:
+		b.Skip("no cgroup CPU controller: the replica cannot be given a share of a core")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Skipf("cannot make a cgroup (%v): the replica cannot be given a share of a core", err)
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644); err != nil {
+			_ = os.Remove(dir)
+			b.Skipf("cannot set the cgroup's CPU quota (%v)", err)
 		}
 	}
-	perCheck := median(idleHi) / hi
-	extraHi, extraLo := median(busyHi)-median(idleHi), median(busyLo)-median(idleLo)
-	d := max(0, (extraHi-extraLo)/(hi-lo))
-	apply := max(0, extraLo-lo*d)
-	idle := 1 / perCheck
-	busy := (1 - apply) / (perCheck + d)
-	b.Logf("CPU per check %.0f µs without writes, +%.1f µs with; applying 1,000 writes/s takes %.1f%% of the core (%.0f µs a write)",
-		perCheck*1e6, d*1e6, apply*100, apply*1e6/writeRate)
-	b.Logf("capacity of one core: %.0f checks/s without writes, %.0f with 1,000 writes/s (%.1f%%)", idle, busy, 100*busy/idle)
-	b.ReportMetric(idle, "checks/s-idle")
-	b.ReportMetric(busy, "checks/s-1000writes")
-	b.ReportMetric(busy/idle, "ratio")
-	b.ReportMetric(apply*1e6/writeRate, "apply-µs/write")
+	b.Cleanup(func() {
+		// The replica has exited by now (its cleanup ran first); a
+		// cgroup with no process left can be removed.
+		for i := 0; i < 50 && os.Remove(dir) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return func(pid int) {
+		if err := os.WriteFile(filepath.Join(dir, procs), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			b.Fatalf("moving the replica into its cgroup: %v", err)
+		}
+	}
 }
 
 // pin sets the CPU affinity of every thread of process pid to mask.
@@ -249,4 +331,28 @@ func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// profile fetches a CPU profile of length d from the admin listener at
+// admin (served with --pprof) into path.
+func profile(tb testing.TB, hc *http.Client, admin string, d time.Duration, path string) {
+	tb.Helper()
+	req, err := http.NewRequest("GET", fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, int(d.Seconds())), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+clusterAdminToken)
+	resp, err := hc.Do(req)
+	if err != nil {
+		tb.Fatalf("profile: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		tb.Fatalf("profile: status %d, %v", resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, body, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("CPU profile of the replica under writes: %s", path)
 }
