@@ -13,11 +13,15 @@
 #   opa              POST /v1/data/nexusbench/allow (same data, the
 #                    equivalent Rego policy `nexus bench peers` uses)
 # each for ROUNDS interleaved rounds; it prints one line per run and the
-# medians.
+# medians. Before each run, the first 500 checks must get the data set's
+# answers (all allowed, for the allow-only policy).
 #
 # Needs: bin/nexus (make build), the data set and the peers' files of
 # `make bench-peers` in bench-out/ (data/, peers/opa, peers/nexus-data,
 # peers/allowall), opa on PATH or in $(go env GOPATH)/bin, wrk and taskset.
+# BENCH_DATA and BENCH_NEXUS_DATA point at another data set (its
+# directory from `nexus bench gen`, with a Zipf workload, and a nexus
+# data directory holding its tuples); BENCH_PEERS= leaves OPA out.
 #
 #   scripts/bench-wrk.sh [N] [DURATION] [ROUNDS]
 set -euo pipefail
@@ -26,19 +30,24 @@ N=${1:-100000}
 DURATION=${2:-10}
 ROUNDS=${3:-3}
 OUT=${BENCH_OUT:-bench-out}
+DATA=${BENCH_DATA:-$OUT/data}                          # schema and Zipf workload
+NEXUS_DATA=${BENCH_NEXUS_DATA:-$OUT/peers/nexus-data}  # a nexus data directory holding DATA's tuples
+PEERS=${BENCH_PEERS-opa}                               # empty: nexus only
 BIN=${NEXUS_BIN:-bin/nexus}
 OPA=$(command -v opa || echo "$(go env GOPATH)/bin/opa")
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
-for f in "$BIN" "$OPA" "$OUT/data/zipf-s1.1.ndjson" "$OUT/data/schema.yaml" "$OUT/peers/opa/data.json" "$OUT/peers/nexus-data/relations.db" "$OUT/peers/allowall/authz.rego"; do
+need=("$BIN" "$DATA/zipf-s1.1.ndjson" "$DATA/schema.yaml" "$NEXUS_DATA/relations.db" "$OUT/peers/allowall/authz.rego")
+if [ -n "$PEERS" ]; then need+=("$OPA" "$OUT/peers/opa/data.json"); fi
+for f in "${need[@]}"; do
 	[ -e "$f" ] || { echo "bench-wrk: $f is missing (run make build and make bench-peers first)" >&2; exit 2; }
 done
 command -v wrk >/dev/null || { echo "bench-wrk: wrk is not installed (apt-get install wrk)" >&2; exit 2; }
 command -v taskset >/dev/null || { echo "bench-wrk: taskset is not installed" >&2; exit 2; }
 
 # The request bodies, one per line, for each interface.
-python3 - "$OUT/data/zipf-s1.1.ndjson" "$N" "$WORK" <<'EOF'
+python3 - "$DATA/zipf-s1.1.ndjson" "$N" "$WORK" <<'EOF'
 import json, sys
 src, n, work = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 checks = []
@@ -56,6 +65,9 @@ with open(work + "/allowed.txt", "w") as a, open(work + "/authzen.txt", "w") as 
         line(z, {"subject": {"type": "user", "id": c["user"]}, "action": {"name": c["action"]},
                  "resource": {"type": c["type"], "id": c["id"], "properties": {"tenant": c["tenant"]}}})
         line(o, {"input": {k: c[k] for k in ("user", "action", "type", "id", "tenant")}})
+with open(work + "/expected.txt", "w") as e:
+    for c in checks:
+        e.write("true\n" if c["allow"] else "false\n")
 EOF
 head -n 1 "$WORK/allowed.txt" >"$WORK/allowed-one.txt"
 
@@ -75,6 +87,25 @@ hits() { # "hits decisions" from nexus' metrics on the admin port, or "0 0"
 		awk '/^nexus_decision_duration_seconds_count/ { t += $2; if ($0 ~ /cache="hit"/) h += $2 } END { print h + 0, t + 0 }'
 }
 
+# verify PORT PATH BODIES ALL_ALLOWED: the first 500 checks must get the
+# data set's answers (every one allowed, for the allow-only policy).
+verify() {
+	python3 - "$1" "$2" "$3" "$WORK/expected.txt" "$4" <<'EOF'
+import json, sys, urllib.request
+port, path, bodies, expected, all_allowed = sys.argv[1:]
+want = [l.strip() == "true" for l in open(expected)]
+for i, body in enumerate(open(bodies)):
+    if i == 500:
+        break
+    req = urllib.request.Request("http://127.0.0.1:%s%s" % (port, path), data=body.encode(), headers={"Content-Type": "application/json"})
+    out = json.load(urllib.request.urlopen(req))
+    got = out.get("allow", out.get("decision", out.get("result")))
+    exp = True if all_allowed == "yes" else want[i]
+    if got is not exp:
+        sys.exit("bench-wrk: check %d on %s: got %s, want %s: %s" % (i, path, got, exp, body.strip()))
+EOF
+}
+
 cpu() { # CPU seconds of process $1
 	awk -v t="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); split($0, f, " "); print (f[12] + f[13]) / t }' "/proc/$1/stat"
 }
@@ -88,14 +119,18 @@ wait_port() {
 	return 1
 }
 
-# run NAME PORT PATH BODIES CMD...: starts CMD on CPU 0, loads it with wrk
-# on CPU 1, prints NAME, checks/s and server CPU µs per check.
+# run NAME PORT PATH BODIES CMD...: starts CMD on CPU 0, checks its
+# answers, loads it with wrk on CPU 1, prints NAME, checks/s and server
+# CPU µs per check.
 run() {
 	local name=$1 port=$2 path=$3 bodies=$4
 	shift 4
 	taskset -c 0 "$@" >"$WORK/$name.log" 2>&1 &
 	local pid=$!
 	wait_port "$port"
+	local all=no
+	case $name in *allow-only*) all=yes ;; esac
+	if [ "$bodies" != "$WORK/allowed-one.txt" ]; then verify "$port" "$path" "$bodies" "$all"; fi
 	# Warm up: the first requests pay for page faults and compilation.
 	taskset -c 1 wrk -t1 -c16 -d2s -s "$WORK/bodies.lua" "http://127.0.0.1:$port$path" -- "$bodies" >/dev/null
 	local c0 c1 out reqs h0 h1
@@ -118,10 +153,10 @@ run() {
 }
 
 PORT=18181
-NEXUS=("$BIN" serve --schema "$OUT/data/schema.yaml" --decision-log /dev/null --log-level error
+NEXUS=("$BIN" serve --schema "$DATA/schema.yaml" --decision-log /dev/null --log-level error
 	--trusted-subject-header x-user --app-api-insecure
 	--grpc-addr 127.0.0.1:0 --admin-addr "127.0.0.1:$((PORT + 1))" --admin-insecure --http-addr "127.0.0.1:$PORT")
-cp -r "$OUT/peers/nexus-data" "$WORK/nexus-data"
+cp -r "$NEXUS_DATA" "$WORK/nexus-data"
 mkdir -p "$WORK/empty"
 echo "wrk, 16 connections, ${DURATION}s a run, the first $N checks of the Zipf workload (s=1.1); the server alone on CPU 0, wrk on CPU 1"
 for r in $(seq 1 "$ROUNDS"); do
@@ -130,8 +165,10 @@ for r in $(seq 1 "$ROUNDS"); do
 	run "nexus-no-cache" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
 	run "nexus-authzen-no-cache" $PORT /access/v1/evaluation "$WORK/authzen.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
 	run "nexus-allow-only" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
-	run "opa" $PORT /v1/data/nexusbench/allow "$WORK/opa.txt" "$OPA" run --server --addr "127.0.0.1:$PORT" --log-level error \
-		"$OUT/peers/opa/nexusbench.rego" "$OUT/peers/opa/data.json"
+	if [ -n "$PEERS" ]; then
+		run "opa" $PORT /v1/data/nexusbench/allow "$WORK/opa.txt" "$OPA" run --server --addr "127.0.0.1:$PORT" --log-level error \
+			"$OUT/peers/opa/nexusbench.rego" "$OUT/peers/opa/data.json"
+	fi
 done
 echo "medians over $ROUNDS rounds:"
 python3 - "$WORK/results.txt" <<'EOF'
