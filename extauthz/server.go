@@ -160,7 +160,7 @@ func (s *Server) Start(ctx context.Context) error {
 	for _, l := range ls {
 		switch l.name {
 		case "grpc":
-			opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers())}
+			opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(envoygrpc.NewCodec())}
 			if l.tls != nil {
 				opts = append(opts, grpc.Creds(credentials.NewTLS(l.tls)))
 			}

@@ -1,0 +1,184 @@
+package envoygrpc_test
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/nexuspdp/nexus/extauthz/internal/envoygrpc"
+	"github.com/nexuspdp/nexus/internal/fixture"
+)
+
+// istioRequest is a CheckRequest as an Istio sidecar sends it: a dozen
+// headers, peers with SPIFFE principals, a context extension and JWT
+// metadata.
+func istioRequest(tb testing.TB) *authv3.CheckRequest {
+	tb.Helper()
+	sock := func(ip string, port uint32) *corev3.Address {
+		return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: ip, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port}}}}
+	}
+	md, err := structpb.NewStruct(map[string]any{"jwt_payload": map[string]any{"sub": "alice", "exp": 4102444800}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source:      &authv3.AttributeContext_Peer{Address: sock("10.244.0.12", 45678), Principal: "spiffe://cluster.local/ns/default/sa/web"},
+		Destination: &authv3.AttributeContext_Peer{Address: sock("10.244.0.19", 8080), Principal: "spiffe://cluster.local/ns/default/sa/drive"},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Id: "8421379", Method: "GET", Path: "/files/report.pdf?x=1", Host: "drive.default.svc.cluster.local:8080",
+			Scheme: "http", Protocol: "HTTP/1.1", Headers: map[string]string{
+				":authority": "drive.default.svc.cluster.local:8080", ":method": "GET", ":path": "/files/report.pdf?x=1", ":scheme": "http",
+				"x-forwarded-proto": "http", "x-request-id": "0d6f6c5e-1d5b-4b0e-8f7a-6b3c2f1e0a9d",
+				"x-forwarded-client-cert": "By=spiffe://cluster.local/ns/default/sa/drive;Hash=4b1c;URI=spiffe://cluster.local/ns/default/sa/web",
+				"x-envoy-attempt-count":   "1", "user-agent": "Go-http-client/1.1", "x-user": "bob", "": "empty key",
+			},
+			Body: `{"a":1}`,
+		}},
+		ContextExtensions: map[string]string{"virtual_host": "inbound|http|8080", "k": ""},
+		MetadataContext:   &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.filters.http.jwt_authn": md}},
+	}}
+}
+
+// checkRequestSeeds are wire forms the decoder must agree with
+// proto.Unmarshal on: requests as proxies send them and shapes it leaves
+// to proto.Unmarshal.
+func checkRequestSeeds(tb testing.TB) [][]byte {
+	tb.Helper()
+	marshal := func(m proto.Message) []byte {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return b
+	}
+	istio := marshal(istioRequest(tb))
+	entry := func(k, v string) []byte { // a headers entry, wrapped up to a CheckRequest
+		e := protowire.AppendTag(nil, 1, protowire.BytesType)
+		e = protowire.AppendString(e, k)
+		e = protowire.AppendTag(e, 2, protowire.BytesType)
+		e = protowire.AppendString(e, v)
+		wrap := func(num protowire.Number, b []byte) []byte {
+			return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
+		}
+		return wrap(1, wrap(4, wrap(2, wrap(3, e))))
+	}
+	return [][]byte{
+		istio,
+		marshal(fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})),
+		marshal(&authv3.CheckRequest{}),
+		marshal(&authv3.CheckRequest{Attributes: &authv3.AttributeContext{}}),
+		marshal(&authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{}}}),
+		append(append([]byte{}, istio...), istio...), // every field twice: merged
+		entry("x-user", "bob"),
+		append(entry("x-user", "bob"), entry("x-user", "mallory")...), // the request twice
+		entry("x-user", "\xff"),              // invalid UTF-8
+		append(entry("a", "b"), 0x08, 0x01),  // an unknown varint field
+		entry("x-user", "bob")[:10],          // truncated
+		{0x0a, 0x02, 0x22, 0x00, 0x0a, 0x00}, // attributes twice
+		{0x08, 0x01},                         // attributes as a varint
+	}
+}
+
+// TestUnmarshalCheckRequest holds the decoder to proto.Unmarshal on the
+// seeds.
+func TestUnmarshalCheckRequest(t *testing.T) {
+	for i, b := range checkRequestSeeds(t) {
+		agree(t, i, b)
+	}
+}
+
+// FuzzUnmarshalCheckRequest holds the decoder to proto.Unmarshal on any
+// bytes: both fail, or both give equal messages.
+func FuzzUnmarshalCheckRequest(f *testing.F) {
+	for _, b := range checkRequestSeeds(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { agree(t, 0, b) })
+}
+
+func agree(t *testing.T, i int, b []byte) {
+	t.Helper()
+	var want, got authv3.CheckRequest
+	werr := proto.Unmarshal(b, &want)
+	gerr := envoygrpc.UnmarshalCheckRequest(b, &got)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("seed %d %x: proto.Unmarshal: %v; UnmarshalCheckRequest: %v", i, b, werr, gerr)
+	}
+	if werr == nil && !proto.Equal(&want, &got) {
+		t.Fatalf("seed %d %x: proto.Unmarshal gives\n%v\nUnmarshalCheckRequest gives\n%v", i, b, &want, &got)
+	}
+}
+
+// TestCodec decodes a CheckRequest, and any other message, as gRPC's
+// protobuf codec does, from a payload in several buffers.
+func TestCodec(t *testing.T) {
+	c := envoygrpc.NewCodec()
+	if c.Name() != "proto" {
+		t.Fatalf("codec name %q, want proto", c.Name())
+	}
+	in := istioRequest(t)
+	data, err := c.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := data.Materialize()
+	split := mem.BufferSlice{mem.SliceBuffer(raw[:7]), mem.SliceBuffer(raw[7:])}
+	var out authv3.CheckRequest
+	if err := c.Unmarshal(split, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(in, &out) {
+		t.Fatalf("round trip changed the request:\n%v\n%v", in, &out)
+	}
+	if got := out.GetAttributes().GetRequest().GetHttp().GetHeaders()["x-user"]; got != "bob" {
+		t.Fatalf("x-user header %q, want bob", got)
+	}
+	resp := &authv3.CheckResponse{DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"decision_id": structpb.NewStringValue("x")}}}
+	data, err = c.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back authv3.CheckResponse
+	if err := c.Unmarshal(data, &back); err != nil || !proto.Equal(resp, &back) {
+		t.Fatalf("a CheckResponse through the codec: %v, %v", &back, err)
+	}
+}
+
+// BenchmarkUnmarshalCheckRequest decodes an Istio-shaped CheckRequest,
+// without and with JWT metadata, with proto.Unmarshal and with
+// UnmarshalCheckRequest.
+func BenchmarkUnmarshalCheckRequest(b *testing.B) {
+	plain := istioRequest(b)
+	plain.Attributes.MetadataContext = nil
+	for _, req := range []struct {
+		name string
+		msg  *authv3.CheckRequest
+	}{{"istio", plain}, {"istio+jwt-metadata", istioRequest(b)}} {
+		raw, err := proto.Marshal(req.msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, bc := range []struct {
+			name string
+			fn   func([]byte, *authv3.CheckRequest) error
+		}{
+			{"proto.Unmarshal", func(b []byte, m *authv3.CheckRequest) error { return proto.Unmarshal(b, m) }},
+			{"UnmarshalCheckRequest", envoygrpc.UnmarshalCheckRequest},
+		} {
+			b.Run(req.name+"/"+bc.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					var m authv3.CheckRequest
+					if err := bc.fn(raw, &m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
