@@ -45,6 +45,8 @@ type Message struct {
 	Schema        string         `json:"schema,omitempty"`
 	Force         bool           `json:"force,omitempty"`
 	Policy        *PolicyRef     `json:"policy,omitempty"`
+
+	write *datastore.WriteRequest // a write's tuples, parsed by Decode
 }
 
 // Precondition is datastore.Precondition on the wire.
@@ -120,9 +122,11 @@ func Decode(b []byte) (Message, error) {
 		if m.Schema != "" || m.Force || m.Policy != nil {
 			return m, fmt.Errorf("%w: a write carries a schema or a policy", ErrMalformed)
 		}
-		if _, err := m.WriteRequest(); err != nil {
+		req, err := m.WriteRequest()
+		if err != nil {
 			return m, err
 		}
+		m.write = &req
 	case KindSchema:
 		if len(m.Touches)+len(m.Deletes)+len(m.Preconditions) > 0 || m.Policy != nil {
 			return m, fmt.Errorf("%w: a schema write carries tuples or a policy", ErrMalformed)
@@ -146,8 +150,12 @@ func Decode(b []byte) (Message, error) {
 	return m, nil
 }
 
-// WriteRequest returns the tuple write of a KindWrite message.
+// WriteRequest returns the tuple write of a KindWrite message (parsed
+// once: Decode keeps what it checked).
 func (m *Message) WriteRequest() (datastore.WriteRequest, error) {
+	if m.write != nil {
+		return *m.write, nil
+	}
 	var req datastore.WriteRequest
 	var err error
 	if req.Touches, err = parseTuples("touches", m.Touches); err != nil {
