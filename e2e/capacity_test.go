@@ -216,7 +216,11 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		}
 		time.Sleep(time.Second) // warm up
 		c0, r0, cpu0, t0 := checks.Load(), revision(readerAdmin), procCPU(b, reader.Cmd.Process.Pid), time.Now()
-		if name := map[bool]string{false: "replica-idle.pprof", true: "replica-writes.pprof"}[writes]; profDir != "" && !profiled[name] {
+		name := "replica-idle.pprof"
+		if writes {
+			name = "replica-writes.pprof"
+		}
+		if profDir != "" && !profiled[name] {
 			profiled[name] = true
 			profile(b, hc, readerAdmin, window-time.Second, filepath.Join(profDir, name))
 			time.Sleep(time.Second)
@@ -294,17 +298,15 @@ func cpuLimit(b *testing.B, share float64) func(pid int) {
 	const period = 10_000 // µs
 	quota := strconv.Itoa(int(share * period))
 	name := fmt.Sprintf("nexus-bench-%d", os.Getpid())
-	var dir, procs string
+	var dir string
 	var files [][2]string
 	switch {
 	case fileExists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"): // v1
 		dir = filepath.Join("/sys/fs/cgroup/cpu", name)
 		files = [][2]string{{"cpu.cfs_period_us", strconv.Itoa(period)}, {"cpu.cfs_quota_us", quota}}
-		procs = "cgroup.procs"
 	case fileExists("/sys/fs/cgroup/cgroup.controllers"): // v2
 		dir = filepath.Join("/sys/fs/cgroup", name)
 		files = [][2]string{{"cpu.max", quota + " " + strconv.Itoa(period)}}
-		procs = "cgroup.procs"
 	default:
 		b.Skip("no cgroup CPU controller: the replica cannot be given a share of a core")
 	}
@@ -325,7 +327,7 @@ func cpuLimit(b *testing.B, share float64) func(pid int) {
 		}
 	})
 	return func(pid int) {
-		if err := os.WriteFile(filepath.Join(dir, procs), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 			b.Fatalf("moving the replica into its cgroup: %v", err)
 		}
 	}

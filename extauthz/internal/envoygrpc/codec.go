@@ -1,7 +1,6 @@
 package envoygrpc
 
 import (
-	"errors"
 	"strings"
 	"unicode/utf8"
 
@@ -15,9 +14,8 @@ import (
 
 // Codec is gRPC's protobuf codec, with a faster decoder for Envoy's
 // CheckRequest: protobuf-go decodes map fields through reflection, and a
-// CheckRequest's request headers and context extensions, two maps of
-// strings, took half of its decoding (about 8 of 17 µs for an Istio
-// request with a dozen headers). Codec reads those two maps itself and
+// CheckRequest's request headers, a map of strings, took 44% of its
+// decoding (about 7 of 16 µs for an Istio request with a dozen headers). Codec reads those two maps itself and
 // leaves every other field to proto.Unmarshal, with the same result;
 // anything it does not expect (a field repeated, a map entry with other
 // fields, invalid UTF-8, a truncated message) is decoded by
@@ -48,15 +46,11 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 // UnmarshalCheckRequest is proto.Unmarshal(b, m), faster on the requests
 // Envoy sends.
 func UnmarshalCheckRequest(b []byte, m *authv3.CheckRequest) error {
-	if err := unmarshalCheck(b, m); !errors.Is(err, errShape) {
+	if done, err := unmarshalCheck(b, m); done {
 		return err
 	}
 	return proto.Unmarshal(b, m)
 }
-
-// errShape: the message is not one unmarshalCheck decodes; proto.Unmarshal
-// decodes it.
-var errShape = errors.New("envoygrpc: not a plain CheckRequest")
 
 // Field numbers on the path to the two maps (envoy.service.auth.v3).
 const (
@@ -67,50 +61,52 @@ const (
 	fieldHeaders           = 3  // AttributeContext.HttpRequest.headers
 )
 
-func unmarshalCheck(b []byte, m *authv3.CheckRequest) error {
+// unmarshalCheck decodes b into m unless b is not a message it decodes
+// (done false: m is untouched).
+func unmarshalCheck(b []byte, m *authv3.CheckRequest) (done bool, err error) {
 	attrs, ok, top := split(b, fieldAttributes, 0, nil)
 	if !ok || attrs == nil {
-		return errShape
+		return false, nil
 	}
 	var ext map[string]string
 	req, ok, attrRest := split(attrs, fieldRequest, fieldContextExtensions, &ext)
 	if !ok {
-		return errShape
+		return false, nil
 	}
 	var httpb []byte
 	var reqRest [][]byte
 	if req != nil {
 		if httpb, ok, reqRest = split(req, fieldHTTP, 0, nil); !ok {
-			return errShape
+			return false, nil
 		}
 	}
 	var headers map[string]string
 	var httpRest [][]byte
 	if httpb != nil {
 		if _, ok, httpRest = split(httpb, 0, fieldHeaders, &headers); !ok {
-			return errShape
+			return false, nil
 		}
 	}
 	// What is left of each message has no field on the path, so decoding
 	// it gives the message less those fields.
 	proto.Reset(m)
 	if err := merge(top, m); err != nil {
-		return err
+		return true, err
 	}
 	a := &authv3.AttributeContext{}
 	if err := merge(attrRest, a); err != nil {
-		return err
+		return true, err
 	}
 	a.ContextExtensions = ext
 	if req != nil {
 		r := &authv3.AttributeContext_Request{}
 		if err := merge(reqRest, r); err != nil {
-			return err
+			return true, err
 		}
 		if httpb != nil {
 			h := &authv3.AttributeContext_HttpRequest{}
 			if err := merge(httpRest, h); err != nil {
-				return err
+				return true, err
 			}
 			h.Headers = headers
 			r.Http = h
@@ -118,7 +114,7 @@ func unmarshalCheck(b []byte, m *authv3.CheckRequest) error {
 		a.Request = r
 	}
 	m.Attributes = a
-	return nil
+	return true, nil
 }
 
 // merge decodes the parts of a message into m, each merged into what the
