@@ -25,6 +25,7 @@ import (
 	"github.com/nexuspdp/nexus/internal/defaults/demo"
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/internal/gctune"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/policyload"
 	"github.com/nexuspdp/nexus/internal/version"
@@ -284,6 +285,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	warnOPA(log, c)
+	defer gctune.Tune(gctune.DefaultHeadroom, log).Stop()
 
 	store, err := openStore(ctx, c, log)
 	if err != nil {
