@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +74,10 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		quota = v
 	}
 	limit := cpuLimit(b, quota)
+	// The load generator shares CPU 1 with NATS and the writing replica:
+	// its garbage collector runs less often, as nexus' does (a heap of
+	// a few MiB would otherwise be collected several times a second).
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	// This process and what it starts run on CPU 1; the replica measured
 	// is moved to CPU 0 once started.
 	pin(b, os.Getpid(), "2")
@@ -88,16 +94,18 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 			"--admin-token", clusterAdminToken, "--trusted-subject-header", "x-user"}, extra...)
 		return nexusproc.Start(b, dir, admin, args...), admin, grpcAddr
 	}
-	_, writerAdmin, _ := start()
 	// NEXUS_BENCH_PPROF=DIR writes CPU profiles of the replica in the
 	// first round, answering checks alone (DIR/replica-idle.pprof) and
-	// while it applies the writes (DIR/replica-writes.pprof), for go tool
-	// pprof with the nexus binary.
+	// while it applies the writes (DIR/replica-writes.pprof), and of the
+	// replica that takes the writes (DIR/writer.pprof), for go tool pprof
+	// with the nexus binary.
 	profDir := os.Getenv("NEXUS_BENCH_PPROF")
-	readerArgs := []string{"--no-cache"}
+	var readerArgs, writerArgs []string
 	if profDir != "" {
-		readerArgs = append(readerArgs, "--pprof")
+		readerArgs, writerArgs = []string{"--pprof"}, []string{"--pprof"}
 	}
+	_, writerAdmin, _ := start(writerArgs...)
+	readerArgs = append(readerArgs, "--no-cache")
 	reader, readerAdmin, readerGRPC := start(readerArgs...)
 	pin(b, reader.Cmd.Process.Pid, "1")
 	limit(reader.Cmd.Process.Pid)
@@ -148,7 +156,7 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	// writes) for the window and returns the checks it answered a
 	// second, its CPU use (CPU seconds a second) and the writes it
 	// applied a second.
-	phase := func(writes bool) (checksPerSec, cpuShare, applied float64) {
+	phase := func(writes bool) (checksPerSec, cpuShare, applied, genBusy float64) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var failed, behind, checks atomic.Int64
@@ -216,18 +224,29 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		}
 		time.Sleep(time.Second) // warm up
 		c0, r0, cpu0, t0 := checks.Load(), revision(readerAdmin), procCPU(b, reader.Cmd.Process.Pid), time.Now()
+		g0 := cpuStat(b, 1)
 		name := "replica-idle.pprof"
 		if writes {
 			name = "replica-writes.pprof"
 		}
 		if profDir != "" && !profiled[name] {
 			profiled[name] = true
-			profile(b, hc, readerAdmin, window-time.Second, filepath.Join(profDir, name))
+			var pw sync.WaitGroup
+			var werr error
+			if writes {
+				pw.Go(func() { werr = profile(hc, writerAdmin, window-time.Second, filepath.Join(profDir, "writer.pprof")) })
+			}
+			err := profile(hc, readerAdmin, window-time.Second, filepath.Join(profDir, name))
+			pw.Wait()
+			if err = errors.Join(err, werr); err != nil {
+				b.Fatal(err)
+			}
 			time.Sleep(time.Second)
 		} else {
 			time.Sleep(window)
 		}
 		c1, r1, cpu1, el := checks.Load(), revision(readerAdmin), procCPU(b, reader.Cmd.Process.Pid), time.Since(t0)
+		g1 := cpuStat(b, 1)
 		close(stop)
 		wg.Wait()
 		if n := failed.Load(); n > 0 {
@@ -236,14 +255,16 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		if m := behind.Load(); m > 0 {
 			b.Fatalf("writes %v: %d writes not sent in time: the core the cluster shares with this generator fell behind", writes, m)
 		}
-		return float64(c1-c0) / el.Seconds(), (cpu1 - cpu0).Seconds() / el.Seconds(), float64(r1-r0) / el.Seconds()
+		return float64(c1-c0) / el.Seconds(), (cpu1 - cpu0).Seconds() / el.Seconds(), float64(r1-r0) / el.Seconds(), g1.busyShare(g0)
 	}
 	const rounds = 5
 	var idle, busy []float64
 	for round := range rounds {
 		var applied float64
-		for _, writes := range []bool{false, true} {
-			rate, share, got := phase(writes)
+		var gen [2]float64 // the generator's core, busy, without and with writes
+		for i, writes := range []bool{false, true} {
+			rate, share, got, g := phase(writes)
+			gen[i] = g
 			if share < 0.9*quota {
 				// Not saturated: something else (this generator) is the limit.
 				b.Fatalf("writes %v: the replica used %.1f%% of CPU 0, not its quota of %.0f%%: it was not saturated", writes, share*100, quota*100)
@@ -257,8 +278,8 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 				idle = append(idle, rate)
 			}
 		}
-		b.Logf("round %d: %.0f checks/s without writes, %.0f with %.0f writes/s applied (%.1f%%)",
-			round+1, idle[round], busy[round], applied, 100*busy[round]/idle[round])
+		b.Logf("round %d: %.0f checks/s without writes, %.0f with %.0f writes/s applied (%.1f%%); CPU 1 (NATS, the writer, the generator) %.0f%% and %.0f%% busy",
+			round+1, idle[round], busy[round], applied, 100*busy[round]/idle[round], 100*gen[0], 100*gen[1])
 	}
 	// What a whole core keeps, round by round: the store grows by the
 	// writes of every round, and a write into a larger store touches more
@@ -279,6 +300,46 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	b.ReportMetric(1-apply, "ratio-1cpu")
 	b.ReportMetric(1-apply/2, "ratio-2cpu")
 	b.ReportMetric(apply*1e6/writeRate, "apply-µs/write")
+}
+
+// jiffies are a CPU's busy and total time, from /proc/stat.
+type jiffies struct{ busy, total uint64 }
+
+// busyShare is the share of the time since j0 that the CPU was busy.
+func (j jiffies) busyShare(j0 jiffies) float64 {
+	if j.total <= j0.total {
+		return 0
+	}
+	return float64(j.busy-j0.busy) / float64(j.total-j0.total)
+}
+
+// cpuStat reads CPU n's line of /proc/stat: idle and iowait are not busy.
+func cpuStat(b *testing.B, n int) jiffies {
+	b.Helper()
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := "cpu" + strconv.Itoa(n) + " "
+	for line := range strings.Lines(string(raw)) {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		var j jiffies
+		for i, f := range strings.Fields(line)[1:] {
+			v, _ := strconv.ParseUint(f, 10, 64)
+			if i == 8 || i == 9 {
+				break // guest time is counted in user time already
+			}
+			j.total += v
+			if i != 3 && i != 4 {
+				j.busy += v
+			}
+		}
+		return j
+	}
+	b.Fatalf("/proc/stat has no line for CPU %d", n)
+	return jiffies{}
 }
 
 func percents(v []float64) string {
@@ -349,24 +410,20 @@ func median(v []float64) float64 {
 
 // profile fetches a CPU profile of length d from the admin listener at
 // admin (served with --pprof) into path.
-func profile(tb testing.TB, hc *http.Client, admin string, d time.Duration, path string) {
-	tb.Helper()
+func profile(hc *http.Client, admin string, d time.Duration, path string) error {
 	req, err := http.NewRequest("GET", fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, int(d.Seconds())), nil)
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+clusterAdminToken)
 	resp, err := hc.Do(req)
 	if err != nil {
-		tb.Fatalf("profile: %v", err)
+		return fmt.Errorf("profile of %s: %w", admin, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		tb.Fatalf("profile: status %d, %v", resp.StatusCode, err)
+		return fmt.Errorf("profile of %s: status %d, %v", admin, resp.StatusCode, err)
 	}
-	if err := os.WriteFile(path, body, 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Logf("CPU profile of the replica under writes: %s", path)
+	return os.WriteFile(path, body, 0o600)
 }
