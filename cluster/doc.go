@@ -28,8 +28,9 @@
 // state the messages before it left, atomically; the messages that arrive
 // while one commit runs share the next bbolt transaction
 // (datastore.BoltStore.ApplyRun), and while they come faster than one
-// commit each, a transaction gathers them for 5 ms, so that a busy replica
-// commits at most 200 times a second. Commits do not wait for the disk
+// commit each, a transaction gathers them for 20 ms (5 ms while a write
+// of this replica or a check with a consistency token waits for them), so
+// that a busy replica commits at most 50 times a second. Commits do not wait for the disk
 // (datastore.BoltStore.Unsync): the log is the source of truth, a replica
 // whose process dies finds every commit in the file, and one whose
 // operating system stopped moves the file aside and restores from a

@@ -47,6 +47,7 @@ type Replica struct {
 	identified  bool          // the store records the log it follows (follow goroutine only)
 	wake        chan struct{} // the connection came back: follow again now
 	condSem     chan struct{} // one conditional write of this replica at a time
+	gather      gather        // who waits for the apply loop
 
 	mu        sync.Mutex
 	stream    jetstream.Stream      // set while following
@@ -324,6 +325,8 @@ func (r *Replica) WaitRevision(ctx context.Context, min datastore.Revision) erro
 	if r.closed.Load() {
 		return ErrClosed
 	}
+	r.gather.begin()
+	defer r.gather.end()
 	t := time.NewTimer(r.cfg.MaxWait)
 	defer t.Stop()
 	for {
@@ -380,6 +383,11 @@ func (r *Replica) Sync(ctx context.Context) error {
 
 // waitApplied waits for rev until ctx ends.
 func (r *Replica) waitApplied(ctx context.Context, rev uint64) error {
+	if r.applied.Load() >= rev {
+		return nil
+	}
+	r.gather.begin()
+	defer r.gather.end()
 	for {
 		wait := r.waitChan()
 		if r.applied.Load() >= rev {

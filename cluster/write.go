@@ -138,7 +138,10 @@ func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, 
 	r.mu.Lock()
 	r.pending[id] = p
 	r.mu.Unlock()
+	// Its client waits for this replica to apply it.
+	r.gather.begin()
 	defer func() {
+		r.gather.end()
 		r.mu.Lock()
 		delete(r.pending, id)
 		r.mu.Unlock()
