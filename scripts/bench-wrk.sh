@@ -9,7 +9,8 @@
 #   nexus            POST /allowed, decision cache on
 #   nexus --no-cache POST /allowed and AuthZEN's evaluation, every
 #                    check runs the policy
-#   nexus allow-only POST /allowed, a policy that allows everything
+#   nexus allow-only POST /allowed and AuthZEN's evaluation, a policy
+#                    that allows everything
 #   opa              POST /v1/data/nexusbench/allow (same data, the
 #                    equivalent Rego policy `nexus bench peers` uses)
 # each for ROUNDS interleaved rounds; it prints one line per run and the
@@ -165,6 +166,7 @@ for r in $(seq 1 "$ROUNDS"); do
 	run "nexus-no-cache" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
 	run "nexus-authzen-no-cache" $PORT /access/v1/evaluation "$WORK/authzen.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
 	run "nexus-allow-only" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
+	run "nexus-authzen-allow-only" $PORT /access/v1/evaluation "$WORK/authzen.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
 	if [ -n "$PEERS" ]; then
 		run "opa" $PORT /v1/data/nexusbench/allow "$WORK/opa.txt" "$OPA" run --server --addr "127.0.0.1:$PORT" --log-level error \
 			"$OUT/peers/opa/nexusbench.rego" "$OUT/peers/opa/data.json"
