@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -259,23 +258,27 @@ const (
 // it has received: while nobody does, a run may gather entries for
 // applyInterval, and as soon as somebody does, for waitedInterval.
 type gather struct {
-	waiting atomic.Int64
 	mu      sync.Mutex
+	waiting int                // goroutines waiting for the apply
 	cancel  context.CancelFunc // ends the gathering under way, if any
 }
 
 // begin marks one more goroutine waiting for the replica to apply
 // something, and ends the gathering under way; end unmarks it.
 func (g *gather) begin() {
-	g.waiting.Add(1)
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.waiting++
 	if g.cancel != nil {
 		g.cancel()
 	}
-	g.mu.Unlock()
 }
 
-func (g *gather) end() { g.waiting.Add(-1) }
+func (g *gather) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.waiting--
+}
 
 // start returns a context that ends at until, or when a goroutine begins
 // waiting, and a function to call when the gathering is over; a nil
@@ -283,7 +286,7 @@ func (g *gather) end() { g.waiting.Add(-1) }
 func (g *gather) start(ctx context.Context, until time.Time) (context.Context, func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.waiting.Load() > 0 {
+	if g.waiting > 0 {
 		return nil, nil
 	}
 	gctx, cancel := context.WithDeadline(ctx, until)
@@ -322,31 +325,29 @@ func (r *Replica) nextRun(ctx context.Context, it jetstream.MessagesContext, sin
 	for len(run) < maxRun {
 		// Entries already received come at once; the short wait only
 		// ends the run when there are none.
-		wait := short
+		wait, gathering := short, false
 		if md, merr := run[len(run)-1].Metadata(); merr == nil && md.NumPending > 0 {
 			wait = 20 * time.Millisecond
 		} else if gctx != nil && gctx.Err() == nil {
-			msg, err = it.Next(jetstream.NextContext(gctx))
-			if err != nil && ctx.Err() == nil && gctx.Err() != nil {
-				gctx = nil // the window closed, or somebody waits
-				continue
-			}
-			if err == nil {
-				run = append(run, msg)
-				continue
-			}
-			return run, err
+			gathering = true
 		} else if left := time.Until(until); left > wait {
 			wait = left
 		}
-		msg, err = it.Next(jetstream.NextMaxWait(wait))
-		if err != nil {
-			if errors.Is(err, nats.ErrTimeout) {
-				err = nil
-			}
+		if gathering {
+			msg, err = it.Next(jetstream.NextContext(gctx))
+		} else {
+			msg, err = it.Next(jetstream.NextMaxWait(wait))
+		}
+		switch {
+		case err == nil:
+			run = append(run, msg)
+		case gathering && ctx.Err() == nil && gctx.Err() != nil:
+			gctx = nil // the window closed, or somebody waits: take what came
+		case errors.Is(err, nats.ErrTimeout):
+			return run, nil
+		default:
 			return run, err
 		}
-		run = append(run, msg)
 	}
 	return run, nil
 }

@@ -102,13 +102,12 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	// replica that takes the writes (DIR/writer.pprof), for go tool pprof
 	// with the nexus binary.
 	profDir := os.Getenv("NEXUS_BENCH_PPROF")
-	var readerArgs, writerArgs []string
+	var pprof []string
 	if profDir != "" {
-		readerArgs, writerArgs = []string{"--pprof"}, []string{"--pprof"}
+		pprof = []string{"--pprof"}
 	}
-	_, writerAdmin, _ := start(writerArgs...)
-	readerArgs = append(readerArgs, "--no-cache")
-	reader, readerAdmin, readerGRPC := start(readerArgs...)
+	_, writerAdmin, _ := start(pprof...)
+	reader, readerAdmin, readerGRPC := start(append([]string{"--no-cache"}, pprof...)...)
 	pin(b, reader.Cmd.Process.Pid, "1")
 	limit(reader.Cmd.Process.Pid)
 
@@ -161,16 +160,10 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	const writeRate, window = 1000, 10 * time.Second
 	var wseq atomic.Int64
 	profiled := map[string]bool{}
-	// phase saturates the replica with checks (and sends writes, if
-	// writes) for the window and returns the checks it answered a
-	// second, its CPU use (CPU seconds a second) and the writes it
-	// applied a second.
 	// runs reads the replica's count of transactions that applied the
 	// log, and of the entries they applied.
 	runs := func() (txs, entries float64) {
-		req, _ := http.NewRequest("GET", "http://"+readerAdmin+"/metrics", nil)
-		req.Header.Set("Authorization", "Bearer "+clusterAdminToken)
-		resp, err := hc.Do(req)
+		resp, err := hc.Get("http://" + readerAdmin + "/metrics")
 		if err != nil {
 			b.Fatalf("metrics: %v", err)
 		}
@@ -188,7 +181,9 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		}
 		return txs, entries
 	}
-	phase := func(writes bool) (checksPerSec, cpuShare, applied, genBusy, perTx float64) {
+	// phase saturates the replica with checks (and sends writes, if
+	// writes) for the window and returns what it measured.
+	phase := func(writes bool) phaseResult {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var failed, behind, checks atomic.Int64
@@ -290,35 +285,32 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 		if m := behind.Load(); m > 0 {
 			b.Fatalf("writes %v: %d writes not sent in time: the core the cluster shares with this generator fell behind", writes, m)
 		}
-		return float64(c1-c0) / el.Seconds(), (cpu1 - cpu0).Seconds() / el.Seconds(), float64(r1-r0) / el.Seconds(), g1.busyShare(g0), (e1 - e0) / max(1, tx1-tx0)
+		return phaseResult{
+			checks:  float64(c1-c0) / el.Seconds(),
+			cpu:     (cpu1 - cpu0).Seconds() / el.Seconds(),
+			applied: float64(r1-r0) / el.Seconds(),
+			genBusy: g1.busyShare(g0),
+			perTx:   (e1 - e0) / max(1, tx1-tx0),
+		}
 	}
 	const rounds = 5
 	var idle, busy []float64
 	for round := range rounds {
-		var applied float64
-		var gen [2]float64 // the generator's core, busy, without and with writes
-		var perTx float64
+		var res [2]phaseResult // without and with writes
 		for i, writes := range []bool{false, true} {
-			rate, share, got, g, n := phase(writes)
-			gen[i] = g
-			if writes {
-				perTx = n
-			}
-			if share < 0.9*quota {
+			res[i] = phase(writes)
+			if res[i].cpu < 0.9*quota {
 				// Not saturated: something else (this generator) is the limit.
-				b.Fatalf("writes %v: the replica used %.1f%% of CPU 0, not its quota of %.0f%%: it was not saturated", writes, share*100, quota*100)
-			}
-			if writes {
-				if applied = got; applied < 0.9*writeRate {
-					b.Fatalf("the replica applied %.0f writes/s, not %d", applied, writeRate)
-				}
-				busy = append(busy, rate)
-			} else {
-				idle = append(idle, rate)
+				b.Fatalf("writes %v: the replica used %.1f%% of CPU 0, not its quota of %.0f%%: it was not saturated", writes, res[i].cpu*100, quota*100)
 			}
 		}
+		without, with := res[0], res[1]
+		if with.applied < 0.9*writeRate {
+			b.Fatalf("the replica applied %.0f writes/s, not %d", with.applied, writeRate)
+		}
+		idle, busy = append(idle, without.checks), append(busy, with.checks)
 		b.Logf("round %d: %.0f checks/s without writes, %.0f with %.0f writes/s applied (%.1f%%), %.1f entries a transaction; CPU 1 (NATS, the writer, the generator) %.0f%% and %.0f%% busy",
-			round+1, idle[round], busy[round], applied, 100*busy[round]/idle[round], perTx, 100*gen[0], 100*gen[1])
+			round+1, without.checks, with.checks, with.applied, 100*with.checks/without.checks, with.perTx, 100*without.genBusy, 100*with.genBusy)
 	}
 	// What a whole core keeps, round by round: the store grows by the
 	// writes of every round, and a write into a larger store touches more
@@ -340,6 +332,12 @@ func BenchmarkReplicaCapacityUnderWrites(b *testing.B) {
 	b.ReportMetric(1-apply/2, "ratio-2cpu")
 	b.ReportMetric(apply*1e6/writeRate, "apply-µs/write")
 }
+
+// phaseResult is what a phase of BenchmarkReplicaCapacityUnderWrites
+// measured, each a second: the checks the replica answered, its CPU
+// seconds, the writes it applied; how busy CPU 1 was, and the log entries
+// a transaction held.
+type phaseResult struct{ checks, cpu, applied, genBusy, perTx float64 }
 
 // preEncoded is a request message already encoded, for preEncodedCodec.
 type preEncoded []byte
