@@ -530,12 +530,14 @@ func (r *Replica) notConnected() error {
 }
 
 func (r *Replica) notConnectedLocked() error {
-	cause := r.connErr
 	if last := r.nc.LastError(); last != nil {
 		// A failure after the connection was made (the handshake, the
-		// credentials) is only kept by the client.
-		cause = last
+		// credentials) reaches no callback: the client keeps it only
+		// until its next attempt, so it is kept here until a connection
+		// succeeds.
+		r.connErr = last
 	}
+	cause := r.connErr
 	if cause == nil {
 		return fmt.Errorf("not connected to NATS (%s)", r.nc.Status())
 	}
