@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,16 +28,6 @@ const (
 	testAdminToken = "cluster-test-admin-token"
 	testAppKey     = "cluster-test-app-key"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // syncBuf is the log of one serve run.
 type syncBuf struct {
@@ -67,14 +56,16 @@ type serving struct {
 	stopped     sync.Once
 }
 
-// serve runs `nexus serve` with args and the test's listeners and
-// credentials until the test ends; ready waits for /readyz.
+// serve runs `nexus serve` with args and the test's credentials until the
+// test ends. Its listeners take ports the kernel chooses, so no other
+// process can take them between a choice and the bind; ready waits for
+// /readyz and reads their addresses from the log.
 func serve(t *testing.T, dataDir string, args ...string) *serving {
 	t.Helper()
-	s := &serving{admin: freeAddr(t), http: freeAddr(t), log: &syncBuf{}, done: make(chan error, 1)}
+	s := &serving{log: &syncBuf{}, done: make(chan error, 1)}
 	cmd := newServeCmd()
 	cmd.SetArgs(append([]string{
-		"--data-dir", dataDir, "--grpc-addr", "-", "--http-addr", s.http, "--admin-addr", s.admin,
+		"--data-dir", dataDir, "--grpc-addr", "-", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--admin-token", testAdminToken, "--app-api-key", testAppKey, "--shutdown-grace", "2s",
 	}, args...))
 	cmd.SetOut(s.log)
@@ -104,14 +95,29 @@ func (s *serving) stop(t *testing.T) {
 	})
 }
 
+// readAddrs takes the listeners' addresses from the log once they are there.
+func (s *serving) readAddrs() {
+	for _, m := range listening.FindAllStringSubmatch(s.log.String(), -1) {
+		switch m[1] {
+		case "admin":
+			s.admin = m[2]
+		case "http":
+			s.http = m[2]
+		}
+	}
+}
+
 func (s *serving) ready(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + s.admin + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
+		s.readAddrs()
+		if s.admin != "" && s.http != "" {
+			if resp, err := http.Get("http://" + s.admin + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return
+				}
 			}
 		}
 		select {

@@ -183,14 +183,3 @@ func ReadProc(pid int) (ProcStats, error) {
 	}
 	return st, nil
 }
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("bench: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}

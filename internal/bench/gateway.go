@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"text/template"
 	"time"
+
+	"github.com/nexuspdp/nexus/internal/freeport"
 )
 
 // Proxies a gateway run puts in front of nexus.
@@ -136,7 +138,7 @@ func StartProxy(ctx context.Context, cfg ProxyConfig) (*ProxyProcess, error) {
 	var lastErr error
 	// A free port may be taken before the proxy binds it: try again.
 	for range 3 {
-		listen, err := freeAddr()
+		listen, err := freeport.Addr()
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexuspdp/nexus/internal/freeport"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
@@ -124,11 +125,11 @@ func TestOpenFGAPeerAnswersTheGate(t *testing.T) {
 	checks := peerChecks(t, dir, 50, 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	gaddr, err := freeAddr()
+	gaddr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

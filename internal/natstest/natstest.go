@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nexuspdp/nexus/internal/freeport"
 )
 
 // Cluster is a set of NATS servers with JetStream.
@@ -81,7 +81,7 @@ func NewWith(n int, dir string, opts Options) (*Cluster, error) {
 	if opts.TLS != nil {
 		c.scheme = "tls"
 	}
-	ports, err := freePorts(2 * n)
+	ports, err := freeport.Ports(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -126,25 +126,6 @@ func NewWith(n int, dir string, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
 }
 
 func (c *Cluster) start(i int) error {

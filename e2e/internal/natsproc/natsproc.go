@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nexuspdp/nexus/e2e/internal/nexusproc"
 )
 
 // Binary finds nats-server on PATH or in $(go env GOPATH)/bin (where
@@ -71,24 +72,6 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return ports
-}
-
 // Start runs n nats-server nodes routed to each other as one JetStream
 // cluster (one node alone is a plain JetStream server), with their
 // storage under t.TempDir, waits until each answers /healthz, and stops
@@ -97,7 +80,7 @@ func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: Binary(t)}
 	dir := t.TempDir()
-	ports := freePorts(t, 3*n)
+	ports := nexusproc.FreePorts(t, 3*n)
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))

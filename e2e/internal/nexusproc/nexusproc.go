@@ -6,12 +6,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -54,12 +57,46 @@ func Binary(t testing.TB) string {
 // FreeAddr returns a loopback address with a port free right now.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return "127.0.0.1:" + strconv.Itoa(FreePorts(t, 1)[0])
+}
+
+// FreePorts returns n distinct loopback ports free right now. They are
+// chosen at random below the kernel's ephemeral range: a port from that
+// range (what 127.0.0.1:0 gives) may be taken as the source port of any
+// outgoing connection before the process meant to listen on it binds it,
+// or while a replica is restarted on it.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	top := 0 // the ephemeral range's first port; 0 lets the kernel choose
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			top, _ = strconv.Atoi(f[0])
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	const floor = 10000
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if top > floor+n && tries < 100*n {
+			addr = "127.0.0.1:" + strconv.Itoa(floor+rand.IntN(top-floor))
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			if addr == "127.0.0.1:0" {
+				t.Fatal(err)
+			}
+			continue // taken: try another
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }
 
 // Proc is a running nexus.
