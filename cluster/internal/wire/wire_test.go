@@ -128,3 +128,85 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlainWrite: where the reflection-free path decodes a message, it
+// decodes it exactly as encoding/json does.
+func FuzzPlainWrite(f *testing.F) {
+	for _, s := range []string{
+		`{"v":1,"kind":"write"}`,
+		`{"v":1,"kind":"write","origin":"r1","touches":["folder:a#viewer@user:ann","folder:a#viewer@group:eng#member"],"deletes":["folder:b#editor@user:bob"]}`,
+		`{"v":1,"kind":"write","deletes":["folder:b#editor@user:bob"]}`,
+		`{"v":1,"kind":"write","touches":["folder:a#viewer@user:ann"],"preconditions":[{"filter":{"object_type":"folder"}}]}`,
+		`{"v":1,"kind":"write","touches":["folder:a#viewer@user:\u0061nn"]}`,
+		`{"v":1,"kind":"write","touches":[]}`,
+		`{"v":1,"kind":"write","touches":["folder:a#viewer@user:ann"],"touches":["folder:a#viewer@user:bob"]}`,
+		`{"v":1,"kind":"write","touches":["folder:a#viewer@user:ann"]} `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := decodePlainWrite(b)
+		if !ok {
+			return
+		}
+		slow, err := decode(b)
+		if err != nil {
+			t.Fatalf("the plain path accepts what encoding/json rejects (%v): %q", err, b)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("the two paths differ on %q:\n%#v\n%#v", b, fast, slow)
+		}
+	})
+}
+
+// TestPlainWrite checks which messages the plain path takes, so that a
+// change that sends every write down the general path fails.
+func TestPlainWrite(t *testing.T) {
+	req := datastore.WriteRequest{
+		Touches: []api.Tuple{tuple(t, "folder:a#viewer@user:ann"), tuple(t, "folder:a#viewer@group:eng#member")},
+		Deletes: []api.Tuple{tuple(t, "folder:b#editor@user:bob")},
+	}
+	b, err := Write("r1", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := decodePlainWrite(b)
+	if !ok {
+		t.Fatalf("a plain write takes the general path: %s", b)
+	}
+	got, _ := m.WriteRequest()
+	if m.Origin != "r1" || !reflect.DeepEqual(got, req) {
+		t.Fatalf("decoded %+v, want %+v", got, req)
+	}
+	for _, in := range []string{
+		`{"v":1,"kind":"write","touches":["folder:a#viewer@user:ann"],"preconditions":[{"filter":{"object_type":"folder"}}]}`,
+		`{"v":1,"kind":"write","touches":["folder:a#viewer@user:\u0061nn"]}`,
+		`{"v":1,"kind":"write","touches":["folder:a#viewer"]}`,
+		`{"v":1,"kind":"write","touches":["folder:a#viewer@user:ann"],"extra":1}`,
+		"{\"v\":1,\"kind\":\"write\",\"touches\":[\"folder:a#viewer@user:\xff\"]}",
+	} {
+		if _, ok := decodePlainWrite([]byte(in)); ok {
+			t.Errorf("the plain path took %s", in)
+		}
+	}
+}
+
+func BenchmarkDecodeWrite(b *testing.B) {
+	msg, err := Write("replica-1", datastore.WriteRequest{Touches: []api.Tuple{tuple(b, "doc:d-123456#viewer@user:u-98765")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name   string
+		decode func([]byte) (Message, error)
+	}{{"plain", Decode}, {"encoding-json", decode}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.decode(msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
