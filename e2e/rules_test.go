@@ -233,6 +233,9 @@ func deployRules(r repo) []deployRule {
 		{"one replica keeps its store on a persistent volume", perFile(kubeFiles, func(t *testing.T, f string) error {
 			return confcheck.OneStore(r.manifests(t, f))
 		})},
+		{"the nexus image runs `nexus run` from a directory its user can write", func(t *testing.T) error {
+			return confcheck.DockerfileWritableWorkdir(r.envoy(t, "Dockerfile"), "nexus")
+		}},
 		{"the Envoy images meet the edge filter's version", func(t *testing.T) error {
 			_, rec, err := confcheck.PluginEnvoyVersions(r.read(t, pluginReadme))
 			if err != nil {
@@ -311,6 +314,9 @@ func TestDeployRulesRejectRegressions(t *testing.T) {
 		{"one replica keeps its store on a persistent volume", "envoy/kubernetes/nexus.yaml", "  replicas: 1\n", "  replicas: 2\n"},
 		{"one replica keeps its store on a persistent volume", "envoy/kubernetes/sidecar.yaml", "        persistentVolumeClaim:\n          claimName: my-app-nexus-data\n", "        emptyDir: {}\n"},
 		{"one replica keeps its store on a persistent volume", "envoy/kubernetes/sidecar.yaml", "  strategy:\n    type: Recreate\n", ""},
+		{"the nexus image runs `nexus run` from a directory its user can write", "envoy/Dockerfile", "WORKDIR /var/lib/nexus\n", ""},
+		{"the nexus image runs `nexus run` from a directory its user can write", "envoy/Dockerfile", "WORKDIR /var/lib/nexus\n", "WORKDIR /tmp\n"},
+		{"the nexus image runs `nexus run` from a directory its user can write", "envoy/Dockerfile", "--chown=65532:65532 /out/data", "--chown=0:0 /out/data"},
 		{"the Envoy images meet the edge filter's version", "envoy/Dockerfile", "envoyproxy/envoy:v1.39-latest", "envoyproxy/envoy:v1.36-latest"},
 		{"the Envoy images meet the edge filter's version", "envoy/docker-compose.yaml", "envoyproxy/envoy:v1.39-latest", "envoyproxy/envoy:v1.36-latest"},
 	}

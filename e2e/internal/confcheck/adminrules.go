@@ -397,14 +397,18 @@ func ComposeAdminClosed(c *Compose) error {
 }
 
 // DockerfileStage is one stage of a Dockerfile: its base image, name and
-// final command line (ENTRYPOINT then CMD, exec form).
+// final command line (ENTRYPOINT then CMD, exec form), its last USER and
+// WORKDIR, and the destinations its COPY --chown lines give to an owner.
 type DockerfileStage struct {
-	From, Name string
-	Command    []string
+	From, Name    string
+	Command       []string
+	User, Workdir string
+	Chowned       map[string]string // destination: the owner --chown names
 }
 
 // DockerfileStages parses the stages of a Dockerfile (FROM, ENTRYPOINT and
-// CMD in exec form; line continuations joined).
+// CMD in exec form, USER, WORKDIR, COPY --chown; line continuations
+// joined).
 func DockerfileStages(data []byte) ([]DockerfileStage, error) {
 	var stages []DockerfileStage
 	var entry, cmd []string
@@ -436,6 +440,27 @@ func DockerfileStages(data []byte) ([]DockerfileStage, error) {
 		kw, rest, _ := strings.Cut(t, " ")
 		var v *[]string
 		switch strings.ToUpper(kw) {
+		case "USER", "WORKDIR", "COPY":
+			if len(stages) == 0 {
+				continue
+			}
+			st := &stages[len(stages)-1]
+			switch f := strings.Fields(rest); strings.ToUpper(kw) {
+			case "USER":
+				st.User = strings.TrimSpace(rest)
+			case "WORKDIR":
+				st.Workdir = strings.TrimSpace(rest)
+			default:
+				for _, w := range f {
+					if owner, ok := strings.CutPrefix(w, "--chown="); ok && len(f) > 0 {
+						if st.Chowned == nil {
+							st.Chowned = map[string]string{}
+						}
+						st.Chowned[f[len(f)-1]] = owner
+					}
+				}
+			}
+			continue
 		case "ENTRYPOINT":
 			v = &entry
 		case "CMD":
@@ -451,6 +476,34 @@ func DockerfileStages(data []byte) ([]DockerfileStage, error) {
 	}
 	flush()
 	return stages, sc.Err()
+}
+
+// DockerfileWritableWorkdir checks that stage's working directory is a
+// directory the stage copied with --chown to the user it runs as, so that
+// a relative data directory (`nexus run`'s default ./nexus-data, as OPA's
+// persistence directory is relative) can be created in the container.
+func DockerfileWritableWorkdir(data []byte, stage string) error {
+	stages, err := DockerfileStages(data)
+	if err != nil {
+		return err
+	}
+	for _, st := range stages {
+		if st.Name != stage {
+			continue
+		}
+		if st.Workdir == "" || st.User == "" {
+			return fmt.Errorf("Dockerfile stage %q: no WORKDIR or USER: a relative data directory would be created in / as a user that cannot write there", stage)
+		}
+		owner, ok := st.Chowned[strings.TrimSuffix(st.Workdir, "/")]
+		if !ok {
+			owner, ok = st.Chowned[strings.TrimSuffix(st.Workdir, "/")+"/"]
+		}
+		if !ok || strings.Split(owner, ":")[0] != strings.Split(st.User, ":")[0] {
+			return fmt.Errorf("Dockerfile stage %q: WORKDIR %s is not copied with --chown to its user %s: a relative data directory cannot be created there", stage, st.Workdir, st.User)
+		}
+		return nil
+	}
+	return fmt.Errorf("Dockerfile: no stage %q", stage)
 }
 
 // DockerfileAdminClosed checks that no stage of a Dockerfile runs nexus
