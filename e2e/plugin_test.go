@@ -160,8 +160,12 @@ func pluginCase(t *testing.T, client authv3.AuthorizationClient, base string) {
 	defer cancel()
 	got, err := client.Check(ctx, req)
 	if b, rerr := os.ReadFile(base + ".error"); rerr == nil {
-		if want := strings.TrimSpace(string(b)); err == nil || status.Code(err).String() != want {
+		want, msg, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if err == nil || status.Code(err).String() != want {
 			t.Fatalf("plugin answered %v, %v; the suite expects a gRPC error %s", got, err, want)
+		}
+		if msg != "" && status.Convert(err).Message() != msg {
+			t.Fatalf("plugin: gRPC error message %q, the suite expects %q", status.Convert(err).Message(), msg)
 		}
 		return
 	}

@@ -74,9 +74,12 @@ func compatCase(t *testing.T, client authv3.AuthorizationClient, base string) {
 	defer cancel()
 	got, err := client.Check(ctx, req)
 	if b, rerr := os.ReadFile(base + ".error"); rerr == nil {
-		want := strings.TrimSpace(string(b))
+		want, msg, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 		if code := status.Code(err).String(); err == nil || code != want {
 			t.Fatalf("Check = %v, %v; want a gRPC error %s", got, err, want)
+		}
+		if msg != "" && status.Convert(err).Message() != msg {
+			t.Fatalf("Check: gRPC error message %q, want the plugin's %q", status.Convert(err).Message(), msg)
 		}
 		return
 	}

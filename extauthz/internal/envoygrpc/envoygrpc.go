@@ -152,10 +152,13 @@ func requestParseResponse(err error) *authv3.CheckResponse {
 // when the request's context ended, RESOURCE_EXHAUSTED for a body over
 // the limit (as for a message over the gRPC size limit), UNKNOWN
 // otherwise. The message is the client's view of the error (wire.Describe):
-// the detail of a server-side failure stays in nexus' log.
+// the detail of a server-side failure stays in nexus' log. An undefined
+// decision is worded as the plugin words it.
 func grpcError(err error) error {
 	code := codes.Unknown
 	switch {
+	case pdp.Code(err) == pdp.CodeUndefined:
+		return status.Error(codes.Unknown, "undefined decision")
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
