@@ -72,3 +72,19 @@ var NexusBuiltins = []HostBuiltin{
 		Description: "Why subject may do action on object: [\"rbac\"] when a role of subject in tenant grants \"type:action\" or \"type:*\", else [\"rebac\"] when action is a permission of object's type that the store grants, else [].",
 	},
 }
+
+// OPAHostAliases name builtins of OPA that the compiler has the host run
+// with OPA's Go implementation instead of the code OPA's Wasm runtime
+// compiles into policy.wasm, where that code answers differently from
+// OPA's evaluator: json.marshal writes an object's keys in its hash
+// table's order and does not escape <, > and &; concat joins a set's
+// elements in its hash order; json.unmarshal and json.is_valid stop after
+// the first JSON value ("10KiB" is 10). The compiler calls these names in place
+// of the builtins; the engine runs each alias as the OPA builtin it
+// names.
+var OPAHostAliases = map[string]string{
+	"nexus.internal.json_marshal":   "json.marshal",
+	"nexus.internal.concat":         "concat",
+	"nexus.internal.json_unmarshal": "json.unmarshal",
+	"nexus.internal.json_is_valid":  "json.is_valid",
+}

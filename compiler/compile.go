@@ -263,6 +263,16 @@ func load(opts Options, regoVersion ast.RegoVersion, caps *ast.Capabilities) ([]
 // module. The manifest records the full roots.
 func build(ctx context.Context, opts Options, files []opabundle.ModuleFile, caps *ast.Capabilities, regoVersion ast.RegoVersion) ([]byte, []string, error) {
 	policyRoots := defaultRoots(files, nil)
+	parsed := make([]*ast.Module, len(files))
+	for i, f := range files {
+		parsed[i] = f.Parsed
+	}
+	aliased := aliasHostBuiltins(parsed)
+	files = slices.Clone(files)
+	for i := range files {
+		files[i].Parsed = aliased[i]
+	}
+	caps = withHostAliases(caps)
 	ob := &opabundle.Bundle{Data: map[string]any{}, Modules: files}
 	ob.SetRegoVersion(regoVersion)
 	ob.Manifest.Roots = &policyRoots

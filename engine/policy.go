@@ -135,8 +135,12 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle)
 			p.builtins[id] = hb
 			continue
 		}
-		if f := topdown.GetBuiltin(name); f != nil {
-			p.builtins[id] = &hostBuiltin{name: name, kind: kindTopdown}
+		opaName := name
+		if n, ok := bundle.OPAHostAliases[name]; ok {
+			opaName = n // OPA's builtin, which the compiler had the host run
+		}
+		if f := topdown.GetBuiltin(opaName); f != nil {
+			p.builtins[id] = &hostBuiltin{name: opaName, kind: kindTopdown}
 			p.topdown[id] = f
 			continue
 		}

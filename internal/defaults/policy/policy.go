@@ -31,4 +31,4 @@ const (
 // the default policy, whatever its data, and the server decides it
 // natively (see the RATIONALE). A test fails when a compiler change
 // changes the module.
-const WasmSHA256 = "1f88d6829933eb8f492985d0b2618e5bf4cdafcaf2756f681ad57e0e3708782b"
+const WasmSHA256 = "0c1fba4629abc1f4044d9c67d363ecb747e114fe55e0d457946b692cecf2e020"

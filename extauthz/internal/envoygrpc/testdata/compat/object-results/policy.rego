@@ -38,3 +38,12 @@ allow := {"allowed": true, "body": 7, "http_status": "teapot"} if input.parsed_p
 
 # The plugin overwrites a decision_id of the policy's.
 allow := {"allowed": true, "dynamic_metadata": {"decision_id": "the policy's"}} if input.parsed_path == ["decision-id"]
+
+# Header values built by json.marshal and by concat over a set: OPA writes
+# an object's keys sorted, escapes <, > and &, and joins a set sorted.
+roles contains r if some r in ["viewer", "admin", "editor"]
+
+allow := {"allowed": true, "headers": {
+	"x-claims": json.marshal({"sub": "alice", "aud": "a&b", "<x>": 1}),
+	"x-roles": concat(",", roles),
+}} if input.parsed_path == ["encoded"]

@@ -1,0 +1,91 @@
+package compiler
+
+import (
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/nexuspdp/nexus/bundle"
+)
+
+// hostAliases maps an OPA builtin's name to the alias the host runs
+// (bundle.OPAHostAliases, inverted).
+var hostAliases = func() map[string]ast.Ref {
+	m := make(map[string]ast.Ref, len(bundle.OPAHostAliases))
+	for alias, name := range bundle.OPAHostAliases {
+		m[name] = ast.MustParseRef(alias)
+	}
+	return m
+}()
+
+// withHostAliases returns caps with bundle.OPAHostAliases declared as the
+// builtins they stand for.
+func withHostAliases(caps *ast.Capabilities) *ast.Capabilities {
+	c := *caps
+	c.Builtins = append([]*ast.Builtin(nil), caps.Builtins...)
+	for _, b := range caps.Builtins {
+		if alias, ok := hostAliases[b.Name]; ok {
+			a := *b
+			a.Name = alias.String()
+			c.Builtins = append(c.Builtins, &a)
+		}
+	}
+	return &c
+}
+
+// aliasHostBuiltins returns copies of the modules whose calls of the
+// builtins in bundle.OPAHostAliases call their aliases instead, so that
+// the compiled policy leaves them to the host, which answers as OPA's
+// evaluator does. Two kinds of call keep the Wasm runtime's code:
+//   - concat over an array literal, which the runtime joins in the
+//     array's order as OPA does, without a call to the host;
+//   - every call of a builtin that a module replaces with `with` (tests
+//     do), because OPA's Wasm planner applies a replacement of an alias
+//     to some calls and not others; such a policy keeps the runtime's
+//     answers, as before aliases existed.
+func aliasHostBuiltins(mods []*ast.Module) []*ast.Module {
+	replaced := map[string]bool{}
+	for _, m := range mods {
+		ast.WalkExprs(m, func(e *ast.Expr) bool {
+			for _, w := range e.With {
+				// A Var before the compiler resolves it, or a Ref.
+				replaced[w.Target.Value.String()] = true
+			}
+			return false
+		})
+	}
+	alias := func(t *ast.Term, operands []*ast.Term) {
+		ref, ok := t.Value.(ast.Ref)
+		if !ok {
+			return
+		}
+		name := ref.String()
+		a, ok := hostAliases[name]
+		if !ok || replaced[name] {
+			return
+		}
+		if name == "concat" && len(operands) >= 2 {
+			if _, ok := operands[1].Value.(*ast.Array); ok {
+				return
+			}
+		}
+		t.Value = a.Copy()
+	}
+	out := make([]*ast.Module, len(mods))
+	for i, m := range mods {
+		m = m.Copy()
+		ast.WalkNodes(m, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.Expr:
+				if terms, ok := x.Terms.([]*ast.Term); ok && len(terms) > 0 {
+					alias(terms[0], terms[1:])
+				}
+			case *ast.Term:
+				if c, ok := x.Value.(ast.Call); ok && len(c) > 0 {
+					alias(c[0], c[1:])
+				}
+			}
+			return false
+		})
+		out[i] = m
+	}
+	return out
+}

@@ -1,0 +1,59 @@
+package compiler
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// TestAliasHostBuiltins checks which calls the host runs: json.marshal,
+// json.unmarshal, json.is_valid and concat over anything but an array
+// literal, in rule bodies, heads, functions and comprehensions; none of a
+// builtin a module replaces with `with`.
+func TestAliasHostBuiltins(t *testing.T) {
+	parse := func(src string) *ast.Module {
+		return ast.MustParseModuleWithOpts(src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	}
+	mods := aliasHostBuiltins([]*ast.Module{parse(`package a
+s contains x if some x in input.xs
+j := json.marshal(input)
+k := [json.unmarshal(v) | some v in input.vs]
+v if json.is_valid(input.raw)
+c1 := concat(",", s)
+c2 := concat(",", ["a", input.b])
+f(x) := concat("-", x)
+`), parse(`package b
+t := x if {
+	x := json.marshal(input) with time.now_ns as 1
+}
+u := concat(",", input.list)
+`)})
+	got := mods[0].String() + "\n" + mods[1].String()
+	for _, want := range []string{
+		`j := nexus.internal.json_marshal(input)`,
+		`v = true if { nexus.internal.json_is_valid(input.raw) }`,
+		`nexus.internal.json_unmarshal(v)`,
+		`c1 := nexus.internal.concat(",", s)`,
+		`c2 := concat(",", ["a", input.b])`,
+		`f(x) := nexus.internal.concat("-", x)`,
+		`nexus.internal.json_marshal(input)) with time.now_ns as 1`,
+		`u := nexus.internal.concat(",", input.list)`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	// A module replacing concat keeps every concat native, in every module.
+	mods = aliasHostBuiltins([]*ast.Module{parse(`package c
+x := concat(",", input.list)
+`), parse(`package d
+y := z if {
+	z := data.c.x with concat as fake
+}
+fake(_, _) := "faked"
+`)})
+	if got := mods[0].String(); !strings.Contains(got, `x := concat(",", input.list)`) {
+		t.Errorf("concat aliased although a module replaces it:\n%s", got)
+	}
+}
