@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"github.com/open-policy-agent/opa/v1/plugins/status"
+	"google.golang.org/grpc/codes"
 
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
@@ -213,5 +215,189 @@ nexus:
 			t.Fatalf("%d events, %d status reports\n%s", n, nr, p.log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRunOPACustomLogRules: decision_logs.mask_decision and drop_decision
+// naming rules of the policy's own package (acme/log/mask and
+// acme/log/drop) make nexus run compile those rules with the policy and
+// apply them to each event, as OPA does: the mask rule erases the
+// authorization header (listed in the event's erased), and a decision the
+// drop rule matches sends no event. The policy's system.log rules, OPA's
+// default names, are then not applied; the control run, with the default
+// names configured, shows that they would be.
+func TestRunOPACustomLogRules(t *testing.T) {
+	const (
+		token      = "Bearer tok-Xq81-secret"
+		authzPtr   = "/input/attributes/request/http/headers/authorization"
+		methodPtr  = "/input/attributes/request/http/method"
+		acmeDrop   = "/acme-drop"
+		systemDrop = "/system-drop"
+	)
+	policy := map[string]string{
+		"policy.rego": `package envoy.authz
+
+import input.attributes.request.http as http_request
+
+default allow := false
+
+allow if {
+	http_request.method == "GET"
+	http_request.headers.authorization == "` + token + `"
+	http_request.path != "/nowhere"
+}
+`,
+		"acme_log.rego": `package acme.log
+
+mask contains "` + authzPtr + `"
+
+drop if input.input.attributes.request.http.path == "` + acmeDrop + `"
+`,
+		"system_log.rego": `package system.log
+
+mask contains "` + methodPtr + `"
+
+drop if input.input.attributes.request.http.path == "` + systemDrop + `"
+`,
+	}
+	for _, tc := range []struct {
+		name  string
+		rules string // the decision_logs lines naming the rules
+		// dropped is the path whose decision must send no event, kept
+		// the other's; erased is the event's erased list.
+		dropped, kept string
+		erased        string
+	}{
+		{name: "custom names", rules: "  mask_decision: /acme/log/mask\n  drop_decision: acme/log/drop\n", dropped: acmeDrop, kept: systemDrop, erased: authzPtr},
+		{name: "default names", dropped: systemDrop, kept: acmeDrop, erased: methodPtr},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var events []logs.EventV1
+			var raw [][]byte
+			var problems []string
+			svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				if r.URL.Path != "/logs" {
+					http.NotFound(w, r)
+					return
+				}
+				zr, err := gzip.NewReader(r.Body)
+				if err != nil {
+					problems = append(problems, err.Error())
+					http.Error(w, err.Error(), 400)
+					return
+				}
+				body, err := io.ReadAll(zr)
+				var evs []logs.EventV1
+				if err == nil {
+					err = json.Unmarshal(body, &evs)
+				}
+				if err != nil {
+					problems = append(problems, err.Error())
+					http.Error(w, err.Error(), 400)
+					return
+				}
+				raw = append(raw, body)
+				events = append(events, evs...)
+			}))
+			defer svc.Close()
+			dir := t.TempDir()
+			policyDir := filepath.Join(dir, "policy")
+			if err := os.MkdirAll(policyDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, src := range policy {
+				writeFile(t, policyDir, name, src)
+			}
+			config := writeFile(t, dir, "config.yaml", `
+services:
+  acme:
+    url: `+svc.URL+`
+decision_logs:
+  service: acme
+`+tc.rules+`  reporting:
+    min_delay_seconds: 1
+    max_delay_seconds: 1
+plugins:
+  envoy_ext_authz_grpc:
+    addr: 127.0.0.1:0
+    path: envoy/authz/allow
+nexus:
+  data_dir: `+filepath.Join(dir, "data")+`
+`)
+			p := startNexus(t, "run", "--server", "--config-file="+config, "--addr=127.0.0.1:0", policyDir)
+			c := p.client(t)
+			// The dropped decision goes first: events are queued, buffered
+			// and uploaded in order, so once the later ones are uploaded
+			// it would have been too.
+			ids := map[string]string{}
+			for _, path := range []string{tc.dropped, tc.kept, "/people"} {
+				req := check("GET", path, "")
+				req.Attributes.Request.Http.Headers["authorization"] = token
+				resp, err := c.Check(context.Background(), req)
+				if err != nil || resp.GetStatus().GetCode() != int32(codes.OK) {
+					t.Fatalf("%s: %v, %v; want allowed", path, resp, err)
+				}
+				ids[path] = resp.GetDynamicMetadata().GetFields()["decision_id"].GetStringValue()
+				if ids[path] == "" {
+					t.Fatalf("%s: no decision_id in %v", path, resp)
+				}
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				mu.Lock()
+				n, bad := len(events), slices.Clone(problems)
+				mu.Unlock()
+				if len(bad) > 0 {
+					t.Fatalf("collector: %v", bad)
+				}
+				if n >= 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d events, want 2\n%s", n, p.log.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			mu.Lock()
+			evs, all := slices.Clone(events), bytes.Join(raw, nil)
+			mu.Unlock()
+			if len(evs) != 2 {
+				t.Fatalf("%d events, want 2 (the %s decision is dropped): %+v", len(evs), tc.dropped, evs)
+			}
+			for i, path := range []string{tc.kept, "/people"} {
+				ev := evs[i]
+				if ev.DecisionID != ids[path] {
+					t.Fatalf("event %d is decision %s, want %s's %s (the dropped one is %s)", i, ev.DecisionID, path, ids[path], ids[tc.dropped])
+				}
+				if !slices.Equal(ev.Erased, []string{tc.erased}) || len(ev.Masked) != 0 {
+					t.Errorf("%s: erased %v, masked %v; want erased [%s]", path, ev.Erased, ev.Masked, tc.erased)
+				}
+				if ev.Input == nil {
+					t.Fatalf("%s: event without input", path)
+				}
+				h := (*ev.Input).(map[string]any)["attributes"].(map[string]any)["request"].(map[string]any)["http"].(map[string]any)
+				auth, hasAuth := h["headers"].(map[string]any)["authorization"]
+				method, hasMethod := h["method"]
+				if h["path"] != path {
+					t.Errorf("%s: input path %v", path, h["path"])
+				}
+				switch tc.erased {
+				case authzPtr:
+					if hasAuth || method != "GET" {
+						t.Errorf("%s: authorization %v (%v), method %v; want the header erased and the method kept", path, auth, hasAuth, method)
+					}
+				case methodPtr:
+					if hasMethod || auth != token {
+						t.Errorf("%s: method %v (%v), authorization %v; want the method erased and the header kept", path, method, hasMethod, auth)
+					}
+				}
+			}
+			if secretLogged := bytes.Contains(all, []byte(token)); secretLogged != (tc.erased != authzPtr) {
+				t.Errorf("the token is in the uploaded bytes: %v; want %v", secretLogged, tc.erased != authzPtr)
+			}
+		})
 	}
 }

@@ -26,4 +26,10 @@
 // /input and /result), or whose evaluation fails, drops the event and
 // counts it: the log never carries an event the policy meant to mask and
 // could not. A failing drop rule drops the event too, as OPA does.
+//
+// An event that, gzip-compressed on its own, is larger than the upload
+// size limit is dropped when its batch is sent, and counted as OPA counts
+// it (enc_log_exceeded_upload_size_limit_bytes and
+// decision_logs_encoding_failure). OPA drops it when it is buffered, and
+// first tries without its ND builtin cache; nexus' events have none.
 package opalog

@@ -25,11 +25,13 @@ const (
 	counterChunksUploaded  = "decision_logs_chunks_uploaded"
 	counterChunksFailed    = "decision_logs_chunks_upload_failed"
 	counterEncodingFailure = "decision_logs_encoding_failure"
+	// counterTooLarge counts events larger on their own, compressed, than
+	// the upload size limit; each is dropped and also counted as an
+	// encoding failure, as OPA's chunk encoder does.
+	counterTooLarge = "enc_log_exceeded_upload_size_limit_bytes"
 	// nexus' own: events dropped because the mask or drop rule failed or
-	// the mask rule's result could not be read, and events that are
-	// larger on their own than the upload size limit.
+	// the mask rule's result could not be read.
 	counterDroppedRuleError = "decision_logs_dropped_rule_error"
-	counterDroppedTooLarge  = "decision_logs_dropped_upload_size_limit_exceeded"
 )
 
 // minRetryDelay is the first wait after a failed upload (OPA's).
@@ -256,6 +258,7 @@ func (l *Logger) send(ctx context.Context, n int) error {
 		n -= len(evs)
 		if int64(len(body)) > limit {
 			l.tooLarge.Add(1)
+			l.encodingFailure.Add(1)
 			l.cfg.Logger.Warn("decision log: an event is larger than the upload size limit on its own; it is dropped", "bytes", len(body), "limit", limit)
 			continue
 		}
@@ -336,7 +339,7 @@ func (l *Logger) Metrics() map[string]any {
 		counterChunksFailed:     l.chunksFailed.Load(),
 		counterEncodingFailure:  l.encodingFailure.Load(),
 		counterDroppedRuleError: l.droppedRule.Load(),
-		counterDroppedTooLarge:  l.tooLarge.Load(),
+		counterTooLarge:         l.tooLarge.Load(),
 	} {
 		if v > 0 || name == dropName {
 			out["counter_"+name] = v

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -88,6 +90,8 @@ type collector struct {
 	srv     *httptest.Server
 	mu      sync.Mutex
 	raw     [][]byte
+	zsizes  []int   // each batch's gzip-compressed size
+	batches [][]int // each batch's events, as indexes into events
 	events  []logs.EventV1
 	failing atomic.Int32
 	failed  atomic.Int32
@@ -122,7 +126,12 @@ func newCollector(t *testing.T) *collector {
 			problem("%s %s, encoding %q, type %q", r.Method, r.URL.Path, r.Header.Get("Content-Encoding"), r.Header.Get("Content-Type"))
 			return
 		}
-		zr, err := gzip.NewReader(r.Body)
+		zbody, err := io.ReadAll(r.Body)
+		if err != nil {
+			problem("reading: %v", err)
+			return
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(zbody))
 		if err != nil {
 			problem("gzip: %v", err)
 			return
@@ -139,6 +148,12 @@ func newCollector(t *testing.T) *collector {
 		}
 		c.mu.Lock()
 		c.raw = append(c.raw, body)
+		c.zsizes = append(c.zsizes, len(zbody))
+		batch := make([]int, len(evs))
+		for i := range evs {
+			batch[i] = len(c.events) + i
+		}
+		c.batches = append(c.batches, batch)
 		c.events = append(c.events, evs...)
 		c.mu.Unlock()
 	}))
@@ -596,6 +611,111 @@ func TestCollectorDownThenUp(t *testing.T) {
 	}
 	if m := s.log.Metrics(); m["counter_decision_logs_chunks_upload_failed"] != uint64(4) {
 		t.Fatalf("metrics %v", m)
+	}
+}
+
+// TestUploadSizeLimit: with upload_size_limit_bytes set, the buffered
+// events go up in several POSTs whose gzip-compressed bodies are each no
+// larger than the limit, and each event is delivered exactly once, in
+// order, also when the collector refuses some POSTs. An event larger than
+// the limit on its own, compressed, is dropped and counted under OPA's
+// counters (enc_log_exceeded_upload_size_limit_bytes and
+// decision_logs_encoding_failure, as OPA's chunk encoder counts an event
+// it cannot fit and has no ND builtin cache to shed).
+func TestUploadSizeLimit(t *testing.T) {
+	const (
+		limit = 2048
+		n     = 40
+		big   = 17 // the request whose event cannot fit
+	)
+	for _, tc := range []struct {
+		name    string
+		delay   time.Duration
+		failing int32 // POSTs the collector refuses first
+	}{
+		{name: "flushed at shutdown", delay: time.Hour},
+		{name: "periodic with refusals", delay: 5 * time.Millisecond, failing: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCollector(t)
+			c.failing.Store(tc.failing)
+			cfg := fastUpload(c, t)
+			cfg.MinDelay, cfg.MaxDelay = tc.delay, 2*tc.delay
+			cfg.UploadSizeLimitBytes = limit
+			s := newStack(t, map[string]string{"envoy.rego": headerPolicy, "app.rego": appPolicy}, cfg)
+			// Random bytes, base64-encoded, compress to about three
+			// quarters of their length: a few events fit in one batch.
+			rng := rand.New(rand.NewPCG(1, 2))
+			noise := func(size int) string {
+				b := make([]byte, size)
+				for i := range b {
+					b[i] = byte(rng.Uint32())
+				}
+				return base64.StdEncoding.EncodeToString(b)
+			}
+			var want []string
+			var bigID, bigNoise string
+			for i := range n {
+				h := map[string]string{"x-api-key": apiKey, "x-noise": noise(300)}
+				if i == big {
+					bigNoise = noise(2 * limit)
+					h["x-noise"] = bigNoise
+				}
+				ok, id := s.check(t, fmt.Sprintf("/files/%d", i), h)
+				if !ok {
+					t.Fatalf("decision %d denied", i)
+				}
+				if i == big {
+					bigID = id
+				} else {
+					want = append(want, id)
+				}
+			}
+			s.close(t)
+
+			evs, raw, errs := c.snapshot()
+			c.mu.Lock()
+			zsizes, batches := slices.Clone(c.zsizes), slices.Clone(c.batches)
+			c.mu.Unlock()
+			if len(errs) > 0 {
+				t.Fatalf("collector: %v", errs)
+			}
+			var got []string
+			for _, ev := range evs {
+				got = append(got, ev.DecisionID)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("delivered %d events %v,\nwant each of these %d once, in order (without %s): %v", len(got), got, len(want), bigID, want)
+			}
+			if bytes.Contains(bytes.Join(raw, nil), []byte(bigNoise)) {
+				t.Fatal("the event larger than the limit was uploaded")
+			}
+			if len(zsizes) < 3 {
+				t.Fatalf("%d POSTs (%v bytes); want the events split into several", len(zsizes), zsizes)
+			}
+			several := false
+			for i, z := range zsizes {
+				if z > limit {
+					t.Errorf("POST %d: %d bytes gzip-compressed, over the limit of %d", i, z, limit)
+				}
+				several = several || len(batches[i]) > 1
+			}
+			if !several {
+				t.Errorf("every POST holds one event (%v bytes): the limit leaves room for more", zsizes)
+			}
+			if int32(c.failed.Load()) != tc.failing {
+				t.Errorf("%d POSTs refused, want %d", c.failed.Load(), tc.failing)
+			}
+			m := s.log.Metrics()
+			counter := func(name string) uint64 {
+				v, _ := m["counter_"+name].(uint64) // a counter still at zero is left out
+				return v
+			}
+			if counter("enc_log_exceeded_upload_size_limit_bytes") != 1 || counter("decision_logs_encoding_failure") != 1 ||
+				counter("decision_logs_chunks_uploaded") != uint64(len(zsizes)) || counter("decision_logs_chunks_upload_failed") != uint64(tc.failing) {
+				t.Errorf("metrics %v; want one event over the limit and %d chunks uploaded", m, len(zsizes))
+			}
+		})
 	}
 }
 
