@@ -38,6 +38,10 @@ type opaLogInputs struct {
 	// Bundle names the policy bundle in the events ("bundles"); "" leaves
 	// it out.
 	Bundle string
+	// Path and Query name the ext_authz decision in its events as
+	// opa-envoy-plugin logs it (opalog.Config's GRPCPath and GRPCQuery);
+	// both "" log the entrypoint.
+	Path, Query string
 	// Bundles returns the bundles' status for the status reports; nil when
 	// no bundle is downloaded.
 	Bundles func() []opalog.BundleStatus
@@ -88,6 +92,7 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 			in.Logger.Info("decision_logs names no service and the console is off: no decision events are written")
 		} else {
 			cfg.Labels, cfg.Bundle, cfg.Logger = o.Labels, in.Bundle, in.Logger
+			cfg.GRPCPath, cfg.GRPCQuery = in.Path, in.Query
 			// The reporter, when there is one, reports a change of
 			// upload status at once.
 			cfg.OnStatus = o.notify
@@ -126,7 +131,7 @@ func (o *opaLogging) apply(c *extauthz.Config) {
 // decision events in OPA's format and status reports. With nexus' own
 // YAML there is nothing to start.
 func startOPALogging(c serveConfig, log *slog.Logger) (*opaLogging, error) {
-	in := opaLogInputs{Logger: log, Bundle: c.Policy}
+	in := opaLogInputs{Logger: log, Bundle: c.Policy, Path: c.opa.DecisionPath, Query: c.opa.DecisionQuery}
 	if in.Bundle == "" {
 		in.Bundle = "default"
 	}
