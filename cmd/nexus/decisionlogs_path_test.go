@@ -148,3 +148,63 @@ nexus:
 		})
 	}
 }
+
+// TestDecisionLogBundlesAsOPALogsThem: the events name in "bundles" what
+// OPA activated as a bundle, and nothing for a directory or a file of
+// Rego: a .tar.gz policy or one that --bundle names a bundle by its path
+// as given, a downloaded bundle by its configured name, with the loaded
+// revision.
+func TestDecisionLogBundlesAsOPALogsThem(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		flags    []string
+		policy   string // "" gives none (the bundles section brings it)
+		bundles  string // the configuration's bundles section, if any
+		rev      string
+		wantName string // "" means no bundles at all
+	}{
+		{name: "directory", policy: "policy", rev: "r1"},
+		{name: "rego file", policy: "policy/authz.rego"},
+		{name: "directory with --bundle", flags: []string{"--bundle"}, policy: "./policy", rev: "r1", wantName: "./policy"},
+		{name: "bundle file", policy: "build/bundle.tar.gz", rev: "r2", wantName: "build/bundle.tar.gz"},
+		{name: "bundle file without revision", policy: "bundle.tar.gz", wantName: "bundle.tar.gz"},
+		{name: "downloaded bundle", bundles: "bundles:\n  authz:\n    service: acme\n", rev: "r3", wantName: "authz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, events := eventsOf(t)
+			dir := t.TempDir()
+			config := writeFile(t, dir, "config.yaml", `
+services:
+  acme:
+    url: `+url+`
+decision_logs:
+  service: acme
+plugins:
+  envoy_ext_authz_grpc:
+    addr: 127.0.0.1:0
+    path: envoy/authz/allow
+nexus:
+  data_dir: `+filepath.Join(dir, "data")+`
+`+tc.bundles)
+			args := append([]string{"--server", "--config-file=" + config}, tc.flags...)
+			if tc.policy != "" {
+				args = append(args, tc.policy)
+			}
+			logOneDecision(t, pdp.IfaceGRPC, tc.rev, args...)
+			evs, objs := events()
+			if len(evs) != 1 {
+				t.Fatalf("%d events, want 1", len(evs))
+			}
+			if tc.wantName == "" {
+				if raw, present := objs[0]["bundles"]; present {
+					t.Fatalf("event has bundles %s, want none", raw)
+				}
+				return
+			}
+			b, ok := evs[0].Bundles[tc.wantName]
+			if len(evs[0].Bundles) != 1 || !ok || b.Revision != tc.rev {
+				t.Fatalf("event bundles %+v, want %q with revision %q", evs[0].Bundles, tc.wantName, tc.rev)
+			}
+		})
+	}
+}

@@ -24,6 +24,9 @@ type opaSettings struct {
 	// every check is denied, and the server is not ready, until the first
 	// bundle is active.
 	AwaitBundle bool
+	// PolicyIsBundle: nexus run's --bundle named the policy path a bundle,
+	// so decision log events name it in their bundles as OPA does.
+	PolicyIsBundle bool
 	// DecisionPath and DecisionQuery are the plugin's path and deprecated
 	// query as its decision log events show them
 	// (opaconfig.EnvoyPlugin's LogPath and LogQuery).
