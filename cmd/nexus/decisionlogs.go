@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,10 @@ type opaLogInputs struct {
 	// Bundle names the policy bundle in the events ("bundles"); "" leaves
 	// it out.
 	Bundle string
+	// Path and Query name the ext_authz decision in its events as
+	// opa-envoy-plugin logs it (opalog.Config's GRPCPath and GRPCQuery);
+	// both "" log the entrypoint.
+	Path, Query string
 	// Bundles returns the bundles' status for the status reports; nil when
 	// no bundle is downloaded.
 	Bundles func() []opalog.BundleStatus
@@ -88,6 +93,7 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 			in.Logger.Info("decision_logs names no service and the console is off: no decision events are written")
 		} else {
 			cfg.Labels, cfg.Bundle, cfg.Logger = o.Labels, in.Bundle, in.Logger
+			cfg.GRPCPath, cfg.GRPCQuery = in.Path, in.Query
 			// The reporter, when there is one, reports a change of
 			// upload status at once.
 			cfg.OnStatus = o.notify
@@ -126,10 +132,7 @@ func (o *opaLogging) apply(c *extauthz.Config) {
 // decision events in OPA's format and status reports. With nexus' own
 // YAML there is nothing to start.
 func startOPALogging(c serveConfig, log *slog.Logger) (*opaLogging, error) {
-	in := opaLogInputs{Logger: log, Bundle: c.Policy}
-	if in.Bundle == "" {
-		in.Bundle = "default"
-	}
+	in := opaLogInputs{Logger: log, Bundle: eventBundle(c), Path: c.opa.DecisionPath, Query: c.opa.DecisionQuery}
 	if oc := c.opa.Config; oc != nil {
 		in.DecisionLogs, in.Status, in.Services, in.Labels = oc.DecisionLogs, oc.Status, oc.Services, oc.Labels
 	}
@@ -145,6 +148,27 @@ func startOPALogging(c serveConfig, log *slog.Logger) (*opaLogging, error) {
 	}
 	o.isReady, o.syncer = ready, syncer
 	return o, nil
+}
+
+// eventBundle is the name decision log events give the policy's bundle,
+// as OPA names what it activated as a bundle: a bundle of the bundles
+// section by its name; a policy path that ends in .tar.gz, or that opa
+// run's --bundle names a bundle, by the path as given. A directory or a
+// file of Rego and data (and nexus' embedded policy) is no bundle: ""
+// leaves "bundles" out of the events.
+func eventBundle(c serveConfig) string {
+	if oc := c.opa.Config; oc != nil && len(oc.Bundles) > 0 {
+		var names map[string]json.RawMessage
+		if json.Unmarshal(oc.Bundles, &names) == nil && len(names) == 1 {
+			for name := range names {
+				return name
+			}
+		}
+	}
+	if c.Policy != "" && (c.opa.PolicyIsBundle || strings.HasSuffix(c.Policy, ".tar.gz")) {
+		return c.Policy
+	}
+	return ""
 }
 
 // bundlesFrom makes the status reports carry s's bundles' status.

@@ -129,7 +129,8 @@ func TestLoadPolicyCompilesLogRules(t *testing.T) {
 // TestRunOPADecisionLogs: nexus run with an OPA configuration whose
 // decision_logs and status name a service uploads each decision, in
 // OPA's format and masked by the policy's mask rule, and reports its
-// status there; both are read with OPA's own types.
+// status there; both are read with OPA's own types. The policy is a
+// directory, no bundle, so the events name no bundle.
 func TestRunOPADecisionLogs(t *testing.T) {
 	var mu sync.Mutex
 	var events []logs.EventV1
@@ -205,7 +206,7 @@ nexus:
 		}
 		mu.Unlock()
 		if n > 0 && nr > 0 {
-			if ev.DecisionID != id || ev.Path != "envoy/authz/allow" || ev.Labels["region"] != "eu" || ev.Labels["id"] == "" ||
+			if ev.DecisionID != id || ev.Path != "envoy/authz/allow" || len(ev.Bundles) != 0 || ev.Labels["region"] != "eu" || ev.Labels["id"] == "" ||
 				!slices.Equal(ev.Erased, []string{"/input/attributes/request/http/method"}) || ev.Result == nil || *ev.Result != true {
 				t.Fatalf("event %+v (decision %s)", ev, id)
 			}

@@ -169,6 +169,7 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 	case len(args) == 1:
 		c.Policy = args[0]
 	}
+	c.opa.PolicyIsBundle = f.bundle && c.Policy != ""
 	if len(f.ignore) > 0 {
 		if st, err := os.Stat(c.Policy); err == nil && st.IsDir() {
 			return c, fmt.Errorf("--ignore %s with the directory %s: %w yet: give the .rego file or a bundle", strings.Join(f.ignore, ","), c.Policy, opaconfig.ErrUnsupported)

@@ -53,6 +53,13 @@ type EnvoyPlugin struct {
 	// ("envoy/authz/allow"), from path or the deprecated query. Default
 	// "envoy/authz/allow".
 	Entrypoint string
+	// LogPath and LogQuery name the decision in decision log events as
+	// opa-envoy-plugin logs it: LogPath is path exactly as configured
+	// ("/envoy/authz/allow" keeps its slash, "envoy.authz.allow" its
+	// dots), or "envoy/authz/allow" when neither path nor query is set;
+	// LogQuery is the deprecated query as configured, and LogPath is then
+	// "".
+	LogPath, LogQuery string
 	// DryRun answers allow whatever the policy decides.
 	DryRun bool
 	// EnableReflection registers gRPC reflection.
@@ -540,6 +547,10 @@ func parsePlugins(c *Config, m map[string]json.RawMessage) error {
 	}
 	if p.Entrypoint, err = decisionPath(path, query); err != nil {
 		return fmt.Errorf("%s.%w", where, err)
+	}
+	p.LogPath, p.LogQuery = path, query
+	if path == "" && query == "" {
+		p.LogPath = DefaultEnvoyEntrypoint
 	}
 	for name, v := range map[string]*int{"grpc-max-recv-msg-size": recv, "grpc-max-send-msg-size": send} {
 		if v != nil && *v <= 0 {

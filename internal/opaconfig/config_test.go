@@ -50,7 +50,7 @@ decision_logs:
 		t.Fatal(err)
 	}
 	want := &EnvoyPlugin{
-		Addr: ":9191", Entrypoint: "envoy/authz/allow",
+		Addr: ":9191", Entrypoint: "envoy/authz/allow", LogPath: "envoy/authz/allow",
 		GRPCMaxRecvMsgSize: 4 << 20, GRPCMaxSendMsgSize: 1<<31 - 1,
 		GRPCRequestDurationSecondsBuckets: []float64{1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 3e-3, 5e-3, 0.1, 1},
 	}
@@ -89,7 +89,7 @@ func TestParseEverySetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &EnvoyPlugin{
-		Addr: "0.0.0.0:9292", Entrypoint: "istio/authz/allow", DryRun: true, EnableReflection: true,
+		Addr: "0.0.0.0:9292", Entrypoint: "istio/authz/allow", LogPath: "istio/authz/allow", DryRun: true, EnableReflection: true,
 		SkipRequestBodyParse: true, GRPCMaxRecvMsgSize: 1000, GRPCMaxSendMsgSize: 2000,
 		EnablePerformanceMetrics: true, GRPCRequestDurationSecondsBuckets: []float64{1e-5, 0.2, 1, 5},
 	}

@@ -43,6 +43,12 @@ type Config struct {
 	// Bundle names the policy bundle in the events' "bundles" (with the
 	// loaded revision); "" leaves "bundles" out.
 	Bundle string
+	// GRPCPath and GRPCQuery name the decision in the events of ext_authz
+	// gRPC checks (records of interface pdp.IfaceGRPC) as opa-envoy-plugin
+	// logs it: its path as configured, or its deprecated query as
+	// configured (the event then has a query and no path). Both "" keep
+	// the record's Path; other records always keep it.
+	GRPCPath, GRPCQuery string
 	// Console, when not nil, receives each event as one JSON line, the
 	// line OPA's console decision logger prints.
 	Console interface{ Write([]byte) (int, error) }

@@ -16,8 +16,10 @@ import (
 )
 
 // appendEvent appends r as an OPA decision event (the document OPA's
-// EventV1 encodes to). labels is the encoded labels object.
-func appendEvent(b []byte, r *pdp.DecisionRecord, labels []byte, bundle string) []byte {
+// EventV1 encodes to). labels is the encoded labels object; cfg gives the
+// bundle's name and the gRPC decision's path or query.
+func appendEvent(b []byte, r *pdp.DecisionRecord, labels []byte, cfg *Config) []byte {
+	bundle := cfg.Bundle
 	b = append(b, `{"decision_id":`...)
 	b = jsonw.String(b, r.ID)
 	b = append(b, `,"labels":`...)
@@ -32,8 +34,19 @@ func appendEvent(b []byte, r *pdp.DecisionRecord, labels []byte, bundle string) 
 		}
 		b = append(b, '}', '}')
 	}
-	b = append(b, `,"path":`...)
-	b = jsonw.String(b, r.Path)
+	path, query := r.Path, ""
+	if r.Interface == pdp.IfaceGRPC && (cfg.GRPCPath != "" || cfg.GRPCQuery != "") {
+		path, query = cfg.GRPCPath, cfg.GRPCQuery
+	}
+	// As OPA's EventV1, an empty path or query is left out.
+	if path != "" {
+		b = append(b, `,"path":`...)
+		b = jsonw.String(b, path)
+	}
+	if query != "" {
+		b = append(b, `,"query":`...)
+		b = jsonw.String(b, query)
+	}
 	if len(r.Input) > 0 {
 		b = append(b, `,"input":`...)
 		b = append(b, r.Input...)

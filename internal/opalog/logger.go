@@ -113,7 +113,7 @@ func (l *Logger) work() {
 	defer close(l.done)
 	var scratch []byte
 	for r := range l.ch {
-		scratch = appendEvent(scratch[:0], r, l.labels, l.cfg.Bundle)
+		scratch = appendEvent(scratch[:0], r, l.labels, &l.cfg)
 		ev, ok := l.rules(scratch, r.Rules)
 		if !ok {
 			continue
