@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"sort"
 	"strings"
@@ -26,6 +27,13 @@ type Options struct {
 	// given directly at the root of data, a file found in a directory under
 	// the path of its sub-directory.
 	Paths []string
+	// Filter, when set, is asked about every file and directory found
+	// under Paths, as OPA's loader asks its filters: path as found, its
+	// file info (links followed) and its depth (0 for a path given in
+	// Paths, 1 for an entry of a directory given, and so on). Returning
+	// true skips the file, or the directory with everything under it.
+	// Nil skips nothing.
+	Filter func(path string, info fs.FileInfo, depth int) bool
 	// Modules are in-memory Rego modules, file name to source (embedded
 	// policies, tests). The file name is used in error locations.
 	Modules map[string]string
@@ -204,7 +212,7 @@ func load(opts Options, regoVersion ast.RegoVersion, caps *ast.Capabilities) ([]
 		res, err := loader.NewFileLoader().
 			WithRegoVersion(regoVersion).
 			WithCapabilities(caps).
-			Filtered(opts.Paths, nil)
+			Filtered(opts.Paths, opts.Filter)
 		if err != nil {
 			return nil, nil, loadErrors(err)
 		}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/internal/opaconfig"
+	"github.com/nexuspdp/nexus/internal/policyload"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -108,7 +110,7 @@ A flag of opa run that nexus does not implement is an error naming it.`,
 	fs.StringArrayVar(&f.setFile, "set-file", nil, "override configuration values with files' contents (a.b=path)")
 	fs.StringVarP(&f.logLevel, "log-level", "l", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json, json-pretty (written as json) or text")
-	fs.StringSliceVar(&f.ignore, "ignore", nil, "names to ignore when loading a directory: accepted with a file or a bundle file (where OPA ignores nothing either), refused with a directory for now")
+	fs.StringSliceVar(&f.ignore, "ignore", nil, "file and directory names to skip while loading the policy path, as opa run does (e.g. '.*' skips dot-files and the ..data directory of a Kubernetes ConfigMap mount); repeatable")
 	fs.BoolVarP(&f.bundle, "bundle", "b", false, "the policy path is a bundle (nexus recognises bundles without it)")
 	fs.IntVar(&f.shutdownGrace, "shutdown-grace-period", 10, "seconds in-flight requests may take after SIGTERM")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "TLS certificate of the HTTP listener (PEM)")
@@ -171,9 +173,13 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 	}
 	c.opa.PolicyIsBundle = f.bundle && c.Policy != ""
 	if len(f.ignore) > 0 {
-		if st, err := os.Stat(c.Policy); err == nil && st.IsDir() {
-			return c, fmt.Errorf("--ignore %s with the directory %s: %w yet: give the .rego file or a bundle", strings.Join(f.ignore, ","), c.Policy, opaconfig.ErrUnsupported)
+		if _, err := policyload.IgnoreFilter(f.ignore); err != nil {
+			return c, fmt.Errorf("--ignore: %w", err)
 		}
+		if len(c.PolicyIgnore) > 0 && !slices.Equal(c.PolicyIgnore, f.ignore) {
+			return c, fmt.Errorf("--ignore %s and nexus.policy_ignore %s disagree: set them once", strings.Join(f.ignore, ","), strings.Join(c.PolicyIgnore, ","))
+		}
+		c.PolicyIgnore = f.ignore
 	}
 
 	if len(f.addrs) != 1 {

@@ -50,6 +50,7 @@ type serveConfig struct {
 	PublicURL            string        `yaml:"public_url"`
 	DataDir              string        `yaml:"data_dir"`
 	Policy               string        `yaml:"policy"`
+	PolicyIgnore         []string      `yaml:"policy_ignore"`
 	TrustedSubjectHeader string        `yaml:"trusted_subject_header"`
 	Schema               string        `yaml:"schema"`
 	Entrypoints          []string      `yaml:"entrypoints"`
@@ -149,6 +150,7 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
+	f.StringSliceVar(&c.PolicyIgnore, "policy-ignore", nil, "file and directory names to skip when loading --policy, as opa run's --ignore (e.g. '.*' skips dot-files and the ..data directory of a Kubernetes ConfigMap mount)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
 	f.StringVar(&c.TrustedSubjectHeader, "trusted-subject-header", "", "request header a trusted hop sets to the verified subject, used when no verified JWT came (default: none, JWT only)")
 	f.StringSliceVarP(&c.Entrypoints, "entrypoint", "e", nil, "entrypoints to compile a --policy directory with (default: the envoy and authz entrypoints)")
@@ -226,6 +228,9 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	str("authz-entrypoint", &c.AuthzEntrypoint, file.AuthzEntrypoint)
 	str("decision-log", &c.DecisionLog, file.DecisionLog)
 	str("log-level", &c.LogLevel, file.LogLevel)
+	if !set("policy-ignore") && len(file.PolicyIgnore) > 0 {
+		c.PolicyIgnore = file.PolicyIgnore
+	}
 	if !set("entrypoint") && len(file.Entrypoints) > 0 {
 		c.Entrypoints = file.Entrypoints
 	}
@@ -501,5 +506,5 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		}
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
-	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c)})
+	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore})
 }

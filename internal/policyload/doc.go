@@ -29,6 +29,10 @@
 //
 //   - Bundle directories are read as OPA reads them: symbolic links are
 //     not followed.
+//   - [Options.Ignore] takes `opa run --ignore` patterns with OPA's
+//     meaning. In an archive, a directory pattern skips the files under
+//     that directory whether or not the archive lists the directory
+//     itself (OPA skips them only when it does).
 //   - Archives are read whole into memory, within the limits of
 //     [bundle.MaxBytes] (compressed archive and the sum of its files).
 //     Entries other than regular files and directories (symbolic and hard

@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	opabundle "github.com/open-policy-agent/opa/v1/bundle"
@@ -47,6 +49,18 @@ type Options struct {
 	// Builtins declares host builtins besides [bundle.NexusBuiltins] that
 	// the engine will provide (see compiler.Options.Builtins).
 	Builtins []bundle.HostBuiltin
+	// Ignore lists name patterns of files and directories to skip, as
+	// `opa run --ignore` takes them: each is matched (path/filepath.Match)
+	// against the base name of every file and directory found inside the
+	// policy path, and a directory that matches is skipped with all it
+	// holds. ".*" skips dot-files and dot-directories, such as the
+	// "..data" and "..2024_..." directories of a Kubernetes ConfigMap
+	// mount. The path given is never skipped itself, so a single .rego
+	// file is loaded whatever the patterns; in a bundle (directory or
+	// archive) every file is subject to them, the .manifest included. A
+	// directory holding a .manifest that the patterns skip is loaded as a
+	// plain directory. Empty skips nothing.
+	Ignore []string
 }
 
 // Load reads the policy at path: a .rego file, a directory of Rego and
@@ -56,13 +70,18 @@ type Options struct {
 // directories and archives are compiled alike. Errors name path; Rego
 // errors are [compiler.Errors] ("file:line:col: message").
 func Load(ctx context.Context, p string, opts Options) (*bundle.Bundle, error) {
+	ignore, err := IgnoreFilter(opts.Ignore)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", p, err)
+	}
 	st, err := os.Stat(p)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	if st.IsDir() {
-		if _, err := os.Stat(filepath.Join(p, ".manifest")); err == nil {
-			b, err := fromBundleDir(ctx, p, opts)
+		man := filepath.Join(p, ".manifest")
+		if mst, err := os.Stat(man); err == nil && (ignore == nil || !ignore(man, mst, 1)) {
+			b, err := fromBundleDir(ctx, p, ignore, opts)
 			if err != nil {
 				return nil, fmt.Errorf("policy %s: %w", p, err)
 			}
@@ -70,8 +89,13 @@ func Load(ctx context.Context, p string, opts Options) (*bundle.Bundle, error) {
 		}
 	}
 	if st.IsDir() || strings.HasSuffix(p, ".rego") {
-		b, err := compiler.Compile(ctx, compileOptions(opts, compiler.Options{Paths: []string{p}}))
+		co := compileOptions(opts, compiler.Options{Paths: []string{p}})
+		co.Filter = ignore
+		b, err := compiler.Compile(ctx, co)
 		if err != nil {
+			if st.IsDir() && len(opts.Ignore) == 0 && isConfigMapMount(p) {
+				err = fmt.Errorf("%w (%s looks like a Kubernetes ConfigMap mount, whose ..data directory repeats every file: skip its dot-directories with the pattern .*, as opa run --ignore=.* does; nexus serve takes it as --policy-ignore=.*)", err, p)
+			}
 			return nil, fmt.Errorf("policy %s: %w", p, err)
 		}
 		return b, nil
@@ -91,6 +115,39 @@ func Load(ctx context.Context, p string, opts Options) (*bundle.Bundle, error) {
 	return b, nil
 }
 
+// IgnoreFilter returns the filter that skips what patterns name (see
+// [Options.Ignore]), in the form OPA's loaders take: it reports true for
+// a file or directory whose base name matches one of the patterns, at a
+// depth of 1 or more (0 is the path given itself). No patterns yield a
+// nil filter; a malformed pattern is an error that names it.
+func IgnoreFilter(patterns []string) (func(path string, info fs.FileInfo, depth int) bool, error) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	var filters []loader.Filter
+	for _, p := range patterns {
+		if _, err := filepath.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("ignore pattern %q: %w", p, err)
+		}
+		filters = append(filters, loader.GlobExcludeName(p, 1))
+	}
+	return func(path string, info fs.FileInfo, depth int) bool {
+		for _, f := range filters {
+			if f(path, info, depth) {
+				return true
+			}
+		}
+		return false
+	}, nil
+}
+
+// isConfigMapMount reports whether dir has the "..data" entry that
+// Kubernetes puts in a ConfigMap or Secret volume.
+func isConfigMapMount(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, "..data"))
+	return err == nil
+}
+
 // FromTarGz reads a bundle archive (gzip-compressed tar) from r and
 // returns it compiled:
 //
@@ -106,7 +163,15 @@ func Load(ctx context.Context, p string, opts Options) (*bundle.Bundle, error) {
 // archives yield errors that match [bundle.ErrInvalid] or
 // [bundle.ErrTooLarge]; links and names with ".." match [ErrUnsafeEntry];
 // bad Rego yields [compiler.Errors]. ctx bounds the compilation.
+//
+// Entries that opts.Ignore names are left out, as if the archive did not
+// hold them: a file whose name, or the name of a directory above it,
+// matches a pattern.
 func FromTarGz(ctx context.Context, r io.Reader, opts Options) (*bundle.Bundle, error) {
+	ignore, err := IgnoreFilter(opts.Ignore)
+	if err != nil {
+		return nil, err
+	}
 	raw, err := io.ReadAll(io.LimitReader(r, bundle.MaxBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read bundle: %w", err)
@@ -117,6 +182,13 @@ func FromTarGz(ctx context.Context, r io.Reader, opts Options) (*bundle.Bundle, 
 	files, err := untar(raw)
 	if err != nil {
 		return nil, err
+	}
+	if kept := ignoreEntries(files, ignore); len(kept) < len(files) {
+		// The Wasm reader reads the archive itself: give it the kept files.
+		files = kept
+		if raw, err = tarGz(files); err != nil {
+			return nil, err
+		}
 	}
 	var hasWasm, hasRego bool
 	for _, f := range files {
@@ -207,6 +279,76 @@ func untar(raw []byte) ([]memFile, error) {
 	return files, nil
 }
 
+// ignoreEntries returns the files that ignore does not skip: it is asked
+// about each directory above a file (from the top, depth 1 first) and
+// then about the file, as OPA's loaders ask about what they walk.
+func ignoreEntries(files []memFile, ignore func(string, fs.FileInfo, int) bool) []memFile {
+	if ignore == nil {
+		return files
+	}
+	var kept []memFile
+next:
+	for _, f := range files {
+		els := strings.Split(strings.TrimPrefix(f.name, "/"), "/")
+		for i, el := range els[:len(els)-1] {
+			if ignore(path.Join(els[:i+1]...), dirInfo(el), i+1) {
+				continue next
+			}
+		}
+		if ignore(f.name, fileInfo{name: els[len(els)-1], size: int64(len(f.data))}, len(els)) {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return kept
+}
+
+// dirInfo describes a directory of an archive to a filter.
+type dirInfo string
+
+func (d dirInfo) Name() string     { return string(d) }
+func (dirInfo) Size() int64        { return 0 }
+func (dirInfo) Mode() fs.FileMode  { return fs.ModeDir | 0o755 }
+func (dirInfo) ModTime() time.Time { return time.Time{} }
+func (dirInfo) IsDir() bool        { return true }
+func (dirInfo) Sys() any           { return nil }
+
+// fileInfo describes a file of an archive to a filter.
+type fileInfo struct {
+	name string
+	size int64
+}
+
+func (f fileInfo) Name() string     { return f.name }
+func (f fileInfo) Size() int64      { return f.size }
+func (fileInfo) Mode() fs.FileMode  { return 0o644 }
+func (fileInfo) ModTime() time.Time { return time.Time{} }
+func (fileInfo) IsDir() bool        { return false }
+func (fileInfo) Sys() any           { return nil }
+
+// tarGz writes files as a gzip-compressed tar.
+func tarGz(files []memFile) ([]byte, error) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, f := range files {
+		hdr := &tar.Header{Name: strings.TrimPrefix(f.name, "/"), Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, fmt.Errorf("rewrite bundle: %w", err)
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, fmt.Errorf("rewrite bundle: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("rewrite bundle: %w", err)
+	}
+	if err := gz.Close(); err != nil {
+		return nil, fmt.Errorf("rewrite bundle: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
 // entryName is the slash-rooted name of an archive entry ("./a/b.rego"
 // and "/a/b.rego" are "/a/b.rego"); a name with a ".." element, a
 // backslash or a NUL byte is refused.
@@ -257,9 +399,15 @@ func regoVersion(opts Options) ast.RegoVersion {
 
 // fromBundleDir reads a bundle directory (one with a .manifest, as
 // `opa run --bundle DIR` takes it) and returns it compiled, as FromTarGz
-// does an archive. Symbolic links are not followed, as OPA does not.
-func fromBundleDir(ctx context.Context, dir string, opts Options) (*bundle.Bundle, error) {
-	ob, err := readOPA(opabundle.NewCustomReader(opabundle.NewDirectoryLoader(dir)).WithBaseDir(dir), opts)
+// does an archive. Symbolic links are not followed, as OPA does not;
+// ignore (nil for none) skips files and directories as OPA's --ignore
+// does.
+func fromBundleDir(ctx context.Context, dir string, ignore func(string, fs.FileInfo, int) bool, opts Options) (*bundle.Bundle, error) {
+	dl := opabundle.NewDirectoryLoader(dir)
+	if ignore != nil {
+		dl = dl.WithFilter(ignore)
+	}
+	ob, err := readOPA(opabundle.NewCustomReader(dl).WithBaseDir(dir), opts)
 	if err != nil {
 		return nil, err
 	}
