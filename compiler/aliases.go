@@ -1,6 +1,8 @@
 package compiler
 
 import (
+	"strings"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/nexuspdp/nexus/bundle"
@@ -34,9 +36,13 @@ func withHostAliases(caps *ast.Capabilities) *ast.Capabilities {
 // aliasHostBuiltins returns copies of the modules whose calls of the
 // builtins in bundle.OPAHostAliases call their aliases instead, so that
 // the compiled policy leaves them to the host, which answers as OPA's
-// evaluator does. Two kinds of call keep the Wasm runtime's code:
+// evaluator does. Three kinds of call keep the Wasm runtime's code:
 //   - concat over an array literal, which the runtime joins in the
 //     array's order as OPA does, without a call to the host;
+//   - json.marshal written as an argument of one of nexus' builtins
+//     (nexus.envoy_decide(table, json.marshal([...]))): those parse the
+//     JSON, so neither key order nor escaping changes their answer, and
+//     the default policy's Wasm keeps its speed;
 //   - every call of a builtin that a module replaces with `with` (tests
 //     do), because OPA's Wasm planner applies a replacement of an alias
 //     to some calls and not others; such a policy keeps the runtime's
@@ -52,14 +58,25 @@ func aliasHostBuiltins(mods []*ast.Module) []*ast.Module {
 			return false
 		})
 	}
+	// The operators of json.marshal calls that are arguments of nexus'
+	// builtins.
+	parsed := map[*ast.Term]bool{}
 	alias := func(t *ast.Term, operands []*ast.Term) {
 		ref, ok := t.Value.(ast.Ref)
 		if !ok {
 			return
 		}
 		name := ref.String()
+		if strings.HasPrefix(name, "nexus.") {
+			for _, o := range operands {
+				if c, ok := o.Value.(ast.Call); ok && len(c) > 0 && c[0].Value.String() == "json.marshal" {
+					parsed[c[0]] = true
+				}
+			}
+			return
+		}
 		a, ok := hostAliases[name]
-		if !ok || replaced[name] {
+		if !ok || replaced[name] || parsed[t] {
 			return
 		}
 		if name == "concat" && len(operands) >= 2 {

@@ -23,6 +23,7 @@ v if json.is_valid(input.raw)
 c1 := concat(",", s)
 c2 := concat(",", ["a", input.b])
 f(x) := concat("-", x)
+d := nexus.envoy_decide(json.marshal(input.table), json.marshal([input.a, {"b": 1}]))
 `), parse(`package b
 t := x if {
 	x := json.marshal(input) with time.now_ns as 1
@@ -37,6 +38,7 @@ u := concat(",", input.list)
 		`c1 := nexus.internal.concat(",", s)`,
 		`c2 := concat(",", ["a", input.b])`,
 		`f(x) := nexus.internal.concat("-", x)`,
+		`d := nexus.envoy_decide(json.marshal(input.table), json.marshal([input.a, {"b": 1}]))`,
 		`nexus.internal.json_marshal(input)) with time.now_ns as 1`,
 		`u := nexus.internal.concat(",", input.list)`,
 	} {

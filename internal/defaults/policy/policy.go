@@ -31,4 +31,4 @@ const (
 // the default policy, whatever its data, and the server decides it
 // natively (see the RATIONALE). A test fails when a compiler change
 // changes the module.
-const WasmSHA256 = "0c1fba4629abc1f4044d9c67d363ecb747e114fe55e0d457946b692cecf2e020"
+const WasmSHA256 = "dbe04cf13a913e515c09518802a14d0ee7daba91202444c579c2b48b95dfb3ce"
