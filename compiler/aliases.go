@@ -88,6 +88,10 @@ func aliasHostBuiltins(mods []*ast.Module) []*ast.Module {
 	}
 	out := make([]*ast.Module, len(mods))
 	for i, m := range mods {
+		if shadows(m) {
+			out[i] = m // json or concat names something of the policy's here
+			continue
+		}
 		m = m.Copy()
 		ast.WalkNodes(m, func(n ast.Node) bool {
 			switch x := n.(type) {
@@ -105,4 +109,24 @@ func aliasHostBuiltins(mods []*ast.Module) []*ast.Module {
 		out[i] = m
 	}
 	return out
+}
+
+// shadows reports whether m binds json or concat itself, by an import
+// (import data.lib as json) or a rule: its calls then may name the
+// policy's own functions, which keep their names.
+func shadows(m *ast.Module) bool {
+	bound := func(v ast.Var) bool { return v == "json" || v == "concat" }
+	for _, imp := range m.Imports {
+		if bound(imp.Name()) {
+			return true
+		}
+	}
+	for _, r := range m.Rules {
+		if len(r.Head.Ref()) > 0 {
+			if v, ok := r.Head.Ref()[0].Value.(ast.Var); ok && bound(v) {
+				return true
+			}
+		}
+	}
+	return false
 }
