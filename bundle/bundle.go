@@ -135,9 +135,9 @@ func Read(r io.Reader) (*Bundle, error) {
 	defer gz.Close()
 	tr := tar.NewReader(gz)
 	var (
-		b                           Bundle
-		haveMan, haveWasm, haveData bool
-		budget                      int64 = MaxBytes
+		b      Bundle
+		have   parts
+		budget int64 = MaxBytes
 	)
 	for {
 		hdr, err := tr.Next()
@@ -156,45 +156,99 @@ func Read(r io.Reader) (*Bundle, error) {
 		if hdr.Size < 0 || hdr.Size > budget {
 			return nil, fmt.Errorf("%w: %s is %d bytes", ErrTooLarge, hdr.Name, hdr.Size)
 		}
-		switch path.Clean("/" + strings.TrimPrefix(hdr.Name, "./")) {
-		case ManifestFile:
-			haveMan = true
-			raw, err := readAll(tr, hdr.Size)
-			if err != nil {
-				return nil, err
-			}
-			if err := json.Unmarshal(raw, &b.Manifest); err != nil {
-				return nil, fmt.Errorf("%w: manifest: %v", ErrInvalid, err)
-			}
-		case WasmFile:
-			if haveWasm {
-				return nil, fmt.Errorf("%w: more than one %s", ErrInvalid, WasmFile)
-			}
-			haveWasm = true
-			if b.Wasm, err = readAll(tr, hdr.Size); err != nil {
-				return nil, err
-			}
-		case DataFile:
-			if haveData {
-				return nil, fmt.Errorf("%w: more than one %s", ErrInvalid, DataFile)
-			}
-			haveData = true
-			if b.Data, err = readAll(tr, hdr.Size); err != nil {
-				return nil, err
-			}
-		default:
+		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
+		if !isPart(name) {
 			continue
+		}
+		if err := have.mark(name); err != nil {
+			return nil, err
+		}
+		body, err := readAll(tr, hdr.Size)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.set(name, body); err != nil {
+			return nil, err
 		}
 		budget -= hdr.Size
 	}
 	if lr.N <= 0 {
 		return nil, ErrTooLarge
 	}
-	if err := b.check(haveMan, haveWasm); err != nil {
+	return b.done(have)
+}
+
+// FromFiles assembles a bundle, as Read does, from the files of an
+// archive already read (slash-rooted names, each once): the manifest,
+// policy.wasm and data.json; other files are ignored.
+func FromFiles(files map[string][]byte) (*Bundle, error) {
+	var (
+		b    Bundle
+		have parts
+	)
+	for name, body := range files {
+		if !isPart(name) {
+			continue
+		}
+		if err := have.mark(name); err != nil {
+			return nil, err
+		}
+		if err := b.set(name, body); err != nil {
+			return nil, err
+		}
+	}
+	return b.done(have)
+}
+
+// parts records which of a bundle's files were found.
+type parts struct{ man, wasm, data bool }
+
+func isPart(name string) bool {
+	return name == ManifestFile || name == WasmFile || name == DataFile
+}
+
+// mark records that the bundle file name (one of isPart's) was found: a
+// second policy.wasm or data.json is an error.
+func (h *parts) mark(name string) error {
+	switch name {
+	case ManifestFile:
+		h.man = true
+	case WasmFile:
+		if h.wasm {
+			return fmt.Errorf("%w: more than one %s", ErrInvalid, WasmFile)
+		}
+		h.wasm = true
+	case DataFile:
+		if h.data {
+			return fmt.Errorf("%w: more than one %s", ErrInvalid, DataFile)
+		}
+		h.data = true
+	}
+	return nil
+}
+
+// set takes the body of the bundle file name (one of isPart's).
+func (b *Bundle) set(name string, body []byte) error {
+	switch name {
+	case ManifestFile:
+		if err := json.Unmarshal(body, &b.Manifest); err != nil {
+			return fmt.Errorf("%w: manifest: %v", ErrInvalid, err)
+		}
+	case WasmFile:
+		b.Wasm = body
+	case DataFile:
+		b.Data = body
+	}
+	return nil
+}
+
+// done checks what mark and set assembled.
+func (b *Bundle) done(have parts) (*Bundle, error) {
+	if err := b.check(have.man, have.wasm); err != nil {
 		return nil, err
 	}
 	sort.Strings(b.Manifest.Roots)
-	return &b, nil
+	return b, nil
 }
 
 // check validates what Read assembled and defaults empty data to {}.

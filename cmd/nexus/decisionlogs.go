@@ -132,9 +132,12 @@ func (o *opaLogging) apply(c *extauthz.Config) {
 // decision events in OPA's format and status reports. With nexus' own
 // YAML there is nothing to start.
 func startOPALogging(c serveConfig, log *slog.Logger) (*opaLogging, error) {
-	in := opaLogInputs{Logger: log, Bundle: eventBundle(c), Path: c.opa.DecisionPath, Query: c.opa.DecisionQuery}
+	in := opaLogInputs{Logger: log, Bundle: eventBundle(c)}
 	if oc := c.opa.Config; oc != nil {
 		in.DecisionLogs, in.Status, in.Services, in.Labels = oc.DecisionLogs, oc.Status, oc.Services, oc.Labels
+		if oc.Envoy != nil {
+			in.Path, in.Query = oc.Envoy.LogPath, oc.Envoy.LogQuery
+		}
 	}
 	ready := new(atomic.Bool)
 	in.Ready = ready.Load

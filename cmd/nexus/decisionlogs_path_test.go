@@ -16,6 +16,27 @@ import (
 	"github.com/nexuspdp/nexus/pdp"
 )
 
+// logsConfig writes an OPA configuration in dir that uploads decision
+// logs to the collector at url, with plugin (one line of the plugin's
+// settings besides addr) and extra top-level sections, and returns its
+// path.
+func logsConfig(t *testing.T, dir, url, plugin, extra string) string {
+	t.Helper()
+	return writeFile(t, dir, "config.yaml", `
+services:
+  acme:
+    url: `+url+`
+decision_logs:
+  service: acme
+plugins:
+  envoy_ext_authz_grpc:
+    addr: 127.0.0.1:0
+    `+plugin+`
+nexus:
+  data_dir: `+filepath.Join(dir, "data")+`
+`+extra)
+}
+
 // eventsOf starts a collector of decision log uploads and returns its
 // URL and a function that returns the events received so far, read with
 // OPA's own EventV1 and also as raw JSON objects.
@@ -115,19 +136,7 @@ func TestDecisionLogPathAsThePluginLogsIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url, events := eventsOf(t)
 			dir := t.TempDir()
-			config := writeFile(t, dir, "config.yaml", `
-services:
-  acme:
-    url: `+url+`
-decision_logs:
-  service: acme
-plugins:
-  envoy_ext_authz_grpc:
-    addr: 127.0.0.1:0
-    `+tc.plugin+`
-nexus:
-  data_dir: `+filepath.Join(dir, "data")+`
-`)
+			config := logsConfig(t, dir, url, tc.plugin, "")
 			c := logOneDecision(t, tc.iface, "", "--server", "--config-file="+config, filepath.Join(dir, "policy"))
 			if c.EnvoyEntrypoint != tc.wantEntrypoint {
 				t.Fatalf("entrypoint %q, want %q", c.EnvoyEntrypoint, tc.wantEntrypoint)
@@ -173,19 +182,7 @@ func TestDecisionLogBundlesAsOPALogsThem(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url, events := eventsOf(t)
 			dir := t.TempDir()
-			config := writeFile(t, dir, "config.yaml", `
-services:
-  acme:
-    url: `+url+`
-decision_logs:
-  service: acme
-plugins:
-  envoy_ext_authz_grpc:
-    addr: 127.0.0.1:0
-    path: envoy/authz/allow
-nexus:
-  data_dir: `+filepath.Join(dir, "data")+`
-`+tc.bundles)
+			config := logsConfig(t, dir, url, "path: envoy/authz/allow", tc.bundles)
 			args := append([]string{"--server", "--config-file=" + config}, tc.flags...)
 			if tc.policy != "" {
 				args = append(args, tc.policy)

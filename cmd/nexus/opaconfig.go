@@ -27,10 +27,6 @@ type opaSettings struct {
 	// PolicyIsBundle: nexus run's --bundle named the policy path a bundle,
 	// so decision log events name it in their bundles as OPA does.
 	PolicyIsBundle bool
-	// DecisionPath and DecisionQuery are the plugin's path and deprecated
-	// query as its decision log events show them
-	// (opaconfig.EnvoyPlugin's LogPath and LogQuery).
-	DecisionPath, DecisionQuery string
 	// The envoy_ext_authz_grpc plugin's settings.
 	DryRun                    bool
 	SkipRequestBodyParse      bool
@@ -126,7 +122,6 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 		return c, fmt.Errorf("nexus.reflection and %s.enable-reflection disagree: set it once", where)
 	}
 	c.Reflection = p.EnableReflection
-	c.opa.DecisionPath, c.opa.DecisionQuery = p.LogPath, p.LogQuery
 	c.opa.DryRun = p.DryRun
 	c.opa.SkipRequestBodyParse = p.SkipRequestBodyParse
 	c.opa.GRPCMaxRecvMsgSize = p.GRPCMaxRecvMsgSize

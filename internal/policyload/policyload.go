@@ -183,13 +183,7 @@ func FromTarGz(ctx context.Context, r io.Reader, opts Options) (*bundle.Bundle, 
 	if err != nil {
 		return nil, err
 	}
-	if kept := ignoreEntries(files, ignore); len(kept) < len(files) {
-		// The Wasm reader reads the archive itself: give it the kept files.
-		files = kept
-		if raw, err = tarGz(files); err != nil {
-			return nil, err
-		}
-	}
+	files = ignoreEntries(files, ignore)
 	var hasWasm, hasRego bool
 	for _, f := range files {
 		switch {
@@ -200,7 +194,11 @@ func FromTarGz(ctx context.Context, r io.Reader, opts Options) (*bundle.Bundle, 
 		}
 	}
 	if hasWasm {
-		b, err := bundle.Read(bytes.NewReader(raw))
+		byName := make(map[string][]byte, len(files))
+		for _, f := range files {
+			byName[f.name] = f.data
+		}
+		b, err := bundle.FromFiles(byName)
 		if err != nil {
 			return nil, err
 		}
@@ -325,29 +323,6 @@ func (fileInfo) Mode() fs.FileMode  { return 0o644 }
 func (fileInfo) ModTime() time.Time { return time.Time{} }
 func (fileInfo) IsDir() bool        { return false }
 func (fileInfo) Sys() any           { return nil }
-
-// tarGz writes files as a gzip-compressed tar.
-func tarGz(files []memFile) ([]byte, error) {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for _, f := range files {
-		hdr := &tar.Header{Name: strings.TrimPrefix(f.name, "/"), Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, fmt.Errorf("rewrite bundle: %w", err)
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return nil, fmt.Errorf("rewrite bundle: %w", err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("rewrite bundle: %w", err)
-	}
-	if err := gz.Close(); err != nil {
-		return nil, fmt.Errorf("rewrite bundle: %w", err)
-	}
-	return buf.Bytes(), nil
-}
 
 // entryName is the slash-rooted name of an archive entry ("./a/b.rego"
 // and "/a/b.rego" are "/a/b.rego"); a name with a ".." element, a
