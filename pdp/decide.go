@@ -59,13 +59,25 @@ type meta struct {
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
 // opa-envoy-plugin input document built from it.
 func (p *PDP) Envoy(ctx context.Context, iface string, req *authv3.CheckRequest) (Decision, error) {
+	return p.envoy(ctx, iface, req, false)
+}
+
+// EnvoyDecoded is Envoy for a CheckRequest decoded from protobuf's wire
+// format, as an ext_authz gRPC server receives it: proto3 decoding has
+// refused every string field that is not UTF-8, so building the input
+// document does not check the request's strings again.
+func (p *PDP) EnvoyDecoded(ctx context.Context, iface string, req *authv3.CheckRequest) (Decision, error) {
+	return p.envoy(ctx, iface, req, true)
+}
+
+func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest, utf8Checked bool) (Decision, error) {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		if !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes {
 			return dst, ErrTooLarge
 		}
-		return input.AppendEnvoy(dst, req, input.Options{Keep: keep, SkipBody: p.cfg.SkipRequestBodyParse})
+		return input.AppendEnvoy(dst, req, input.Options{Keep: keep, SkipBody: p.cfg.SkipRequestBodyParse, UTF8Checked: utf8Checked})
 	})
 }
 

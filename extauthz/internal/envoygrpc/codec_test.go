@@ -1,6 +1,8 @@
 package envoygrpc_test
 
 import (
+	"bytes"
+	"slices"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -180,5 +182,71 @@ func BenchmarkUnmarshalCheckRequest(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestCodecRefusesInvalidUTF8: the server hands the core its requests as
+// already checked for UTF-8 (pdp.PDP.EnvoyDecoded), so the codec must
+// refuse a request with a string that is not UTF-8 in any field the core
+// would otherwise check: every string of the peers, the HTTP request, its
+// headers, the context extensions, the metadata and the TLS session.
+func TestCodecRefusesInvalidUTF8(t *testing.T) {
+	const mark = "Zq7MARKq7Z" // replaced, in the wire form, by bad of the same length
+	const bad = "Zq7\xffARKq7Z"
+	sock := func(ip string) *corev3.Address {
+		return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: ip}}}
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(a *authv3.AttributeContext)
+	}{
+		{"http.id", func(a *authv3.AttributeContext) { a.Request.Http.Id = mark }},
+		{"http.method", func(a *authv3.AttributeContext) { a.Request.Http.Method = mark }},
+		{"http.path", func(a *authv3.AttributeContext) { a.Request.Http.Path = "/" + mark }},
+		{"http.host", func(a *authv3.AttributeContext) { a.Request.Http.Host = mark }},
+		{"http.scheme", func(a *authv3.AttributeContext) { a.Request.Http.Scheme = mark }},
+		{"http.query", func(a *authv3.AttributeContext) { a.Request.Http.Query = mark }},
+		{"http.fragment", func(a *authv3.AttributeContext) { a.Request.Http.Fragment = mark }},
+		{"http.protocol", func(a *authv3.AttributeContext) { a.Request.Http.Protocol = mark }},
+		{"http.body", func(a *authv3.AttributeContext) { a.Request.Http.Body = mark }},
+		{"header value", func(a *authv3.AttributeContext) { a.Request.Http.Headers["x-user"] = mark }},
+		{"header name", func(a *authv3.AttributeContext) { a.Request.Http.Headers[mark] = "v" }},
+		{"header map", func(a *authv3.AttributeContext) {
+			a.Request.Http.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "x-user", Value: mark}}}
+		}},
+		{"context extension value", func(a *authv3.AttributeContext) { a.ContextExtensions["k"] = mark }},
+		{"context extension name", func(a *authv3.AttributeContext) { a.ContextExtensions[mark] = "v" }},
+		{"source.principal", func(a *authv3.AttributeContext) { a.Source.Principal = mark }},
+		{"source.service", func(a *authv3.AttributeContext) { a.Source.Service = mark }},
+		{"source.certificate", func(a *authv3.AttributeContext) { a.Source.Certificate = mark }},
+		{"source.labels", func(a *authv3.AttributeContext) { a.Source.Labels = map[string]string{"app": mark} }},
+		{"source.address", func(a *authv3.AttributeContext) { a.Source.Address = sock(mark) }},
+		{"destination.principal", func(a *authv3.AttributeContext) { a.Destination.Principal = mark }},
+		{"destination.address", func(a *authv3.AttributeContext) { a.Destination.Address = sock(mark) }},
+		{"metadata", func(a *authv3.AttributeContext) {
+			a.MetadataContext.FilterMetadata["envoy.filters.http.jwt_authn"].Fields["sub"] = structpb.NewStringValue(mark)
+		}},
+		{"tls session", func(a *authv3.AttributeContext) { a.TlsSession = &authv3.AttributeContext_TLSSession{Sni: mark} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := istioRequest(t)
+			tc.set(req.Attributes)
+			good, err := proto.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := envoygrpc.NewCodec()
+			if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(good)}, &authv3.CheckRequest{}); err != nil {
+				t.Fatalf("the request with valid UTF-8: %v", err)
+			}
+			i := bytes.Index(good, []byte(mark))
+			if i < 0 || bytes.LastIndex(good, []byte(mark)) != i {
+				t.Fatalf("the mark is not in the wire form exactly once")
+			}
+			wire := slices.Concat(good[:i], []byte(bad), good[i+len(mark):])
+			if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, &authv3.CheckRequest{}); err == nil {
+				t.Fatalf("the codec accepted invalid UTF-8 in %s", tc.name)
+			}
+		})
 	}
 }

@@ -72,7 +72,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 			return resp, nil
 		}
 	}
-	d, err := s.PDP.Envoy(ctx, pdp.IfaceGRPC, req)
+	// The server's codec (NewCodec) decoded req from the wire: its
+	// strings are UTF-8.
+	d, err := s.PDP.EnvoyDecoded(ctx, pdp.IfaceGRPC, req)
 	if err != nil {
 		s.Metrics.countError(err)
 		if pdp.IsRequestParse(err) {

@@ -79,6 +79,12 @@ type Options struct {
 	// of the whole document, without writing what would be dropped.
 	// Validation (UTF-8, path, body) is the same either way.
 	Keep *prune.Tree
+	// UTF8Checked says that every string of the CheckRequest is known to
+	// be UTF-8: it was decoded from protobuf's wire format, whose proto3
+	// decoding refuses any string field that is not (the ext_authz
+	// gRPC server's requests). AppendEnvoy does not check the strings
+	// again. Strings it writes stay valid JSON whatever they hold.
+	UTF8Checked bool
 }
 
 // HTTP is the part of an HTTP request that becomes the input document.
@@ -105,11 +111,13 @@ func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, er
 	if a != nil {
 		if c, ok := o.member("attributes"); ok {
 			var err error
-			if o.buf, err = appendAttributes(o.buf, c, a); err != nil {
+			if o.buf, err = appendAttributes(o.buf, c, a, opts.UTF8Checked); err != nil {
 				return dst, err
 			}
-		} else if err := validAttributes(a); err != nil {
-			return dst, err
+		} else if !opts.UTF8Checked {
+			if err := validAttributes(a); err != nil {
+				return dst, err
+			}
 		}
 	}
 	h := a.GetRequest().GetHttp()
@@ -204,8 +212,10 @@ func appendAddress(o *obj, host string, port uint32, hasPort bool) {
 // parsed_path, parsed_query, parsed_body, truncated_body, version and
 // source_principal, and closes the document.
 func appendParsed(o *obj, path string, headers map[string]string, body string, rawBody []byte, principal string, opts Options) ([]byte, error) {
-	if err := validStrings(path, body, principal); err != nil {
-		return o.buf, err
+	if !opts.UTF8Checked {
+		if err := validStrings(path, body, principal); err != nil {
+			return o.buf, err
+		}
 	}
 	decoded, query, err := parsePath(path)
 	if err != nil {
@@ -319,28 +329,32 @@ func appendMap(dst []byte, sel *prune.Tree, m map[string]string) []byte {
 
 // appendAttributes writes the attributes: the fields every request has
 // by hand, the rest (metadata, TLS, header maps, other addresses) by
-// reflection, to the same mapping.
-func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext) ([]byte, error) {
+// reflection, to the same mapping. With checked (Options.UTF8Checked)
+// the strings of the peers, the HTTP request and the context extensions
+// are not checked again.
+func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext, checked bool) ([]byte, error) {
 	o := obj{sel: sel}
 	o.open(dst)
 	if a.Source != nil {
-		if err := appendPeer(&o, "source", a.Source); err != nil {
+		if err := appendPeer(&o, "source", a.Source, checked); err != nil {
 			return dst, err
 		}
 	}
 	if a.Destination != nil {
-		if err := appendPeer(&o, "destination", a.Destination); err != nil {
+		if err := appendPeer(&o, "destination", a.Destination, checked); err != nil {
 			return dst, err
 		}
 	}
 	if r := a.Request; r != nil {
-		if err := appendRequest(&o, r); err != nil {
+		if err := appendRequest(&o, r, checked); err != nil {
 			return dst, err
 		}
 	}
 	if len(a.ContextExtensions) > 0 {
-		if err := validMap(a.ContextExtensions); err != nil {
-			return dst, err
+		if !checked {
+			if err := validMap(a.ContextExtensions); err != nil {
+				return dst, err
+			}
 		}
 		if c, ok := o.member("contextExtensions"); ok {
 			o.buf = appendMap(o.buf, c, a.ContextExtensions)
@@ -364,13 +378,15 @@ func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext) (
 	return o.close(), nil
 }
 
-func appendRequest(parent *obj, r *authv3.AttributeContext_Request) error {
+func appendRequest(parent *obj, r *authv3.AttributeContext_Request, checked bool) error {
 	var hf httpFields
 	if h := r.Http; h != nil {
 		hf = httpFields{id: h.Id, method: h.Method, headers: h.Headers, headerMap: h.HeaderMap, path: h.Path, host: h.Host,
 			scheme: h.Scheme, query: h.Query, fragment: h.Fragment, size: h.Size, protocol: h.Protocol, body: h.Body, rawBody: h.RawBody}
-		if err := hf.valid(); err != nil {
-			return err
+		if !checked {
+			if err := hf.valid(); err != nil {
+				return err
+			}
 		}
 	}
 	sel, ok := parent.member("request")
@@ -460,10 +476,13 @@ func validPeer(p *authv3.AttributeContext_Peer) error {
 	return nil
 }
 
-// appendPeer validates p and writes it as member name of parent.
-func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer) error {
-	if err := validPeer(p); err != nil {
-		return err
+// appendPeer validates p (unless checked) and writes it as member name
+// of parent.
+func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer, checked bool) error {
+	if !checked {
+		if err := validPeer(p); err != nil {
+			return err
+		}
 	}
 	sel, ok := parent.member(name)
 	if !ok {

@@ -2,6 +2,7 @@ package input
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -69,6 +70,11 @@ func TestKeepEqualsPrunedWhole(t *testing.T) {
 			if !bytes.Equal(got, append([]byte("prefix"), want...)) {
 				t.Fatalf("%s/%s:\n got %s\nwant prefix%s", rn, tn, got, want)
 			}
+			// Every string here is UTF-8: a request the wire decoder
+			// checked gives the same bytes.
+			if checked, err := AppendEnvoy([]byte("prefix"), req, Options{Keep: tree, UTF8Checked: true}); err != nil || !bytes.Equal(checked, got) {
+				t.Fatalf("%s/%s, UTF-8 checked:\n got %s (%v)\nwant %s", rn, tn, checked, err, got)
+			}
 			wholeSkip, err := AppendEnvoy(nil, req, Options{SkipBody: true})
 			if err != nil {
 				t.Fatalf("%s: skip body: %v", rn, err)
@@ -118,6 +124,20 @@ func TestKeepValidatesWhatItDrops(t *testing.T) {
 		}
 		if tt.want != nil && (!errors.Is(whole, tt.want) || !errors.Is(kept, tt.want)) {
 			t.Errorf("%s: err = %v and %v, want %v", tt.name, whole, kept, tt.want)
+		}
+		// UTF8Checked takes the caller's word for UTF-8 (the wire decoder
+		// refuses such requests before), and the other checks still hold.
+		// Either way the document written is JSON.
+		for _, keep := range []*prune.Tree{nil, nothing} {
+			doc, err := AppendEnvoy(nil, tt.req, Options{Keep: keep, UTF8Checked: true})
+			switch {
+			case errors.Is(tt.want, ErrInvalidUTF8) && err == nil && !json.Valid(doc):
+				t.Errorf("%s, UTF-8 checked: not JSON: %q", tt.name, doc)
+			case errors.Is(tt.want, ErrInvalidUTF8) && err != nil && !errors.Is(err, ErrInvalidUTF8):
+				t.Errorf("%s, UTF-8 checked: %v", tt.name, err)
+			case !errors.Is(tt.want, ErrInvalidUTF8) && !errors.Is(err, tt.want):
+				t.Errorf("%s, UTF-8 checked: err = %v, want %v", tt.name, err, tt.want)
+			}
 		}
 	}
 }
