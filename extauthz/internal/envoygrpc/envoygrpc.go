@@ -88,7 +88,6 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		resp.Status = okStatus
 		resp.HttpResponse = &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}}
 	}
-	resp.DynamicMetadata = withDecisionID(d.DynamicMetadata, d.ID)
 	return resp, nil
 }
 
@@ -120,15 +119,33 @@ func (s *Server) atRevision(ctx context.Context, tok string) *authv3.CheckRespon
 	}
 }
 
-// withDecisionID is the policy's dynamic metadata (shared, never modified)
-// plus decision_id, as opa-envoy-plugin adds it to every decision.
-func withDecisionID(md *structpb.Struct, id string) *structpb.Struct {
+// answer holds the messages of one decision's CheckResponse, allocated
+// together: a check allocates them all at once rather than one by one.
+type answer struct {
+	resp    authv3.CheckResponse
+	ok      authv3.OkHttpResponse
+	okOf    authv3.CheckResponse_OkResponse
+	denied  authv3.DeniedHttpResponse
+	deniedO authv3.CheckResponse_DeniedResponse
+	status  typev3.HttpStatus
+	md      structpb.Struct
+	id      structpb.Value
+	idOf    structpb.Value_StringValue
+}
+
+// setDecisionID sets a's dynamic metadata to the policy's (md, shared,
+// never modified) plus decision_id, as opa-envoy-plugin adds it to every
+// decision.
+func (a *answer) setDecisionID(md *structpb.Struct, id string) {
 	fields := make(map[string]*structpb.Value, len(md.GetFields())+1)
 	for k, v := range md.GetFields() {
 		fields[k] = v
 	}
-	fields["decision_id"] = structpb.NewStringValue(id)
-	return &structpb.Struct{Fields: fields}
+	a.idOf.StringValue = id
+	a.id.Kind = &a.idOf
+	fields["decision_id"] = &a.id
+	a.md.Fields = fields
+	a.resp.DynamicMetadata = &a.md
 }
 
 // requestParseError is the prefix of the denial of a request that does
@@ -180,31 +197,41 @@ var (
 	deniedStatus = &rpcstatus.Status{Code: int32(codes.PermissionDenied)}
 )
 
+// checkResponse is the answer to decision d, its dynamic metadata
+// included.
 func checkResponse(d pdp.Decision) *authv3.CheckResponse {
-	if !d.Object {
-		if d.Allowed {
-			return &authv3.CheckResponse{Status: okStatus}
-		}
-		return &authv3.CheckResponse{Status: deniedStatus}
-	}
-	if d.Allowed {
-		ok := &authv3.OkHttpResponse{
+	a := &answer{}
+	r := &a.resp
+	a.setDecisionID(d.DynamicMetadata, d.ID)
+	switch {
+	case !d.Object && d.Allowed:
+		r.Status = okStatus
+	case !d.Object:
+		r.Status = deniedStatus
+	case d.Allowed:
+		a.ok = authv3.OkHttpResponse{
 			Headers:                 headers(d.Headers),
 			HeadersToRemove:         d.RequestHeadersToRemove,
 			ResponseHeadersToAdd:    headers(d.ResponseHeadersToAdd),
 			QueryParametersToRemove: d.QueryParametersToRemove,
 			QueryParametersToSet:    queryParameters(d.QueryParametersToSet),
 		}
-		return &authv3.CheckResponse{Status: okStatus, HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok}}
+		a.okOf.OkResponse = &a.ok
+		r.Status, r.HttpResponse = okStatus, &a.okOf
+	default:
+		a.status.Code = typev3.StatusCode(d.HTTPStatus)
+		a.denied = authv3.DeniedHttpResponse{Status: &a.status, Headers: headers(d.Headers), Body: d.Body}
+		a.deniedO.DeniedResponse = &a.denied
+		r.Status, r.HttpResponse = deniedStatus, &a.deniedO
 	}
-	return &authv3.CheckResponse{
-		Status: deniedStatus,
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(d.HTTPStatus)},
-			Headers: headers(d.Headers),
-			Body:    d.Body,
-		}},
-	}
+	return r
+}
+
+// header is one header of a response, its two messages allocated
+// together.
+type header struct {
+	opt corev3.HeaderValueOption
+	val corev3.HeaderValue
 }
 
 // headers are HeaderValueOptions as the plugin writes them: the header
@@ -215,8 +242,12 @@ func headers(hs []pdp.Header) []*corev3.HeaderValueOption {
 		return nil
 	}
 	out := make([]*corev3.HeaderValueOption, len(hs))
+	all := make([]header, len(hs))
 	for i, h := range hs {
-		out[i] = &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: h.Key, Value: h.Value}}
+		a := &all[i]
+		a.val.Key, a.val.Value = h.Key, h.Value
+		a.opt.Header = &a.val
+		out[i] = &a.opt
 	}
 	return out
 }
