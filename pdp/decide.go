@@ -54,6 +54,9 @@ type meta struct {
 	// whole writes the whole input document, unpruned, for a decision
 	// sink (nil when the policy saw the whole document already).
 	whole func() ([]byte, error)
+	// native, when set, decides the request natively without its input
+	// document (envoyFields); ok false sends it back to the caller.
+	native func(ctx context.Context, dst []byte) (out []byte, ok bool)
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -73,12 +76,57 @@ func (p *PDP) EnvoyDecoded(ctx context.Context, iface string, req *authv3.CheckR
 func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest, utf8Checked bool) (Decision, error) {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
+	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse, UTF8Checked: utf8Checked}
+	tooLarge := !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes
+	if !tooLarge {
+		if d, err, ok := p.envoyFields(ctx, iface, md, req, opts); ok {
+			return d, err
+		}
+	}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		if !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes {
+		if tooLarge {
 			return dst, ErrTooLarge
 		}
-		return input.AppendEnvoy(dst, req, input.Options{Keep: keep, SkipBody: p.cfg.SkipRequestBodyParse, UTF8Checked: utf8Checked})
+		opts.Keep = keep
+		return input.AppendEnvoy(dst, req, opts)
 	})
+}
+
+// envoyFields decides req natively from the fields the default policy
+// reads, without writing its input document, when that document has no
+// other reader: the loaded policy is the default one, decided natively,
+// and neither the decision cache nor a decision sink takes the document.
+// The request is checked as building its document checks it, with the
+// same errors. ok is false when it did not decide: the caller builds the
+// document and decides (the Wasm answers what the native decision does
+// not).
+func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, req *authv3.CheckRequest, opts input.Options) (_ Decision, _ error, ok bool) {
+	ep := p.cfg.EnvoyEntrypoint
+	v := p.view.Load()
+	if v == nil || v.native == nil || ep != DefaultEnvoyEntrypoint || p.cfg.DecisionSink != nil || (p.cache != nil && v.cached(ep)) {
+		return Decision{}, nil, false
+	}
+	f := p.fields.Get().(*input.Fields)
+	defer func() {
+		f.Headers, f.JWT = nil, nil
+		p.fields.Put(f)
+	}()
+	bp := p.buf()
+	buf, err := input.EnvoyFields(*bp, req, opts, f)
+	p.putBuf(bp, buf)
+	if err != nil {
+		p.CountError(iface, err)
+		return Decision{}, err, true
+	}
+	md.view = v
+	md.native = func(ctx context.Context, dst []byte) ([]byte, bool) {
+		return v.native.EnvoyFields(ctx, f.Method, f.Path, f.Headers, f.JWT, dst)
+	}
+	d, err := p.decide(ctx, iface, ep, nil, md)
+	if err == errStale || err == errNotNative {
+		return Decision{}, nil, false
+	}
+	return d, err, true
 }
 
 // HTTP decides a proxied HTTP request (forward auth) from source (the
@@ -175,9 +223,9 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 // counts, measures and logs the decision.
 func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (Decision, error) {
 	start := time.Now()
-	d, err := p.decideUncounted(ctx, entrypoint, input, md.view, md.envoy)
-	if err == errStale {
-		return d, err // the caller builds the input again
+	d, err := p.decideUncounted(ctx, entrypoint, input, &md)
+	if err == errStale || err == errNotNative {
+		return d, err // the caller builds the input (again)
 	}
 	elapsed := time.Since(start)
 	d.ID = p.decisionID()
@@ -293,11 +341,13 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 	}
 }
 
-// decideUncounted decides input, written for view v (nil before a policy
-// is loaded), reading the result as opa-envoy-plugin does if envoy. It
-// returns errStale if v is no longer the loaded view when the decision is
-// made.
-func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, v *inputView, envoy bool) (d Decision, err error) {
+// decideUncounted decides input, written for view md.view (nil before a
+// policy is loaded), reading the result as opa-envoy-plugin does if
+// md.envoy. It returns errStale if the view is no longer the loaded one
+// when the decision is made, and errNotNative if md.native did not
+// decide.
+func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, md *meta) (d Decision, err error) {
+	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
 	if !p.ready.Load() {
 		return d, ErrNotReady
@@ -337,7 +387,16 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		}
 	}
 	bp := p.buf()
-	out, err := p.eval(ctx, entrypoint, input, (*bp)[:0], v)
+	var out []byte
+	if md.native != nil {
+		var ok bool
+		if out, ok = md.native(ctx, (*bp)[:0]); !ok {
+			p.putBuf(bp, out)
+			return d, errNotNative
+		}
+	} else {
+		out, err = p.eval(ctx, entrypoint, input, (*bp)[:0], v)
+	}
 	if err == nil {
 		d.Decision, err = p.parseResult(out, envoy)
 		if err == nil && p.cfg.DecisionSink != nil {

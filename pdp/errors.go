@@ -39,6 +39,11 @@ var ErrUnavailable = errors.New("unavailable")
 // for another policy. Callers build the input again.
 var errStale = fmt.Errorf("%w: the policy changed during the decision", ErrNotReady)
 
+// errNotNative reports a native decision from a request's fields that did
+// not decide (meta.native): the caller builds the input document and
+// decides on it. It never leaves the package.
+var errNotNative = errors.New("pdp: the native decision did not decide")
+
 // Errorf wraps sentinel with a message: errors.Is(err, sentinel) holds.
 func Errorf(sentinel error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))

@@ -1,6 +1,12 @@
 package pdp
 
-import "context"
+import (
+	"context"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/nexuspdp/nexus/pdp/internal/input"
+)
 
 // EvalNative is the loaded view's native evaluation of entrypoint on
 // input, without the Wasm's fallback: ok is false when the native
@@ -17,4 +23,13 @@ func (p *PDP) EvalNative(ctx context.Context, entrypoint string, input []byte) (
 		return v.native.Authz(ctx, input, nil)
 	}
 	return nil, false
+}
+
+// EnvoyFieldsPath decides req as Envoy does, on the path that reads its
+// fields without writing its input document; ok is false when that path
+// did not decide.
+func (p *PDP) EnvoyFieldsPath(ctx context.Context, req *authv3.CheckRequest) (Decision, error, bool) {
+	h := req.GetAttributes().GetRequest().GetHttp()
+	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
+	return p.envoyFields(ctx, IfaceGRPC, md, req, input.Options{SkipBody: p.cfg.SkipRequestBodyParse})
 }

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/engine"
@@ -84,4 +88,130 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 	ca, _ := json.Marshal(va)
 	cb, _ := json.Marshal(vb)
 	return bytes.Equal(ca, cb)
+}
+
+// FuzzEnvoyFields: a proxied request decided natively from its fields,
+// without its input document, gets the Wasm's decision on the document
+// (the same decision, or both fail with the same code). The fuzzer varies
+// what the default policy reads: the method, the path (escapes, a query,
+// repeated slashes), the subject and tenant headers (absent, empty, not an
+// ID) and the JWT payloads Envoy verified (none, one or two subjects, a
+// subject that is not a string).
+func FuzzEnvoyFields(f *testing.F) {
+	ctx := context.Background()
+	store := fixture.DemoStore(f)
+	b := withSubjectHeader(f, fixture.Bundle(f), "x-user")
+	native, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b, CacheDisabled: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	wasm, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Policy: b, CacheDisabled: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if !native.Native() || wasm.Native() {
+		f.Fatal("want one PDP deciding natively and one in the Wasm")
+	}
+	f.Add("GET", "/tenants/acme/files/report.pdf", true, "alice", true, "acme", 0, "")
+	f.Add("GET", "/files/report.pdf", true, "bob", false, "", 0, "")
+	f.Add("DELETE", "/files/report.pdf?x=1", true, "alice", false, "", 1, "carol")
+	f.Add("GET", "//tenants/acme/files/r%65port.pdf", false, "", true, "acme", 2, "carol")
+	f.Add("PUT", "/files/report.pdf", true, "", true, "", 3, "")
+	f.Add("GET", "/folders/q3/", true, "a b", true, "ac/me", 1, "")
+	f.Add("", "/files/../report.pdf", true, "bob", false, "", 0, "")
+	f.Add("GET", "/files/%zz", true, "bob", false, "", 0, "")
+	f.Add("GET", "/files/report.pdf", true, "alice", true, "acme", 0, "")
+	f.Add("GET", "/files/report.pdf", true, "alice", true, "globex", 0, "")
+	f.Add("GET", "/files/report.pdf", true, "alice", true, "", 0, "")
+	f.Add("GET", "/files/report.pdf", true, "", false, "", 0, "")
+	f.Add("GET", "/files/report.pdf", true, "mallory", true, "acme", 1, "alice")
+	f.Fuzz(func(t *testing.T, method, path string, hasUser bool, user string, hasTenant bool, tenant string, jwtShape int, sub string) {
+		headers := map[string]string{"user-agent": "curl/8.0"}
+		if hasUser {
+			headers["x-user"] = user
+		}
+		if hasTenant {
+			headers["x-tenant"] = tenant
+		}
+		req := fixture.EnvoyRequest(method, path, headers)
+		req.Attributes.Request.Http.Headers = headers
+		payload := func(sub *structpb.Value) *structpb.Value {
+			// Built by hand: structpb.NewStruct refuses a string that is
+			// not UTF-8, which building the document must refuse too.
+			return structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"sub": sub, "iss": structpb.NewStringValue("https://issuer")}})
+		}
+		var jwt *structpb.Struct
+		switch s := structpb.NewStringValue(sub); jwtShape % 4 {
+		case 1: // one payload
+			jwt = &structpb.Struct{Fields: map[string]*structpb.Value{"payload": payload(s)}}
+		case 2: // two payloads, the same subject
+			jwt = &structpb.Struct{Fields: map[string]*structpb.Value{"a": payload(s), "b": payload(s)}}
+		case 3: // two subjects, or one that is not a string
+			jwt = &structpb.Struct{Fields: map[string]*structpb.Value{"a": payload(s), "b": payload(structpb.NewNumberValue(42))}}
+		}
+		if jwt != nil {
+			req.Attributes.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.filters.http.jwt_authn": jwt}}
+		}
+		got, gerr, ok := native.EnvoyFieldsPath(ctx, req)
+		if !ok {
+			return // the caller writes the document and decides on it
+		}
+		want, werr := wasm.Envoy(ctx, pdp.IfaceGRPC, req)
+		if (gerr == nil) != (werr == nil) || pdp.Code(gerr) != pdp.Code(werr) {
+			t.Fatalf("from the fields: %v; the Wasm: %v\nrequest: %v", gerr, werr, req)
+		}
+		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
+			t.Fatalf("from the fields: %+v\nthe Wasm: %+v\nrequest: %v", got.Decision, want.Decision, req)
+		}
+	})
+}
+
+// TestEnvoyFieldsDecides: the field path decides the requests a proxy
+// sends (it does not defer them all to the document path), and only when
+// nothing else reads the document.
+func TestEnvoyFieldsDecides(t *testing.T) {
+	ctx := context.Background()
+	store := fixture.DemoStore(t)
+	b := fixture.Bundle(t)
+	req := fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
+	for _, tc := range []struct {
+		name  string
+		cache bool
+		want  bool
+	}{{"cache off", false, true}, {"cache on", true, false}} {
+		p, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b, CacheDisabled: !tc.cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err, ok := p.EnvoyFieldsPath(ctx, req)
+		if ok != tc.want {
+			t.Fatalf("%s: decided from the fields: %v, want %v", tc.name, ok, tc.want)
+		}
+		if ok && (err != nil || !d.Allowed || d.Reason != "rbac") {
+			t.Fatalf("%s: %+v, %v; want an RBAC allow", tc.name, d, err)
+		}
+	}
+}
+
+// withSubjectHeader is b with data.nexus.subject_header set to name, as
+// nexus serve --trusted-subject-header sets it.
+func withSubjectHeader(tb testing.TB, b *bundle.Bundle, name string) *bundle.Bundle {
+	tb.Helper()
+	var data map[string]any
+	if err := json.Unmarshal(b.Data, &data); err != nil {
+		tb.Fatal(err)
+	}
+	nx, _ := data["nexus"].(map[string]any)
+	if nx == nil {
+		nx = map[string]any{}
+		data["nexus"] = nx
+	}
+	nx["subject_header"] = name
+	raw, err := json.Marshal(data)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	nb := *b
+	nb.Data = raw
+	return &nb
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
+	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 	"github.com/nexuspdp/nexus/pdp/internal/result"
 )
@@ -62,6 +63,8 @@ type PDP struct {
 	idPrefix [8]byte // random; the version-4 nibble set
 	idSeq    atomic.Uint64
 	bufs     sync.Pool
+	// fields holds *input.Fields for envoyFields.
+	fields sync.Pool
 }
 
 // inputView is the part of the input the loaded policy reads. Every load
@@ -100,6 +103,7 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 	_, _ = rand.Read(p.idPrefix[:])
 	p.idPrefix[6] = p.idPrefix[6]&0x0f | 0x40
 	p.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
+	p.fields.New = func() any { return new(input.Fields) }
 	if !cfg.CacheDisabled {
 		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize})
 		if err != nil {

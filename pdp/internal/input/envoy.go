@@ -223,17 +223,12 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 	}
 	if _, ok := o.member("parsed_path"); ok {
 		o.buf = append(o.buf, '[')
-		p := strings.TrimLeft(decoded, "/")
-		for i := 0; ; i++ {
+		var segs [16]string
+		for i, seg := range appendSegments(segs[:0], decoded) {
 			if i > 0 {
 				o.buf = append(o.buf, ',')
 			}
-			seg, rest, more := strings.Cut(p, "/")
 			o.buf = appendString(o.buf, seg)
-			if !more {
-				break
-			}
-			p = rest
 		}
 		o.buf = append(o.buf, ']')
 	}
