@@ -79,7 +79,10 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse, UTF8Checked: utf8Checked}
 	tooLarge := !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes
 	if !tooLarge {
-		if d, err, ok := p.envoyFields(ctx, iface, md, req, opts); ok {
+		d, err, ok := p.envoyFields(ctx, iface, md, func(dst []byte, f *input.Fields) ([]byte, error) {
+			return input.EnvoyFields(dst, req, opts, f)
+		})
+		if ok {
 			return d, err
 		}
 	}
@@ -92,15 +95,15 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 	})
 }
 
-// envoyFields decides req natively from the fields the default policy
-// reads, without writing its input document, when that document has no
-// other reader: the loaded policy is the default one, decided natively,
-// and neither the decision cache nor a decision sink takes the document.
-// The request is checked as building its document checks it, with the
-// same errors. ok is false when it did not decide: the caller builds the
-// document and decides (the Wasm answers what the native decision does
-// not).
-func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, req *authv3.CheckRequest, opts input.Options) (_ Decision, _ error, ok bool) {
+// envoyFields decides a proxied request natively from the fields the
+// default policy reads (which fields sets, checking the request as
+// building its input document checks it, with the same errors), without
+// writing the document, when the document has no other reader: the
+// loaded policy is the default one, decided natively, and neither the
+// decision cache nor a decision sink takes the document. ok is false when
+// it did not decide: the caller builds the document and decides (the
+// Wasm answers what the native decision does not).
+func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields func([]byte, *input.Fields) ([]byte, error)) (_ Decision, _ error, ok bool) {
 	ep := p.cfg.EnvoyEntrypoint
 	v := p.view.Load()
 	if v == nil || v.native == nil || ep != DefaultEnvoyEntrypoint || p.cfg.DecisionSink != nil || (p.cache != nil && v.cached(ep)) {
@@ -112,7 +115,7 @@ func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, req *authv
 		p.fields.Put(f)
 	}()
 	bp := p.buf()
-	buf, err := input.EnvoyFields(*bp, req, opts, f)
+	buf, err := fields(*bp, f)
 	p.putBuf(bp, buf)
 	if err != nil {
 		p.CountError(iface, err)
@@ -134,8 +137,16 @@ func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, req *authv
 // as Envoy's.
 func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source string) (Decision, error) {
 	md := meta{action: req.Method, resource: req.Path, envoy: true}
+	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse}
+	d, err, ok := p.envoyFields(ctx, iface, md, func(dst []byte, f *input.Fields) ([]byte, error) {
+		return input.HTTPFields(dst, req, source, opts, f)
+	})
+	if ok {
+		return d, err
+	}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		return input.AppendHTTP(dst, req, source, input.Options{Keep: keep, SkipBody: p.cfg.SkipRequestBodyParse})
+		opts.Keep = keep
+		return input.AppendHTTP(dst, req, source, opts)
 	})
 }
 

@@ -31,5 +31,15 @@ func (p *PDP) EvalNative(ctx context.Context, entrypoint string, input []byte) (
 func (p *PDP) EnvoyFieldsPath(ctx context.Context, req *authv3.CheckRequest) (Decision, error, bool) {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
-	return p.envoyFields(ctx, IfaceGRPC, md, req, input.Options{SkipBody: p.cfg.SkipRequestBodyParse})
+	return p.envoyFields(ctx, IfaceGRPC, md, func(dst []byte, f *input.Fields) ([]byte, error) {
+		return input.EnvoyFields(dst, req, input.Options{SkipBody: p.cfg.SkipRequestBodyParse}, f)
+	})
+}
+
+// HTTPFieldsPath is EnvoyFieldsPath for a forward-auth request.
+func (p *PDP) HTTPFieldsPath(ctx context.Context, req *HTTPRequest, source string) (Decision, error, bool) {
+	md := meta{action: req.Method, resource: req.Path, envoy: true}
+	return p.envoyFields(ctx, IfaceHTTP, md, func(dst []byte, f *input.Fields) ([]byte, error) {
+		return input.HTTPFields(dst, req, source, input.Options{SkipBody: p.cfg.SkipRequestBodyParse}, f)
+	})
 }

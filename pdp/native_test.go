@@ -90,8 +90,9 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 	return bytes.Equal(ca, cb)
 }
 
-// FuzzEnvoyFields: a proxied request decided natively from its fields,
-// without its input document, gets the Wasm's decision on the document
+// FuzzEnvoyFields: a proxied request (an Envoy CheckRequest, and the same
+// request through forward auth) decided natively from its fields, without
+// its input document, gets the Wasm's decision on the document
 // (the same decision, or both fail with the same code). The fuzzer varies
 // what the default policy reads: the method, the path (escapes, a query,
 // repeated slashes), the subject and tenant headers (absent, empty, not an
@@ -163,6 +164,19 @@ func FuzzEnvoyFields(f *testing.F) {
 		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
 			t.Fatalf("from the fields: %+v\nthe Wasm: %+v\nrequest: %v", got.Decision, want.Decision, req)
 		}
+		// The same request through forward auth (no JWT metadata there).
+		hreq := &pdp.HTTPRequest{Method: method, Path: path, Headers: headers, Host: "drive.example.com", Scheme: "https", Protocol: "HTTP/1.1"}
+		got, gerr, ok = native.HTTPFieldsPath(ctx, hreq, "10.1.2.3:40000")
+		if !ok {
+			return
+		}
+		want, werr = wasm.HTTP(ctx, pdp.IfaceHTTP, hreq, "10.1.2.3:40000")
+		if (gerr == nil) != (werr == nil) || pdp.Code(gerr) != pdp.Code(werr) {
+			t.Fatalf("forward auth, from the fields: %v; the Wasm: %v\nrequest: %+v", gerr, werr, hreq)
+		}
+		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
+			t.Fatalf("forward auth, from the fields: %+v\nthe Wasm: %+v\nrequest: %+v", got.Decision, want.Decision, hreq)
+		}
 	})
 }
 
@@ -173,6 +187,7 @@ func TestEnvoyFieldsDecides(t *testing.T) {
 	ctx := context.Background()
 	store := fixture.DemoStore(t)
 	b := fixture.Bundle(t)
+	b = withSubjectHeader(t, b, "x-user")
 	req := fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
 	for _, tc := range []struct {
 		name  string
@@ -189,6 +204,14 @@ func TestEnvoyFieldsDecides(t *testing.T) {
 		}
 		if ok && (err != nil || !d.Allowed || d.Reason != "rbac") {
 			t.Fatalf("%s: %+v, %v; want an RBAC allow", tc.name, d, err)
+		}
+		hreq := &pdp.HTTPRequest{Method: "GET", Path: "/tenants/acme/files/report.pdf", Headers: map[string]string{"x-user": "alice"}}
+		d, err, ok = p.HTTPFieldsPath(ctx, hreq, "10.1.2.3:40000")
+		if ok != tc.want {
+			t.Fatalf("%s, forward auth: decided from the fields: %v, want %v", tc.name, ok, tc.want)
+		}
+		if ok && (err != nil || !d.Allowed || d.Reason != "rbac") {
+			t.Fatalf("%s, forward auth: %+v, %v; want an RBAC allow", tc.name, d, err)
 		}
 	}
 }

@@ -58,6 +58,24 @@ func EnvoyFields(dst []byte, req *authv3.CheckRequest, opts Options, f *Fields) 
 	return dst, nil
 }
 
+// HTTPFields checks h as AppendHTTP(dst, h, source, opts) does, with the
+// same errors (opts.Keep is not used), and sets f from it, as EnvoyFields
+// does. A forward-auth request has no metadata: f.JWT is nil.
+func HTTPFields(dst []byte, h *HTTP, source string, opts Options, f *Fields) ([]byte, error) {
+	opts.Keep = keepNothing
+	dst, err := AppendHTTP(dst[:0], h, source, opts)
+	if err != nil {
+		return dst, err
+	}
+	f.Method, f.Headers, f.JWT = h.Method, h.Headers, nil
+	decoded, _, err := parsePath(h.Path)
+	if err != nil {
+		return dst, err // AppendHTTP parsed it already
+	}
+	f.Path = appendSegments(f.Path[:0], decoded)
+	return dst, nil
+}
+
 // appendSegments appends the segments of parsed_path for the decoded
 // path p.
 func appendSegments(dst []string, p string) []string {
