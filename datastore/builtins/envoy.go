@@ -39,14 +39,15 @@ func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string
 	if err := req.parse(request); err != nil {
 		return dst, err
 	}
-	return envoyResult(storeReader{ctx, s}, dst, t, &req)
+	return envoyResult(storeReader{ctx, s}, dst, t, &req, req.path)
 }
 
 // envoyResult appends the result object for req, canonical JSON (keys
 // sorted, compact): the default policy's native evaluation (DefaultPolicy)
-// answers with it. It reads the store through r.
-func envoyResult(r reader, dst []byte, t *Table, req *envoyRequest) ([]byte, error) {
-	m, ok, err := t.route(req.method, req.path)
+// answers with it. It reads the store through r. path is the request's
+// path segments (req.path, unless the caller keeps them apart).
+func envoyResult(r reader, dst []byte, t *Table, req *envoyRequest, path []string) ([]byte, error) {
+	m, ok, err := t.route(req.method, path)
 	if err != nil {
 		return dst, fmt.Errorf("nexus.envoy_decide: %w", err)
 	}

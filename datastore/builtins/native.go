@@ -130,6 +130,10 @@ func (d *DefaultPolicy) Envoy(ctx context.Context, input, dst []byte) ([]byte, b
 	if !sc.next('[') {
 		return dst, false
 	}
+	// The path is kept apart from req, which escapes, so that its
+	// segments stay on the stack.
+	var segs [8]string
+	segPath := segs[:0]
 	for first := true; !sc.next(']'); first = false {
 		if !first && !sc.next(',') {
 			return dst, false
@@ -138,14 +142,14 @@ func (d *DefaultPolicy) Envoy(ctx context.Context, input, dst []byte) ([]byte, b
 		if !ok {
 			return dst, false
 		}
-		req.path = append(req.path, seg)
+		segPath = append(segPath, seg)
 	}
 	if sc.i != len(sc.s) || req.identify(jwt, header) != nil {
 		return dst, false
 	}
 	var out []byte
 	err := d.read(ctx, func(r reader) (err error) {
-		out, err = envoyResult(r, dst, d.table, &req)
+		out, err = envoyResult(r, dst, d.table, &req, segPath)
 		return err
 	})
 	if err != nil {
