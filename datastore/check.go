@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -132,6 +131,9 @@ type checker struct {
 	tups  []tupEnt
 	kb    []byte
 	lists [][]target
+
+	// view is the View this checker serves, when it serves one.
+	view View
 }
 
 type node struct {
@@ -212,61 +214,12 @@ func (s *BoltStore) check1(ctx context.Context, objType, objID, perm string, sub
 	if err := s.check(ctx); err != nil {
 		return false, nil, err
 	}
-	st := s.state.Load()
-	if st.schema == nil {
-		return false, nil, ErrNoSchema
-	}
-	td := st.schema.types[objType]
-	if td == nil {
-		return false, nil, fmt.Errorf("%w: type %q", ErrUnknown, objType)
-	}
-	m := td.members[perm]
-	if m == nil {
-		return false, nil, fmt.Errorf("%w: %s has no relation or permission %q", ErrUnknown, objType, perm)
-	}
-	if !api.ValidID(objID) {
-		return false, nil, fmt.Errorf("%w: invalid object id %q", api.ErrSyntax, objID)
-	}
-	if err := sub.Validate(); err != nil {
-		return false, nil, err
-	}
-	if stype := st.schema.types[sub.Type]; stype == nil {
-		return false, nil, fmt.Errorf("%w: subject type %q", ErrUnknown, sub.Type)
-	} else if sub.Relation != "" && stype.members[sub.Relation] == nil {
-		return false, nil, fmt.Errorf("%w: subject %s: type %s has no relation or permission %q", ErrUnknown, sub, sub.Type, sub.Relation)
-	}
-	c := s.pool.Get().(*checker)
-	defer func() { c.reset(); s.pool.Put(c) }()
-	c.st = st
-	c.maxDepth = s.cfg.MaxDepth
-	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
-	// The schema's type and member names are all in the dictionary (and
-	// "" always is), and the subject was checked against the schema above.
-	c.stID, _ = st.dict.id(sub.Type)
-	c.srID, _ = st.dict.id(sub.Relation)
-	sn, own, err := s.acquire()
+	v, err := s.beginView(ctx)
 	if err != nil {
 		return false, nil, err
 	}
-	defer s.releaseSnap(sn, own)
-	if c.curBucket != sn.obj {
-		c.cur, c.curBucket = sn.obj.Cursor(), sn.obj
-	}
-	var root *Trace
-	if trace {
-		root = &Trace{Kind: "check"}
-	}
-	res, _, err := c.member(m, objID, 0, root)
-	if err != nil {
-		return false, nil, err
-	}
-	if root != nil {
-		root.Result = res
-		if len(root.Children) == 1 {
-			root = root.Children[0]
-		}
-	}
-	return res, root, nil
+	defer s.endView(v)
+	return v.check(objType, objID, perm, sub, trace)
 }
 
 func (c *checker) list(depth int) []target {
@@ -525,53 +478,20 @@ func (s *BoltStore) AppendSubjects(ctx context.Context, dst []string, object api
 	if err := s.check(ctx); err != nil {
 		return dst, err
 	}
-	if object.Type == "" || !api.ValidID(object.ID) || relation == "" {
-		return dst, fmt.Errorf("%w: an object type, a valid id and a relation are needed, got %q#%q", api.ErrSyntax, object, relation)
-	}
-	st := s.state.Load()
-	otID, ok1 := st.dict.id(object.Type)
-	relID, ok2 := st.dict.id(relation)
-	if !ok1 || !ok2 {
-		return dst, nil // a name never seen matches nothing
-	}
-	var buf [300]byte
-	kb := appendObjPrefix(buf[:0], otID, object.ID)
-	kb = binary.AppendUvarint(kb, relID)
-	sn, own, err := s.acquire()
+	v, err := s.beginView(ctx)
 	if err != nil {
 		return dst, err
 	}
-	defer s.releaseSnap(sn, own)
-	c := s.pool.Get().(*checker)
-	defer s.pool.Put(c)
-	if c.curBucket != sn.obj {
-		c.cur, c.curBucket = sn.obj.Cursor(), sn.obj
-	}
+	defer s.endView(v)
 	var sb [300]byte
-	for k, _ := c.cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = c.cur.Next() {
-		ids, oid, sid, err := decodeObjKey(k)
-		if err != nil {
-			return dst, err
-		}
-		if ids.ot != otID || ids.rel != relID || string(oid) != object.ID {
-			continue // an ID that merely starts like object's
-		}
-		// As tupleFromIDs, without building the tuple.
-		stName, ok1 := st.dict.name(ids.st)
-		srName, ok2 := st.dict.name(ids.sr)
-		if !ok1 || !ok2 || !api.ValidID(bstr(sid)) {
-			return dst, errBadKey
-		}
-		b := append(append(append(sb[:0], stName...), ':'), sid...)
-		if srName != "" {
-			b = append(append(b, '#'), srName...)
+	err = v.eachSubject(object, relation, func(sub api.Subject) {
+		b := append(append(append(sb[:0], sub.Type...), ':'), sub.ID...)
+		if sub.Relation != "" {
+			b = append(append(b, '#'), sub.Relation...)
 		}
 		dst = append(dst, string(b))
-		if err := ctx.Err(); err != nil {
-			return dst, err
-		}
-	}
-	return dst, nil
+	})
+	return dst, err
 }
 
 // AppendRoles appends the tenant roles subject holds directly in tenant
@@ -581,52 +501,12 @@ func (s *BoltStore) AppendRoles(ctx context.Context, dst []string, subject api.S
 	if err := s.check(ctx); err != nil {
 		return dst, err
 	}
-	st := s.state.Load()
-	if st.schema == nil {
-		return dst, ErrNoSchema
-	}
-	if st.schema.tenant == "" {
-		return dst, fmt.Errorf("%w: the schema declares no tenant roles", ErrUnknown)
-	}
-	if !api.ValidID(tenant) {
-		return dst, fmt.Errorf("%w: invalid tenant id %q", api.ErrSyntax, tenant)
-	}
-	if err := subject.Validate(); err != nil {
-		return dst, err
-	}
-	stID, ok1 := st.dict.id(subject.Type)
-	srID, ok2 := st.dict.id(subject.Relation)
-	ttID, ok3 := st.dict.id(st.schema.tenant)
-	if !ok1 || !ok2 || !ok3 {
-		return dst, nil
-	}
-	var buf [300]byte
-	kb := appendSubjPrefix(buf[:0], stID, subject.ID)
-	kb = binary.AppendUvarint(kb, srID)
-	kb = binary.AppendUvarint(kb, ttID)
-	kb = append(kb, tenant...)
-	kb = append(kb, 0)
-	sn, own, err := s.acquire()
+	v, err := s.beginView(ctx)
 	if err != nil {
 		return dst, err
 	}
-	defer s.releaseSnap(sn, own)
-	c := s.pool.Get().(*checker)
-	defer s.pool.Put(c)
-	if c.rolesBucket != sn.subj {
-		c.rolesCur, c.rolesBucket = sn.subj.Cursor(), sn.subj
-	}
-	cur := c.rolesCur
-	for k, _ := cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = cur.Next() {
-		rel, rest, err := uvarint(k[len(kb):])
-		if err != nil || len(rest) != 0 {
-			return dst, errors.Join(errBadKey, err)
-		}
-		if name, ok := st.dict.name(rel); ok {
-			dst = append(dst, name)
-		}
-	}
-	return dst, nil
+	defer s.endView(v)
+	return v.appendRoles(dst, subject, tenant)
 }
 
 // objTuples is the cached tuple list of one small object.

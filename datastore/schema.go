@@ -483,6 +483,21 @@ func (s *Schema) Permissions(typ string) []string {
 	return out
 }
 
+// HasPermission reports whether name is one of typ's permissions
+// (Permissions(typ) holds it), without allocating.
+func (s *Schema) HasPermission(typ, name string) bool {
+	t := s.types[typ]
+	if t == nil {
+		return false
+	}
+	for _, m := range t.order {
+		if m.perm && m.name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // AllowedSubjects returns the subject types typ#relation accepts (nil if
 // it is unknown or a permission).
 func (s *Schema) AllowedSubjects(typ, relation string) []SubjectType {
@@ -513,6 +528,18 @@ func (s *Schema) Tenanted(typ string) bool {
 // RoleGrants returns the grants of a tenant role, such as "file:read" or
 // "folder:*" (nil for an unknown role).
 func (s *Schema) RoleGrants(role string) []string { return slices.Clone(s.grants[role]) }
+
+// RoleGrantsOn reports whether one of role's grants is "typ:action" or
+// "typ:*" (RoleGrants(role) holds it), without allocating. Unlike Grants,
+// it matches no "*" type.
+func (s *Schema) RoleGrantsOn(role, typ, action string) bool {
+	for _, g := range s.grants[role] {
+		if gt, ga, _ := strings.Cut(g, ":"); gt == typ && (ga == action || ga == "*") {
+			return true
+		}
+	}
+	return false
+}
 
 // RoleGrantsMap returns every role with its grants.
 func (s *Schema) RoleGrantsMap() map[string][]string {

@@ -3,6 +3,7 @@ package builtins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -322,15 +323,13 @@ func Grant(ctx context.Context, s Store, dst []string, subject, action, object, 
 		}
 		if sc != nil {
 			for _, role := range roles {
-				for _, g := range sc.RoleGrants(role) {
-					if gt, ga, _ := strings.Cut(g, ":"); gt == typ && (ga == action || ga == "*") {
-						return append(dst, "rbac"), nil
-					}
+				if sc.RoleGrantsOn(role, typ, action) {
+					return append(dst, "rbac"), nil
 				}
 			}
 		}
 	}
-	if id == "" || sc == nil || !slices.Contains(sc.Permissions(typ), action) {
+	if id == "" || sc == nil || !sc.HasPermission(typ, action) {
 		return dst, nil
 	}
 	obj, err := api.SplitObject(object)
@@ -349,4 +348,142 @@ func Grant(ctx context.Context, s Store, dst []string, subject, action, object, 
 		return append(dst, "rebac"), nil
 	}
 	return dst, nil
+}
+
+// reader reads what a decision needs of the store: the tenant a check on
+// typ:id is judged in (ResourceTenant) and why the subject subType:subID
+// may do action on it (Grant).
+type reader interface {
+	// resourceTenant is ResourceTenant: mismatch, or the tenant.
+	resourceTenant(typ, id, claimed string) (mismatch bool, tenant string, err error)
+	// grant is Grant: "rbac", "rebac" or "" for no grant.
+	grant(subType, subID, action, typ, id, tenant string) (string, error)
+}
+
+// storeReader reads through the Store's methods, each call on its own.
+type storeReader struct {
+	ctx context.Context
+	s   Store
+}
+
+func (r storeReader) resourceTenant(typ, id, claimed string) (bool, string, error) {
+	var buf [2]string
+	res, err := ResourceTenant(r.ctx, r.s, buf[:0], typ+":"+id, claimed)
+	if err != nil {
+		return false, "", err
+	}
+	if res[0] == tenantMismatch {
+		return true, "", nil
+	}
+	return false, res[1], nil
+}
+
+func (r storeReader) grant(subType, subID, action, typ, id, tenant string) (string, error) {
+	var buf [1]string
+	g, err := Grant(r.ctx, r.s, buf[:0], subType+":"+subID, action, typ+":"+id, tenant)
+	if err != nil || len(g) == 0 {
+		return "", err
+	}
+	return g[0], nil
+}
+
+// errSlowPath is viewReader's answer to arguments it does not read as
+// ResourceTenant and Grant do with certainty: the caller asks a
+// storeReader instead, once the View is closed.
+var errSlowPath = errors.New("builtins: not a decision a store view answers")
+
+// viewReader answers as storeReader does, from one datastore.View, for
+// arguments that are a valid subject and object (type names and IDs the
+// store can hold, the object's ID maybe empty): then "type:id" splits
+// back into them however ResourceTenant and Grant cut it. Others are
+// errSlowPath. The tenant it returns may alias the View's snapshot: it
+// is valid only while the View is.
+type viewReader struct {
+	v *datastore.View
+}
+
+// canonicalRef reports whether typ:id names an object the store can hold
+// (or a type, with an empty id).
+func canonicalRef(typ, id string) bool {
+	return api.ValidName(typ) && (id == "" || api.ValidID(id))
+}
+
+func (r viewReader) resourceTenant(typ, id, claimed string) (mismatch bool, tenant string, err error) {
+	if !canonicalRef(typ, id) {
+		return false, "", errSlowPath
+	}
+	sc := r.v.Schema()
+	// As storedTenants: the distinct IDs (with "#relation" for a userset)
+	// of the tenant-type subjects of the object's "tenant" relation.
+	var n int        // distinct stored tenants, counted up to 2
+	var first string // the first
+	found := false   // claimed is one of them
+	if id != "" && sc != nil && tenanted(sc, typ) {
+		var buf [4]api.Subject
+		subs, err := r.v.AppendSubjects(buf[:0], api.Object{Type: typ, ID: id}, "tenant")
+		if err != nil {
+			return false, "", fmt.Errorf("nexus.resource_tenant: %w", err)
+		}
+		tt := sc.TenantType()
+		for _, sub := range subs {
+			if sub.Type != tt {
+				continue
+			}
+			t := sub.ID
+			if sub.Relation != "" {
+				t = sub.ID + "#" + sub.Relation
+			}
+			if t == claimed {
+				found = true
+			}
+			switch {
+			case n == 0:
+				first, n = t, 1
+			case n == 1 && t != first:
+				n = 2
+			}
+		}
+	}
+	switch {
+	case claimed != "" && n > 0 && !found:
+		return true, "", nil
+	case claimed != "":
+		return false, claimed, nil
+	case n == 1:
+		return false, first, nil
+	}
+	return false, "", nil
+}
+
+func (r viewReader) grant(subType, subID, action, typ, id, tenant string) (string, error) {
+	if !canonicalRef(typ, id) || !api.ValidName(subType) || !api.ValidID(subID) {
+		return "", errSlowPath
+	}
+	sc := r.v.Schema()
+	sub := api.Subject{Type: subType, ID: subID}
+	if tenant != "" {
+		var buf [8]string
+		roles, err := r.v.AppendRoles(buf[:0], sub, tenant)
+		if err != nil {
+			return "", fmt.Errorf("nexus.grant: %w", err)
+		}
+		if sc != nil {
+			for _, role := range roles {
+				if sc.RoleGrantsOn(role, typ, action) {
+					return "rbac", nil
+				}
+			}
+		}
+	}
+	if id == "" || sc == nil || !sc.HasPermission(typ, action) {
+		return "", nil
+	}
+	res, err := r.v.Check(datastore.CheckRequest{Object: api.Object{Type: typ, ID: id}, Permission: action, Subject: sub})
+	if err != nil {
+		return "", fmt.Errorf("nexus.grant: %w", err)
+	}
+	if res.Allowed {
+		return "rebac", nil
+	}
+	return "", nil
 }

@@ -39,14 +39,15 @@ func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string
 	if err := req.parse(request); err != nil {
 		return dst, err
 	}
-	return envoyResult(ctx, s, dst, t, &req)
+	return envoyResult(storeReader{ctx, s}, dst, t, &req, req.path)
 }
 
 // envoyResult appends the result object for req, canonical JSON (keys
 // sorted, compact): the default policy's native evaluation (DefaultPolicy)
-// answers with it.
-func envoyResult(ctx context.Context, s Store, dst []byte, t *Table, req *envoyRequest) ([]byte, error) {
-	m, ok, err := t.route(req.method, req.path)
+// answers with it. It reads the store through r. path is the request's
+// path segments (req.path, unless the caller keeps them apart).
+func envoyResult(r reader, dst []byte, t *Table, req *envoyRequest, path []string) ([]byte, error) {
+	m, ok, err := t.route(req.method, path)
 	if err != nil {
 		return dst, fmt.Errorf("nexus.envoy_decide: %w", err)
 	}
@@ -74,7 +75,7 @@ func envoyResult(ctx context.Context, s Store, dst []byte, t *Table, req *envoyR
 		dst = jsonw.String(dst, "{\"error\":\"the request's "+invalid+" is not a valid ID\"}")
 		return append(dst, `,"headers":{"content-type":"application/json"},"http_status":400,"reason":"invalid_request"}`...), nil
 	}
-	allow, reason, err := decide(ctx, s, t, "user:"+req.subject, m.rule.Action, m.rule.Type, m.id.value, tenant)
+	allow, reason, err := decide(r, t, "user", req.subject, m.rule.Action, m.rule.Type, m.id.value, tenant)
 	if err != nil {
 		return dst, err
 	}
@@ -333,16 +334,14 @@ func validID(s string) bool {
 }
 
 // decide is nexus.authz's decide for a resource without attributes:
-// whether subject may do action on the resource typ:id in the tenant the
-// request claims ("" for none), and why.
-func decide(ctx context.Context, s Store, t *Table, subject, action, typ, id, tenant string) (bool, string, error) {
-	obj := typ + ":" + id
-	var buf [2]string
-	res, err := ResourceTenant(ctx, s, buf[:0], obj, tenant)
+// whether subType:subID may do action on the resource typ:id in the
+// tenant the request claims ("" for none), and why.
+func decide(r reader, t *Table, subType, subID, action, typ, id, tenant string) (bool, string, error) {
+	mismatch, tenant, err := r.resourceTenant(typ, id, tenant)
 	if err != nil {
 		return false, "", err
 	}
-	if res[0] == tenantMismatch {
+	if mismatch {
 		return false, "tenant_mismatch", nil
 	}
 	denial, denied := "", false
@@ -355,12 +354,12 @@ func decide(ctx context.Context, s Store, t *Table, subject, action, typ, id, te
 	if denied {
 		return false, denial, nil
 	}
-	g, err := Grant(ctx, s, buf[:0], subject, action, obj, res[1])
+	g, err := r.grant(subType, subID, action, typ, id, tenant)
 	if err != nil {
 		return false, "", err
 	}
-	if len(g) == 1 {
-		return true, g[0], nil
+	if g != "" {
+		return true, g, nil
 	}
 	return false, "no_grant", nil
 }

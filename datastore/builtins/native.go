@@ -2,8 +2,11 @@ package builtins
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"unsafe"
+
+	"github.com/nexuspdp/nexus/datastore"
 )
 
 // DefaultPolicy decides the default policy's two entrypoints in Go, as
@@ -26,6 +29,9 @@ import (
 // in its hash table's order).
 type DefaultPolicy struct {
 	store Store
+	// bolt is store when it is a *datastore.BoltStore: a decision then
+	// reads one View of it.
+	bolt  *datastore.BoltStore
 	table *Table
 	// subjectHeader and tenantHeader are data.nexus.subject_header and
 	// data.nexus.tenant_header ("" when data does not set them).
@@ -44,6 +50,7 @@ func NewDefaultPolicy(store Store, t *Table, subjectHeader, tenantHeader string)
 		return nil
 	}
 	d := &DefaultPolicy{store: store, table: t, subjectHeader: subjectHeader, tenantHeader: tenantHeader, authz: true}
+	d.bolt, _ = store.(*datastore.BoltStore)
 	for _, c := range t.Conditions {
 		if !plain(c.Reason) {
 			return nil
@@ -123,6 +130,10 @@ func (d *DefaultPolicy) Envoy(ctx context.Context, input, dst []byte) ([]byte, b
 	if !sc.next('[') {
 		return dst, false
 	}
+	// The path is kept apart from req, which escapes, so that its
+	// segments stay on the stack.
+	var segs [8]string
+	segPath := segs[:0]
 	for first := true; !sc.next(']'); first = false {
 		if !first && !sc.next(',') {
 			return dst, false
@@ -131,16 +142,33 @@ func (d *DefaultPolicy) Envoy(ctx context.Context, input, dst []byte) ([]byte, b
 		if !ok {
 			return dst, false
 		}
-		req.path = append(req.path, seg)
+		segPath = append(segPath, seg)
 	}
 	if sc.i != len(sc.s) || req.identify(jwt, header) != nil {
 		return dst, false
 	}
-	out, err := envoyResult(ctx, d.store, dst, d.table, &req)
+	var out []byte
+	err := d.read(ctx, func(r reader) (err error) {
+		out, err = envoyResult(r, dst, d.table, &req, segPath)
+		return err
+	})
 	if err != nil {
 		return dst, false
 	}
 	return out, true
+}
+
+// read calls fn with a reader of the store: one View of it when it is a
+// *datastore.BoltStore, unless fn's arguments need the store's own
+// methods (errSlowPath), which fn then reads through in a second call.
+func (d *DefaultPolicy) read(ctx context.Context, fn func(r reader) error) error {
+	if d.bolt != nil {
+		err := d.bolt.View(ctx, func(v *datastore.View) error { return fn(viewReader{v}) })
+		if !errors.Is(err, errSlowPath) {
+			return err
+		}
+	}
+	return fn(storeReader{ctx, d.store})
 }
 
 // Authz appends the result of nexus/authz/decision for the application
@@ -176,15 +204,29 @@ func (d *DefaultPolicy) Authz(ctx context.Context, input, dst []byte) ([]byte, b
 	if attrs != "" && !isObject(attrs) {
 		return dst, false
 	}
-	obj := f[3] + ":" + f[4]
-	var buf [2]string
-	res, err := ResourceTenant(ctx, d.store, buf[:0], obj, f[5])
-	if err != nil {
+	var out []byte
+	ok = true
+	err := d.read(ctx, func(r reader) error {
+		var err error
+		out, ok, err = d.authz1(r, dst, &f, attrs)
+		return err
+	})
+	if err != nil || !ok {
 		return dst, false
+	}
+	return out, true
+}
+
+// authz1 is Authz on the input's subject type and id, action, resource
+// type, id and tenant f and the resource's attributes (JSON text or "").
+func (d *DefaultPolicy) authz1(r reader, dst []byte, f *[6]string, attrs string) ([]byte, bool, error) {
+	mismatch, tenant, err := r.resourceTenant(f[3], f[4], f[5])
+	if err != nil {
+		return dst, false, err
 	}
 	reason := ""
 	switch {
-	case res[0] == tenantMismatch:
+	case mismatch:
 		reason = "tenant_mismatch"
 	default:
 		for _, c := range d.table.Conditions {
@@ -193,7 +235,7 @@ func (d *DefaultPolicy) Authz(ctx context.Context, input, dst []byte) ([]byte, b
 			}
 			v, found, ok := lookup(attrs, c.Attribute)
 			if !ok {
-				return dst, false
+				return dst, false, nil
 			}
 			if !found {
 				v = "null"
@@ -204,16 +246,16 @@ func (d *DefaultPolicy) Authz(ctx context.Context, input, dst []byte) ([]byte, b
 		}
 	}
 	if reason == "" {
-		g, err := Grant(ctx, d.store, buf[:0], f[0]+":"+f[1], f[2], obj, res[1])
+		g, err := r.grant(f[0], f[1], f[2], f[3], f[4], tenant)
 		if err != nil {
-			return dst, false
+			return dst, false, err
 		}
-		if len(g) == 1 {
-			return append(append(append(dst, `{"allow":true,"reason":"`...), g[0]...), `"}`...), true
+		if g != "" {
+			return append(append(append(dst, `{"allow":true,"reason":"`...), g...), `"}`...), true, nil
 		}
 		reason = "no_grant"
 	}
-	return append(append(append(dst, `{"allow":false,"reason":"`...), reason...), `"}`...), true
+	return append(append(append(dst, `{"allow":false,"reason":"`...), reason...), `"}`...), true, nil
 }
 
 // equal reports whether the JSON text v equals the condition value c (a

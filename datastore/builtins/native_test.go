@@ -1,0 +1,104 @@
+package builtins_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
+)
+
+// perCall hides that its store is a *datastore.BoltStore: a decision
+// over it reads through the Store's methods, one call at a time.
+type perCall struct{ *datastore.BoltStore }
+
+// TestDefaultPolicyView: the native decisions answer the same over a
+// *datastore.BoltStore (one View per decision) as over its methods, for
+// allowed and denied requests, tenants claimed, stored, missing or
+// mismatched, userset tenants, and names and IDs the View leaves to the
+// store's methods (not valid type names or IDs).
+func TestDefaultPolicyView(t *testing.T) {
+	ctx := context.Background()
+	s := openDrive(t)
+	var touches []api.Tuple
+	for _, txt := range []string{
+		"file:two.txt#tenant@tenant:acme", "file:two.txt#tenant@tenant:globex",
+		"file:set.txt#tenant@tenant:acme", "tenant:globex#viewer@user:bob",
+		"file:lone.txt#owner@user:carol",
+	} {
+		tu, err := api.ParseTuple(txt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		touches = append(touches, tu)
+	}
+	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: touches}); err != nil {
+		t.Fatal(err)
+	}
+	table := benchTable()
+	view := builtins.NewDefaultPolicy(s, table, "x-user", "x-tenant")
+	calls := builtins.NewDefaultPolicy(perCall{s}, table, "x-user", "x-tenant")
+	envoy := func(method, user, tenant string, path string) string {
+		h := `"x-user":"` + user + `"`
+		if tenant != "" {
+			h += `,"x-tenant":"` + tenant + `"`
+		}
+		return `{"attributes":{"request":{"http":{"method":"` + method + `","headers":{` + h + `}}}},"parsed_path":` + path + `}`
+	}
+	authz := func(subType, subID, action, typ, id, tenant string) string {
+		res := `"type":"` + typ + `"`
+		if id != "-" {
+			res += `,"id":"` + id + `"`
+		}
+		if tenant != "" {
+			res += `,"tenant":"` + tenant + `"`
+		}
+		return `{"subject":{"type":"` + subType + `","id":"` + subID + `"},"action":"` + action + `","resource":{` + res + `}}`
+	}
+	var inputs []string
+	for _, user := range []string{"alice", "bob", "carol", "erin", "nobody"} {
+		for _, tenant := range []string{"", "acme", "globex", "nope"} {
+			for _, file := range []string{"report.pdf", "notes.txt", "two.txt", "set.txt", "lone.txt", "missing"} {
+				for _, method := range []string{"GET", "PUT", "DELETE"} {
+					inputs = append(inputs,
+						envoy(method, user, tenant, `["files","`+file+`"]`),
+						envoy(method, user, "", `["tenants","`+tenant+`","files","`+file+`"]`))
+				}
+				for _, action := range []string{"read", "write", "delete", "view", "nope"} {
+					inputs = append(inputs, authz("user", user, action, "file", file, tenant))
+				}
+			}
+			inputs = append(inputs,
+				envoy("GET", user, tenant, `["folders","q3"]`),
+				authz("user", user, "read", "folder", "root", tenant),
+				authz("user", user, "read", "file", "-", tenant),
+				authz("user", user, "read", "file", "bad id", tenant),
+				authz("user", user, "read", "File", "report.pdf", tenant),
+				authz("user", user, "read", "file:x", "report.pdf", tenant),
+				authz("User", user, "read", "file", "report.pdf", tenant),
+				authz("user#member", user, "read", "file", "report.pdf", tenant),
+				authz("user", user+":x", "read", "file", "report.pdf", tenant),
+				authz("group", "eng#member", "read", "file", "report.pdf", tenant),
+				authz("nope", user, "read", "file", "report.pdf", tenant),
+			)
+		}
+		inputs = append(inputs, authz("user", user, "read", "file", "set.txt", "acme#member"))
+	}
+	for _, in := range inputs {
+		for _, ep := range []string{"envoy", "authz"} {
+			var got, want []byte
+			var gok, wok bool
+			if ep == "envoy" {
+				got, gok = view.Envoy(ctx, []byte(in), nil)
+				want, wok = calls.Envoy(ctx, []byte(in), nil)
+			} else {
+				got, gok = view.Authz(ctx, []byte(in), nil)
+				want, wok = calls.Authz(ctx, []byte(in), nil)
+			}
+			if gok != wok || string(got) != string(want) {
+				t.Errorf("%s %s:\nview      %v %s\nper call  %v %s", ep, in, gok, got, wok, want)
+			}
+		}
+	}
+}

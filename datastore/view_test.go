@@ -1,0 +1,315 @@
+package datastore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/internal/storetest"
+	"github.com/nexuspdp/nexus/internal/fixture"
+)
+
+// subjectStrings writes subjects as AppendSubjects does.
+func subjectStrings(subs []api.Subject) []string {
+	out := make([]string, len(subs))
+	for i, s := range subs {
+		out[i] = s.String()
+	}
+	return out
+}
+
+// TestViewSameAnswers: a View's Check, AppendRoles and AppendSubjects
+// answer what the store's own methods answer, errors included, for
+// several calls in one View.
+func TestViewSameAnswers(t *testing.T) {
+	ctx := context.Background()
+	s := fixture.DemoStore(t)
+	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{
+		mustTuple(t, "folder:q3#viewer@group:eng#member"),
+		mustTuple(t, "file:report.pdf.bak#tenant@tenant:globex"),
+		mustTuple(t, "file:report.pdf#tenant@tenant:globex"),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	type checkCase struct {
+		obj  api.Object
+		perm string
+		sub  api.Subject
+	}
+	var checks []checkCase
+	for _, c := range storetest.DriveCases {
+		obj, _ := api.ParseObject(c.Object)
+		sub, _ := api.ParseSubject(c.Subject)
+		checks = append(checks, checkCase{obj, c.Permission, sub})
+	}
+	checks = append(checks,
+		checkCase{api.Object{Type: "nope", ID: "x"}, "read", api.Subject{Type: "user", ID: "bob"}},
+		checkCase{api.Object{Type: "file", ID: "report.pdf"}, "nope", api.Subject{Type: "user", ID: "bob"}},
+		checkCase{api.Object{Type: "file", ID: "bad id"}, "read", api.Subject{Type: "user", ID: "bob"}},
+		checkCase{api.Object{Type: "file", ID: "report.pdf"}, "read", api.Subject{Type: "user", ID: ""}},
+		checkCase{api.Object{Type: "file", ID: "report.pdf"}, "read", api.Subject{Type: "group", ID: "eng", Relation: "member"}},
+	)
+	type rolesCase struct {
+		sub    api.Subject
+		tenant string
+	}
+	roles := []rolesCase{
+		{api.Subject{Type: "user", ID: "alice"}, "acme"},
+		{api.Subject{Type: "user", ID: "erin"}, "acme"},
+		{api.Subject{Type: "user", ID: "bob"}, "acme"},
+		{api.Subject{Type: "user", ID: "alice"}, "globex"},
+		{api.Subject{Type: "user", ID: "alice"}, "bad tenant"},
+		{api.Subject{Type: "nope", ID: "alice"}, "acme"},
+	}
+	type subjectsCase struct {
+		obj api.Object
+		rel string
+	}
+	subjects := []subjectsCase{
+		{api.Object{Type: "file", ID: "report.pdf"}, "tenant"},
+		{api.Object{Type: "file", ID: "report.pdf"}, "parent"},
+		{api.Object{Type: "folder", ID: "q3"}, "viewer"},
+		{api.Object{Type: "file", ID: "missing"}, "tenant"},
+		{api.Object{Type: "nope", ID: "x"}, "tenant"},
+		{api.Object{Type: "file", ID: ""}, "tenant"},
+		{api.Object{Type: "file", ID: "report.pdf"}, ""},
+	}
+	err := s.View(ctx, func(v *datastore.View) error {
+		if v.Schema() == nil || v.Schema().TenantType() != "tenant" {
+			t.Errorf("View.Schema = %v", v.Schema())
+		}
+		for _, c := range checks {
+			req := datastore.CheckRequest{Object: c.obj, Permission: c.perm, Subject: c.sub}
+			want, werr := s.Check(ctx, req)
+			got, gerr := v.Check(req)
+			if got.Allowed != want.Allowed || (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+				t.Errorf("check %v: view %v, %v; store %v, %v", req, got.Allowed, gerr, want.Allowed, werr)
+			}
+		}
+		for _, c := range roles {
+			want, werr := s.AppendRoles(ctx, nil, c.sub, c.tenant)
+			got, gerr := v.AppendRoles(nil, c.sub, c.tenant)
+			if !slices.Equal(got, want) || (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+				t.Errorf("roles %v in %q: view %v, %v; store %v, %v", c.sub, c.tenant, got, gerr, want, werr)
+			}
+		}
+		for _, c := range subjects {
+			want, werr := s.AppendSubjects(ctx, nil, c.obj, c.rel)
+			got, gerr := v.AppendSubjects(nil, c.obj, c.rel)
+			if !slices.Equal(subjectStrings(got), want) || (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+				t.Errorf("subjects %v#%s: view %v, %v; store %v, %v", c.obj, c.rel, got, gerr, want, werr)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A traced check through a View explains as the store's does.
+	req := datastore.CheckRequest{Object: api.Object{Type: "file", ID: "report.pdf"}, Permission: "read", Subject: api.Subject{Type: "user", ID: "bob"}, Trace: true}
+	want, err := s.Check(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got datastore.CheckResult
+	if err := s.View(ctx, func(v *datastore.View) (err error) { got, err = v.Check(req); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Allowed || got.Trace.String() != want.Trace.String() {
+		t.Fatalf("traced check through a View:\n%s\nwant\n%s", got.Trace, want.Trace)
+	}
+}
+
+func mustTuple(t testing.TB, txt string) api.Tuple {
+	t.Helper()
+	tu, err := api.ParseTuple(txt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tu
+}
+
+// TestViewOneState: the calls of one View read the state it was opened
+// on, whatever is written meanwhile; the next View sees the write.
+func TestViewOneState(t *testing.T) {
+	ctx := context.Background()
+	s := fixture.DemoStore(t)
+	sub := api.Subject{Type: "user", ID: "zed"}
+	req := datastore.CheckRequest{Object: api.Object{Type: "file", ID: "report.pdf"}, Permission: "read", Subject: sub}
+	touches := []api.Tuple{mustTuple(t, "file:report.pdf#viewer@user:zed"), mustTuple(t, "tenant:acme#admin@user:zed")}
+	written := make(chan error, 1)
+	err := s.View(ctx, func(v *datastore.View) error {
+		if res, err := v.Check(req); err != nil || res.Allowed {
+			return fmt.Errorf("before the write: %v, %v", res.Allowed, err)
+		}
+		go func() {
+			_, err := s.Write(ctx, datastore.WriteRequest{Touches: touches})
+			written <- err
+		}()
+		// The write may wait for this View (when it remaps the file): give
+		// it the time to commit when it does not, and read on.
+		time.Sleep(50 * time.Millisecond)
+		if res, err := v.Check(req); err != nil || res.Allowed {
+			return fmt.Errorf("during the View, after the write: %v, %v", res.Allowed, err)
+		}
+		if roles, err := v.AppendRoles(nil, sub, "acme"); err != nil || len(roles) != 0 {
+			return fmt.Errorf("roles during the View: %v, %v", roles, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	err = s.View(ctx, func(v *datastore.View) error {
+		if res, err := v.Check(req); err != nil || !res.Allowed {
+			return fmt.Errorf("after the write: %v, %v", res.Allowed, err)
+		}
+		if roles, err := v.AppendRoles(nil, sub, "acme"); err != nil || !slices.Equal(roles, []string{"admin"}) {
+			return fmt.Errorf("roles after the write: %v, %v", roles, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestViewRefused: a View of a closed store, or for a done context, is
+// an error and fn never runs; fn's error is View's.
+func TestViewRefused(t *testing.T) {
+	s := openTemp(t, datastore.Config{})
+	storetest.MustDrive(t, s)
+	called := false
+	fn := func(*datastore.View) error { called = true; return nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.View(ctx, fn); !errors.Is(err, context.Canceled) || called {
+		t.Fatalf("canceled context: %v (fn called: %v)", err, called)
+	}
+	mine := errors.New("mine")
+	if err := s.View(context.Background(), func(*datastore.View) error { return mine }); err != mine {
+		t.Fatalf("fn's error: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.View(context.Background(), fn); !errors.Is(err, datastore.ErrClosed) || called {
+		t.Fatalf("closed store: %v (fn called: %v)", err, called)
+	}
+}
+
+// TestViewHammer runs Views (several reads each) on several goroutines
+// while tuples and the schema are written; run with -race. Answers about
+// tuples nobody writes must stay right throughout, and every View must
+// see its own writes' effects consistently.
+func TestViewHammer(t *testing.T) {
+	s := openTemp(t, datastore.Config{})
+	storetest.MustDrive(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sc, _ := s.Schema(ctx)
+	var wg sync.WaitGroup
+	var views atomic.Int64
+	fail := make(chan string, 1)
+	report := func(msg string) {
+		select {
+		case fail <- msg:
+		default:
+		}
+	}
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var roles []string
+			var subs []api.Subject
+			for ctx.Err() == nil {
+				err := s.View(ctx, func(v *datastore.View) error {
+					for _, c := range storetest.DriveCases {
+						obj, _ := api.ParseObject(c.Object)
+						sub, _ := api.ParseSubject(c.Subject)
+						res, err := v.Check(datastore.CheckRequest{Object: obj, Permission: c.Permission, Subject: sub})
+						if err != nil {
+							return err
+						}
+						if res.Allowed != c.Want {
+							return fmt.Errorf("%s#%s@%s = %v", c.Object, c.Permission, c.Subject, res.Allowed)
+						}
+					}
+					var err error
+					if roles, err = v.AppendRoles(roles[:0], api.Subject{Type: "user", ID: "alice"}, "acme"); err != nil {
+						return err
+					}
+					if len(roles) != 1 || roles[0] != "admin" {
+						return fmt.Errorf("roles %v", roles)
+					}
+					if subs, err = v.AppendSubjects(subs[:0], api.Object{Type: "file", ID: "report.pdf"}, "tenant"); err != nil {
+						return err
+					}
+					if len(subs) != 1 || subs[0].String() != "tenant:acme" {
+						return fmt.Errorf("tenants %v", subs)
+					}
+					// Both reads of a written folder's viewers agree.
+					obj := api.Object{Type: "folder", ID: "h7"}
+					a, err := v.AppendSubjects(nil, obj, "viewer")
+					if err != nil {
+						return err
+					}
+					res, err := v.Check(datastore.CheckRequest{Object: obj, Permission: "read", Subject: api.Subject{Type: "user", ID: "h"}})
+					if err != nil {
+						return err
+					}
+					if res.Allowed != (len(a) == 1) {
+						return fmt.Errorf("%v reads %v, yet the check says %v", obj, a, res.Allowed)
+					}
+					return nil
+				})
+				if err != nil && ctx.Err() == nil {
+					report(err.Error())
+					return
+				}
+				views.Add(1)
+			}
+		}()
+	}
+	for i := range 60 {
+		tu := api.Tuple{Object: api.Object{Type: "folder", ID: fmt.Sprintf("h%d", i%10)}, Relation: "viewer", Subject: api.Subject{Type: "user", ID: "h"}}
+		wr := datastore.WriteRequest{Touches: []api.Tuple{tu}}
+		if i%20 >= 10 {
+			wr = datastore.WriteRequest{Deletes: []api.Tuple{tu}}
+		}
+		if _, err := s.Write(ctx, wr); err != nil {
+			t.Fatal(err)
+		}
+		if i%20 == 0 {
+			if _, err := s.WriteSchema(ctx, sc, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case msg := <-fail:
+			t.Fatal(msg)
+		default:
+		}
+	}
+	cancel()
+	wg.Wait()
+	select {
+	case msg := <-fail:
+		t.Fatal(msg)
+	default:
+	}
+	if views.Load() == 0 {
+		t.Fatal("no View ran")
+	}
+}
