@@ -9,7 +9,7 @@ import "context"
 // filter's metadata (nil when the request has none). It answers what
 // Envoy answers for the document holding these fields.
 func (d *DefaultPolicy) EnvoyFields(ctx context.Context, method string, path []string, headers map[string]string, jwt []byte, dst []byte) ([]byte, bool) {
-	req := envoyRequest{method: method, path: path}
+	req := envoyRequest{method: method}
 	if d.tenantHeader != "" {
 		req.tenant = headers[d.tenantHeader]
 	}
@@ -22,7 +22,11 @@ func (d *DefaultPolicy) EnvoyFields(ctx context.Context, method string, path []s
 		// identify on the header's JSON string: it names the subject v.
 		req.claimed, req.subject, req.subjectOK = true, v, true
 	}
-	out, err := envoyResult(ctx, d.store, dst, d.table, &req)
+	var out []byte
+	err := d.read(ctx, func(r reader) (err error) {
+		out, err = envoyResult(r, dst, d.table, &req, path)
+		return err
+	})
 	if err != nil {
 		return dst, false
 	}
