@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -105,8 +106,8 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 // Wasm answers what the native decision does not).
 func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields func([]byte, *input.Fields) ([]byte, error)) (_ Decision, _ error, ok bool) {
 	ep := p.cfg.EnvoyEntrypoint
-	v := p.view.Load()
-	if v == nil || v.native == nil || ep != DefaultEnvoyEntrypoint || p.cfg.DecisionSink != nil || (p.cache != nil && v.cached(ep)) {
+	v := p.fieldsView(ep, DefaultEnvoyEntrypoint)
+	if v == nil {
 		return Decision{}, nil, false
 	}
 	f := p.fields.Get().(*input.Fields)
@@ -121,15 +122,57 @@ func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields fun
 		p.CountError(iface, err)
 		return Decision{}, err, true
 	}
-	md.view = v
-	md.native = func(ctx context.Context, dst []byte) ([]byte, bool) {
+	return p.decideFields(ctx, iface, ep, md, v, func(ctx context.Context, dst []byte) ([]byte, bool) {
 		return v.native.EnvoyFields(ctx, f.Method, f.Path, f.Headers, f.JWT, dst)
+	})
+}
+
+// fieldsView is the loaded view if a check on entrypoint ep may be decided
+// from its fields (envoyFields, checkFields), nil if not: ep is the
+// default policy's entrypoint want, the default policy is loaded and
+// decided natively, and neither the decision cache nor a decision sink
+// reads the input document.
+func (p *PDP) fieldsView(ep, want string) *inputView {
+	v := p.view.Load()
+	if v == nil || v.native == nil || ep != want || p.cfg.DecisionSink != nil || (p.cache != nil && v.cached(ep)) {
+		return nil
 	}
+	return v
+}
+
+// decideFields decides natively, with native, a check whose fields were
+// read for view v; ok is false when the caller must build the input
+// document and decide on it.
+func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *inputView, native func(context.Context, []byte) ([]byte, bool)) (_ Decision, _ error, ok bool) {
+	md.view, md.native = v, native
 	d, err := p.decide(ctx, iface, ep, nil, md)
 	if err == errStale || err == errNotNative {
 		return Decision{}, nil, false
 	}
 	return d, err, true
+}
+
+// checkFields decides an application check natively from its fields,
+// without writing its input document, as envoyFields does a proxied
+// request: for a check without attributes or context (the native
+// decision reads none of those but the resource's attributes, and the
+// document path may refuse a map it cannot write) whose strings are
+// UTF-8 (the document writes others replaced).
+func (p *PDP) checkFields(ctx context.Context, iface string, md meta, c *Check) (_ Decision, _ error, ok bool) {
+	ep := p.cfg.AuthzEntrypoint
+	v := p.fieldsView(ep, DefaultAuthzEntrypoint)
+	if v == nil || len(c.Subject.Attributes)+len(c.ActionAttributes)+len(c.Resource.Attributes)+len(c.Context) > 0 {
+		return Decision{}, nil, false
+	}
+	f := [6]string{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}
+	for _, s := range f {
+		if !utf8.ValidString(s) {
+			return Decision{}, nil, false
+		}
+	}
+	return p.decideFields(ctx, iface, ep, md, v, func(ctx context.Context, dst []byte) ([]byte, bool) {
+		return v.native.AuthzFields(ctx, &f, dst)
+	})
 }
 
 // HTTP decides a proxied HTTP request (forward auth) from source (the
@@ -164,6 +207,9 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 		}
 	}
 	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
+	if d, err, ok := p.checkFields(ctx, iface, md, c); ok {
+		return d, err
+	}
 	doc := c.Input()
 	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		if keep == nil {

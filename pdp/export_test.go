@@ -43,3 +43,9 @@ func (p *PDP) HTTPFieldsPath(ctx context.Context, req *HTTPRequest, source strin
 		return input.HTTPFields(dst, req, source, input.Options{SkipBody: p.cfg.SkipRequestBodyParse}, f)
 	})
 }
+
+// CheckFieldsPath is EnvoyFieldsPath for an application check.
+func (p *PDP) CheckFieldsPath(ctx context.Context, c *Check) (Decision, error, bool) {
+	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
+	return p.checkFields(ctx, IfacePermit, md, c)
+}

@@ -181,8 +181,8 @@ func FuzzEnvoyFields(f *testing.F) {
 }
 
 // TestEnvoyFieldsDecides: the field path decides the requests a proxy
-// sends (it does not defer them all to the document path), and only when
-// nothing else reads the document.
+// sends and the checks an application sends (it does not defer them all
+// to the document path), and only when nothing else reads the document.
 func TestEnvoyFieldsDecides(t *testing.T) {
 	ctx := context.Background()
 	store := fixture.DemoStore(t)
@@ -213,6 +213,18 @@ func TestEnvoyFieldsDecides(t *testing.T) {
 		if ok && (err != nil || !d.Allowed || d.Reason != "rbac") {
 			t.Fatalf("%s, forward auth: %+v, %v; want an RBAC allow", tc.name, d, err)
 		}
+		c := &pdp.Check{Subject: pdp.Subject{Type: "user", ID: "alice"}, Action: "read", Resource: pdp.Resource{Type: "file", ID: "report.pdf", Tenant: "acme"}}
+		d, err, ok = p.CheckFieldsPath(ctx, c)
+		if ok != tc.want {
+			t.Fatalf("%s, application check: decided from the fields: %v, want %v", tc.name, ok, tc.want)
+		}
+		if ok && (err != nil || !d.Allowed || d.Reason != "rbac") {
+			t.Fatalf("%s, application check: %+v, %v; want an RBAC allow", tc.name, d, err)
+		}
+		c.Resource.Attributes = map[string]any{"locked": true}
+		if _, _, ok := p.CheckFieldsPath(ctx, c); ok {
+			t.Fatalf("%s: a check with attributes was decided from its fields", tc.name)
+		}
 	}
 }
 
@@ -237,4 +249,48 @@ func withSubjectHeader(tb testing.TB, b *bundle.Bundle, name string) *bundle.Bun
 	nb := *b
 	nb.Data = raw
 	return &nb
+}
+
+// FuzzCheckFields: an application check decided natively from its fields,
+// without its input document, gets the Wasm's decision on the document.
+// The fuzzer varies every field the default policy reads: the subject,
+// the action, the resource and the tenant the check claims.
+func FuzzCheckFields(f *testing.F) {
+	ctx := context.Background()
+	store := fixture.DemoStore(f)
+	b := fixture.Bundle(f)
+	native, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b, CacheDisabled: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	wasm, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Policy: b, CacheDisabled: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("user", "alice", "read", "file", "report.pdf", "acme")
+	f.Add("user", "alice", "read", "file", "report.pdf", "")
+	f.Add("user", "bob", "read", "file", "report.pdf", "")
+	f.Add("user", "bob", "write", "file", "report.pdf", "globex")
+	f.Add("user", "carol", "delete", "folder", "q3", "acme")
+	f.Add("group", "eng#member", "read", "file", "report.pdf", "")
+	f.Add("user", "", "read", "file", "", "acme")
+	f.Add("user", "a b", "read", "tenant", "acme", "acme")
+	f.Add("user", "alice", "manage", "tenant", "acme", "")
+	f.Fuzz(func(t *testing.T, subType, subID, action, resType, resID, tenant string) {
+		if !native.KnownType(subType) || !native.KnownType(resType) {
+			return // Check refuses the check before either path
+		}
+		c := &pdp.Check{Subject: pdp.Subject{Type: subType, ID: subID}, Action: action, Resource: pdp.Resource{Type: resType, ID: resID, Tenant: tenant}}
+		got, gerr, ok := native.CheckFieldsPath(ctx, c)
+		if !ok {
+			return // the caller writes the document and decides on it
+		}
+		want, werr := wasm.Check(ctx, pdp.IfacePermit, c)
+		if (gerr == nil) != (werr == nil) || pdp.Code(gerr) != pdp.Code(werr) {
+			t.Fatalf("from the fields: %v; the Wasm: %v\ncheck: %+v", gerr, werr, c)
+		}
+		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
+			t.Fatalf("from the fields: %+v\nthe Wasm: %+v\ncheck: %+v", got.Decision, want.Decision, c)
+		}
+	})
 }
