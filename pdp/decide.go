@@ -12,6 +12,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
@@ -57,7 +58,10 @@ type meta struct {
 	whole func() ([]byte, error)
 	// native, when set, decides the request natively without its input
 	// document (envoyFields); ok false sends it back to the caller.
-	native func(ctx context.Context, dst []byte) (out []byte, ok bool)
+	// nativeKey then appends what native reads, the decision cache's key
+	// in place of the document.
+	native    func(ctx context.Context, dst []byte) (out []byte, ok bool)
+	nativeKey func(dst []byte) []byte
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -99,11 +103,12 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 // envoyFields decides a proxied request natively from the fields the
 // default policy reads (which fields sets, checking the request as
 // building its input document checks it, with the same errors), without
-// writing the document, when the document has no other reader: the
-// loaded policy is the default one, decided natively, and neither the
-// decision cache nor a decision sink takes the document. ok is false when
-// it did not decide: the caller builds the document and decides (the
-// Wasm answers what the native decision does not).
+// writing the document, when the document has no other reader
+// (fieldsView): the loaded policy is the default one, decided natively,
+// and no decision sink takes the document. The decision cache keys it by
+// those fields. ok is false when it did not decide: the caller builds the
+// document and decides (the Wasm answers what the native decision does
+// not).
 func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields func([]byte, *input.Fields) ([]byte, error)) (_ Decision, _ error, ok bool) {
 	ep := p.cfg.EnvoyEntrypoint
 	v := p.fieldsView(ep, DefaultEnvoyEntrypoint)
@@ -122,6 +127,7 @@ func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields fun
 		p.CountError(iface, err)
 		return Decision{}, err, true
 	}
+	md.nativeKey = func(dst []byte) []byte { return v.native.EnvoyKey(dst, f.Method, f.Path, f.Headers, f.JWT) }
 	return p.decideFields(ctx, iface, ep, md, v, func(ctx context.Context, dst []byte) ([]byte, bool) {
 		return v.native.EnvoyFields(ctx, f.Method, f.Path, f.Headers, f.JWT, dst)
 	})
@@ -130,11 +136,11 @@ func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields fun
 // fieldsView is the loaded view if a check on entrypoint ep may be decided
 // from its fields (envoyFields, checkFields), nil if not: ep is the
 // default policy's entrypoint want, the default policy is loaded and
-// decided natively, and neither the decision cache nor a decision sink
-// reads the input document.
+// decided natively, and no decision sink takes the input document. The
+// decision cache keys such a check by the fields the decision reads.
 func (p *PDP) fieldsView(ep, want string) *inputView {
 	v := p.view.Load()
-	if v == nil || v.native == nil || ep != want || p.cfg.DecisionSink != nil || (p.cache != nil && v.cached(ep)) {
+	if v == nil || v.native == nil || ep != want || p.cfg.DecisionSink != nil {
 		return nil
 	}
 	return v
@@ -170,6 +176,7 @@ func (p *PDP) checkFields(ctx context.Context, iface string, md meta, c *Check) 
 			return Decision{}, nil, false
 		}
 	}
+	md.nativeKey = func(dst []byte) []byte { return builtins.AuthzKey(dst, &f) }
 	return p.decideFields(ctx, iface, ep, md, v, func(ctx context.Context, dst []byte) ([]byte, bool) {
 		return v.native.AuthzFields(ctx, &f, dst)
 	})
@@ -429,8 +436,12 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		kb = strconv.AppendUint(kb, uint64(rev), 36)
 		kb = append(kb, '/')
 		kb = append(kb, entrypoint...)
-		kb = append(kb, resultKind(envoy), 0)
-		kb = append(kb, input...)
+		if md.nativeKey != nil {
+			kb = md.nativeKey(append(kb, resultKind(envoy), 1))
+		} else {
+			kb = append(kb, resultKind(envoy), 0)
+			kb = append(kb, input...)
+		}
 		// The lookup does not keep its key, so it reads the buffer in
 		// place; only a miss copies the key, to insert it.
 		r, hit := p.cache.GetIfPresent(unsafe.String(unsafe.SliceData(kb), len(kb)))

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/bundle"
@@ -110,6 +111,10 @@ func FuzzEnvoyFields(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b})
+	if err != nil {
+		f.Fatal(err)
+	}
 	if !native.Native() || wasm.Native() {
 		f.Fatal("want one PDP deciding natively and one in the Wasm")
 	}
@@ -164,6 +169,7 @@ func FuzzEnvoyFields(f *testing.F) {
 		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
 			t.Fatalf("from the fields: %+v\nthe Wasm: %+v\nrequest: %v", got.Decision, want.Decision, req)
 		}
+		sameCached(t, ctx, cached, req, want, werr)
 		// The same request through forward auth (no JWT metadata there).
 		hreq := &pdp.HTTPRequest{Method: method, Path: path, Headers: headers, Host: "drive.example.com", Scheme: "https", Protocol: "HTTP/1.1"}
 		got, gerr, ok = native.HTTPFieldsPath(ctx, hreq, "10.1.2.3:40000")
@@ -182,7 +188,8 @@ func FuzzEnvoyFields(f *testing.F) {
 
 // TestEnvoyFieldsDecides: the field path decides the requests a proxy
 // sends and the checks an application sends (it does not defer them all
-// to the document path), and only when nothing else reads the document.
+// to the document path), cache on or off, and not when a decision sink
+// takes the document.
 func TestEnvoyFieldsDecides(t *testing.T) {
 	ctx := context.Background()
 	store := fixture.DemoStore(t)
@@ -192,9 +199,10 @@ func TestEnvoyFieldsDecides(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cache bool
+		sink  pdp.DecisionSink
 		want  bool
-	}{{"cache off", false, true}, {"cache on", true, false}} {
-		p, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b, CacheDisabled: !tc.cache})
+	}{{"cache off", false, nil, true}, {"cache on", true, nil, true}, {"decision sink", true, discardSink{}, false}} {
+		p, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b, CacheDisabled: !tc.cache, DecisionSink: tc.sink})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,6 +275,10 @@ func FuzzCheckFields(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Add("user", "alice", "read", "file", "report.pdf", "acme")
 	f.Add("user", "alice", "read", "file", "report.pdf", "")
 	f.Add("user", "bob", "read", "file", "report.pdf", "")
@@ -292,5 +304,92 @@ func FuzzCheckFields(f *testing.F) {
 		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
 			t.Fatalf("from the fields: %+v\nthe Wasm: %+v\ncheck: %+v", got.Decision, want.Decision, c)
 		}
+		// With the cache on, a miss and then a hit, keyed by the fields.
+		for i := range 2 {
+			d, err, ok := cached.CheckFieldsPath(ctx, c)
+			if !ok || (err == nil) != (werr == nil) || pdp.Code(err) != pdp.Code(werr) || (err == nil && !reflect.DeepEqual(d.Decision, want.Decision)) {
+				t.Fatalf("cached, call %d (%s): %+v, %v, decided %v; the Wasm: %+v, %v\ncheck: %+v", i, d.Cache, d.Decision, err, ok, want.Decision, werr, c)
+			}
+		}
 	})
+}
+
+// sameCached asks a caching PDP for req twice (a miss, then a hit on the
+// key of the fields the decision reads) and holds both answers to the
+// Wasm's want.
+func sameCached(t *testing.T, ctx context.Context, p *pdp.PDP, req *authv3.CheckRequest, want pdp.Decision, werr error) {
+	t.Helper()
+	for i := range 2 {
+		d, err, ok := p.EnvoyFieldsPath(ctx, req)
+		if !ok {
+			t.Fatalf("cached, call %d: not decided from the fields", i)
+		}
+		if (err == nil) != (werr == nil) || pdp.Code(err) != pdp.Code(werr) || (err == nil && !reflect.DeepEqual(d.Decision, want.Decision)) {
+			t.Fatalf("cached, call %d (%s): %+v, %v; the Wasm: %+v, %v\nrequest: %v", i, d.Cache, d.Decision, err, want.Decision, werr, req)
+		}
+	}
+}
+
+// discardSink is a decision sink that drops every record.
+type discardSink struct{}
+
+func (discardSink) Record(*pdp.DecisionRecord) {}
+
+// TestFieldsCacheKeys: requests that differ only where a careless key
+// would run their fields together (path segments cut elsewhere, an empty
+// header against an absent one, a subject in a header against one in a
+// JWT) get their own decisions from a caching PDP, asked one right after
+// the other.
+func TestFieldsCacheKeys(t *testing.T) {
+	ctx := context.Background()
+	store := fixture.DemoStore(t)
+	b := fixture.Bundle(t)
+	wasm, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Policy: b, CacheDisabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwt := func(req *authv3.CheckRequest, sub string) *authv3.CheckRequest {
+		req.Attributes.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.filters.http.jwt_authn": {Fields: map[string]*structpb.Value{
+			"p": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"sub": structpb.NewStringValue(sub)}}),
+		}}}}
+		return req
+	}
+	for n, pair := range [][2]*authv3.CheckRequest{
+		{fixture.EnvoyRequest("GET", "/filesr/eport.pdf", map[string]string{"x-user": "bob"}), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})},
+		{fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": ""}), fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", nil)},
+		{fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}), jwt(fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"}), "mallory")},
+		{fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "acme"}), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "globex"})},
+		{fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "alice"}), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})},
+	} {
+		cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answers [2]pdp.Decision
+		for i, req := range pair {
+			want, werr := wasm.Envoy(ctx, pdp.IfaceGRPC, req)
+			if i == 1 && werr == nil && reflect.DeepEqual(want.Decision, answers[0].Decision) {
+				t.Fatalf("pair %d decides the same twice (%+v): it tests no key", n, want.Decision)
+			}
+			answers[i] = want
+			sameCached(t, ctx, cached, req, want, werr)
+		}
+	}
+	checks := [][2]*pdp.Check{
+		{{Subject: pdp.Subject{Type: "user", ID: "alice"}, Action: "read", Resource: pdp.Resource{Type: "file", ID: "report.pdf", Tenant: "acme"}},
+			{Subject: pdp.Subject{Type: "user", ID: "alice"}, Action: "read", Resource: pdp.Resource{Type: "file", ID: "report.pdfacme"}}},
+	}
+	for _, pair := range checks {
+		cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range pair {
+			want, werr := wasm.Check(ctx, pdp.IfacePermit, c)
+			d, err, ok := cached.CheckFieldsPath(ctx, c)
+			if !ok || (err == nil) != (werr == nil) || (err == nil && !reflect.DeepEqual(d.Decision, want.Decision)) {
+				t.Fatalf("%+v: %+v, %v; the Wasm: %+v, %v", c, d.Decision, err, want.Decision, werr)
+			}
+		}
+	}
 }

@@ -1,6 +1,9 @@
 package builtins
 
-import "context"
+import (
+	"context"
+	"encoding/binary"
+)
 
 // EnvoyFields is Envoy for a request given by the fields of its input
 // document that the policy reads, rather than by the document: method
@@ -53,4 +56,42 @@ func (d *DefaultPolicy) AuthzFields(ctx context.Context, f *[6]string, dst []byt
 		return dst, false
 	}
 	return out, true
+}
+
+// EnvoyKey appends what EnvoyFields reads of a request, unambiguously
+// (each string after its length): two requests with the same key get the
+// same answer from the same store. The headers it reads are the subject
+// and tenant headers alone.
+func (d *DefaultPolicy) EnvoyKey(dst []byte, method string, path []string, headers map[string]string, jwt []byte) []byte {
+	dst = appendKeyString(dst, method)
+	dst = binary.AppendUvarint(dst, uint64(len(path)))
+	for _, seg := range path {
+		dst = appendKeyString(dst, seg)
+	}
+	for _, h := range [2]string{d.subjectHeader, d.tenantHeader} {
+		v, ok := headers[h]
+		switch {
+		case h == "" || !ok:
+			dst = append(dst, 0)
+		default:
+			dst = appendKeyString(append(dst, 1), v)
+		}
+	}
+	if jwt == nil {
+		return append(dst, 0)
+	}
+	return appendKeyString(append(dst, 1), string(jwt))
+}
+
+// AuthzKey appends what AuthzFields reads of a check, unambiguously, as
+// EnvoyKey does.
+func AuthzKey(dst []byte, f *[6]string) []byte {
+	for _, s := range f {
+		dst = appendKeyString(dst, s)
+	}
+	return dst
+}
+
+func appendKeyString(dst []byte, s string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
 }
