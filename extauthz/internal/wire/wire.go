@@ -84,9 +84,21 @@ func readAll(w http.ResponseWriter, body io.ReadCloser, limit int64) ([]byte, er
 	return b, err
 }
 
+// contentTypeJSON is the Content-Type of JSON answers, shared: net/http
+// copies an answer's headers before it writes them, and a handler that
+// added a value would append to a slice of this length and capacity,
+// which copies it.
+var contentTypeJSON = []string{"application/json"}
+
+// SetJSON sets the answer's Content-Type to application/json, as
+// w.Header().Set does but without a new slice or respelling the key.
+func SetJSON(w http.ResponseWriter) {
+	w.Header()["Content-Type"] = contentTypeJSON
+}
+
 // WriteJSON answers status with v as JSON.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	SetJSON(w)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
