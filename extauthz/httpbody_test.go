@@ -2,10 +2,12 @@ package extauthz_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,5 +140,36 @@ func TestHTTPBodyCutShort(t *testing.T) {
 	const want = "{\"error\":\"internal error\",\"reason\":\"internal\"}\n"
 	if resp.StatusCode != http.StatusInternalServerError || string(b) != want {
 		t.Fatalf("got %d %q, want 500 %q", resp.StatusCode, b, want)
+	}
+}
+
+// TestHTTPBodyKeepsConnection: a check read whole leaves the connection
+// open for the next one.
+func TestHTTPBodyKeepsConnection(t *testing.T) {
+	ts := newTestServer(t, nil)
+	const check = `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for i := range 3 {
+		reused := false
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, ts.http+"/allowed", strings.NewReader(check))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testAppKey)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"allow":true`) {
+			t.Fatalf("request %d: %d %s %v", i, resp.StatusCode, b, err)
+		}
+		if i > 0 && !reused {
+			t.Fatalf("request %d: a new connection", i)
+		}
 	}
 }

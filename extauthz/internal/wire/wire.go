@@ -62,6 +62,9 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		m, err := r.Body.Read(buf[got:])
 		got += m
 		if err == io.EOF {
+			// Closed now, the body is not read again after the
+			// handler to see its end, as net/http reads a body left open.
+			_ = r.Body.Close()
 			return buf[:got], nil
 		}
 		if err != nil {
