@@ -102,12 +102,19 @@ func (s *API) auth(h http.Handler) http.Handler {
 	})
 }
 
+// requestIDKey is X-Request-ID as net/http stores it (canonical): looked
+// up and set as it is, it is not spelt anew for each request.
+const requestIDKey = "X-Request-Id"
+
 // requestID echoes the request's X-Request-ID on the answer, as AuthZEN
 // requires (and whatever the answer is).
 func requestID(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get("X-Request-ID"); id != "" {
-			w.Header().Set("X-Request-ID", id)
+		if ids := r.Header[requestIDKey]; len(ids) > 0 && ids[0] != "" {
+			// The request's own slice, its first value alone: net/http
+			// copies the answer's headers before it writes them, and
+			// appending to it copies too.
+			w.Header()[requestIDKey] = ids[:1:1]
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -118,6 +125,10 @@ func requestID(h http.Handler) http.Handler {
 func (s *API) jsonOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ct := r.Header.Get("Content-Type")
+		if ct == "application/json" { // what ParseMediaType would accept, without its map
+			h(w, r)
+			return
+		}
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" {
 			err := pdp.Errorf(pdp.ErrBadRequest, "the Content-Type must be application/json, not %q", ct)

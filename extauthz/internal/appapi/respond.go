@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/internal/jsonw"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -27,7 +28,7 @@ func writeDecision(w http.ResponseWriter, d pdp.Decision, allowKey, legacyKey, c
 		b = append(jsonw.String(b, d.Reason), '}')
 	}
 	b = append(b, "}\n"...)
-	w.Header().Set("Content-Type", "application/json")
+	wire.SetJSON(w)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }

@@ -52,10 +52,10 @@ const (
 // the specification requires is required: subject.type, subject.id,
 // action.name, resource.type and resource.id.
 func ReadAuthZEN(r io.Reader) (Check, error) {
-	if f, ok := readFlat(r); ok {
-		if req, ok := readAuthZENFlat(f); ok {
-			return req.check(authzenRequest{})
-		}
+	var s, res authzenEntity
+	var a authzenAction
+	if s, a, res, ok := readAuthZENFlat(r, &s, &a, &res); ok {
+		return checkOf(s, a, res, nil)
 	}
 	var req authzenRequest
 	if err := decode(r, &req); err != nil {
@@ -153,6 +153,12 @@ func (r authzenRequest) check(def authzenRequest) (Check, error) {
 	if ctx == nil {
 		ctx = def.Context
 	}
+	return checkOf(s, a, res, ctx)
+}
+
+// checkOf is the check of subject s, action a, resource res and context
+// ctx; nil for an entity or the action is an error.
+func checkOf(s *authzenEntity, a *authzenAction, res *authzenEntity, ctx map[string]any) (Check, error) {
 	switch {
 	case s == nil:
 		return Check{}, fmt.Errorf("%w: subject is required", ErrBadRequest)

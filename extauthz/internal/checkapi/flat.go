@@ -3,6 +3,7 @@ package checkapi
 import (
 	"bytes"
 	"io"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -12,105 +13,36 @@ import (
 // array, a key spelt otherwise than the field it fills, a key repeated):
 // the reader then decodes the body with encoding/json as before, so that
 // every body means what it meant (FuzzFlatReaders holds the two to it).
+//
+// It reads the body in one pass, straight into the fields of the request
+// shape it expects, and the strings it finds are parts of one copy of
+// the body: a check's body costs that copy and the maps of its
+// properties, if it has any.
 
-// flat is a JSON value the flat reader accepts: a string, or an object of
-// such values (obj != nil).
-type flat struct {
-	str string
-	obj []flatMember
-}
-
-type flatMember struct {
-	key string
-	val flat
-}
-
-// get returns the member key of an object and whether it is there.
-func (f *flat) get(key string) (*flat, bool) {
-	for i := range f.obj {
-		if f.obj[i].key == key {
-			return &f.obj[i].val, true
-		}
-	}
-	return nil, false
-}
-
-// only reports whether f is an object whose keys are all among keys, and
-// each at most once (encoding/json would match a key spelt in another
-// case to a field, and keep the last of two).
-func (f *flat) only(keys ...string) bool {
-	if f.obj == nil {
-		return false
-	}
-	for i, m := range f.obj {
-		found := false
-		for _, k := range keys {
-			if m.key == k {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-		for _, o := range f.obj[:i] {
-			if o.key == m.key {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// strings returns the members of an object of strings as attributes.
-func (f *flat) strings() (map[string]any, bool) {
-	if f.obj == nil {
-		return nil, false
-	}
-	m := make(map[string]any, len(f.obj))
-	for _, x := range f.obj {
-		if x.val.obj != nil {
-			return nil, false
-		}
-		if _, dup := m[x.key]; dup {
-			return nil, false
-		}
-		m[x.key] = x.val.str
-	}
-	return m, true
-}
-
-// readFlat reads the body r holds, when it is a *bytes.Buffer (left
-// untouched, for the other reader), as an object of strings and objects,
-// nested at most three deep.
-func readFlat(r io.Reader) (flat, bool) {
-	b, ok := r.(*bytes.Buffer)
-	if !ok {
-		return flat{}, false
-	}
-	body := b.Bytes()
-	if bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
-		return flat{}, false
-	}
-	p := flatParser{b: body}
-	v, ok := p.value(3)
-	if !ok || v.obj == nil {
-		return flat{}, false
-	}
-	p.space()
-	if p.i != len(p.b) {
-		return flat{}, false
-	}
-	return v, true
-}
-
+// flatParser reads a body that has no backslash (so no escapes) and is
+// valid UTF-8.
 type flatParser struct {
-	b []byte
+	s string
 	i int
 }
 
+// newFlat returns a parser of the body r holds, when it is a
+// *bytes.Buffer (left untouched, for the other reader) without a
+// backslash and valid UTF-8.
+func newFlat(r io.Reader) (flatParser, bool) {
+	b, ok := r.(*bytes.Buffer)
+	if !ok {
+		return flatParser{}, false
+	}
+	body := b.Bytes()
+	if bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+		return flatParser{}, false
+	}
+	return flatParser{s: string(body)}, true
+}
+
 func (p *flatParser) space() {
-	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t' || p.s[p.i] == '\n' || p.s[p.i] == '\r') {
 		p.i++
 	}
 }
@@ -118,11 +50,23 @@ func (p *flatParser) space() {
 // next consumes c if it comes next.
 func (p *flatParser) next(c byte) bool {
 	p.space()
-	if p.i < len(p.b) && p.b[p.i] == c {
+	if p.i < len(p.s) && p.s[p.i] == c {
 		p.i++
 		return true
 	}
 	return false
+}
+
+// isStr reports whether a string comes next.
+func (p *flatParser) isStr() bool {
+	p.space()
+	return p.i < len(p.s) && p.s[p.i] == '"'
+}
+
+// end reports whether only white space is left.
+func (p *flatParser) end() bool {
+	p.space()
+	return p.i == len(p.s)
 }
 
 // str reads a string (the body has no backslash: no escapes).
@@ -130,172 +74,208 @@ func (p *flatParser) str() (string, bool) {
 	if !p.next('"') {
 		return "", false
 	}
-	end := bytes.IndexByte(p.b[p.i:], '"')
+	end := strings.IndexByte(p.s[p.i:], '"')
 	if end < 0 {
 		return "", false
 	}
-	s := p.b[p.i : p.i+end]
-	for _, c := range s {
-		if c < 0x20 {
+	s := p.s[p.i : p.i+end]
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 {
 			return "", false // a control character: not JSON
 		}
 	}
 	p.i += end + 1
-	return string(s), true
+	return s, true
 }
 
-// value reads a string or an object nested at most depth deep.
-func (p *flatParser) value(depth int) (flat, bool) {
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == '"' {
-		s, ok := p.str()
-		return flat{str: s}, ok
+// object reads an object, handing each member's key, in order, to
+// member, which reads the member's value. A member that returns false,
+// or an object that is not well formed, is false.
+func (p *flatParser) object(member func(key string) bool) bool {
+	if !p.next('{') {
+		return false
 	}
-	if depth == 0 || !p.next('{') {
-		return flat{}, false
+	if p.next('}') {
+		return true
 	}
-	v := flat{obj: make([]flatMember, 0, 4)}
-	for first := true; !p.next('}'); first = false {
-		if !first && !p.next(',') {
-			return flat{}, false
-		}
+	for {
 		k, ok := p.str()
-		if !ok || !p.next(':') {
-			return flat{}, false
+		if !ok || !p.next(':') || !member(k) {
+			return false
 		}
-		m, ok := p.value(depth - 1)
-		if !ok {
-			return flat{}, false
+		if p.next('}') {
+			return true
 		}
-		v.obj = append(v.obj, flatMember{key: k, val: m})
+		if !p.next(',') {
+			return false
+		}
 	}
-	return v, true
+}
+
+// once marks the key with bit in seen, and is false if it was already
+// there (encoding/json would keep the last of two).
+func once(seen *uint8, bit uint8) bool {
+	if *seen&bit != 0 {
+		return false
+	}
+	*seen |= bit
+	return true
+}
+
+// strings reads an object of strings, each key once, as attributes.
+func (p *flatParser) strings() (map[string]any, bool) {
+	m := map[string]any{}
+	ok := p.object(func(k string) bool {
+		if _, dup := m[k]; dup {
+			return false
+		}
+		v, ok := p.str()
+		m[k] = v
+		return ok
+	})
+	return m, ok
 }
 
 // readPermitFlat reads a flat /allowed body: user (a key or {"key"}),
-// action, resource ({"type", "key", "tenant"} or "type:key").
-func readPermitFlat(f flat) (Check, bool, error) {
-	if !f.only("user", "action", "resource") {
-		return Check{}, false, nil
-	}
-	user, ok1 := f.get("user")
-	action, ok2 := f.get("action")
-	res, ok3 := f.get("resource")
-	if !ok1 || !ok2 || !ok3 || action.obj != nil {
+// action, resource ({"type", "key", "tenant"} or "type:key"). ok is
+// false when the body is not such a body.
+func readPermitFlat(r io.Reader) (c Check, ok bool, err error) {
+	p, ok := newFlat(r)
+	if !ok {
 		return Check{}, false, nil
 	}
 	var u permitUser
-	switch {
-	case user.obj == nil:
-		u.Key = user.str
-	case user.only("key"):
-		if k, ok := user.get("key"); ok {
-			if k.obj != nil {
-				return Check{}, false, nil
+	var res permitResource
+	var action, resStr string
+	var seen uint8
+	ok = p.object(func(k string) bool {
+		switch k {
+		case "user":
+			if !once(&seen, 1) {
+				return false
 			}
-			u.Key = k.str
+			if p.isStr() {
+				u.Key, ok = p.str()
+				return ok
+			}
+			var keys uint8
+			return p.object(func(k string) bool {
+				if k != "key" || !once(&keys, 1) {
+					return false
+				}
+				u.Key, ok = p.str()
+				return ok
+			})
+		case "action":
+			if !once(&seen, 2) {
+				return false
+			}
+			action, ok = p.str()
+			return ok
+		case "resource":
+			if !once(&seen, 4) {
+				return false
+			}
+			if p.isStr() {
+				resStr, ok = p.str()
+				// "" is no resource: encoding/json's reader names
+				// the error.
+				return ok && resStr != ""
+			}
+			var keys uint8
+			return p.object(func(k string) bool {
+				var f *string
+				switch k {
+				case "type":
+					f, ok = &res.Type, once(&keys, 1)
+				case "key":
+					f, ok = &res.Key, once(&keys, 2)
+				case "tenant":
+					f, ok = &res.Tenant, once(&keys, 4)
+				default:
+					return false
+				}
+				if ok {
+					*f, ok = p.str()
+				}
+				return ok
+			})
 		}
-	default:
+		return false
+	})
+	if !ok || seen != 7 || !p.end() {
 		return Check{}, false, nil
 	}
-	var r permitResource
-	var resStr string
-	switch {
-	case res.obj == nil:
-		resStr = res.str
-	case res.only("type", "key", "tenant"):
-		for _, m := range res.obj {
-			if m.val.obj != nil {
-				return Check{}, false, nil
-			}
-			switch m.key {
-			case "type":
-				r.Type = m.val.str
-			case "key":
-				r.Key = m.val.str
-			case "tenant":
-				r.Tenant = m.val.str
-			}
-		}
-	default:
-		return Check{}, false, nil
-	}
-	if res.obj == nil && resStr == "" {
-		return Check{}, false, nil // encoding/json's reader names the error
-	}
-	c, err := permitCheck(u, r, resStr, action.str, nil)
+	c, err = permitCheck(u, res, resStr, action, nil)
 	return c, true, err
 }
 
 // readAuthZENFlat reads a flat evaluation body: subject and resource
 // ({"type", "id", "properties"}), action ({"name", "properties"}), with
-// properties of strings.
-func readAuthZENFlat(f flat) (authzenRequest, bool) {
-	if !f.only("subject", "action", "resource") {
-		return authzenRequest{}, false
+// properties of strings. It reads them into s, a and res, and returns
+// those it found (nil for the others).
+func readAuthZENFlat(r io.Reader, s *authzenEntity, a *authzenAction, res *authzenEntity) (subject *authzenEntity, action *authzenAction, resource *authzenEntity, ok bool) {
+	p, ok := newFlat(r)
+	if !ok {
+		return nil, nil, nil, false
 	}
-	var req authzenRequest
-	for _, m := range f.obj {
-		var ok bool
-		switch m.key {
+	var seen uint8
+	ok = p.object(func(k string) bool {
+		switch k {
 		case "subject":
-			req.Subject, ok = authzenEntityFlat(&m.val)
+			subject = s
+			return once(&seen, 1) && p.entity(s)
 		case "resource":
-			req.Resource, ok = authzenEntityFlat(&m.val)
+			resource = res
+			return once(&seen, 2) && p.entity(res)
 		case "action":
-			req.Action, ok = authzenActionFlat(&m.val)
+			action = a
+			return once(&seen, 4) && p.action(a)
 		}
-		if !ok {
-			return authzenRequest{}, false
-		}
+		return false
+	})
+	if !ok || !p.end() {
+		return nil, nil, nil, false
 	}
-	return req, true
+	return subject, action, resource, true
 }
 
-func authzenEntityFlat(f *flat) (*authzenEntity, bool) {
-	if !f.only("type", "id", "properties") {
-		return nil, false
-	}
-	e := &authzenEntity{}
-	for _, m := range f.obj {
-		switch m.key {
-		case "type", "id":
-			if m.val.obj != nil {
-				return nil, false
+// entity reads an AuthZEN subject or resource into e.
+func (p *flatParser) entity(e *authzenEntity) bool {
+	var keys uint8
+	return p.object(func(k string) (ok bool) {
+		switch k {
+		case "type":
+			if ok = once(&keys, 1); ok {
+				e.Type, ok = p.str()
 			}
-			if m.key == "type" {
-				e.Type = m.val.str
-			} else {
-				e.ID = m.val.str
+		case "id":
+			if ok = once(&keys, 2); ok {
+				e.ID, ok = p.str()
 			}
 		case "properties":
-			var ok bool
-			if e.Properties, ok = m.val.strings(); !ok {
-				return nil, false
+			if ok = once(&keys, 4); ok {
+				e.Properties, ok = p.strings()
 			}
 		}
-	}
-	return e, true
+		return ok
+	})
 }
 
-func authzenActionFlat(f *flat) (*authzenAction, bool) {
-	if !f.only("name", "properties") {
-		return nil, false
-	}
-	a := &authzenAction{}
-	for _, m := range f.obj {
-		switch m.key {
+// action reads an AuthZEN action into a.
+func (p *flatParser) action(a *authzenAction) bool {
+	var keys uint8
+	return p.object(func(k string) (ok bool) {
+		switch k {
 		case "name":
-			if m.val.obj != nil {
-				return nil, false
+			if ok = once(&keys, 1); ok {
+				a.Name, ok = p.str()
 			}
-			a.Name = m.val.str
 		case "properties":
-			var ok bool
-			if a.Properties, ok = m.val.strings(); !ok {
-				return nil, false
+			if ok = once(&keys, 2); ok {
+				a.Properties, ok = p.strings()
 			}
 		}
-	}
-	return a, true
+		return ok
+	})
 }

@@ -32,10 +32,8 @@ type (
 
 // ReadPermit reads the body of POST /allowed.
 func ReadPermit(r io.Reader) (Check, error) {
-	if f, ok := readFlat(r); ok {
-		if c, ok, err := readPermitFlat(f); ok {
-			return c, err
-		}
+	if c, ok, err := readPermitFlat(r); ok {
+		return c, err
 	}
 	var q PermitQuery
 	if err := decode(r, &q); err != nil {

@@ -4,6 +4,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -37,20 +38,70 @@ func Status(err error) (code string, httpStatus int, grpcCode codes.Code) {
 	return code, http.StatusInternalServerError, codes.Internal
 }
 
+// presizeLimit bounds the buffer ReadBody allocates on the word of a
+// request's Content-Length, before any of the body has arrived: a client
+// that claims a large body and sends none gets no large buffer for it.
+const presizeLimit = 64 << 10
+
 // ReadBody reads a request body of at most limit bytes; more is
 // pdp.ErrTooLarge.
+//
+// A body whose Content-Length is known (and within both limits) is read
+// into a buffer of that size and one byte more, to see its end, instead of
+// io.ReadAll's 512 bytes grown by copies. A body longer than its
+// Content-Length says (net/http does not let one through, but a
+// handler's caller might) is read on as any other body is.
 func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, pdp.ErrTooLarge
+	n := r.ContentLength
+	if n < 0 || n > limit || n > presizeLimit {
+		return readAll(w, r.Body, limit)
 	}
-	return body, err
+	buf := make([]byte, n+1)
+	got := 0
+	for got < len(buf) {
+		m, err := r.Body.Read(buf[got:])
+		got += m
+		if err == io.EOF {
+			// Closed now, the body is not read again after the
+			// handler to see its end, as net/http reads a body left open.
+			_ = r.Body.Close()
+			return buf[:got], nil
+		}
+		if err != nil {
+			return buf[:got], err
+		}
+	}
+	// More than Content-Length: read on, within the limit, as if the
+	// bytes read so far had not been.
+	return readAll(w, io.NopCloser(io.MultiReader(bytes.NewReader(buf), r.Body)), limit)
+}
+
+// readAll reads body, at most limit bytes of it; more is pdp.ErrTooLarge.
+func readAll(w http.ResponseWriter, body io.ReadCloser, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, body, limit))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return nil, pdp.ErrTooLarge
+		}
+	}
+	return b, err
+}
+
+// contentTypeJSON is the Content-Type of JSON answers, shared: net/http
+// copies an answer's headers before it writes them, and a handler that
+// added a value would append to a slice of this length and capacity,
+// which copies it.
+var contentTypeJSON = []string{"application/json"}
+
+// SetJSON sets the answer's Content-Type to application/json, as
+// w.Header().Set does but without a new slice or respelling the key.
+func SetJSON(w http.ResponseWriter) {
+	w.Header()["Content-Type"] = contentTypeJSON
 }
 
 // WriteJSON answers status with v as JSON.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	SetJSON(w)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
