@@ -111,35 +111,41 @@ func TestHTTPBodyContentLengthLies(t *testing.T) {
 }
 
 // TestHTTPBodyCutShort: a client that promises more body than it sends
-// and stops gets no decision but an error.
+// and stops gets no decision but a 400 that says why (the fault is the
+// client's).
 func TestHTTPBodyCutShort(t *testing.T) {
 	ts := newTestServer(t, nil)
 	const check = `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.http, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_, err = io.WriteString(conn, "POST /allowed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer "+testAppKey+
-		"\r\nContent-Length: "+strconv.Itoa(len(check)+10)+"\r\n\r\n"+check)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const want = "{\"error\":\"internal error\",\"reason\":\"internal\"}\n"
-	if resp.StatusCode != http.StatusInternalServerError || string(b) != want {
-		t.Fatalf("got %d %q, want 500 %q", resp.StatusCode, b, want)
+	head := "POST /allowed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer " + testAppKey + "\r\n"
+	for _, tc := range []struct{ name, req string }{
+		{"content-length", head + "Content-Length: " + strconv.Itoa(len(check)+10) + "\r\n\r\n" + check},
+		{"chunked", head + "Transfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(check)), 16) + "\r\n" + check[:20]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(ts.http, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err = io.WriteString(conn, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "the request body ended early") {
+				t.Fatalf("got %d %q, want 400 saying the body ended early", resp.StatusCode, b)
+			}
+		})
 	}
 }
 

@@ -52,6 +52,15 @@ const presizeLimit = 64 << 10
 // Content-Length says (net/http does not let one through, but a
 // handler's caller might) is read on as any other body is.
 func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	b, err := readBody(w, r, limit)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		// The client's fault, not the server's: a 400 that says so.
+		return nil, pdp.Errorf(pdp.ErrBadRequest, "the request body ended early: it is shorter than its Content-Length, or a chunk is cut")
+	}
+	return b, err
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	n := r.ContentLength
 	if n < 0 || n > limit || n > presizeLimit {
 		return readAll(w, r.Body, limit)
