@@ -110,10 +110,34 @@ func measured(ctx context.Context, url, iface string, dst **ServerStats, fn func
 		if err != nil {
 			return err
 		}
+		// The decision log writes in the background, so its count can
+		// trail the decisions by the events not yet written: give it up
+		// to two seconds to catch up.
+		for deadline := time.Now().Add(2 * time.Second); logBehind(before, after) && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			if after, err = Scrape(ctx, url); err != nil {
+				return err
+			}
+		}
 		st := Diff(before, after, iface)
 		*dst = &st
 	}
 	return nil
+}
+
+// logBehind reports whether the decision log, which wrote events in the
+// window from before to after, has written (or dropped) fewer of them
+// than the decisions made.
+func logBehind(before, after *Snapshot) bool {
+	written := after.logEmitted - before.logEmitted
+	if written == 0 {
+		return false // no decision log, or nothing decided
+	}
+	var decided float64
+	for iface, n := range after.decisions {
+		decided += n - before.decisions[iface]
+	}
+	return written+after.logDropped-before.logDropped < decided
 }
 
 // CapacityConfig is a capacity run: steps of open-model arrivals whose
