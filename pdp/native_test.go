@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
@@ -103,18 +104,9 @@ func FuzzEnvoyFields(f *testing.F) {
 	ctx := context.Background()
 	store := fixture.DemoStore(f)
 	b := withSubjectHeader(f, fixture.Bundle(f), "x-user")
-	native, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b, CacheDisabled: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	wasm, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Policy: b, CacheDisabled: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b})
-	if err != nil {
-		f.Fatal(err)
-	}
+	native := newPDP(f, store, b, true, false)
+	wasm := newPDP(f, store, b, false, false)
+	cached := newPDP(f, store, b, true, true)
 	if !native.Native() || wasm.Native() {
 		f.Fatal("want one PDP deciding natively and one in the Wasm")
 	}
@@ -267,18 +259,9 @@ func FuzzCheckFields(f *testing.F) {
 	ctx := context.Background()
 	store := fixture.DemoStore(f)
 	b := fixture.Bundle(f)
-	native, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b, CacheDisabled: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	wasm, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Policy: b, CacheDisabled: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b})
-	if err != nil {
-		f.Fatal(err)
-	}
+	native := newPDP(f, store, b, true, false)
+	wasm := newPDP(f, store, b, false, false)
+	cached := newPDP(f, store, b, true, true)
 	f.Add("user", "alice", "read", "file", "report.pdf", "acme")
 	f.Add("user", "alice", "read", "file", "report.pdf", "")
 	f.Add("user", "bob", "read", "file", "report.pdf", "")
@@ -344,10 +327,7 @@ func TestFieldsCacheKeys(t *testing.T) {
 	ctx := context.Background()
 	store := fixture.DemoStore(t)
 	b := fixture.Bundle(t)
-	wasm, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Policy: b, CacheDisabled: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := newPDP(t, store, b, false, false)
 	jwt := func(req *authv3.CheckRequest, sub string) *authv3.CheckRequest {
 		req.Attributes.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.filters.http.jwt_authn": {Fields: map[string]*structpb.Value{
 			"p": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"sub": structpb.NewStringValue(sub)}}),
@@ -361,10 +341,7 @@ func TestFieldsCacheKeys(t *testing.T) {
 		{fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "acme"}), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob", "x-tenant": "globex"})},
 		{fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "alice"}), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})},
 	} {
-		cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cached := newPDP(t, store, b, true, true)
 		var answers [2]pdp.Decision
 		for i, req := range pair {
 			want, werr := wasm.Envoy(ctx, pdp.IfaceGRPC, req)
@@ -380,10 +357,7 @@ func TestFieldsCacheKeys(t *testing.T) {
 			{Subject: pdp.Subject{Type: "user", ID: "alice"}, Action: "read", Resource: pdp.Resource{Type: "file", ID: "report.pdfacme"}}},
 	}
 	for _, pair := range checks {
-		cached, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cached := newPDP(t, store, b, true, true)
 		for _, c := range pair {
 			want, werr := wasm.Check(ctx, pdp.IfacePermit, c)
 			d, err, ok := cached.CheckFieldsPath(ctx, c)
@@ -392,4 +366,20 @@ func TestFieldsCacheKeys(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newPDP is a PDP on store with the policy b, deciding the default policy
+// natively if native (else in its Wasm), with the decision cache if
+// cache.
+func newPDP(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, native, cache bool) *pdp.PDP {
+	tb.Helper()
+	cfg := pdp.Config{Engine: fixture.StoreEngine(tb, store), Store: store, Policy: b, CacheDisabled: !cache}
+	if native {
+		cfg.Relations = store
+	}
+	p, err := pdp.New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
