@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"unicode/utf8"
@@ -155,12 +156,7 @@ func FuzzEnvoyFields(f *testing.F) {
 			return // the caller writes the document and decides on it
 		}
 		want, werr := wasm.Envoy(ctx, pdp.IfaceGRPC, req)
-		if (gerr == nil) != (werr == nil) || pdp.Code(gerr) != pdp.Code(werr) {
-			t.Fatalf("from the fields: %v; the Wasm: %v\nrequest: %v", gerr, werr, req)
-		}
-		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
-			t.Fatalf("from the fields: %+v\nthe Wasm: %+v\nrequest: %v", got.Decision, want.Decision, req)
-		}
+		sameDecision(t, "from the fields", got, gerr, want, werr, req)
 		sameCached(t, ctx, cached, req, want, werr)
 		// The same request through forward auth (no JWT metadata there).
 		hreq := &pdp.HTTPRequest{Method: method, Path: path, Headers: headers, Host: "drive.example.com", Scheme: "https", Protocol: "HTTP/1.1"}
@@ -169,12 +165,7 @@ func FuzzEnvoyFields(f *testing.F) {
 			return
 		}
 		want, werr = wasm.HTTP(ctx, pdp.IfaceHTTP, hreq, "10.1.2.3:40000")
-		if (gerr == nil) != (werr == nil) || pdp.Code(gerr) != pdp.Code(werr) {
-			t.Fatalf("forward auth, from the fields: %v; the Wasm: %v\nrequest: %+v", gerr, werr, hreq)
-		}
-		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
-			t.Fatalf("forward auth, from the fields: %+v\nthe Wasm: %+v\nrequest: %+v", got.Decision, want.Decision, hreq)
-		}
+		sameDecision(t, "forward auth, from the fields", got, gerr, want, werr, hreq)
 	})
 }
 
@@ -281,18 +272,14 @@ func FuzzCheckFields(f *testing.F) {
 			return // the caller writes the document and decides on it
 		}
 		want, werr := wasm.Check(ctx, pdp.IfacePermit, c)
-		if (gerr == nil) != (werr == nil) || pdp.Code(gerr) != pdp.Code(werr) {
-			t.Fatalf("from the fields: %v; the Wasm: %v\ncheck: %+v", gerr, werr, c)
-		}
-		if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
-			t.Fatalf("from the fields: %+v\nthe Wasm: %+v\ncheck: %+v", got.Decision, want.Decision, c)
-		}
+		sameDecision(t, "from the fields", got, gerr, want, werr, c)
 		// With the cache on, a miss and then a hit, keyed by the fields.
 		for i := range 2 {
 			d, err, ok := cached.CheckFieldsPath(ctx, c)
-			if !ok || (err == nil) != (werr == nil) || pdp.Code(err) != pdp.Code(werr) || (err == nil && !reflect.DeepEqual(d.Decision, want.Decision)) {
-				t.Fatalf("cached, call %d (%s): %+v, %v, decided %v; the Wasm: %+v, %v\ncheck: %+v", i, d.Cache, d.Decision, err, ok, want.Decision, werr, c)
+			if !ok {
+				t.Fatalf("cached, call %d: not decided from the fields", i)
 			}
+			sameDecision(t, fmt.Sprintf("cached, call %d (%s)", i, d.Cache), d, err, want, werr, c)
 		}
 	})
 }
@@ -307,9 +294,7 @@ func sameCached(t *testing.T, ctx context.Context, p *pdp.PDP, req *authv3.Check
 		if !ok {
 			t.Fatalf("cached, call %d: not decided from the fields", i)
 		}
-		if (err == nil) != (werr == nil) || pdp.Code(err) != pdp.Code(werr) || (err == nil && !reflect.DeepEqual(d.Decision, want.Decision)) {
-			t.Fatalf("cached, call %d (%s): %+v, %v; the Wasm: %+v, %v\nrequest: %v", i, d.Cache, d.Decision, err, want.Decision, werr, req)
-		}
+		sameDecision(t, fmt.Sprintf("cached, call %d (%s)", i, d.Cache), d, err, want, werr, req)
 	}
 }
 
@@ -361,9 +346,10 @@ func TestFieldsCacheKeys(t *testing.T) {
 		for _, c := range pair {
 			want, werr := wasm.Check(ctx, pdp.IfacePermit, c)
 			d, err, ok := cached.CheckFieldsPath(ctx, c)
-			if !ok || (err == nil) != (werr == nil) || (err == nil && !reflect.DeepEqual(d.Decision, want.Decision)) {
-				t.Fatalf("%+v: %+v, %v; the Wasm: %+v, %v", c, d.Decision, err, want.Decision, werr)
+			if !ok {
+				t.Fatalf("%+v: not decided from the fields", c)
 			}
+			sameDecision(t, "cached", d, err, want, werr, c)
 		}
 	}
 }
@@ -382,4 +368,17 @@ func newPDP(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, native,
 		tb.Fatal(err)
 	}
 	return p
+}
+
+// sameDecision fails t unless got (and its error) is the Wasm's want: the
+// same decision, or the same error code. what names the path, req the
+// request.
+func sameDecision(t *testing.T, what string, got pdp.Decision, gerr error, want pdp.Decision, werr error, req any) {
+	t.Helper()
+	if (gerr == nil) != (werr == nil) || pdp.Code(gerr) != pdp.Code(werr) {
+		t.Fatalf("%s: %v; the Wasm: %v\nrequest: %+v", what, gerr, werr, req)
+	}
+	if gerr == nil && !reflect.DeepEqual(got.Decision, want.Decision) {
+		t.Fatalf("%s: %+v\nthe Wasm: %+v\nrequest: %+v", what, got.Decision, want.Decision, req)
+	}
 }
