@@ -450,7 +450,9 @@ func (r viewReader) resourceTenant(typ, id, claimed string) (mismatch bool, tena
 	case claimed != "":
 		return false, claimed, nil
 	case n == 1:
-		return false, first, nil
+		// Copied: first may point into the View's snapshot, which the
+		// tenant must not outlive.
+		return false, strings.Clone(first), nil
 	}
 	return false, "", nil
 }
