@@ -56,12 +56,44 @@ type meta struct {
 	// whole writes the whole input document, unpruned, for a decision
 	// sink (nil when the policy saw the whole document already).
 	whole func() ([]byte, error)
-	// native, when set, decides the request natively without its input
-	// document (envoyFields); ok false sends it back to the caller.
-	// nativeKey then appends what native reads, the decision cache's key
-	// in place of the document.
-	native    func(ctx context.Context, dst []byte) (out []byte, ok bool)
-	nativeKey func(dst []byte) []byte
+	// fields, when set, is the check's fields: view's native decision
+	// decides from them, without an input document (envoyFields,
+	// checkFields), and the decision cache keys the check by them.
+	fields fieldsCheck
+}
+
+// fieldsCheck is a check the default policy's native decision reads from
+// its fields.
+type fieldsCheck interface {
+	// decide appends n's result; ok false sends the check back to the
+	// caller, to decide on its input document.
+	decide(ctx context.Context, n *builtins.DefaultPolicy, dst []byte) (out []byte, ok bool)
+	// key appends what decide reads, the decision cache's key in place of
+	// the document.
+	key(n *builtins.DefaultPolicy, dst []byte) []byte
+}
+
+// envoyCheck is a proxied request's fields (Envoy's or forward auth's).
+type envoyCheck input.Fields
+
+func (c *envoyCheck) decide(ctx context.Context, n *builtins.DefaultPolicy, dst []byte) ([]byte, bool) {
+	return n.EnvoyFields(ctx, c.Method, c.Path, c.Headers, c.JWT, dst)
+}
+
+func (c *envoyCheck) key(n *builtins.DefaultPolicy, dst []byte) []byte {
+	return n.EnvoyKey(dst, c.Method, c.Path, c.Headers, c.JWT)
+}
+
+// authzCheck is an application check's subject type and id, action,
+// resource type, id and tenant.
+type authzCheck [6]string
+
+func (c *authzCheck) decide(ctx context.Context, n *builtins.DefaultPolicy, dst []byte) ([]byte, bool) {
+	return n.AuthzFields(ctx, (*[6]string)(c), dst)
+}
+
+func (c *authzCheck) key(_ *builtins.DefaultPolicy, dst []byte) []byte {
+	return builtins.AuthzKey(dst, (*[6]string)(c))
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -127,10 +159,7 @@ func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields fun
 		p.CountError(iface, err)
 		return Decision{}, err, true
 	}
-	md.nativeKey = func(dst []byte) []byte { return v.native.EnvoyKey(dst, f.Method, f.Path, f.Headers, f.JWT) }
-	return p.decideFields(ctx, iface, ep, md, v, func(ctx context.Context, dst []byte) ([]byte, bool) {
-		return v.native.EnvoyFields(ctx, f.Method, f.Path, f.Headers, f.JWT, dst)
-	})
+	return p.decideFields(ctx, iface, ep, md, v, (*envoyCheck)(f))
 }
 
 // fieldsView is the loaded view if a check on entrypoint ep may be decided
@@ -146,11 +175,11 @@ func (p *PDP) fieldsView(ep, want string) *inputView {
 	return v
 }
 
-// decideFields decides natively, with native, a check whose fields were
-// read for view v; ok is false when the caller must build the input
-// document and decide on it.
-func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *inputView, native func(context.Context, []byte) ([]byte, bool)) (_ Decision, _ error, ok bool) {
-	md.view, md.native = v, native
+// decideFields decides natively a check whose fields fc were read for
+// view v; ok is false when the caller must build the input document and
+// decide on it.
+func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *inputView, fc fieldsCheck) (_ Decision, _ error, ok bool) {
+	md.view, md.fields = v, fc
 	d, err := p.decide(ctx, iface, ep, nil, md)
 	if err == errStale || err == errNotNative {
 		return Decision{}, nil, false
@@ -170,16 +199,13 @@ func (p *PDP) checkFields(ctx context.Context, iface string, md meta, c *Check) 
 	if v == nil || len(c.Subject.Attributes)+len(c.ActionAttributes)+len(c.Resource.Attributes)+len(c.Context) > 0 {
 		return Decision{}, nil, false
 	}
-	f := [6]string{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}
+	f := authzCheck{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}
 	for _, s := range f {
 		if !utf8.ValidString(s) {
 			return Decision{}, nil, false
 		}
 	}
-	md.nativeKey = func(dst []byte) []byte { return builtins.AuthzKey(dst, &f) }
-	return p.decideFields(ctx, iface, ep, md, v, func(ctx context.Context, dst []byte) ([]byte, bool) {
-		return v.native.AuthzFields(ctx, &f, dst)
-	})
+	return p.decideFields(ctx, iface, ep, md, v, &f)
 }
 
 // HTTP decides a proxied HTTP request (forward auth) from source (the
@@ -408,8 +434,8 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 // decideUncounted decides input, written for view md.view (nil before a
 // policy is loaded), reading the result as opa-envoy-plugin does if
 // md.envoy. It returns errStale if the view is no longer the loaded one
-// when the decision is made, and errNotNative if md.native did not
-// decide.
+// when the decision is made, and errNotNative if the native decision on
+// md.fields did not decide.
 func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, md *meta) (d Decision, err error) {
 	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
@@ -436,8 +462,8 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		kb = strconv.AppendUint(kb, uint64(rev), 36)
 		kb = append(kb, '/')
 		kb = append(kb, entrypoint...)
-		if md.nativeKey != nil {
-			kb = md.nativeKey(append(kb, resultKind(envoy), 1))
+		if md.fields != nil {
+			kb = md.fields.key(v.native, append(kb, resultKind(envoy), 1))
 		} else {
 			kb = append(kb, resultKind(envoy), 0)
 			kb = append(kb, input...)
@@ -456,9 +482,9 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	}
 	bp := p.buf()
 	var out []byte
-	if md.native != nil {
+	if md.fields != nil {
 		var ok bool
-		if out, ok = md.native(ctx, (*bp)[:0]); !ok {
+		if out, ok = md.fields.decide(ctx, v.native, (*bp)[:0]); !ok {
 			p.putBuf(bp, out)
 			return d, errNotNative
 		}

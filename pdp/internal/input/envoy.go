@@ -267,22 +267,29 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 // does not decode or a query that does not parse (a ";" separator, a bad
 // escape) is an error, never a silently different request.
 func parsePath(path string) (decoded string, query url.Values, err error) {
-	rawPath, rawQuery, _ := strings.Cut(path, "?")
-	decoded, err = url.PathUnescape(rawPath)
+	decoded, err = decodePath(path)
 	if err != nil {
-		return "", nil, requestError(ErrInvalidPath, err, "%q", truncate(path))
+		return "", nil, err
 	}
+	_, rawQuery, _ := strings.Cut(path, "?")
 	if rawQuery == "" {
 		return decoded, nil, nil // no parameters, as ParseQuery would find
-	}
-	if rawQuery == "" {
-		return decoded, nil, nil
 	}
 	query, err = url.ParseQuery(rawQuery)
 	if err != nil {
 		return "", nil, requestError(ErrInvalidQuery, err, "%q", truncate(rawQuery))
 	}
 	return decoded, query, nil
+}
+
+// decodePath is parsePath's decoded path alone: the query is not parsed.
+func decodePath(path string) (string, error) {
+	rawPath, _, _ := strings.Cut(path, "?")
+	decoded, err := url.PathUnescape(rawPath)
+	if err != nil {
+		return "", requestError(ErrInvalidPath, err, "%q", truncate(path))
+	}
+	return decoded, nil
 }
 
 func appendValues(dst []byte, v url.Values) []byte {

@@ -44,12 +44,9 @@ func EnvoyFields(dst []byte, req *authv3.CheckRequest, opts Options, f *Fields) 
 	}
 	a := req.GetAttributes()
 	h := a.GetRequest().GetHttp()
-	f.Method, f.Headers, f.JWT = h.GetMethod(), h.GetHeaders(), nil
-	decoded, _, err := parsePath(h.GetPath())
-	if err != nil {
-		return dst, err // AppendEnvoy parsed it already
+	if err := f.set(h.GetMethod(), h.GetPath(), h.GetHeaders()); err != nil {
+		return dst, err
 	}
-	f.Path = appendSegments(f.Path[:0], decoded)
 	if s, ok := a.GetMetadataContext().GetFilterMetadata()[JWTFilter]; ok {
 		if f.JWT, err = appendStruct(nil, nil, s); err != nil {
 			return dst, err
@@ -67,13 +64,19 @@ func HTTPFields(dst []byte, h *HTTP, source string, opts Options, f *Fields) ([]
 	if err != nil {
 		return dst, err
 	}
-	f.Method, f.Headers, f.JWT = h.Method, h.Headers, nil
-	decoded, _, err := parsePath(h.Path)
+	return dst, f.set(h.Method, h.Path, h.Headers)
+}
+
+// set sets f's method, headers and path (parsed_path of the request path)
+// and clears its JWT.
+func (f *Fields) set(method, path string, headers map[string]string) error {
+	decoded, err := decodePath(path)
 	if err != nil {
-		return dst, err // AppendHTTP parsed it already
+		return err
 	}
+	f.Method, f.Headers, f.JWT = method, headers, nil
 	f.Path = appendSegments(f.Path[:0], decoded)
-	return dst, nil
+	return nil
 }
 
 // appendSegments appends the segments of parsed_path for the decoded
