@@ -56,6 +56,12 @@ func FuzzDefaultPolicyNative(f *testing.F) {
 		`{"subject":{"type":"user","id":"alice"},"action":"read","resource":{"type":"file","id":"report.pdf","tenant":"acme"}}`,
 		`{"subject":{"type":"user","id":"bob"},"action":"write","resource":{"type":"file","id":"report.pdf","attributes":{"locked":true}}}`,
 		`{"subject":{"type":"user","id":"bob"},"action":"read","resource":{"type":"folder","id":"q3","attributes":{"locked":"yes"}},"context":{}}`,
+		// Strings the policy joins into "type:id" and the builtins cut
+		// again elsewhere: at the type's ':', at the ID's '#'.
+		`{"subject":{"type":"user","id":"bob"},"action":"read","resource":{"type":"file:x","id":"report.pdf"}}`,
+		`{"subject":{"type":"user","id":"bob"},"action":"read","resource":{"type":"file:report.pdf","id":""}}`,
+		`{"subject":{"type":"group","id":"eng#member"},"action":"write","resource":{"type":"folder","id":"projects"}}`,
+		`{"subject":{"type":"user:dave","id":""},"action":"write","resource":{"type":"folder","id":"projects"}}`,
 	} {
 		f.Add(s)
 	}

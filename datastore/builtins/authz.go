@@ -3,9 +3,7 @@ package builtins
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -207,6 +205,50 @@ type schemaStore interface {
 	Schema(ctx context.Context) (*datastore.Schema, error)
 }
 
+// storeView is what the tenant and grant decisions read of the store: its
+// schema, the subjects of an object's relation, a subject's roles in a
+// tenant, and a check. A *datastore.View is one (one snapshot for all of
+// a decision's reads); storeMethods makes one of any Store.
+type storeView interface {
+	Schema() *datastore.Schema
+	AppendSubjects(dst []api.Subject, object api.Object, relation string) ([]api.Subject, error)
+	AppendRoles(dst []string, subject api.Subject, tenant string) ([]string, error)
+	Check(req datastore.CheckRequest) (datastore.CheckResult, error)
+}
+
+// withView calls fn with a storeView of s: a View when s is a
+// *datastore.BoltStore, else s's own methods, one call at a time.
+func withView(ctx context.Context, s Store, fn func(l storeView) error) error {
+	if b, ok := s.(*datastore.BoltStore); ok {
+		return b.View(ctx, func(v *datastore.View) error { return fn(v) })
+	}
+	return fn(storeMethods{ctx, s})
+}
+
+// storeMethods is a storeView through a Store's methods.
+type storeMethods struct {
+	ctx context.Context
+	s   Store
+}
+
+func (l storeMethods) Schema() *datastore.Schema { return schemaOf(l.ctx, l.s) }
+
+func (l storeMethods) AppendSubjects(dst []api.Subject, object api.Object, relation string) ([]api.Subject, error) {
+	ts, err := l.s.Read(l.ctx, datastore.Filter{ObjectType: object.Type, ObjectID: object.ID, Relation: relation})
+	for _, t := range ts {
+		dst = append(dst, t.Subject)
+	}
+	return dst, err
+}
+
+func (l storeMethods) AppendRoles(dst []string, subject api.Subject, tenant string) ([]string, error) {
+	return l.s.AppendRoles(l.ctx, dst, subject, tenant)
+}
+
+func (l storeMethods) Check(req datastore.CheckRequest) (datastore.CheckResult, error) {
+	return l.s.Check(l.ctx, req)
+}
+
 // ResourceTenant is nexus.resource_tenant(object, claimed): the tenant a
 // check on object ("type:id") is judged in. The store's tenants of object
 // are those of its "tenant" relation, for a type the schema gives one to
@@ -214,56 +256,73 @@ type schemaStore interface {
 // hold, when it holds one, appends ["mismatch"]; otherwise ["ok", T] where
 // T is the claimed tenant, else the store's only one, else "".
 func ResourceTenant(ctx context.Context, s Store, dst []string, object, claimed string) ([]string, error) {
-	stored, err := storedTenants(ctx, s, object)
-	if err != nil {
-		return dst, err
-	}
+	typ, id, _ := strings.Cut(object, ":")
+	var mismatch bool
+	var tenant string
+	err := withView(ctx, s, func(l storeView) (err error) {
+		mismatch, tenant, err = tenantOf(l, typ, id, claimed)
+		return err
+	})
 	switch {
-	case claimed != "" && len(stored) > 0 && !slices.Contains(stored, claimed):
+	case err != nil:
+		return dst, fmt.Errorf("nexus.resource_tenant: %w", err)
+	case mismatch:
 		return append(dst, tenantMismatch), nil
-	case claimed != "":
-		return append(dst, tenantOK, claimed), nil
-	case len(stored) == 1:
-		return append(dst, tenantOK, stored[0]), nil
 	}
-	return append(dst, tenantOK, ""), nil
+	return append(dst, tenantOK, tenant), nil
 }
 
-// storedTenants lists the distinct tenants the store assigns object to.
-func storedTenants(ctx context.Context, s Store, object string) ([]string, error) {
-	typ, id, _ := strings.Cut(object, ":")
-	if id == "" {
-		return nil, nil
-	}
-	sc := schemaOf(ctx, s)
-	if sc == nil || !tenanted(sc, typ) {
-		return nil, nil
-	}
-	obj, err := api.ParseObject(object)
-	if err != nil {
-		return nil, fmt.Errorf("nexus.resource_tenant: %w", err)
-	}
-	var subjects []string
-	if sa, ok := s.(subjectsAppender); ok {
-		subjects, err = sa.AppendSubjects(ctx, nil, obj, "tenant")
-	} else {
-		var ts []api.Tuple
-		ts, err = s.Read(ctx, datastore.Filter{ObjectType: obj.Type, ObjectID: obj.ID, Relation: "tenant"})
-		for _, t := range ts {
-			subjects = append(subjects, t.Subject.String())
+// tenantOf is ResourceTenant for the object typ:id (id "" when the
+// object string has none): mismatch, or the tenant (a copy, which
+// outlives the view).
+func tenantOf(l storeView, typ, id, claimed string) (mismatch bool, tenant string, err error) {
+	sc := l.Schema()
+	// The distinct IDs (with "#relation" for a userset) of the
+	// tenant-type subjects of the object's "tenant" relation.
+	var n int        // distinct stored tenants, counted up to 2
+	var first string // the first
+	found := false   // claimed is one of them
+	if id != "" && sc != nil && tenanted(sc, typ) {
+		if !api.ValidID(id) {
+			_, err := api.ParseObject(typ + ":" + id)
+			return false, "", err
+		}
+		var buf [4]api.Subject
+		subs, err := l.AppendSubjects(buf[:0], api.Object{Type: typ, ID: id}, "tenant")
+		if err != nil {
+			return false, "", err
+		}
+		tt := sc.TenantType()
+		for _, sub := range subs {
+			if sub.Type != tt {
+				continue
+			}
+			t := sub.ID
+			if sub.Relation != "" {
+				t = sub.ID + "#" + sub.Relation
+			}
+			if t == claimed {
+				found = true
+			}
+			switch {
+			case n == 0:
+				first, n = t, 1
+			case n == 1 && t != first:
+				n = 2
+			}
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("nexus.resource_tenant: %w", err)
+	switch {
+	case claimed != "" && n > 0 && !found:
+		return true, "", nil
+	case claimed != "":
+		return false, claimed, nil
+	case n == 1:
+		// Copied: first may point into a View's snapshot, which the
+		// tenant must not outlive.
+		return false, strings.Clone(first), nil
 	}
-	prefix := sc.TenantType() + ":"
-	var out []string
-	for _, sub := range subjects {
-		if t, ok := strings.CutPrefix(sub, prefix); ok && !slices.Contains(out, t) {
-			out = append(out, t)
-		}
-	}
-	return out, nil
+	return false, "", nil
 }
 
 // schemaOf is the store's schema, nil without one (or for a store that
@@ -308,166 +367,39 @@ var lastTenanted atomic.Pointer[tenantedTypes]
 // do action on object ("type:id"), as ["rbac"] when one of its roles in
 // tenant (none if "") grants "type:action" or "type:*", else ["rebac"]
 // when object has an ID, action is one of its type's permissions and the
-// store grants it; nothing appended when neither does.
+// store grants it; nothing appended when neither does. A subject that is
+// not "type:id" or "type:id#relation" is an error when it is read.
 func Grant(ctx context.Context, s Store, dst []string, subject, action, object, tenant string) ([]string, error) {
 	typ, id, _ := strings.Cut(object, ":")
-	sc := schemaOf(ctx, s)
-	if tenant != "" {
-		sub, err := api.ParseSubject(subject)
-		if err != nil {
-			return dst, fmt.Errorf("nexus.grant: %w", err)
-		}
-		roles, err := s.AppendRoles(ctx, nil, sub, tenant)
-		if err != nil {
-			return dst, fmt.Errorf("nexus.grant: %w", err)
-		}
-		if sc != nil {
-			for _, role := range roles {
-				if sc.RoleGrantsOn(role, typ, action) {
-					return append(dst, "rbac"), nil
-				}
-			}
-		}
+	sub, bad := api.ParseSubject(subject)
+	var g string
+	err := withView(ctx, s, func(l storeView) (err error) {
+		g, err = grantOf(l, sub, bad, action, typ, id, tenant)
+		return err
+	})
+	if err != nil {
+		return dst, fmt.Errorf("nexus.grant: %w", err)
 	}
-	if id == "" || sc == nil || !sc.HasPermission(typ, action) {
+	if g == "" {
 		return dst, nil
 	}
-	obj, err := api.SplitObject(object)
-	if err != nil {
-		return dst, fmt.Errorf("nexus.grant: %w", err)
-	}
-	sub, err := api.SplitSubject(subject)
-	if err != nil {
-		return dst, fmt.Errorf("nexus.grant: %w", err)
-	}
-	res, err := s.Check(ctx, datastore.CheckRequest{Object: obj, Permission: action, Subject: sub})
-	if err != nil {
-		return dst, fmt.Errorf("nexus.grant: %w", err)
-	}
-	if res.Allowed {
-		return append(dst, "rebac"), nil
-	}
-	return dst, nil
+	return append(dst, g), nil
 }
 
-// reader reads what a decision needs of the store: the tenant a check on
-// typ:id is judged in (ResourceTenant) and why the subject subType:subID
-// may do action on it (Grant).
-type reader interface {
-	// resourceTenant is ResourceTenant: mismatch, or the tenant.
-	resourceTenant(typ, id, claimed string) (mismatch bool, tenant string, err error)
-	// grant is Grant: "rbac", "rebac" or "" for no grant.
-	grant(subType, subID, action, typ, id, tenant string) (string, error)
-}
-
-// storeReader reads through the Store's methods, each call on its own.
-type storeReader struct {
-	ctx context.Context
-	s   Store
-}
-
-func (r storeReader) resourceTenant(typ, id, claimed string) (bool, string, error) {
-	var buf [2]string
-	res, err := ResourceTenant(r.ctx, r.s, buf[:0], typ+":"+id, claimed)
-	if err != nil {
-		return false, "", err
-	}
-	if res[0] == tenantMismatch {
-		return true, "", nil
-	}
-	return false, res[1], nil
-}
-
-func (r storeReader) grant(subType, subID, action, typ, id, tenant string) (string, error) {
-	var buf [1]string
-	g, err := Grant(r.ctx, r.s, buf[:0], subType+":"+subID, action, typ+":"+id, tenant)
-	if err != nil || len(g) == 0 {
-		return "", err
-	}
-	return g[0], nil
-}
-
-// errSlowPath is viewReader's answer to arguments it does not read as
-// ResourceTenant and Grant do with certainty: the caller asks a
-// storeReader instead, once the View is closed.
-var errSlowPath = errors.New("builtins: not a decision a store view answers")
-
-// viewReader answers as storeReader does, from one datastore.View, for
-// arguments that are a valid subject and object (type names and IDs the
-// store can hold, the object's ID maybe empty): then "type:id" splits
-// back into them however ResourceTenant and Grant cut it. Others are
-// errSlowPath. The tenant it returns may alias the View's snapshot: it
-// is valid only while the View is.
-type viewReader struct {
-	v *datastore.View
-}
-
-// canonicalRef reports whether typ:id names an object the store can hold
-// (or a type, with an empty id).
-func canonicalRef(typ, id string) bool {
-	return api.ValidName(typ) && (id == "" || api.ValidID(id))
-}
-
-func (r viewReader) resourceTenant(typ, id, claimed string) (mismatch bool, tenant string, err error) {
-	if !canonicalRef(typ, id) {
-		return false, "", errSlowPath
-	}
-	sc := r.v.Schema()
-	// As storedTenants: the distinct IDs (with "#relation" for a userset)
-	// of the tenant-type subjects of the object's "tenant" relation.
-	var n int        // distinct stored tenants, counted up to 2
-	var first string // the first
-	found := false   // claimed is one of them
-	if id != "" && sc != nil && tenanted(sc, typ) {
-		var buf [4]api.Subject
-		subs, err := r.v.AppendSubjects(buf[:0], api.Object{Type: typ, ID: id}, "tenant")
-		if err != nil {
-			return false, "", fmt.Errorf("nexus.resource_tenant: %w", err)
-		}
-		tt := sc.TenantType()
-		for _, sub := range subs {
-			if sub.Type != tt {
-				continue
-			}
-			t := sub.ID
-			if sub.Relation != "" {
-				t = sub.ID + "#" + sub.Relation
-			}
-			if t == claimed {
-				found = true
-			}
-			switch {
-			case n == 0:
-				first, n = t, 1
-			case n == 1 && t != first:
-				n = 2
-			}
-		}
-	}
-	switch {
-	case claimed != "" && n > 0 && !found:
-		return true, "", nil
-	case claimed != "":
-		return false, claimed, nil
-	case n == 1:
-		// Copied: first may point into the View's snapshot, which the
-		// tenant must not outlive.
-		return false, strings.Clone(first), nil
-	}
-	return false, "", nil
-}
-
-func (r viewReader) grant(subType, subID, action, typ, id, tenant string) (string, error) {
-	if !canonicalRef(typ, id) || !api.ValidName(subType) || !api.ValidID(subID) {
-		return "", errSlowPath
-	}
-	sc := r.v.Schema()
-	sub := api.Subject{Type: subType, ID: subID}
+// grantOf is Grant for the subject sub, whose string did not parse when
+// bad is not nil (then reading the subject fails with bad), and the
+// object typ:id (id "" when the object string has none): "rbac", "rebac"
+// or "".
+func grantOf(l storeView, sub api.Subject, bad error, action, typ, id, tenant string) (string, error) {
+	sc := l.Schema()
 	if tenant != "" {
+		if bad != nil {
+			return "", bad
+		}
 		var buf [8]string
-		roles, err := r.v.AppendRoles(buf[:0], sub, tenant)
+		roles, err := l.AppendRoles(buf[:0], sub, tenant)
 		if err != nil {
-			return "", fmt.Errorf("nexus.grant: %w", err)
+			return "", err
 		}
 		if sc != nil {
 			for _, role := range roles {
@@ -480,12 +412,58 @@ func (r viewReader) grant(subType, subID, action, typ, id, tenant string) (strin
 	if id == "" || sc == nil || !sc.HasPermission(typ, action) {
 		return "", nil
 	}
-	res, err := r.v.Check(datastore.CheckRequest{Object: api.Object{Type: typ, ID: id}, Permission: action, Subject: sub})
+	if bad != nil {
+		return "", bad
+	}
+	res, err := l.Check(datastore.CheckRequest{Object: api.Object{Type: typ, ID: id}, Permission: action, Subject: sub})
 	if err != nil {
-		return "", fmt.Errorf("nexus.grant: %w", err)
+		return "", err
 	}
 	if res.Allowed {
 		return "rebac", nil
 	}
 	return "", nil
+}
+
+// reader answers a decision's questions from one storeView, reading the
+// resource typ:id and the subject subType:subID as nexus.resource_tenant
+// and nexus.grant read the strings the default policy joins them into.
+type reader struct {
+	l storeView
+}
+
+// object is typ:id cut as ResourceTenant and Grant cut "typ:id": at its
+// first ':'.
+func object(typ, id string) (string, string) {
+	if strings.IndexByte(typ, ':') < 0 {
+		return typ, id
+	}
+	typ, id, _ = strings.Cut(typ+":"+id, ":")
+	return typ, id
+}
+
+// resourceTenant is ResourceTenant for typ:id: mismatch, or the tenant.
+func (r reader) resourceTenant(typ, id, claimed string) (mismatch bool, tenant string, err error) {
+	typ, id = object(typ, id)
+	mismatch, tenant, err = tenantOf(r.l, typ, id, claimed)
+	if err != nil {
+		return false, "", fmt.Errorf("nexus.resource_tenant: %w", err)
+	}
+	return mismatch, tenant, nil
+}
+
+// grant is Grant for subType:subID: "rbac", "rebac" or "" for no grant.
+func (r reader) grant(subType, subID, action, typ, id, tenant string) (string, error) {
+	typ, id = object(typ, id)
+	// A valid type name and ID hold neither ':' nor '#': they are the
+	// subject their string parses as. Others are parsed from it.
+	sub, bad := api.Subject{Type: subType, ID: subID}, error(nil)
+	if !api.ValidName(subType) || !api.ValidID(subID) {
+		sub, bad = api.ParseSubject(subType + ":" + subID)
+	}
+	g, err := grantOf(r.l, sub, bad, action, typ, id, tenant)
+	if err != nil {
+		return "", fmt.Errorf("nexus.grant: %w", err)
+	}
+	return g, nil
 }

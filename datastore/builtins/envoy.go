@@ -39,7 +39,17 @@ func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string
 	if err := req.parse(request); err != nil {
 		return dst, err
 	}
-	return envoyResult(storeReader{ctx, s}, dst, t, &req, req.path)
+	out, rerr := dst, error(nil)
+	if err := withView(ctx, s, func(l storeView) error {
+		out, rerr = envoyResult(reader{l}, dst, t, &req, req.path)
+		return nil
+	}); err != nil {
+		return dst, fmt.Errorf("nexus.envoy_decide: %w", err)
+	}
+	if rerr != nil {
+		return dst, rerr
+	}
+	return out, nil
 }
 
 // envoyResult appends the result object for req, canonical JSON (keys

@@ -2,11 +2,8 @@ package builtins
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"unsafe"
-
-	"github.com/nexuspdp/nexus/datastore"
 )
 
 // DefaultPolicy decides the default policy's two entrypoints in Go, as
@@ -29,9 +26,6 @@ import (
 // in its hash table's order).
 type DefaultPolicy struct {
 	store Store
-	// bolt is store when it is a *datastore.BoltStore: a decision then
-	// reads one View of it.
-	bolt  *datastore.BoltStore
 	table *Table
 	// subjectHeader and tenantHeader are data.nexus.subject_header and
 	// data.nexus.tenant_header ("" when data does not set them).
@@ -50,7 +44,6 @@ func NewDefaultPolicy(store Store, t *Table, subjectHeader, tenantHeader string)
 		return nil
 	}
 	d := &DefaultPolicy{store: store, table: t, subjectHeader: subjectHeader, tenantHeader: tenantHeader, authz: true}
-	d.bolt, _ = store.(*datastore.BoltStore)
 	for _, c := range t.Conditions {
 		if !plain(c.Reason) {
 			return nil
@@ -159,16 +152,9 @@ func (d *DefaultPolicy) Envoy(ctx context.Context, input, dst []byte) ([]byte, b
 }
 
 // read calls fn with a reader of the store: one View of it when it is a
-// *datastore.BoltStore, unless fn's arguments need the store's own
-// methods (errSlowPath), which fn then reads through in a second call.
+// *datastore.BoltStore.
 func (d *DefaultPolicy) read(ctx context.Context, fn func(r reader) error) error {
-	if d.bolt != nil {
-		err := d.bolt.View(ctx, func(v *datastore.View) error { return fn(viewReader{v}) })
-		if !errors.Is(err, errSlowPath) {
-			return err
-		}
-	}
-	return fn(storeReader{ctx, d.store})
+	return withView(ctx, d.store, func(l storeView) error { return fn(reader{l}) })
 }
 
 // Authz appends the result of nexus/authz/decision for the application

@@ -2,6 +2,7 @@ package builtins_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/nexuspdp/nexus/api"
@@ -16,8 +17,8 @@ type perCall struct{ *datastore.BoltStore }
 // TestDefaultPolicyView: the native decisions answer the same over a
 // *datastore.BoltStore (one View per decision) as over its methods, for
 // allowed and denied requests, tenants claimed, stored, missing or
-// mismatched, userset tenants, and names and IDs the View leaves to the
-// store's methods (not valid type names or IDs).
+// mismatched, userset tenants, and names and IDs that are not valid
+// type names or IDs.
 func TestDefaultPolicyView(t *testing.T) {
 	ctx := context.Background()
 	s := openDrive(t)
@@ -98,6 +99,81 @@ func TestDefaultPolicyView(t *testing.T) {
 			}
 			if gok != wok || string(got) != string(want) {
 				t.Errorf("%s %s:\nview      %v %s\nper call  %v %s", ep, in, gok, got, wok, want)
+			}
+		}
+	}
+}
+
+// TestGrantAndTenantArguments: nexus.grant and nexus.resource_tenant
+// read their string arguments the same over a store's View and over its
+// methods: a subject that does not parse is an error once it is read
+// (for the roles of a tenant, or for a check) and nothing before; a
+// userset subject is one; an object ID the store cannot hold is an error
+// only where the type has tenants to look up.
+func TestGrantAndTenantArguments(t *testing.T) {
+	ctx := context.Background()
+	s := openDrive(t)
+	const bad = "error"
+	for _, tc := range []struct {
+		subject, action, object, tenant string
+		want                            string // the grant, "" for none, or bad
+	}{
+		{"user:alice", "read", "file:report.pdf", "acme", "rbac"},
+		{"user:bob", "read", "file:report.pdf", "", "rebac"},
+		{"user:bob", "read", "file:report.pdf", "acme", "rebac"},
+		{"user:carol", "read", "file:report.pdf", "acme", ""},
+		{"group:eng#member", "write", "folder:projects", "", "rebac"},
+		{"user:bob", "read", "file", "", ""},             // no ID: no check
+		{"user:bob", "nope", "file:report.pdf", "", ""},  // not a permission: no check
+		{"bob", "read", "file", "", ""},                  // the subject is never read
+		{"bob", "read", "file", "acme", bad},             // read for the roles
+		{"bob", "read", "file:report.pdf", "", bad},      // read for the check
+		{"user:b b", "read", "file:report.pdf", "", bad}, // read for the check
+		{"user:bob#", "read", "file:report.pdf", "", bad},
+		{"user:bob", "read", "file:re port", "", bad},
+		{"user:bob", "read", "file:report.pdf", "a b", bad},
+	} {
+		for name, st := range map[string]builtins.Store{"view": s, "per call": perCall{s}} {
+			got, err := builtins.Grant(ctx, st, nil, tc.subject, tc.action, tc.object, tc.tenant)
+			g := strings.Join(got, ",")
+			if err != nil {
+				g = bad
+				if !strings.HasPrefix(err.Error(), "nexus.grant: ") {
+					t.Errorf("%s: grant %+v: error %q does not name the builtin", name, tc, err)
+				}
+				if tc.subject == "bob" && !strings.Contains(err.Error(), "want subject type:id") {
+					t.Errorf("%s: grant %+v: error %q does not say the subject does not parse", name, tc, err)
+				}
+			}
+			if g != tc.want {
+				t.Errorf("%s: grant %+v = %q (%v), want %q", name, tc, g, err, tc.want)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		object, claimed string
+		want            string // the result, or bad
+	}{
+		{"file:report.pdf", "", "ok,acme"},
+		{"file:report.pdf", "acme", "ok,acme"},
+		{"file:report.pdf", "globex", "mismatch"},
+		{"file:unknown", "globex", "ok,globex"},
+		{"file:unknown", "", "ok,"},
+		{"file", "acme", "ok,acme"},
+		{"user:bob", "", "ok,"},         // users have no tenant relation
+		{"nope:x y", "acme", "ok,acme"}, // nor does an unknown type
+		{"file:re port", "acme", bad},   // a tenanted type's ID is read
+		{"file:a:b", "", bad},           // cut at the first ':'
+		{"folder:root", "", "ok,acme"},
+	} {
+		for name, st := range map[string]builtins.Store{"view": s, "per call": perCall{s}} {
+			got, err := builtins.ResourceTenant(ctx, st, nil, tc.object, tc.claimed)
+			g := strings.Join(got, ",")
+			if err != nil {
+				g = bad
+			}
+			if g != tc.want {
+				t.Errorf("%s: resource_tenant %+v = %q (%v), want %q", name, tc, g, err, tc.want)
 			}
 		}
 	}
