@@ -19,3 +19,11 @@ func SetShareSnapshots(on bool) func() {
 
 // ReadTxCount is the number of read transactions bbolt has begun.
 func (s *BoltStore) ReadTxCount() int { return s.db.Stats().TxN }
+
+// SetAfterSchemaCommit makes f run between each schema write's commit
+// and the publication of its state, and returns a function restoring it.
+func SetAfterSchemaCommit(f func()) func() {
+	old := afterSchemaCommit
+	afterSchemaCommit = f
+	return func() { afterSchemaCommit = old }
+}

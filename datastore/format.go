@@ -201,9 +201,9 @@ func (s *BoltStore) Export(ctx context.Context, w io.Writer, format Format) (n i
 	if _, err := ParseFormat(string(format)); err != nil {
 		return 0, err
 	}
-	d := s.state.Load().dict
 	bw := bufio.NewWriterSize(callerWriter{w}, 1<<16)
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.viewState(func(tx *bolt.Tx, st *state) error {
+		d := st.dict
 		if format == FormatCSV {
 			if _, err := bw.WriteString("object,relation,subject\n"); err != nil {
 				return err

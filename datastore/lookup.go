@@ -34,7 +34,7 @@ func (s *BoltStore) LookupResources(ctx context.Context, subject api.Subject, pe
 		return nil, err
 	}
 	var cands []string
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.viewState(func(tx *bolt.Tx, st *state) error {
 		stID, ok := st.dict.id(subject.Type)
 		if !ok {
 			return nil
@@ -79,7 +79,7 @@ func (s *BoltStore) LookupSubjects(ctx context.Context, object api.Object, permi
 		return nil, err
 	}
 	var cands []string
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.viewState(func(tx *bolt.Tx, st *state) error {
 		otID, _ := st.dict.id(object.Type)
 		sID, _ := st.dict.id(subjectType)
 		var err error

@@ -43,9 +43,8 @@ func (s *BoltStore) Read(ctx context.Context, f Filter) (_ []api.Tuple, err erro
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	st := s.state.Load()
 	var out []api.Tuple
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.viewState(func(tx *bolt.Tx, st *state) error {
 		return s.scan(tx, st, f, func(t api.Tuple) bool {
 			out = append(out, t)
 			return ctx.Err() == nil

@@ -84,6 +84,76 @@ func (s *BoltStore) releaseSnap(sn *snapshot, own bool) {
 	sn.release()
 }
 
+// stateWriteBegin marks the start of a write that publishes a new state
+// after its commit: reads that begin before stateWriteEnd wait for it,
+// so that none pairs the old state (its schema, its names) with the new
+// data, or the new state with the old.
+func (s *BoltStore) stateWriteBegin() {
+	s.stateMu.Lock()
+	s.stateGen.Add(1)
+}
+
+// stateWriteEnd publishes st (nil when the write failed and the state is
+// unchanged) and lets reads go on.
+func (s *BoltStore) stateWriteEnd(st *state) {
+	if st != nil {
+		s.state.Store(st)
+	}
+	s.stateGen.Add(1)
+	s.stateMu.Unlock()
+}
+
+// stateAndSnapshot returns the state in force and a read snapshot of the
+// data it describes; the caller releases the snapshot (releaseSnap).
+func (s *BoltStore) stateAndSnapshot() (*state, *snapshot, bool, error) {
+	type held struct {
+		sn  *snapshot
+		own bool
+	}
+	st, h, err := withState(s, func() (held, error) {
+		sn, own, err := s.acquire()
+		return held{sn, own}, err
+	}, func(h held) { s.releaseSnap(h.sn, h.own) })
+	return st, h.sn, h.own, err
+}
+
+// viewState calls fn in a read transaction of its own with the state
+// that describes its data.
+func (s *BoltStore) viewState(fn func(tx *bolt.Tx, st *state) error) error {
+	st, tx, err := withState(s, func() (*bolt.Tx, error) { return s.db.Begin(false) }, func(tx *bolt.Tx) { _ = tx.Rollback() })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(tx, st)
+}
+
+// withState returns the state in force and what open returns, opened
+// after the state was read with no state published in between; else it
+// undoes what it opened and tries again. While a state is being
+// published it waits for it.
+func withState[T any](s *BoltStore, open func() (T, error), undo func(T)) (*state, T, error) {
+	for {
+		g := s.stateGen.Load()
+		if g&1 != 0 {
+			// Waiting for the writer is the point of this empty section.
+			s.stateMu.RLock()
+			//lint:ignore SA2001 the lock is taken only to wait for the writer
+			s.stateMu.RUnlock()
+			continue
+		}
+		st := s.state.Load()
+		v, err := open()
+		if err != nil {
+			return nil, v, err
+		}
+		if s.stateGen.Load() == g {
+			return st, v, nil
+		}
+		undo(v)
+	}
+}
+
 // writeBegin retires the shared snapshot for the duration of a write.
 func (s *BoltStore) writeBegin() {
 	s.snapMu.Lock()

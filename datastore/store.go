@@ -92,6 +92,14 @@ type BoltStore struct {
 	snapMu  sync.Mutex
 	writers int
 
+	// stateGen counts the writes that publish a new state (schema writes,
+	// restores), and is odd while one is between its commit and the
+	// publication of its state; stateMu is write-locked meanwhile. A read
+	// pairs the state with a snapshot only when stateGen did not move
+	// between the two (stateAndSnapshot).
+	stateGen atomic.Uint64
+	stateMu  sync.RWMutex
+
 	// rev is the committed revision: every check reads it (for its cache
 	// key), so it is kept here rather than read in a transaction.
 	rev atomic.Uint64

@@ -49,8 +49,7 @@ func (s *BoltStore) openView(ctx context.Context) (_ *View, err error) {
 
 // beginView opens a View; the caller guards and calls endView.
 func (s *BoltStore) beginView(ctx context.Context) (*View, error) {
-	st := s.state.Load()
-	sn, own, err := s.acquire()
+	st, sn, own, err := s.stateAndSnapshot()
 	if err != nil {
 		return nil, err
 	}

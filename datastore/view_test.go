@@ -184,6 +184,71 @@ func TestViewOneState(t *testing.T) {
 	}
 }
 
+// TestViewDuringSchemaPublication: a View that begins after a schema
+// write committed, but before its state (schema and names) is published,
+// pairs no state with the other's data: it waits and reads the new
+// schema with the new data. Schema A reads "viewer - banned", B "viewer &
+// approved", and writing B (forced) deletes the banned tuple: A's schema
+// over B's data would allow bob, which neither schema does over its own.
+func TestViewDuringSchemaPublication(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, datastore.Config{})
+	schema := func(src string) *datastore.Schema {
+		t.Helper()
+		sc, err := datastore.ParseSchema([]byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	a := schema("types:\n  user: {}\n  file:\n    relations:\n      viewer: [user]\n      banned: [user]\n    permissions:\n      read: viewer - banned\n")
+	b := schema("types:\n  user: {}\n  file:\n    relations:\n      viewer: [user]\n      approved: [user]\n    permissions:\n      read: viewer & approved\n")
+	if _, err := s.WriteSchema(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{mustTuple(t, "file:f#viewer@user:bob"), mustTuple(t, "file:f#banned@user:bob")}}); err != nil {
+		t.Fatal(err)
+	}
+	req := datastore.CheckRequest{Object: api.Object{Type: "file", ID: "f"}, Permission: "read", Subject: api.Subject{Type: "user", ID: "bob"}}
+	type answer struct {
+		allowed, approved bool
+		err               error
+	}
+	answers := make(chan answer, 1)
+	early := false
+	restore := datastore.SetAfterSchemaCommit(func() {
+		go func() {
+			var ans answer
+			ans.err = s.View(ctx, func(v *datastore.View) error {
+				res, err := v.Check(req)
+				ans.allowed = res.Allowed
+				ans.approved = slices.Contains(v.Schema().Relations("file"), "approved")
+				return err
+			})
+			answers <- ans
+		}()
+		// The View must wait for the publication: an answer now is one
+		// that paired the old state with the new data.
+		select {
+		case ans := <-answers:
+			early = true
+			answers <- ans
+		case <-time.After(200 * time.Millisecond):
+		}
+	})
+	defer restore()
+	if _, err := s.WriteSchema(ctx, b, true); err != nil {
+		t.Fatal(err)
+	}
+	ans := <-answers
+	if early {
+		t.Errorf("a View answered before the schema write published its state (allowed %v, schema B %v, %v)", ans.allowed, ans.approved, ans.err)
+	}
+	if ans.err != nil || ans.allowed || !ans.approved {
+		t.Fatalf("the View: allowed %v, schema B %v, %v; want a denial under schema B", ans.allowed, ans.approved, ans.err)
+	}
+}
+
 // TestViewRefused: a View of a closed store, or for a done context, is
 // an error and fn never runs; fn's error is View's.
 func TestViewRefused(t *testing.T) {

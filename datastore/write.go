@@ -131,6 +131,10 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 	return rev, nil
 }
 
+// afterSchemaCommit, when set (by tests only), runs between a schema
+// write's commit and the publication of its state.
+var afterSchemaCommit func()
+
 // WriteSchema stores a schema; see Store.
 func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ Revision, err error) {
 	defer s.guard("schema write", debug.SetPanicOnFault(true), &err)
@@ -154,6 +158,13 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ 
 	defer s.writeEnd()
 	var rev Revision
 	var newState *state
+	s.stateWriteBegin()
+	published := false
+	defer func() {
+		if !published { // failed, or panicked
+			s.stateWriteEnd(nil)
+		}
+	}()
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		cs := &ChangeSet{Time: time.Now(), Schema: true}
 		next, rejected, err := s.applySchema(ctx, tx, s.state.Load(), sc, force, cs)
@@ -174,7 +185,11 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ 
 	if err != nil {
 		return 0, fmt.Errorf("datastore: write schema: %w", err)
 	}
-	s.state.Store(newState)
+	if afterSchemaCommit != nil {
+		afterSchemaCommit()
+	}
+	s.stateWriteEnd(newState)
+	published = true
 	s.signal()
 	s.log.Info("schema written", "revision", rev)
 	return rev, nil
