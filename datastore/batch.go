@@ -109,8 +109,9 @@ func (s *BoltStore) update(op string, fn func(*bolt.Tx) error) (err error) {
 	return s.db.Update(fn)
 }
 
-// view runs fn in a read transaction, under guard.
-func (s *BoltStore) view(op string, fn func(*bolt.Tx) error) (err error) {
+// view runs fn in a read transaction with the state that describes its
+// data (viewState), under guard.
+func (s *BoltStore) view(op string, fn func(*bolt.Tx, *state) error) (err error) {
 	defer s.guard(op, debug.SetPanicOnFault(true), &err)
-	return s.db.View(fn)
+	return s.viewState(fn)
 }

@@ -108,7 +108,7 @@ func (s *BoltStore) Watch(ctx context.Context, from Revision) iter.Seq2[ChangeSe
 			}
 			wait := s.waitChan()
 			var batch []ChangeSet
-			err := s.view("watch", func(tx *bolt.Tx) error {
+			err := s.view("watch", func(tx *bolt.Tx, st *state) error {
 				start := binary.BigEndian.Uint64(tx.Bucket(bMeta).Get(kLogStart))
 				if rev := uint64(readRev(tx)); start > rev+1 {
 					// The changelog cannot start after the store's own
@@ -118,7 +118,7 @@ func (s *BoltStore) Watch(ctx context.Context, from Revision) iter.Seq2[ChangeSe
 				if uint64(next) < start {
 					return fmt.Errorf("%w: revision %d, oldest retained %d", ErrRevisionCompacted, next, start)
 				}
-				d := s.state.Load().dict
+				d := st.dict
 				c := tx.Bucket(bLog).Cursor()
 				for k, v := c.Seek(be64(uint64(next))); k != nil && len(batch) < 1024; k, v = c.Next() {
 					cs, err := decodeChangeSet(d, Revision(binary.BigEndian.Uint64(k)), v)
