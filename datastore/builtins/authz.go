@@ -287,8 +287,17 @@ func tenantOf(l storeView, typ, id, claimed string) (mismatch bool, tenant strin
 			_, err := api.ParseObject(typ + ":" + id)
 			return false, "", err
 		}
-		var buf [4]api.Subject
-		subs, err := l.AppendSubjects(buf[:0], api.Object{Type: typ, ID: id}, "tenant")
+		var subs []api.Subject
+		var err error
+		obj := api.Object{Type: typ, ID: id}
+		if v, ok := l.(*datastore.View); ok {
+			// Called on the View itself: buf does not escape through
+			// the interface.
+			var buf [4]api.Subject
+			subs, err = v.AppendSubjects(buf[:0], obj, "tenant")
+		} else {
+			subs, err = l.AppendSubjects(nil, obj, "tenant")
+		}
 		if err != nil {
 			return false, "", err
 		}
@@ -396,8 +405,14 @@ func grantOf(l storeView, sub api.Subject, bad error, action, typ, id, tenant st
 		if bad != nil {
 			return "", bad
 		}
-		var buf [8]string
-		roles, err := l.AppendRoles(buf[:0], sub, tenant)
+		var roles []string
+		var err error
+		if v, ok := l.(*datastore.View); ok {
+			var buf [8]string // as in tenantOf
+			roles, err = v.AppendRoles(buf[:0], sub, tenant)
+		} else {
+			roles, err = l.AppendRoles(nil, sub, tenant)
+		}
 		if err != nil {
 			return "", err
 		}
