@@ -112,17 +112,26 @@ func (t *Tuner) adjust() {
 	}
 }
 
+// heapMinimum is the Go runtime's least heap goal at GOGC=100, which it
+// scales by GOGC/100 (runtime/mgcpacer.go, defaultHeapMinimum).
+const heapMinimum = 4 << 20
+
 // Percent is the GOGC that lets a heap whose collection scans base bytes
 // grow by at least headroom: 100 (Go's default) when base is at least
-// headroom, and at most 10,000 for a nearly empty heap.
+// headroom. The runtime scales its least heap goal (4 MiB) by GOGC/100
+// too, so the percent is at most the one that puts that goal at base +
+// headroom: without that bound a nearly empty heap (GOGC 10,000) would
+// grow to 400 MiB before its first collection, and to that again after
+// each one.
 func Percent(base, headroom uint64) int {
 	if base >= headroom {
 		return 100
 	}
+	limit := (base + headroom) * 100 / heapMinimum
 	if base == 0 {
-		return 10000
+		return int(min(10000, max(100, limit)))
 	}
-	return int(min(10000, max(100, (headroom*100+base-1)/base)))
+	return int(min(10000, limit, max(100, (headroom*100+base-1)/base)))
 }
 
 // Stop gives the collector back Go's default target (or GOGC's).

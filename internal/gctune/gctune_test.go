@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 )
@@ -19,8 +20,10 @@ func TestPercent(t *testing.T) {
 		{64 << 20, 64 << 20, 100},
 		{1 << 30, 64 << 20, 100},
 		{40 << 20, 64 << 20, 160},
-		{3, 64 << 20, 10000},
-		{0, 64 << 20, 10000},
+		{3, 64 << 20, 1600},
+		{0, 64 << 20, 1600},
+		{2 << 20, 64 << 20, 1650},
+		{1 << 20, 1 << 30, 10000},
 		{1, 0, 100},
 	} {
 		if got := Percent(c.base, c.headroom); got != c.want {
@@ -79,5 +82,52 @@ func TestTuneRespectsGOGC(t *testing.T) {
 	if tu := Tune(1<<30, slog.New(slog.NewTextHandler(io.Discard, nil))); tu != nil {
 		tu.Stop()
 		t.Fatal("Tune took over the collector although GOGC is set")
+	}
+}
+
+// TestTuneBoundsHeapGoal: under a stream of short-lived allocations, the
+// collector's goal stays within the headroom over what it scans (the
+// runtime's own least goal included), so a small server's heap, and its
+// memory, stay near 64 MiB rather than growing to 400 MiB.
+func TestTuneBoundsHeapGoal(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "off")
+	const headroom = 64 << 20
+	tu := Tune(headroom, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if tu == nil {
+		t.Fatal("Tune returned nil without GOGC in the environment")
+	}
+	defer tu.Stop()
+	samples := make([]metrics.Sample, len(scanned)+2)
+	for i, name := range scanned {
+		samples[i].Name = name
+	}
+	samples[len(scanned)].Name = "/gc/heap/goal:bytes"
+	samples[len(scanned)+1].Name = "/gc/cycles/total:gc-cycles"
+	var sink []byte
+	var worst, worstBase uint64
+	cycles := uint64(0)
+	for i := 0; i < 400_000; i++ { // about 800 MiB of garbage, 2 KiB at a time
+		sink = make([]byte, 2048)
+		if i%1000 != 0 {
+			continue
+		}
+		metrics.Read(samples)
+		var base uint64
+		for _, s := range samples[:len(scanned)] {
+			base += s.Value.Uint64()
+		}
+		if goal := samples[len(scanned)].Value.Uint64(); goal > worst {
+			worst, worstBase = goal, base
+		}
+		cycles = samples[len(scanned)+1].Value.Uint64()
+	}
+	runtime.KeepAlive(sink)
+	if cycles == 0 {
+		t.Fatal("no collection ran")
+	}
+	// The goal is computed from the last collection's figures, which may
+	// have been a few MiB larger than what is read after it.
+	if slack := uint64(16 << 20); worst > worstBase+headroom+slack {
+		t.Fatalf("heap goal %d MiB with %d MiB scanned: more than the %d MiB headroom allows", worst>>20, worstBase>>20, headroom>>20)
 	}
 }
