@@ -85,10 +85,29 @@ func TestTuneRespectsGOGC(t *testing.T) {
 	}
 }
 
+// TestPercentBoundsLeastGoal: whatever the heap, the runtime's least
+// goal at the percent given (4 MiB scaled by it) is within the headroom
+// over the heap, as is the growth the percent allows.
+func TestPercentBoundsLeastGoal(t *testing.T) {
+	const headroom = 64 << 20
+	for base := uint64(0); base < 256<<20; base += 64 << 10 {
+		p := uint64(Percent(base, headroom))
+		if least := uint64(heapMinimum) * p / 100; least > base+headroom && p > 100 {
+			t.Fatalf("Percent(%d) = %d: the runtime's least goal %d MiB is over %d MiB", base, p, least>>20, (base+headroom)>>20)
+		}
+		if grown := base * p / 100; grown > headroom+base/100 && p > 100 { // rounded up to a whole percent
+			t.Fatalf("Percent(%d) = %d lets the heap grow by %d MiB", base, p, grown>>20)
+		}
+	}
+}
+
 // TestTuneBoundsHeapGoal: under a stream of short-lived allocations, the
 // collector's goal stays within the headroom over what it scans (the
-// runtime's own least goal included), so a small server's heap, and its
-// memory, stay near 64 MiB rather than growing to 400 MiB.
+// runtime's own least goal included) whenever the tuner has set GOGC for
+// what the last collection found, so a small server's heap, and its
+// memory, stay near 64 MiB rather than growing to 400 MiB. (Between a
+// collection and the tuner's adjustment, the goal is the runtime's for
+// the previous GOGC.)
 func TestTuneBoundsHeapGoal(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "off")
 	const headroom = 64 << 20
@@ -97,15 +116,16 @@ func TestTuneBoundsHeapGoal(t *testing.T) {
 		t.Fatal("Tune returned nil without GOGC in the environment")
 	}
 	defer tu.Stop()
-	samples := make([]metrics.Sample, len(scanned)+2)
+	n := len(scanned)
+	samples := make([]metrics.Sample, n+3)
 	for i, name := range scanned {
 		samples[i].Name = name
 	}
-	samples[len(scanned)].Name = "/gc/heap/goal:bytes"
-	samples[len(scanned)+1].Name = "/gc/cycles/total:gc-cycles"
+	samples[n].Name = "/gc/heap/goal:bytes"
+	samples[n+1].Name = "/gc/gogc:percent"
+	samples[n+2].Name = "/gc/cycles/total:gc-cycles"
 	var sink []byte
-	var worst, worstBase uint64
-	cycles := uint64(0)
+	inStep, cycles := 0, uint64(0)
 	for i := 0; i < 400_000; i++ { // about 800 MiB of garbage, 2 KiB at a time
 		sink = make([]byte, 2048)
 		if i%1000 != 0 {
@@ -113,21 +133,25 @@ func TestTuneBoundsHeapGoal(t *testing.T) {
 		}
 		metrics.Read(samples)
 		var base uint64
-		for _, s := range samples[:len(scanned)] {
+		for _, s := range samples[:n] {
 			base += s.Value.Uint64()
 		}
-		if goal := samples[len(scanned)].Value.Uint64(); goal > worst {
-			worst, worstBase = goal, base
+		goal, p := samples[n].Value.Uint64(), int(samples[n+1].Value.Uint64())
+		cycles = samples[n+2].Value.Uint64()
+		want := Percent(base, headroom)
+		if p < want*9/10 || p > want*11/10 {
+			continue // not yet adjusted to the last collection
 		}
-		cycles = samples[len(scanned)+1].Value.Uint64()
+		inStep++
+		// The tuner leaves a move of less than 10% alone; the goal is
+		// computed from the last collection's figures, a few MiB off
+		// what is read after it.
+		if limit := base + headroom*11/10 + 16<<20; goal > limit {
+			t.Fatalf("heap goal %d MiB at GOGC %d with %d MiB scanned: more than the %d MiB headroom allows", goal>>20, p, base>>20, headroom>>20)
+		}
 	}
 	runtime.KeepAlive(sink)
-	if cycles == 0 {
-		t.Fatal("no collection ran")
-	}
-	// The goal is computed from the last collection's figures, which may
-	// have been a few MiB larger than what is read after it.
-	if slack := uint64(16 << 20); worst > worstBase+headroom+slack {
-		t.Fatalf("heap goal %d MiB with %d MiB scanned: more than the %d MiB headroom allows", worst>>20, worstBase>>20, headroom>>20)
+	if cycles == 0 || inStep == 0 {
+		t.Fatalf("%d collections, %d samples with GOGC set for the last one", cycles, inStep)
 	}
 }
