@@ -134,14 +134,10 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 		s.writeBeginShared(runGrowth(bs))
 	}
 	defer s.writeEnd()
-	published := !exclusive // a run without a schema write keeps the state
+	endState := func(*state) {} // a run without a schema write keeps the state
 	if exclusive {
-		s.stateWriteBegin()
-		defer func() {
-			if !published { // failed, or panicked
-				s.stateWriteEnd(nil)
-			}
-		}()
+		endState = s.stateWriteBegin()
+		defer endState(nil)
 	}
 	results := make([]error, len(bs))
 	var newState *state
@@ -195,10 +191,7 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 	if err != nil {
 		return nil, fmt.Errorf("datastore: apply revisions %d..%d: %w", from, from+Revision(len(bs))-1, err)
 	}
-	if exclusive {
-		s.stateWriteEnd(newState)
-		published = true
-	}
+	endState(newState)
 	s.signal()
 	return results, nil
 }
@@ -589,13 +582,8 @@ func (s *BoltStore) Restore(ctx context.Context, path string) (_ Revision, err e
 	}
 	s.writeBegin()
 	defer s.writeEnd()
-	s.stateWriteBegin()
-	published := false
-	defer func() {
-		if !published {
-			s.stateWriteEnd(nil)
-		}
-	}()
+	endState := s.stateWriteBegin()
+	defer endState(nil)
 	if err := os.Rename(staging, s.cfg.Path); err != nil {
 		_ = db.Close()
 		return 0, fmt.Errorf("datastore: restore %s: %w", path, err)
@@ -604,8 +592,7 @@ func (s *BoltStore) Restore(ctx context.Context, path string) (_ Revision, err e
 		s.log.Warn("datastore: restore: syncing the data directory", "err", err)
 	}
 	old = s.db.swap(db)
-	s.stateWriteEnd(newState)
-	published = true
+	endState(newState)
 	s.committed(rev)
 	s.signal()
 	s.log.Info("datastore restored from a snapshot", "path", path, "revision", rev)

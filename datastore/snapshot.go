@@ -85,22 +85,26 @@ func (s *BoltStore) releaseSnap(sn *snapshot, own bool) {
 }
 
 // stateWriteBegin marks the start of a write that publishes a new state
-// after its commit: reads that begin before stateWriteEnd wait for it,
-// so that none pairs the old state (its schema, its names) with the new
-// data, or the new state with the old.
-func (s *BoltStore) stateWriteBegin() {
+// after its commit: reads that begin before it ends wait for it, so that
+// none pairs the old state (its schema, its names) with the new data, or
+// the new state with the old. The function it returns ends it,
+// publishing st (nil: the state is unchanged); calls after the first do
+// nothing, so a deferred end(nil) ends a write that failed or panicked.
+func (s *BoltStore) stateWriteBegin() (end func(st *state)) {
 	s.stateMu.Lock()
 	s.stateGen.Add(1)
-}
-
-// stateWriteEnd publishes st (nil when the write failed and the state is
-// unchanged) and lets reads go on.
-func (s *BoltStore) stateWriteEnd(st *state) {
-	if st != nil {
-		s.state.Store(st)
+	ended := false
+	return func(st *state) {
+		if ended {
+			return
+		}
+		ended = true
+		if st != nil {
+			s.state.Store(st)
+		}
+		s.stateGen.Add(1)
+		s.stateMu.Unlock()
 	}
-	s.stateGen.Add(1)
-	s.stateMu.Unlock()
 }
 
 // stateAndSnapshot returns the state in force and a read snapshot of the

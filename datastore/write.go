@@ -158,13 +158,8 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ 
 	defer s.writeEnd()
 	var rev Revision
 	var newState *state
-	s.stateWriteBegin()
-	published := false
-	defer func() {
-		if !published { // failed, or panicked
-			s.stateWriteEnd(nil)
-		}
-	}()
+	endState := s.stateWriteBegin()
+	defer endState(nil)
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		cs := &ChangeSet{Time: time.Now(), Schema: true}
 		next, rejected, err := s.applySchema(ctx, tx, s.state.Load(), sc, force, cs)
@@ -188,8 +183,7 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ 
 	if afterSchemaCommit != nil {
 		afterSchemaCommit()
 	}
-	s.stateWriteEnd(newState)
-	published = true
+	endState(newState)
 	s.signal()
 	s.log.Info("schema written", "revision", rev)
 	return rev, nil

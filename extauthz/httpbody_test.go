@@ -137,13 +137,8 @@ func TestHTTPBodyCutShort(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "the request body ended early") {
-				t.Fatalf("got %d %q, want 400 saying the body ended early", resp.StatusCode, b)
+			if status, _, b := answer(t, resp); status != http.StatusBadRequest || !strings.Contains(b, "the request body ended early") {
+				t.Fatalf("got %d %q, want 400 saying the body ended early", status, b)
 			}
 		})
 	}

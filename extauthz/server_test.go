@@ -251,6 +251,12 @@ func do(t *testing.T, req *http.Request) (int, http.Header, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return answer(t, resp)
+}
+
+// answer reads resp's status, headers and body, and closes it.
+func answer(t *testing.T, resp *http.Response) (int, http.Header, string) {
+	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {

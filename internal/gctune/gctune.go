@@ -127,11 +127,11 @@ func Percent(base, headroom uint64) int {
 	if base >= headroom {
 		return 100
 	}
-	limit := (base + headroom) * 100 / heapMinimum
-	if base == 0 {
-		return int(min(10000, max(100, limit)))
+	p := (base + headroom) * 100 / heapMinimum
+	if base > 0 {
+		p = min(p, (headroom*100+base-1)/base)
 	}
-	return int(min(10000, limit, max(100, (headroom*100+base-1)/base)))
+	return int(min(10000, max(100, p)))
 }
 
 // Stop gives the collector back Go's default target (or GOGC's).
