@@ -19,7 +19,8 @@ import (
 const Prefix = "/ext_authz"
 
 // Handler answers forward-auth requests: 200 with the policy's headers on
-// allow, the policy's status (default 403) and body on deny.
+// allow, the policy's status (default 403, and 403 for a status below 300)
+// and body on deny.
 type Handler struct {
 	PDP *pdp.PDP
 	// MaxBodyBytes bounds the request body.
@@ -80,8 +81,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	// A proxy reads any 2xx as an allow, and an informational status is
+	// not an answer: a denial in one of those is answered 403.
 	status := d.HTTPStatus
-	if status == 0 {
+	if status < 300 {
 		status = http.StatusForbidden
 	}
 	w.WriteHeader(status)
