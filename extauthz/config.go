@@ -133,6 +133,11 @@ type Config struct {
 	PublicURL string
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
+	// HTTPStdOnly serves the plain-text HTTP listener with net/http
+	// alone. By default its check endpoints' requests of the common shape
+	// are read by a leaner HTTP/1.1 server, which hands every other
+	// connection to net/http.
+	HTTPStdOnly bool
 	// GRPCMaxRecvMsgSize bounds the size of a gRPC message the server
 	// receives (larger ones are refused with RESOURCE_EXHAUSTED); zero
 	// means grpc-go's default, 4 MiB, as opa-envoy-plugin's.

@@ -28,6 +28,7 @@ import (
 	"github.com/nexuspdp/nexus/extauthz/internal/appapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/envoygrpc"
 	"github.com/nexuspdp/nexus/extauthz/internal/forwardauth"
+	"github.com/nexuspdp/nexus/extauthz/internal/httpfast"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -40,6 +41,9 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 	https  []*http.Server
+	// fast serves the checks of the plain-text HTTP listener, with the
+	// listener's http.Server as its fallback.
+	fast *httpfast.Server
 
 	metrics *envoygrpc.Metrics
 
@@ -194,12 +198,24 @@ func (s *Server) Start(ctx context.Context) error {
 				Handler: h, TLSConfig: l.tls, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
 				ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
 			}
-			s.https = append(s.https, hs)
+			var fast *httpfast.Server
+			if l.name == "http" && l.tls == nil && !s.cfg.HTTPStdOnly {
+				fast = &httpfast.Server{
+					Handler: h, Fallback: hs, Fast: checkPath, MaxBodyBytes: s.cfg.MaxBodyBytes,
+					ReadHeaderTimeout: hs.ReadHeaderTimeout, Log: s.cfg.Logger,
+				}
+				s.fast = fast
+			} else {
+				s.https = append(s.https, hs)
+			}
 			go func(l net.Listener, tlsOn bool) {
 				var err error
-				if tlsOn {
+				switch {
+				case fast != nil:
+					err = fast.Serve(l)
+				case tlsOn:
 					err = hs.ServeTLS(l, "", "")
-				} else {
+				default:
 					err = hs.Serve(l)
 				}
 				if errors.Is(err, http.ErrServerClosed) {
@@ -243,6 +259,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		})
 	}
+	if s.fast != nil {
+		wg.Go(func() {
+			if err := s.fast.Shutdown(ctx); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+				_ = s.fast.Fallback.Close()
+			}
+		})
+	}
 	wg.Wait()
 	if err := s.p.Close(ctx); err != nil {
 		errs = append(errs, err)
@@ -277,6 +303,17 @@ func (s *Server) Run(ctx context.Context, grace time.Duration) error {
 // checks a second. Workers that never ran hold only their first stack.
 func streamWorkers() uint32 {
 	return uint32(64 * runtime.GOMAXPROCS(0))
+}
+
+// checkPath reports whether path is one of the check endpoints of the
+// HTTP listener, whose plain-text connections httpfast serves (it hands
+// a connection to net/http at its first request for another path).
+func checkPath(_, path string) bool {
+	switch path {
+	case "/allowed", "/access/v1/evaluation", "/access/v1/evaluations", "/nginx_allowed", "/kong", forwardauth.Prefix:
+		return true
+	}
+	return strings.HasPrefix(path, forwardauth.Prefix+"/")
 }
 
 // httpHandler serves the proxies' and applications' listener.

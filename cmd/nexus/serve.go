@@ -63,6 +63,7 @@ type serveConfig struct {
 	EvalTimeout          time.Duration `yaml:"eval_timeout"`
 	MaxBodyBytes         int64         `yaml:"max_body_bytes"`
 	Reflection           bool          `yaml:"reflection"`
+	HTTPStdOnly          bool          `yaml:"http_std_only"`
 	Profiling            bool          `yaml:"profiling"`
 	LogLevel             string        `yaml:"log_level"`
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
@@ -164,6 +165,7 @@ An admin listener on an address other than loopback requires a token
 	f.DurationVar(&c.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
 	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
+	f.BoolVar(&c.HTTPStdOnly, "http-std-only", false, "serve the plain-text HTTP listener with Go's net/http alone (by default the check endpoints' common requests are read by a leaner HTTP/1.1 server, which hands any other connection to net/http)")
 	f.BoolVar(&c.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the admin listener")
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
@@ -254,6 +256,9 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	}
 	if !set("grpc-reflection") && file.Reflection {
 		c.Reflection = true
+	}
+	if !set("http-std-only") && file.HTTPStdOnly {
+		c.HTTPStdOnly = true
 	}
 	if !set("pprof") && file.Profiling {
 		c.Profiling = true
@@ -358,7 +363,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		DiagnosticAddr: c.opa.DiagnosticAddr, DryRun: c.opa.DryRun, SkipRequestBodyParse: c.opa.SkipRequestBodyParse,
 		GRPCMaxRecvMsgSize: c.opa.GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize: c.opa.GRPCMaxSendMsgSize,
 		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
-		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
+		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, HTTPStdOnly: c.HTTPStdOnly, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic, WasmOnly: c.WasmOnly,
