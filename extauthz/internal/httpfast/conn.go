@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -169,79 +170,83 @@ func (c *conn) readHead() (head []byte, ok bool, err error) {
 // false for a head outside the subset the Server reads.
 func (c *conn) parse(head []byte) (*http.Request, bool) {
 	// The request line: METHOD SP origin-form SP HTTP/1.1 CRLF.
-	line, rest, _ := bytes.Cut(head, crlf)
-	sp := bytes.IndexByte(line, ' ')
+	sp := bytes.IndexByte(head, ' ')
 	if sp <= 0 {
 		return nil, false
 	}
-	methodB, line := line[:sp], line[sp+1:]
-	sp = bytes.IndexByte(line, ' ')
-	if sp <= 0 || string(line[sp+1:]) != "HTTP/1.1" {
-		return nil, false
-	}
-	target := line[:sp]
-	for _, b := range methodB {
+	for _, b := range head[:sp] {
 		if !isTokenByte(b) {
 			return nil, false
 		}
 	}
-	if target[0] != '/' {
-		return nil, false
-	}
-	for _, b := range target {
-		if b <= ' ' || b >= 0x7f {
-			return nil, false
-		}
-	}
-	method := knownMethod(methodB)
+	method := knownMethod(head[:sp])
 	if method == "HEAD" || method == "CONNECT" {
 		return nil, false
 	}
-	rawPath, _, _ := bytes.Cut(target, []byte("?"))
+	rawPath := head[sp+1:]
+	if len(rawPath) == 0 || rawPath[0] != '/' {
+		return nil, false
+	}
+	if q := bytes.IndexAny(rawPath, "? \r"); q >= 0 {
+		rawPath = rawPath[:q]
+	}
 	if !c.s.Fast(method, string(rawPath)) {
 		return nil, false
 	}
-	requestURI := string(target)
-	u, err := url.ParseRequestURI(requestURI)
+	// One string holds every string of the request but the method.
+	all := string(head[sp+1:])
+	line, rest, _ := strings.Cut(all, "\r\n")
+	target, proto, ok := strings.Cut(line, " ")
+	if !ok || proto != "HTTP/1.1" {
+		return nil, false
+	}
+	for i := 0; i < len(target); i++ {
+		if b := target[i]; b <= ' ' || b >= 0x7f {
+			return nil, false
+		}
+	}
+	u, err := url.ParseRequestURI(target)
 	if err != nil || u.Host != "" {
 		return nil, false
 	}
 
 	// The header lines: name ":" OWS value OWS CRLF, printable ASCII.
-	h := make(http.Header, 8)
+	// Their values share one backing array, as net/http's do.
+	lines := strings.Count(rest, "\r\n") - 1
+	if lines > maxHeaders {
+		return nil, false
+	}
+	h := make(http.Header, lines)
+	values := make([]string, 0, lines)
 	var host string
 	hosts, lengths := 0, 0
 	contentLength := int64(0)
 	close := false
-	for n := 0; len(rest) > len(crlf); n++ {
-		if n == maxHeaders {
+	for len(rest) > len("\r\n") {
+		line, rest, _ = strings.Cut(rest, "\r\n")
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || name == "" {
 			return nil, false
 		}
-		line, rest, _ = bytes.Cut(rest, crlf)
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			return nil, false
-		}
-		for _, b := range line[:colon] {
-			if !isTokenByte(b) {
+		for i := 0; i < len(name); i++ {
+			if !isTokenByte(name[i]) {
 				return nil, false
 			}
 		}
-		v := trimOWS(line[colon+1:])
-		for _, b := range v {
-			if (b < ' ' && b != '\t') || b >= 0x7f {
+		v = strings.Trim(v, " \t")
+		for i := 0; i < len(v); i++ {
+			if b := v[i]; (b < ' ' && b != '\t') || b >= 0x7f {
 				return nil, false
 			}
 		}
-		key := textproto.CanonicalMIMEHeaderKey(string(line[:colon]))
-		value := string(v)
+		key := textproto.CanonicalMIMEHeaderKey(name) // name itself when canonical
 		switch key {
 		case "Host":
 			hosts++
-			if hosts > 1 || !validHost(value) {
+			if hosts > 1 || !validHost(v) {
 				return nil, false
 			}
-			host = value
+			host = v
 			continue // net/http keeps the Host header out of the map
 		case "Content-Length":
 			lengths++
@@ -252,23 +257,28 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 			contentLength = n
 		case "Connection":
 			switch {
-			case asciiEqualFold(v, "close"):
+			case strings.EqualFold(v, "close"):
 				close = true
-			case asciiEqualFold(v, "keep-alive"):
+			case strings.EqualFold(v, "keep-alive"):
 			default:
 				return nil, false
 			}
 		case "Transfer-Encoding", "Expect", "Upgrade", "Trailer", "Te", "Pragma", "Http2-Settings":
 			return nil, false
 		}
-		h[key] = append(h[key], value)
+		if vs := h[key]; vs != nil {
+			h[key] = append(vs, v)
+		} else {
+			values = append(values, v)
+			h[key] = values[len(values)-1 : len(values) : len(values)]
+		}
 	}
 	if hosts == 0 || contentLength > c.s.maxBody() {
 		return nil, false
 	}
 	req := &http.Request{
 		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, ContentLength: contentLength, Host: host, Close: close, RequestURI: requestURI,
+		Header: h, ContentLength: contentLength, Host: host, Close: close, RequestURI: target,
 		Body: http.NoBody,
 	}
 	if contentLength > 0 {
@@ -378,8 +388,6 @@ func (b *bodyReader) finish() bool {
 	return err == nil
 }
 
-var crlf = []byte("\r\n")
-
 // knownMethod returns the method as a string, without allocating for the
 // common ones.
 func knownMethod(b []byte) string {
@@ -415,17 +423,6 @@ func isTokenByte(b byte) bool {
 	return false
 }
 
-// trimOWS trims spaces and tabs from both ends of v.
-func trimOWS(v []byte) []byte {
-	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
-		v = v[1:]
-	}
-	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
-		v = v[:len(v)-1]
-	}
-	return v
-}
-
 // validHost accepts a Host of letters, digits and ".-_:[]" (a name, an
 // IPv4 or bracketed IPv6 address, a port), a subset of what net/http
 // accepts; anything else is left to net/http.
@@ -446,35 +443,15 @@ func validHost(h string) bool {
 }
 
 // parseLength reads a Content-Length of 1 to 18 digits.
-func parseLength(v []byte) (int64, bool) {
+func parseLength(v string) (int64, bool) {
 	if len(v) == 0 || len(v) > 18 {
 		return 0, false
 	}
-	for _, b := range v {
-		if b < '0' || b > '9' {
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
 			return 0, false
 		}
 	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
+	n, err := strconv.ParseInt(v, 10, 64)
 	return n, err == nil
-}
-
-// asciiEqualFold reports whether b equals s, ignoring ASCII case.
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range b {
-		if lower(b[i]) != lower(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func lower(b byte) byte {
-	if 'A' <= b && b <= 'Z' {
-		return b + ('a' - 'A')
-	}
-	return b
 }
