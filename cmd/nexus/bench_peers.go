@@ -270,7 +270,7 @@ GOPATH/bin (scripts/bench-peers.sh installs them).`,
 				stops = append(stops, s.Stop)
 				out := []bench.Contender{{Name: name, Target: bench.TargetConfig{Interface: bench.InterfaceAllowed, Addr: s.HTTPAddr()},
 					PID: pidOf(s), MetricsURL: s.MetricsURL(), Baseline: baseline}}
-				if !noGRPC && name != bench.TargetNoCache {
+				if !noGRPC {
 					out = append(out, bench.Contender{Name: name + " (gRPC)", Target: bench.TargetConfig{Interface: bench.InterfaceGRPC, Addr: s.GRPCAddr()},
 						PID: pidOf(s), MetricsURL: s.MetricsURL(), Baseline: baseline, FirstOnly: true})
 				}

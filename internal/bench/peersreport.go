@@ -135,7 +135,7 @@ func (r *PeersReport) Markdown(w io.Writer) {
 				if s.N > 1 && s.Max > s.Min {
 					hits += fmt.Sprintf(" (%.1f–%.1f)", 100*s.Min, 100*s.Max)
 				}
-				if x.Contender.Name == TargetNoCache {
+				if x.Contender.Name == TargetNoCache || x.Contender.Name == TargetNoCache+" (gRPC)" {
 					hits = "off"
 				}
 			}
