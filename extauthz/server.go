@@ -40,10 +40,12 @@ type Server struct {
 	p      *pdp.PDP
 	grpc   *grpc.Server
 	health *health.Server
-	https  []*http.Server
-	// fast serves the checks of the plain-text HTTP listener, with the
-	// listener's http.Server as its fallback.
-	fast *httpfast.Server
+	// https are the HTTP listeners' servers: an http.Server, or for the
+	// plain-text HTTP listener the fast path with its http.Server behind.
+	https []interface {
+		Shutdown(context.Context) error
+		Close() error
+	}
 
 	metrics *envoygrpc.Metrics
 
@@ -204,7 +206,7 @@ func (s *Server) Start(ctx context.Context) error {
 					Handler: h, Fallback: hs, Fast: checkPath, MaxBodyBytes: s.cfg.MaxBodyBytes,
 					ReadHeaderTimeout: hs.ReadHeaderTimeout, Log: s.cfg.Logger,
 				}
-				s.fast = fast
+				s.https = append(s.https, fast)
 			} else {
 				s.https = append(s.https, hs)
 			}
@@ -256,16 +258,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				errs = append(errs, err)
 				emu.Unlock()
 				_ = hs.Close()
-			}
-		})
-	}
-	if s.fast != nil {
-		wg.Go(func() {
-			if err := s.fast.Shutdown(ctx); err != nil {
-				emu.Lock()
-				errs = append(errs, err)
-				emu.Unlock()
-				_ = s.fast.Fallback.Close()
 			}
 		})
 	}

@@ -58,7 +58,7 @@ func (c *conn) serve() {
 	handedOver := false
 	defer func() {
 		if err := recover(); err != nil && err != http.ErrAbortHandler {
-			c.s.Log.Error("http: panic serving a request", "remote", c.nc.RemoteAddr().String(), "panic", err, "stack", string(debug.Stack()))
+			c.s.log().Error("http: panic serving a request", "remote", c.nc.RemoteAddr().String(), "panic", err, "stack", string(debug.Stack()))
 		}
 		if !handedOver {
 			_ = c.nc.Close()
@@ -307,7 +307,7 @@ func (c *conn) serveOne(ctx context.Context, req *http.Request) bool {
 	out, ok := w.finish(c.out[:0], keep)
 	c.out = out[:0]
 	if !ok {
-		c.s.Log.Error("http: the handler set a framing header the fast path does not write; the connection is closed without an answer",
+		c.s.log().Error("http: the handler set a framing header the fast path does not write; the connection is closed without an answer",
 			"method", req.Method, "path", req.URL.Path)
 		return false
 	}

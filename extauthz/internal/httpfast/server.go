@@ -58,7 +58,7 @@ type Server struct {
 	// ReadHeaderTimeout bounds the time from a request's first byte to
 	// the end of its head; the connection is closed when it passes.
 	ReadHeaderTimeout time.Duration
-	// Log receives handler panics.
+	// Log receives handler panics; nil means slog.Default().
 	Log *slog.Logger
 
 	mu       sync.Mutex
@@ -72,6 +72,7 @@ type Server struct {
 // serves those it hands over on Fallback. It returns http.ErrServerClosed
 // after Shutdown.
 func (s *Server) Serve(l net.Listener) error {
+	defer l.Close()
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -132,11 +133,20 @@ func (s *Server) track(c *conn, add bool) bool {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	l, h := s.listener, s.handoff
+	l := s.listener
 	s.mu.Unlock()
 	if l != nil {
 		_ = l.Close()
 	}
+	// Connections handed over meanwhile still reach Fallback, whose
+	// Shutdown then closes the hand-over listener and waits for them.
+	err := s.drain(ctx)
+	return errors.Join(err, s.Fallback.Shutdown(ctx))
+}
+
+// drain closes idle connections until none is left, and every connection
+// when ctx ends.
+func (s *Server) drain(ctx context.Context) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -147,7 +157,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		n := len(s.conns)
 		s.mu.Unlock()
 		if n == 0 {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -156,20 +166,36 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				_ = c.nc.Close()
 			}
 			s.mu.Unlock()
-			err := ctx.Err()
-			if h != nil {
-				h.close()
-				err = errors.Join(err, s.Fallback.Shutdown(ctx))
-			}
-			return err
+			return ctx.Err()
 		case <-tick.C:
 		}
 	}
-	if h == nil {
-		return s.Fallback.Shutdown(ctx)
+}
+
+// log is the Server's logger.
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
 	}
-	h.close()
-	return s.Fallback.Shutdown(ctx)
+	return s.Log
+}
+
+// Close closes the listener, every connection and Fallback at once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closing = true
+	l, h := s.listener, s.handoff
+	for c := range s.conns {
+		_ = c.nc.Close()
+	}
+	s.mu.Unlock()
+	if l != nil {
+		_ = l.Close()
+	}
+	if h != nil {
+		h.close()
+	}
+	return s.Fallback.Close()
 }
 
 // shuttingDown reports whether Shutdown has begun.
