@@ -432,6 +432,16 @@ func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID strin
 			r.log.Warn("log entry recorded without effect", "revision", es[i].seq, "err", es[i].cause)
 		}
 	}
+	// A policy the run loads is handed to the server before the run's
+	// revisions are published: a check that waits for a policy load's
+	// revision (a consistency token, or the loader's own answer) is
+	// decided by that policy, not the one before.
+	for _, e := range es {
+		if e.pol != nil && e.cause == nil {
+			e.pol.Revision = datastore.Revision(e.seq)
+			r.policyChanged(ctx, *e.pol)
+		}
+	}
 	r.setApplied(applied)
 	r.mu.Lock()
 	for _, e := range es {
@@ -440,12 +450,6 @@ func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID strin
 		}
 	}
 	r.mu.Unlock()
-	for _, e := range es {
-		if e.pol != nil && e.cause == nil {
-			e.pol.Revision = datastore.Revision(e.seq)
-			r.policyChanged(ctx, *e.pol)
-		}
-	}
 	return nil
 }
 

@@ -97,8 +97,9 @@ type Config struct {
 	// policy in force changes after New returned: a policy load applied
 	// from the log, or a restored snapshot with another policy. It runs on
 	// the goroutine that applies the log, which waits for it: it must not
-	// write through the Replica. An error is logged and counted; the log
-	// goes on.
+	// write through the Replica. The replica reports the revision of the
+	// load (to WaitRevision, and to the loader) only once it returned. An
+	// error is logged and counted; the log goes on.
 	OnPolicy func(ctx context.Context, p Policy) error
 
 	// Logger receives operational logs. Nil discards them.

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +143,42 @@ func TestStartWithoutNATS(t *testing.T) {
 	}
 }
 
+// TestPolicyBeforeRevision: a replica reports a policy load's revision
+// (to WaitRevision, and to the loader as its answer) only once its server
+// has the policy, so a check that waits for the revision is decided by it.
+func TestPolicyBeforeRevision(t *testing.T) {
+	ns := natstest.Start(t, 1)
+	slow := func(done *atomic.Bool) func(context.Context, cluster.Policy) error {
+		return func(context.Context, cluster.Policy) error {
+			time.Sleep(300 * time.Millisecond) // a server compiling the bundle
+			done.Store(true)
+			return nil
+		}
+	}
+	var aDone, bDone atomic.Bool
+	cfg := cluster.Config{URLs: ns.URLs(), SnapshotInterval: -1}
+	acfg, bcfg := cfg, cfg
+	acfg.OnPolicy, bcfg.OnPolicy = slow(&aDone), slow(&bDone)
+	a := newReplica(t, acfg, "")
+	b := newReplica(t, bcfg, "")
+	waitFollowing(t, a)
+	waitFollowing(t, b)
+	ctx := ctxT(t, 20*time.Second)
+	rev, err := a.LoadPolicy(ctx, []byte("policy bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !aDone.Load() {
+		t.Fatal("LoadPolicy answered before the loading replica's server had the policy")
+	}
+	if err := b.WaitRevision(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if !bDone.Load() {
+		t.Fatal("WaitRevision returned before the replica's server had the policy")
+	}
+}
+
 // TestPolicy: a bundle loaded on one replica reaches every replica's
 // callback, in log order, and a replica bootstrapped from a snapshot has it.
 func TestPolicy(t *testing.T) {
@@ -193,11 +231,13 @@ func TestPolicy(t *testing.T) {
 	if err := b.WaitRevision(ctx, rev2); err != nil {
 		t.Fatal(err)
 	}
+	// The callback has run for a revision once the replica reports it.
 	gb.mu.Lock()
-	if len(gb.all) != 3 || !bytes.Equal(gb.all[0].Bundle, bundle) || gb.all[0].Revision != rev || gb.all[2].Revision != rev2 {
-		t.Fatalf("b's callback saw %d policies", len(gb.all))
-	}
+	seen := slices.Clone(gb.all)
 	gb.mu.Unlock()
+	if len(seen) != 3 || !bytes.Equal(seen[0].Bundle, bundle) || seen[0].Revision != rev || seen[2].Revision != rev2 {
+		t.Fatalf("b's callback saw %d policies by revision %d", len(seen), rev2)
+	}
 	if n := counter(t, b, "nexus_cluster_policy_load_errors_total"); n != 1 {
 		t.Fatalf("policy load errors = %v, want 1 (the refused bundle)", n)
 	}

@@ -295,12 +295,14 @@ func (r *Replica) restoreNewest(ctx context.Context, first uint64) error {
 	}
 	r.m.snapshots.WithLabelValues("restore", "ok").Inc()
 	r.identified = true
-	r.setApplied(uint64(rev))
 	r.log.Info("restored a snapshot", "revision", rev, "log_first", first, "took", time.Since(start).Round(time.Millisecond))
+	// The server gets the snapshot's policy before its revision is
+	// published, as with a policy load from the log.
 	if after, ok := r.storedPolicy(ctx); ok && after != before {
 		if p, err := r.Policy(ctx); err == nil {
 			r.policyChanged(ctx, p)
 		}
 	}
+	r.setApplied(uint64(rev))
 	return nil
 }
