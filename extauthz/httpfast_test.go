@@ -2,18 +2,14 @@ package extauthz_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // proxyRequests are raw requests as proxies and applications send them to
@@ -50,27 +46,11 @@ var proxyRequests = []string{
 // request: the date, decision and request IDs.
 var answerNoise = regexp.MustCompile(`Date: [^\r\n]*|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
-// rawExchange sends raw on a new connection to addr, closes the write
-// side and returns what came back until the server closed, with the
-// noise of answerNoise replaced.
+// rawExchange is fixture.RawExchange with the noise of answerNoise
+// replaced.
 func rawExchange(t testing.TB, addr string, raw []byte) []byte {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(raw); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.(*net.TCPConn).CloseWrite()
-	out, err := io.ReadAll(c)
-	var ne net.Error
-	if err != nil && errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("no end to the answer to %q: %q", raw, out)
-	}
-	return answerNoise.ReplaceAll(out, []byte("N"))
+	return answerNoise.ReplaceAll(fixture.RawExchange(t, addr, raw), []byte("N"))
 }
 
 // settledExchange is rawExchange asked again (up to five times) while
@@ -146,25 +126,13 @@ func TestForwardAuthDenialNeverSuccess(t *testing.T) {
 			if status != "" {
 				rule = `result := {"allowed": false, "body": "no", "http_status": ` + status + `}`
 			}
-			b, err := compiler.Compile(context.Background(), compiler.Options{
-				Modules: map[string]string{
-					"p.rego": "package nexus.authz\ndecision := {\"allow\": false}\n",
-					"e.rego": "package nexus.envoy\n" + rule + "\n",
-				},
-				Entrypoints: []string{"nexus/authz/decision", "nexus/envoy/result"}, Revision: "status-" + status,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var buf bytes.Buffer
-			if err := b.Write(&buf); err != nil {
-				t.Fatal(err)
-			}
-			req, _ := http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &buf)
-			if code, _, body := do(t, req); code != 200 {
+			if code, body := putPolicy(t, ts, "status-"+status, map[string]string{
+				"p.rego": "package nexus.authz\ndecision := {\"allow\": false}\n",
+				"e.rego": "package nexus.envoy\n" + rule + "\n",
+			}, "nexus/authz/decision", "nexus/envoy/result"); code != 200 {
 				t.Fatalf("put policy: %d %s", code, body)
 			}
-			req, _ = http.NewRequest(http.MethodGet, ts.http+"/ext_authz/files/report.pdf", nil)
+			req, _ := http.NewRequest(http.MethodGet, ts.http+"/ext_authz/files/report.pdf", nil)
 			client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			resp, err := client.Do(req)
 			if err != nil {

@@ -42,14 +42,14 @@ func BenchmarkCheckServerSideSink(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := fixture.ProcessCPU()
 			for b.Loop() {
 				resp, err := ts.srv.CheckDirect(ctx, req)
 				if err != nil || resp.GetStatus().GetCode() != 0 {
 					b.Fatal(err, resp)
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -93,7 +93,7 @@ func BenchmarkCheckServerSideOPALog(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
-				cpu0 := processCPU()
+				cpu0 := fixture.ProcessCPU()
 				dropped0 := lg.Dropped()
 				for b.Loop() {
 					resp, err := ts.srv.CheckDirect(ctx, bc.req)
@@ -101,7 +101,7 @@ func BenchmarkCheckServerSideOPALog(b *testing.B) {
 						b.Fatal(err, resp)
 					}
 				}
-				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(lg.Dropped()-dropped0)/float64(b.N), "dropped/op")
 			})
 		}

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -114,6 +113,23 @@ func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
 		ts.admin = "http://" + a.String()
 	}
 	return ts
+}
+
+// putPolicy compiles modules with entrypoints into a bundle of revision
+// and loads it through the admin API; it returns the answer.
+func putPolicy(t *testing.T, ts *testServer, revision string, modules map[string]string, entrypoints ...string) (int, string) {
+	t.Helper()
+	b, err := compiler.Compile(context.Background(), compiler.Options{Modules: modules, Entrypoints: entrypoints, Revision: revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := b.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &buf)
+	status, _, body := do(t, req)
+	return status, body
 }
 
 func headerValue(hs []*corev3.HeaderValueOption, key string) string {
@@ -492,41 +508,19 @@ func TestAdminSchemaAndPolicy(t *testing.T) {
 	}
 	// A bundle without the envoy entrypoint the server evaluates is
 	// refused, and the policy stays.
-	partial, err := compiler.Compile(context.Background(), compiler.Options{
-		Modules:     map[string]string{"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n"},
-		Entrypoints: []string{"nexus/authz/decision"}, Revision: "partial",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pbuf bytes.Buffer
-	if err := partial.Write(&pbuf); err != nil {
-		t.Fatal(err)
-	}
-	req, _ = http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &pbuf)
-	if status, _, body := do(t, req); status != 400 || !strings.Contains(body, "nexus/envoy/result") {
+	if status, body := putPolicy(t, ts, "partial", map[string]string{
+		"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n",
+	}, "nexus/authz/decision"); status != 400 || !strings.Contains(body, "nexus/envoy/result") {
 		t.Fatalf("bundle without the envoy entrypoint: %d %s, want 400 naming it", status, body)
 	}
 	if _, _, body := post(t, ts.http+"/allowed", `{"user":"carol","action":"read","resource":"file:report.pdf"}`); strings.Contains(body, `"allow":true`) {
 		t.Fatalf("a refused bundle replaced the policy: %s", body)
 	}
 	// A new bundle that allows everything swaps in atomically.
-	b, err := compiler.Compile(context.Background(), compiler.Options{
-		Modules: map[string]string{
-			"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n",
-			"e.rego": "package nexus.envoy\nresult := {\"allowed\": true}\n",
-		},
-		Entrypoints: []string{"nexus/authz/decision", "nexus/envoy/result"}, Revision: "allow-all",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := b.Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	req, _ = http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &buf)
-	if status, _, body := do(t, req); status != 200 || !strings.Contains(body, "allow-all") {
+	if status, body := putPolicy(t, ts, "allow-all", map[string]string{
+		"p.rego": "package nexus.authz\ndecision := {\"allow\": true, \"reason\": \"allow\"}\n",
+		"e.rego": "package nexus.envoy\nresult := {\"allowed\": true}\n",
+	}, "nexus/authz/decision", "nexus/envoy/result"); status != 200 || !strings.Contains(body, "allow-all") {
 		t.Fatalf("put policy: %d %s", status, body)
 	}
 	if _, _, body := post(t, ts.http+"/allowed", `{"user":"carol","action":"read","resource":"file:report.pdf"}`); !strings.Contains(body, `"allow":true`) {
@@ -804,27 +798,17 @@ func BenchmarkCheckServerSide(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
-				cpu0 := processCPU()
+				cpu0 := fixture.ProcessCPU()
 				for b.Loop() {
 					resp, err := ts.srv.CheckDirect(ctx, bc.req)
 					if err != nil || resp.GetStatus().GetCode() != 0 {
 						b.Fatal(err, resp)
 					}
 				}
-				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
-}
-
-// processCPU is the CPU time (user and system) this process has used, in
-// nanoseconds: on a shared machine, a steadier measure than wall time.
-func processCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // TestAdminProfiling: /debug/pprof/ is served only when enabled, and only
@@ -904,22 +888,10 @@ func TestPolicyResultShapeHidden(t *testing.T) {
 	ts := newTestServer(t, func(c *extauthz.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	b, err := compiler.Compile(context.Background(), compiler.Options{
-		Modules: map[string]string{
-			"p.rego": "package nexus.authz\ndecision := {\"allow\": \"yes\"}\n",
-			"e.rego": "package nexus.envoy\nresult := {\"allowed\": false, \"http_status\": \"teapot\"}\n",
-		},
-		Entrypoints: []string{"nexus/authz/decision", "nexus/envoy/result"}, Revision: "bad-shape",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := b.Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &buf)
-	if status, _, body := do(t, req); status != 200 {
+	if status, body := putPolicy(t, ts, "bad-shape", map[string]string{
+		"p.rego": "package nexus.authz\ndecision := {\"allow\": \"yes\"}\n",
+		"e.rego": "package nexus.envoy\nresult := {\"allowed\": false, \"http_status\": \"teapot\"}\n",
+	}, "nexus/authz/decision", "nexus/envoy/result"); status != 200 {
 		t.Fatalf("put policy: %d %s", status, body)
 	}
 	leaks := []string{"json:", "Go value", "unmarshal", "*bool", "json.Number"}

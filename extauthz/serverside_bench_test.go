@@ -72,14 +72,14 @@ func BenchmarkCheckServerSidePolicies(b *testing.B) {
 				b.Run(pol.name+"/"+bc.name+"/"+cacheName(cache), func(b *testing.B) {
 					ctx := context.Background()
 					b.ReportAllocs()
-					cpu0 := processCPU()
+					cpu0 := fixture.ProcessCPU()
 					for b.Loop() {
 						resp, err := ts.srv.CheckDirect(ctx, bc.req)
 						if err != nil || resp.GetStatus().GetCode() != 0 {
 							b.Fatal(err, resp)
 						}
 					}
-					b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 				})
 			}
 		}
@@ -125,7 +125,7 @@ func BenchmarkHTTPServerSide(b *testing.B) {
 						b.Fatalf("%s: %d %s, want 200 with %s", bc.path, rec.Code, rec.Body, bc.want)
 					}
 					b.ReportAllocs()
-					cpu0 := processCPU()
+					cpu0 := fixture.ProcessCPU()
 					for b.Loop() {
 						body.Reset(bc.body)
 						rec.Body.Reset()
@@ -134,7 +134,7 @@ func BenchmarkHTTPServerSide(b *testing.B) {
 							b.Fatal(rec.Code, rec.Body)
 						}
 					}
-					b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 				})
 			}
 		}

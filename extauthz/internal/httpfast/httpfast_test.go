@@ -15,9 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // echo answers with what it was given: the request as the handler sees it
@@ -92,26 +93,10 @@ func serve(t testing.TB, h http.Handler) (std, fast string) {
 	return ls.Addr().String(), lf.Addr().String()
 }
 
-// exchange sends raw on a new connection, closes the connection's write
-// side and returns everything the server sent until it closed its side.
+// exchange is fixture.RawExchange with the dates blanked.
 func exchange(t testing.TB, addr string, raw []byte) []byte {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(raw); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.(*net.TCPConn).CloseWrite()
-	out, err := io.ReadAll(c)
-	var ne net.Error
-	if err != nil && !(errors.As(err, &ne) && !ne.Timeout()) && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
-		t.Fatalf("reading the answer to %q: %v", raw, err)
-	}
-	return dates.ReplaceAll(out, []byte("Date: D\r\n"))
+	return dates.ReplaceAll(fixture.RawExchange(t, addr, raw), []byte("Date: D\r\n"))
 }
 
 var dates = regexp.MustCompile(`Date: [^\r\n]*\r\n`)
@@ -338,7 +323,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 			defer c.Close()
 			br := bufio.NewReader(c)
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := fixture.ProcessCPU()
 			for b.Loop() {
 				if _, err := c.Write(req); err != nil {
 					b.Fatal(err)
@@ -352,17 +337,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 				}
 				_ = resp.Body.Close()
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// processCPU is the CPU time (user and system) of this process in
-// nanoseconds.
-func processCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }

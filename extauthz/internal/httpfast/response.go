@@ -42,11 +42,8 @@ func (w *response) reset(req *http.Request) {
 func (w *response) Header() http.Header { return w.header }
 
 func (w *response) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
-	}
-	if !bodyAllowed(w.status) {
-		return 0, http.ErrBodyNotAllowed
+	if err := w.bodyWrite(); err != nil {
+		return 0, err
 	}
 	w.body = append(w.body, p...)
 	return len(p), nil
@@ -54,14 +51,23 @@ func (w *response) Write(p []byte) (int, error) {
 
 // WriteString lets io.WriteString skip a conversion.
 func (w *response) WriteString(s string) (int, error) {
+	if err := w.bodyWrite(); err != nil {
+		return 0, err
+	}
+	w.body = append(w.body, s...)
+	return len(s), nil
+}
+
+// bodyWrite writes the status (200) if the handler has not, and refuses
+// a body the status does not allow, as net/http does.
+func (w *response) bodyWrite() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !bodyAllowed(w.status) {
-		return 0, http.ErrBodyNotAllowed
+		return http.ErrBodyNotAllowed
 	}
-	w.body = append(w.body, s...)
-	return len(s), nil
+	return nil
 }
 
 // WriteHeader records the status and writes the status line and the
