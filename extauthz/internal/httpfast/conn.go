@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 const (
@@ -74,7 +76,7 @@ func (c *conn) serve() {
 	lastPost := false
 	for first := true; ; first = false {
 		c.idle.Store(true)
-		if c.s.shuttingDown() {
+		if c.s.closing.Load() {
 			return
 		}
 		// As net/http: between requests, a connection that ends with
@@ -174,10 +176,8 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 	if sp <= 0 {
 		return nil, false
 	}
-	for _, b := range head[:sp] {
-		if !isTokenByte(b) {
-			return nil, false
-		}
+	if !httpguts.ValidHeaderFieldName(string(head[:sp])) { // a token, as net/http wants a method
+		return nil, false
 	}
 	method := knownMethod(head[:sp])
 	if method == "HEAD" || method == "CONNECT" {
@@ -228,10 +228,8 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 		if !ok || name == "" {
 			return nil, false
 		}
-		for i := 0; i < len(name); i++ {
-			if !isTokenByte(name[i]) {
-				return nil, false
-			}
+		if !httpguts.ValidHeaderFieldName(name) {
+			return nil, false
 		}
 		v = strings.Trim(v, " \t")
 		for i := 0; i < len(v); i++ {
@@ -243,7 +241,7 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 		switch key {
 		case "Host":
 			hosts++
-			if hosts > 1 || !validHost(v) {
+			if hosts > 1 || !httpguts.ValidHostHeader(v) {
 				return nil, false
 			}
 			host = v
@@ -301,7 +299,7 @@ func (c *conn) serveOne(ctx context.Context, req *http.Request) bool {
 	if req.ContentLength > 0 && !c.body.finish() {
 		keep = false
 	}
-	if c.s.shuttingDown() {
+	if c.s.closing.Load() {
 		keep = false
 	}
 	out, ok := w.finish(c.out[:0], keep)
@@ -314,7 +312,7 @@ func (c *conn) serveOne(ctx context.Context, req *http.Request) bool {
 	if _, err := c.nc.Write(out); err != nil {
 		return false
 	}
-	return keep && !w.closeAfter
+	return keep
 }
 
 // maxBody is the largest body the Server reads itself.
@@ -408,38 +406,6 @@ func knownMethod(b []byte) string {
 		return "HEAD"
 	}
 	return string(b)
-}
-
-// isTokenByte reports whether b may appear in a token (RFC 9110, 5.6.2).
-func isTokenByte(b byte) bool {
-	switch {
-	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		return true
-	}
-	switch b {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
-}
-
-// validHost accepts a Host of letters, digits and ".-_:[]" (a name, an
-// IPv4 or bracketed IPv6 address, a port), a subset of what net/http
-// accepts; anything else is left to net/http.
-func validHost(h string) bool {
-	if h == "" {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		b := h[i]
-		switch {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		case b == '.', b == '-', b == '_', b == ':', b == '[', b == ']':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // parseLength reads a Content-Length of 1 to 18 digits.

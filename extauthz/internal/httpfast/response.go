@@ -23,7 +23,6 @@ type response struct {
 	// What the handler's header held when the status was written.
 	hasType, hasLength, hasDate, hasEncoding, unsupported bool
 	length                                                int64
-	closeAfter                                            bool
 }
 
 func (w *response) reset(req *http.Request) {
@@ -36,7 +35,6 @@ func (w *response) reset(req *http.Request) {
 	w.status = 0
 	w.head, w.body = w.head[:0], w.body[:0]
 	w.hasType, w.hasLength, w.hasDate, w.hasEncoding, w.unsupported = false, false, false, false, false
-	w.closeAfter = false
 }
 
 func (w *response) Header() http.Header { return w.header }
@@ -150,7 +148,6 @@ func (w *response) finish(out []byte, keep bool) ([]byte, bool) {
 	}
 	if !keep {
 		out = append(out, "Connection: close\r\n"...)
-		w.closeAfter = true
 	}
 	out = append(out, "\r\n"...)
 	return append(out, w.body...), true

@@ -36,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,9 +62,10 @@ type Server struct {
 	// Log receives handler panics; nil means slog.Default().
 	Log *slog.Logger
 
+	// closing is set when Shutdown or Close begins; every request reads it.
+	closing  atomic.Bool
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
-	closing  bool
 	handoff  *handoffListener
 	listener net.Listener
 }
@@ -74,7 +76,7 @@ type Server struct {
 func (s *Server) Serve(l net.Listener) error {
 	defer l.Close()
 	s.mu.Lock()
-	if s.closing {
+	if s.closing.Load() {
 		s.mu.Unlock()
 		return http.ErrServerClosed
 	}
@@ -87,10 +89,7 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
+			if s.closing.Load() {
 				return http.ErrServerClosed
 			}
 			var ne net.Error
@@ -120,7 +119,7 @@ func (s *Server) track(c *conn, add bool) bool {
 		delete(s.conns, c)
 		return true
 	}
-	if s.closing {
+	if s.closing.Load() {
 		return false
 	}
 	s.conns[c] = struct{}{}
@@ -132,7 +131,7 @@ func (s *Server) track(c *conn, add bool) bool {
 // shuts Fallback down with ctx.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
+	s.closing.Store(true)
 	l := s.listener
 	s.mu.Unlock()
 	if l != nil {
@@ -183,7 +182,7 @@ func (s *Server) log() *slog.Logger {
 // Close closes the listener, every connection and Fallback at once.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	s.closing = true
+	s.closing.Store(true)
 	l, h := s.listener, s.handoff
 	for c := range s.conns {
 		_ = c.nc.Close()
@@ -196,13 +195,6 @@ func (s *Server) Close() error {
 		h.close()
 	}
 	return s.Fallback.Close()
-}
-
-// shuttingDown reports whether Shutdown has begun.
-func (s *Server) shuttingDown() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
 }
 
 // handoffListener is the listener Fallback serves: the connections the
