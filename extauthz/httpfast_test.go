@@ -39,6 +39,11 @@ var proxyRequests = []string{
 	"POST /access/v1/evaluations HTTP/1.1\r\nHost: pdp\r\nAuthorization: Bearer " + testAppKey + "\r\nContent-Type: application/json\r\nContent-Length: 150\r\n\r\n" +
 		`{"subject":{"type":"user","id":"bob"},"evaluations":[{"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}},{"action":{"name":"x"}}]}`,
 	"POST /kong HTTP/1.1\r\nHost: pdp\r\nContent-Length: 2\r\n\r\n{}",
+	"POST /access/v1/evaluation HTTP/1.1\r\nHost: pdp\r\nAuthorization: Bearer " + testAppKey + "\r\nContent-Type: application/json\r\nContent-Length: 141\r\n\r\n" +
+		`{"subject":{"type":"user","id":"alice"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf","properties":{"tenant":"acme"}}}`,
+	"OPTIONS /access/v1/evaluation HTTP/1.1\r\nHost: pdp\r\nAuthorization: Bearer " + testAppKey + "\r\n\r\n",
+	"DELETE /kong HTTP/1.1\r\nHost: pdp\r\n\r\n",
+	"PUT /nginx_allowed HTTP/1.1\r\nHost: pdp\r\nX-Original-URI: /files/report.pdf\r\nX-User: bob\r\nContent-Length: 0\r\n\r\n",
 	"GET /readyz HTTP/1.1\r\nHost: pdp\r\n\r\nPOST /allowed HTTP/1.1\r\nHost: pdp\r\nContent-Length: 0\r\n\r\n",
 }
 

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -203,7 +205,7 @@ func (s *Server) Start(ctx context.Context) error {
 			var fast *httpfast.Server
 			if l.name == "http" && l.tls == nil && !s.cfg.HTTPStdOnly {
 				fast = &httpfast.Server{
-					Handler: h, Fallback: hs, Fast: checkPath, MaxBodyBytes: s.cfg.MaxBodyBytes,
+					Fallback: hs, Route: checkRoutes(h.(*http.ServeMux)), MaxBodyBytes: s.cfg.MaxBodyBytes,
 					ReadHeaderTimeout: hs.ReadHeaderTimeout, Log: s.cfg.Logger,
 				}
 				s.https = append(s.https, fast)
@@ -297,15 +299,36 @@ func streamWorkers() uint32 {
 	return uint32(64 * runtime.GOMAXPROCS(0))
 }
 
-// checkPath reports whether path is one of the check endpoints of the
-// HTTP listener, whose plain-text connections httpfast serves (it hands
-// a connection to net/http at its first request for another path).
-func checkPath(_, path string) bool {
-	switch path {
-	case "/allowed", "/access/v1/evaluation", "/access/v1/evaluations", "/nginx_allowed", "/kong", forwardauth.Prefix:
-		return true
+// checkRoutes routes the check endpoints of the HTTP listener, whose
+// plain-text connections httpfast serves (it hands a connection to
+// net/http at its first request for another path). A check path with a
+// method mux registers goes straight to its handler, with mux's pattern:
+// what mux would choose, chosen once. Other methods and forward auth's
+// subpaths go through mux.
+func checkRoutes(mux *http.ServeMux) func(method, path string) (http.Handler, string) {
+	type route struct {
+		h       http.Handler
+		pattern string
 	}
-	return strings.HasPrefix(path, forwardauth.Prefix+"/")
+	paths := []string{"/allowed", "/access/v1/evaluation", "/access/v1/evaluations", "/nginx_allowed", "/kong", forwardauth.Prefix}
+	direct := make(map[[2]string]route)
+	for _, path := range paths {
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+			h, pattern := mux.Handler(&http.Request{Method: method, URL: &url.URL{Path: path}, Host: "nexus"})
+			if pattern != "" {
+				direct[[2]string{method, path}] = route{h, pattern}
+			}
+		}
+	}
+	return func(method, path string) (http.Handler, string) {
+		if r, ok := direct[[2]string{method, path}]; ok {
+			return r.h, r.pattern
+		}
+		if slices.Contains(paths, path) || strings.HasPrefix(path, forwardauth.Prefix+"/") {
+			return mux, ""
+		}
+		return nil, ""
+	}
 }
 
 // httpHandler serves the proxies' and applications' listener.

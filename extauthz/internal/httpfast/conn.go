@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -43,8 +44,13 @@ type conn struct {
 	// byte: Shutdown may close it then.
 	idle atomic.Bool
 	out  []byte
-	body bodyReader
-	resp response
+	// handler answers the request being served.
+	handler http.Handler
+	// deadline is set while a read deadline for the rest of a request
+	// head is in force.
+	deadline bool
+	body     bodyReader
+	resp     response
 }
 
 // closeIfIdle closes the connection when it waits for a request.
@@ -68,9 +74,11 @@ func (c *conn) serve() {
 		c.s.track(c, false)
 	}()
 	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ctx = context.WithValue(ctx, http.ServerContextKey, c.s.Fallback)
+	// The connection's context is never canceled: no request outlives
+	// serve, and each request's own context is canceled when its
+	// handler returns. A parent without a Done channel makes that
+	// per-request context cheap to make and to cancel.
+	ctx := context.WithValue(context.Background(), http.ServerContextKey, c.s.Fallback)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
 	remote := c.nc.RemoteAddr().String()
 	lastPost := false
@@ -84,6 +92,14 @@ func (c *conn) serve() {
 		n := 4
 		if first {
 			n = 1
+		} else if c.br.Buffered() == 0 {
+			// The client sends its next request once it has read this
+			// answer. Reading now would mostly find nothing (a system
+			// call wasted, then a wait in the poller); under load, the
+			// other connections' requests run first, and by then this
+			// one's has usually arrived. Idle, this costs a scheduler
+			// pass.
+			runtime.Gosched()
 		}
 		start, err := c.br.Peek(n)
 		c.idle.Store(false)
@@ -99,9 +115,6 @@ func (c *conn) serve() {
 			}
 			_, _ = c.br.Discard(k)
 		}
-		if c.s.ReadHeaderTimeout > 0 {
-			_ = c.nc.SetReadDeadline(time.Now().Add(c.s.ReadHeaderTimeout))
-		}
 		head, ok, err := c.readHead()
 		if err != nil && !errors.Is(err, io.EOF) {
 			return // a timeout or a broken connection, closed as net/http closes it
@@ -115,7 +128,10 @@ func (c *conn) serve() {
 			handedOver = c.handOver()
 			return
 		}
-		_ = c.nc.SetReadDeadline(time.Time{})
+		if c.deadline {
+			_ = c.nc.SetReadDeadline(time.Time{})
+			c.deadline = false
+		}
 		_, _ = c.br.Discard(len(head))
 		req.RemoteAddr = remote
 		lastPost = req.Method == "POST"
@@ -162,6 +178,13 @@ func (c *conn) readHead() (head []byte, ok bool, err error) {
 		if len(buf) == readBufferSize {
 			return nil, false, nil
 		}
+		// The head's first bytes are in: the rest must follow within
+		// ReadHeaderTimeout. A head read whole at once (the usual case)
+		// sets no timer.
+		if !c.deadline && c.s.ReadHeaderTimeout > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.s.ReadHeaderTimeout))
+			c.deadline = true
+		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
 			return nil, false, err
 		}
@@ -183,18 +206,19 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 	if method == "HEAD" || method == "CONNECT" {
 		return nil, false
 	}
-	rawPath := head[sp+1:]
-	if len(rawPath) == 0 || rawPath[0] != '/' {
-		return nil, false
-	}
-	if q := bytes.IndexAny(rawPath, "? \r"); q >= 0 {
-		rawPath = rawPath[:q]
-	}
-	if !c.s.Fast(method, string(rawPath)) {
+	if len(head) == sp+1 || head[sp+1] != '/' {
 		return nil, false
 	}
 	// One string holds every string of the request but the method.
 	all := string(head[sp+1:])
+	path := all
+	if q := strings.IndexAny(path, "? \r"); q >= 0 {
+		path = path[:q]
+	}
+	handler, pattern := c.s.Route(method, path)
+	if handler == nil {
+		return nil, false
+	}
 	line, rest, _ := strings.Cut(all, "\r\n")
 	target, proto, ok := strings.Cut(line, " ")
 	if !ok || proto != "HTTP/1.1" {
@@ -277,8 +301,9 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 	req := &http.Request{
 		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, ContentLength: contentLength, Host: host, Close: close, RequestURI: target,
-		Body: http.NoBody,
+		Body: http.NoBody, Pattern: pattern,
 	}
+	c.handler = handler
 	if contentLength > 0 {
 		c.body = bodyReader{r: c.br, left: contentLength}
 		req.Body = &c.body
@@ -294,7 +319,7 @@ func (c *conn) serveOne(ctx context.Context, req *http.Request) bool {
 	req = req.WithContext(rctx)
 	w := &c.resp
 	w.reset(req)
-	c.s.Handler.ServeHTTP(w, req)
+	c.handler.ServeHTTP(w, req)
 	keep := !req.Close
 	if req.ContentLength > 0 && !c.body.finish() {
 		keep = false

@@ -76,9 +76,16 @@ func serve(t testing.TB, h http.Handler) (std, fast string) {
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 2 * time.Second}
 	fs := &Server{
-		Handler: h, Fallback: &http.Server{Handler: h, ReadHeaderTimeout: 2 * time.Second},
-		Fast: func(_, path string) bool { return !strings.HasPrefix(path, "/slow") }, ReadHeaderTimeout: 2 * time.Second,
-		MaxBodyBytes: 1 << 10, Log: slog.New(slog.DiscardHandler),
+		Fallback: &http.Server{Handler: h, ReadHeaderTimeout: 2 * time.Second},
+		Route: func(_, path string) (http.Handler, string) {
+			if strings.HasPrefix(path, "/slow") {
+				return nil, ""
+			}
+			return h, ""
+		},
+		ReadHeaderTimeout: 2 * time.Second,
+		MaxBodyBytes:      1 << 10,
+		Log:               slog.New(slog.DiscardHandler),
 	}
 	go func() { _ = hs.Serve(ls) }()
 	go func() { _ = fs.Serve(lf) }()
@@ -264,7 +271,7 @@ func TestShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Handler: h, Fallback: &http.Server{Handler: h}, Fast: func(string, string) bool { return true }, Log: slog.New(slog.DiscardHandler)}
+	s := &Server{Fallback: &http.Server{Handler: h}, Route: func(string, string) (http.Handler, string) { return h, "" }, Log: slog.New(slog.DiscardHandler)}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(l) }()
 	idle, err := net.Dial("tcp", l.Addr().String())

@@ -42,16 +42,15 @@ import (
 
 // Server serves the check requests of a plain-text listener.
 type Server struct {
-	// Handler answers every request the Server reads itself.
-	Handler http.Handler
-	// Fallback serves the connections the Server hands over; its Handler
-	// should be the same. Its Serve runs on a listener of those
-	// connections, started by Serve.
+	// Fallback serves the connections the Server hands over. Its Serve
+	// runs on a listener of those connections, started by Serve.
 	Fallback *http.Server
-	// Fast reports whether a request for path with method is one the
-	// Server reads itself (the checks' paths); the others' connections
-	// go to Fallback.
-	Fast func(method, path string) bool
+	// Route chooses the handler of a request for path with method, one
+	// the Server reads itself (the checks' paths), and the pattern it
+	// sets as the request's Pattern (as ServeMux would; "" for none). A
+	// nil handler hands the connection to Fallback. A handler should
+	// answer as Fallback's Handler answers the same request.
+	Route func(method, path string) (h http.Handler, pattern string)
 	// MaxBodyBytes is the largest Content-Length the Server reads itself
 	// (at most 64 KiB); a larger body's connection goes to Fallback, so a
 	// handler's limit is met by net/http. Zero means 64 KiB.
