@@ -85,15 +85,19 @@ func (c *envoyCheck) key(n *builtins.DefaultPolicy, dst []byte) []byte {
 }
 
 // authzCheck is an application check's subject type and id, action,
-// resource type, id and tenant.
-type authzCheck [6]string
+// resource type, id and tenant, and whether its resource's attributes are
+// {"tenant": the tenant}.
+type authzCheck struct {
+	f          [6]string
+	tenantAttr bool
+}
 
 func (c *authzCheck) decide(ctx context.Context, n *builtins.DefaultPolicy, dst []byte) ([]byte, bool) {
-	return n.AuthzFields(ctx, (*[6]string)(c), dst)
+	return n.AuthzFields(ctx, &c.f, c.tenantAttr, dst)
 }
 
 func (c *authzCheck) key(_ *builtins.DefaultPolicy, dst []byte) []byte {
-	return builtins.AuthzKey(dst, (*[6]string)(c))
+	return builtins.AuthzKey(dst, &c.f, c.tenantAttr)
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -192,15 +196,25 @@ func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *in
 // request: for a check without attributes or context (the native
 // decision reads none of those but the resource's attributes, and the
 // document path may refuse a map it cannot write) whose strings are
-// UTF-8 (the document writes others replaced).
+// UTF-8 (the document writes others replaced). The one resource
+// attribute it takes is the tenant, as AuthZEN's resource.properties
+// carries it: {"tenant": the check's tenant}, which the native decision
+// reads as the document's.
 func (p *PDP) checkFields(ctx context.Context, iface string, md meta, c *Check) (_ Decision, _ error, ok bool) {
 	ep := p.cfg.AuthzEntrypoint
 	v := p.fieldsView(ep, DefaultAuthzEntrypoint)
-	if v == nil || len(c.Subject.Attributes)+len(c.ActionAttributes)+len(c.Resource.Attributes)+len(c.Context) > 0 {
+	if v == nil || len(c.Subject.Attributes)+len(c.ActionAttributes)+len(c.Context) > 0 {
 		return Decision{}, nil, false
 	}
-	f := authzCheck{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}
-	for _, s := range f {
+	tenantAttr := len(c.Resource.Attributes) > 0
+	if tenantAttr {
+		t, ok := c.Resource.Attributes["tenant"].(string)
+		if len(c.Resource.Attributes) != 1 || !ok || t != c.Resource.Tenant {
+			return Decision{}, nil, false
+		}
+	}
+	f := authzCheck{[6]string{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}, tenantAttr}
+	for _, s := range f.f {
 		if !utf8.ValidString(s) {
 			return Decision{}, nil, false
 		}
@@ -329,7 +343,7 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 		if d.Allowed {
 			res = "allow"
 		}
-		p.m.decisions.WithLabelValues(iface, res, reasonLabel(d.Reason)).Inc()
+		p.m.countDecision(iface, res, reasonLabel(d.Reason))
 	}
 	p.m.obs[[2]string{iface, d.Cache}].Observe(elapsed.Seconds())
 	if p.log.Enabled() {

@@ -1,6 +1,10 @@
 package pdp
 
 import (
+	"maps"
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nexuspdp/nexus/engine"
@@ -50,6 +54,36 @@ type metrics struct {
 	errors    *prometheus.CounterVec
 	// pre-resolved observers for the hot path: [iface][cache]
 	obs map[[2]string]prometheus.Observer
+	// counters are decisions' counters resolved so far, by interface,
+	// result and reason, copied on write (countedMu) so that a check
+	// reads them without a lock or prometheus' label hashing.
+	counters  atomic.Pointer[map[[3]string]prometheus.Counter]
+	countedMu sync.Mutex
+}
+
+// countDecision counts a decision with these labels.
+func (m *metrics) countDecision(iface, result, reason string) {
+	k := [3]string{iface, result, reason}
+	if cs := m.counters.Load(); cs != nil {
+		if c, ok := (*cs)[k]; ok {
+			c.Inc()
+			return
+		}
+	}
+	m.countedMu.Lock()
+	defer m.countedMu.Unlock()
+	old := m.counters.Load()
+	cs := make(map[[3]string]prometheus.Counter, 1)
+	if old != nil {
+		cs = maps.Clone(*old)
+	}
+	c, ok := cs[k]
+	if !ok {
+		c = m.decisions.WithLabelValues(iface, result, reason)
+		cs[k] = c
+		m.counters.Store(&cs)
+	}
+	c.Inc()
 }
 
 // latencyBuckets are sized for microseconds: 5 µs to 100 ms.

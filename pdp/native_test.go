@@ -251,43 +251,129 @@ func withSubjectHeader(tb testing.TB, b *bundle.Bundle, name string) *bundle.Bun
 // FuzzCheckFields: an application check decided natively from its fields,
 // without its input document, gets the Wasm's decision on the document.
 // The fuzzer varies every field the default policy reads: the subject,
-// the action, the resource and the tenant the check claims.
+// the action, the resource, the tenant the check claims and the
+// resource's attributes (none, the tenant as AuthZEN's properties carry
+// it, another tenant, the tenant and another attribute). It runs with the
+// default policy and with one whose condition reads the tenant
+// attribute.
 func FuzzCheckFields(f *testing.F) {
 	ctx := context.Background()
 	store := fixture.DemoStore(f)
-	b := fixture.Bundle(f)
-	native := newPDP(f, store, b, true, false)
-	wasm := newPDP(f, store, b, false, false)
-	cached := newPDP(f, store, b, true, true)
-	f.Add("user", "alice", "read", "file", "report.pdf", "acme")
-	f.Add("user", "alice", "read", "file", "report.pdf", "")
-	f.Add("user", "bob", "read", "file", "report.pdf", "")
-	f.Add("user", "bob", "write", "file", "report.pdf", "globex")
-	f.Add("user", "carol", "delete", "folder", "q3", "acme")
-	f.Add("group", "eng#member", "read", "file", "report.pdf", "")
-	f.Add("user", "", "read", "file", "", "acme")
-	f.Add("user", "a b", "read", "tenant", "acme", "acme")
-	f.Add("user", "alice", "manage", "tenant", "acme", "")
-	f.Fuzz(func(t *testing.T, subType, subID, action, resType, resID, tenant string) {
-		if !native.KnownType(subType) || !native.KnownType(resType) {
-			return // Check refuses the check before either path
-		}
+	type pdps struct{ native, wasm, cached *pdp.PDP }
+	var policies []pdps
+	for _, b := range []*bundle.Bundle{fixture.Bundle(f), withConditions(f, fixture.Bundle(f), map[string]any{
+		"type": "file", "actions": []string{"read", "write"}, "attribute": "tenant", "value": "globex", "reason": "embargo",
+	})} {
+		policies = append(policies, pdps{newPDP(f, store, b, true, false), newPDP(f, store, b, false, false), newPDP(f, store, b, true, true)})
+	}
+	f.Add("user", "alice", "read", "file", "report.pdf", "acme", byte(0))
+	f.Add("user", "alice", "read", "file", "report.pdf", "acme", byte(1))
+	f.Add("user", "alice", "read", "file", "report.pdf", "", byte(1))
+	f.Add("user", "alice", "read", "file", "report.pdf", "globex", byte(1))
+	f.Add("user", "alice", "read", "file", "report.pdf", "acme", byte(2))
+	f.Add("user", "alice", "write", "file", "report.pdf", "acme", byte(3))
+	f.Add("user", "bob", "read", "file", "report.pdf", "", byte(0))
+	f.Add("user", "bob", "write", "file", "report.pdf", "globex", byte(0))
+	f.Add("user", "carol", "delete", "folder", "q3", "acme", byte(1))
+	f.Add("group", "eng#member", "read", "file", "report.pdf", "", byte(0))
+	f.Add("user", "", "read", "file", "", "acme", byte(0))
+	f.Add("user", "a b", "read", "tenant", "acme", "acme", byte(1))
+	f.Add("user", "alice", "manage", "tenant", "acme", "", byte(0))
+	f.Fuzz(func(t *testing.T, subType, subID, action, resType, resID, tenant string, attrs byte) {
 		c := &pdp.Check{Subject: pdp.Subject{Type: subType, ID: subID}, Action: action, Resource: pdp.Resource{Type: resType, ID: resID, Tenant: tenant}}
-		got, gerr, ok := native.CheckFieldsPath(ctx, c)
-		if !ok {
-			return // the caller writes the document and decides on it
+		switch attrs % 4 {
+		case 1:
+			c.Resource.Attributes = map[string]any{"tenant": tenant}
+		case 2:
+			c.Resource.Attributes = map[string]any{"tenant": tenant + "x"}
+		case 3:
+			c.Resource.Attributes = map[string]any{"tenant": tenant, "locked": true}
 		}
-		want, werr := wasm.Check(ctx, pdp.IfacePermit, c)
-		sameDecision(t, "from the fields", got, gerr, want, werr, c)
-		// With the cache on, a miss and then a hit, keyed by the fields.
-		for i := range 2 {
-			d, err, ok := cached.CheckFieldsPath(ctx, c)
-			if !ok {
-				t.Fatalf("cached, call %d: not decided from the fields", i)
+		for n, p := range policies {
+			if !p.native.KnownType(subType) || !p.native.KnownType(resType) {
+				return // Check refuses the check before either path
 			}
-			sameDecision(t, fmt.Sprintf("cached, call %d (%s)", i, d.Cache), d, err, want, werr, c)
+			got, gerr, ok := p.native.CheckFieldsPath(ctx, c)
+			if attrs%4 >= 2 && ok {
+				t.Fatalf("policy %d: decided from the fields with attributes %v", n, c.Resource.Attributes)
+			}
+			if !ok {
+				continue // the caller writes the document and decides on it
+			}
+			want, werr := p.wasm.Check(ctx, pdp.IfacePermit, c)
+			sameDecision(t, fmt.Sprintf("policy %d, from the fields", n), got, gerr, want, werr, c)
+			// With the cache on, a miss and then a hit, keyed by the fields.
+			for i := range 2 {
+				d, err, ok := p.cached.CheckFieldsPath(ctx, c)
+				if !ok {
+					t.Fatalf("policy %d, cached, call %d: not decided from the fields", n, i)
+				}
+				sameDecision(t, fmt.Sprintf("policy %d, cached, call %d (%s)", n, i, d.Cache), d, err, want, werr, c)
+			}
 		}
 	})
+}
+
+// TestCheckFieldsTenantAttribute: a check whose resource attributes are
+// its tenant alone (AuthZEN's resource.properties.tenant) is decided from
+// its fields, and a condition on that attribute holds there as on the
+// document; other attributes send the check to the document.
+func TestCheckFieldsTenantAttribute(t *testing.T) {
+	ctx := context.Background()
+	store := fixture.DemoStore(t)
+	b := withConditions(t, fixture.Bundle(t), map[string]any{
+		"type": "file", "actions": []string{"read"}, "attribute": "tenant", "value": "acme", "reason": "embargo",
+	})
+	native, wasm := newPDP(t, store, b, true, false), newPDP(t, store, b, false, false)
+	for _, tc := range []struct {
+		tenant string
+		attrs  map[string]any
+		fields bool
+		reason string
+	}{
+		{"acme", map[string]any{"tenant": "acme"}, true, "embargo"},
+		{"acme", nil, true, "rbac"},
+		{"globex", map[string]any{"tenant": "globex"}, true, "tenant_mismatch"},
+		{"acme", map[string]any{"tenant": "globex"}, false, ""},
+		{"acme", map[string]any{"tenant": "acme", "locked": false}, false, ""},
+	} {
+		c := &pdp.Check{Subject: pdp.Subject{Type: "user", ID: "alice"}, Action: "read",
+			Resource: pdp.Resource{Type: "file", ID: "report.pdf", Tenant: tc.tenant, Attributes: tc.attrs}}
+		d, err, ok := native.CheckFieldsPath(ctx, c)
+		if ok != tc.fields {
+			t.Fatalf("%+v: decided from the fields: %v, want %v", c.Resource, ok, tc.fields)
+		}
+		want, werr := wasm.Check(ctx, pdp.IfacePermit, c)
+		if !ok {
+			continue
+		}
+		sameDecision(t, "from the fields", d, err, want, werr, c)
+		if d.Reason != tc.reason {
+			t.Fatalf("%+v: reason %q, want %q", c.Resource, d.Reason, tc.reason)
+		}
+	}
+}
+
+// withConditions is b with cond as the only ABAC condition of its data
+// (data.nexus.conditions).
+func withConditions(tb testing.TB, b *bundle.Bundle, cond map[string]any) *bundle.Bundle {
+	tb.Helper()
+	var data map[string]any
+	if err := json.Unmarshal(b.Data, &data); err != nil {
+		tb.Fatal(err)
+	}
+	nx, _ := data["nexus"].(map[string]any)
+	if nx == nil {
+		tb.Fatalf("the bundle's data has no nexus object: %s", b.Data)
+	}
+	nx["conditions"] = []any{cond}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	nb := *b
+	nb.Data = raw
+	return &nb
 }
 
 // sameCached asks a caching PDP for req twice (a miss, then a hit on the

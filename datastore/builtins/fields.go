@@ -3,6 +3,9 @@ package builtins
 import (
 	"context"
 	"encoding/binary"
+	"slices"
+
+	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 // EnvoyFields is Envoy for a request given by the fields of its input
@@ -39,23 +42,39 @@ func (d *DefaultPolicy) EnvoyFields(ctx context.Context, method string, path []s
 // AuthzFields is Authz for an application check given by its fields
 // rather than its input document: f holds the subject's type and id, the
 // action, the resource's type, id and tenant ("" for an absent id or
-// tenant), the check having no resource attributes. It answers what
-// Authz answers for the document holding these fields.
-func (d *DefaultPolicy) AuthzFields(ctx context.Context, f *[6]string, dst []byte) ([]byte, bool) {
+// tenant). The resource has no attributes, or with tenantAttr the one
+// attribute "tenant" whose value is f's tenant. It answers what Authz
+// answers for the document holding these fields.
+func (d *DefaultPolicy) AuthzFields(ctx context.Context, f *[6]string, tenantAttr bool, dst []byte) ([]byte, bool) {
 	if !d.authz {
 		return dst, false
+	}
+	attrs := ""
+	if tenantAttr && d.conditioned(f[3], f[2]) { // only conditions read attributes
+		attrs = string(append(jsonw.String([]byte(`{"tenant":`), f[5]), '}'))
 	}
 	var out []byte
 	ok := true
 	err := d.read(ctx, func(r reader) error {
 		var err error
-		out, ok, err = d.authz1(r, dst, f, "")
+		out, ok, err = d.authz1(r, dst, f, attrs)
 		return err
 	})
 	if err != nil || !ok {
 		return dst, false
 	}
 	return out, true
+}
+
+// conditioned reports whether a condition of the table applies to action
+// on a resource of type typ.
+func (d *DefaultPolicy) conditioned(typ, action string) bool {
+	for _, c := range d.table.Conditions {
+		if c.Type == typ && slices.Contains(c.Actions, action) {
+			return true
+		}
+	}
+	return false
 }
 
 // EnvoyKey appends what EnvoyFields reads of a request, unambiguously
@@ -85,11 +104,14 @@ func (d *DefaultPolicy) EnvoyKey(dst []byte, method string, path []string, heade
 
 // AuthzKey appends what AuthzFields reads of a check, unambiguously, as
 // EnvoyKey does.
-func AuthzKey(dst []byte, f *[6]string) []byte {
+func AuthzKey(dst []byte, f *[6]string, tenantAttr bool) []byte {
 	for _, s := range f {
 		dst = appendKeyString(dst, s)
 	}
-	return dst
+	if tenantAttr {
+		return append(dst, 1)
+	}
+	return append(dst, 0)
 }
 
 func appendKeyString(dst []byte, s string) []byte {
