@@ -15,6 +15,9 @@
 #                    instead of the fast path for check requests
 #   opa              POST /v1/data/nexusbench/allow (same data, the
 #                    equivalent Rego policy `nexus bench peers` uses)
+#   ...-rbac, ...-rebac3
+#                    nexus --no-cache and OPA on the rbac and rebac3 gate
+#                    files (1,000 checks each), when the data set has them
 # each for ROUNDS interleaved rounds; it prints one line per run and the
 # medians. Before each run, the first 500 checks must get the data set's
 # answers (all allowed, for the allow-only policy).
@@ -49,30 +52,35 @@ done
 command -v wrk >/dev/null || { echo "bench-wrk: wrk is not installed (apt-get install wrk)" >&2; exit 2; }
 command -v taskset >/dev/null || { echo "bench-wrk: taskset is not installed" >&2; exit 2; }
 
-# The request bodies, one per line, for each interface.
-python3 - "$DATA/zipf-s1.1.ndjson" "$N" "$WORK" <<'EOF'
-import json, sys
-src, n, work = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-checks = []
-with open(src) as f:
-    for line in f:
-        if len(checks) == n:
-            break
-        checks.append(json.loads(line))
+# The request bodies, one per line, for each interface and workload:
+# the Zipf checks (the first N) and, when the data set has them, the
+# rbac and rebac3 gate files: INTERFACE-WORKLOAD.txt (allowed-rbac.txt).
+python3 - "$DATA" "$N" "$WORK" <<'EOF'
+import json, os, sys
+data, n, work = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def line(f, v):
     f.write(json.dumps(v, separators=(",", ":")) + "\n")
-with open(work + "/allowed.txt", "w") as a, open(work + "/authzen.txt", "w") as z, open(work + "/opa.txt", "w") as o:
-    for c in checks:
-        line(a, {"user": c["user"], "action": c["action"],
-                 "resource": {"type": c["type"], "key": c["id"], "tenant": c["tenant"]}})
-        line(z, {"subject": {"type": "user", "id": c["user"]}, "action": {"name": c["action"]},
-                 "resource": {"type": c["type"], "id": c["id"], "properties": {"tenant": c["tenant"]}}})
-        line(o, {"input": {k: c[k] for k in ("user", "action", "type", "id", "tenant")}})
-with open(work + "/expected.txt", "w") as e:
-    for c in checks:
-        e.write("true\n" if c["allow"] else "false\n")
+for w, src in (("zipf", "zipf-s1.1.ndjson"), ("rbac", "gate-rbac.ndjson"), ("rebac3", "gate-rebac3.ndjson")):
+    if not os.path.exists(os.path.join(data, src)):
+        continue
+    checks = []
+    with open(os.path.join(data, src)) as f:
+        for l in f:
+            if len(checks) == n:
+                break
+            checks.append(json.loads(l))
+    with open("%s/allowed-%s.txt" % (work, w), "w") as a, open("%s/authzen-%s.txt" % (work, w), "w") as z, open("%s/opa-%s.txt" % (work, w), "w") as o:
+        for c in checks:
+            line(a, {"user": c["user"], "action": c["action"],
+                     "resource": {"type": c["type"], "key": c["id"], "tenant": c["tenant"]}})
+            line(z, {"subject": {"type": "user", "id": c["user"]}, "action": {"name": c["action"]},
+                     "resource": {"type": c["type"], "id": c["id"], "properties": {"tenant": c["tenant"]}}})
+            line(o, {"input": {k: c[k] for k in ("user", "action", "type", "id", "tenant")}})
+    with open("%s/expected-%s.txt" % (work, w), "w") as e:
+        for c in checks:
+            e.write("true\n" if c["allow"] else "false\n")
 EOF
-head -n 1 "$WORK/allowed.txt" >"$WORK/allowed-one.txt"
+head -n 1 "$WORK/allowed-zipf.txt" >"$WORK/allowed-one.txt"
 
 cat >"$WORK/bodies.lua" <<'EOF'
 local bodies, i = {}, 0
@@ -93,7 +101,8 @@ hits() { # "hits decisions" from nexus' metrics on the admin port, or "0 0"
 # verify PORT PATH BODIES ALL_ALLOWED: the first 500 checks must get the
 # data set's answers (every one allowed, for the allow-only policy).
 verify() {
-	python3 - "$1" "$2" "$3" "$WORK/expected.txt" "$4" <<'EOF'
+	local w=${3##*-}
+	python3 - "$1" "$2" "$3" "$WORK/expected-$w" "$4" <<'EOF'
 import json, sys, urllib.request
 port, path, bodies, expected, all_allowed = sys.argv[1:]
 want = [l.strip() == "true" for l in open(expected)]
@@ -159,22 +168,30 @@ PORT=18181
 NEXUS=("$BIN" serve --schema "$DATA/schema.yaml" --decision-log /dev/null --log-level error
 	--trusted-subject-header x-user --app-api-insecure
 	--grpc-addr 127.0.0.1:0 --admin-addr "127.0.0.1:$((PORT + 1))" --admin-insecure --http-addr "127.0.0.1:$PORT")
+OPA_CMD=("$OPA" run --server --addr "127.0.0.1:$PORT" --log-level error "$OUT/peers/opa/nexusbench.rego" "$OUT/peers/opa/data.json")
 cp -r "$NEXUS_DATA" "$WORK/nexus-data"
 mkdir -p "$WORK/empty"
-echo "wrk, 16 connections, ${DURATION}s a run, the first $N checks of the Zipf workload (s=1.1); the server alone on CPU 0, wrk on CPU 1"
+echo "wrk, 16 connections, ${DURATION}s a run, the first $N checks of the Zipf workload (s=1.1) and the rbac and rebac3 gate files; the server alone on CPU 0, wrk on CPU 1"
 for r in $(seq 1 "$ROUNDS"); do
 	run "nexus-cached-1-check" $PORT /allowed "$WORK/allowed-one.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data"
-	run "nexus-cached" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data"
-	run "nexus-no-cache" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
-	run "nexus-authzen-no-cache" $PORT /access/v1/evaluation "$WORK/authzen.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
-	run "nexus-no-cache-net-http" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache --http-std-only
-	run "nexus-allow-only" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
-	run "nexus-allow-only-net-http" $PORT /allowed "$WORK/allowed.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall" --http-std-only
-	run "nexus-authzen-allow-only" $PORT /access/v1/evaluation "$WORK/authzen.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
+	run "nexus-cached" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data"
+	run "nexus-no-cache" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
+	run "nexus-authzen-no-cache" $PORT /access/v1/evaluation "$WORK/authzen-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
+	run "nexus-no-cache-net-http" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache --http-std-only
+	run "nexus-allow-only" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
+	run "nexus-allow-only-net-http" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall" --http-std-only
+	run "nexus-authzen-allow-only" $PORT /access/v1/evaluation "$WORK/authzen-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
 	if [ -n "$PEERS" ]; then
-		run "opa" $PORT /v1/data/nexusbench/allow "$WORK/opa.txt" "$OPA" run --server --addr "127.0.0.1:$PORT" --log-level error \
-			"$OUT/peers/opa/nexusbench.rego" "$OUT/peers/opa/data.json"
+		run "opa" $PORT /v1/data/nexusbench/allow "$WORK/opa-zipf.txt" "${OPA_CMD[@]}"
 	fi
+	# The gate files: 1,000 checks each, so nexus runs without its cache.
+	for w in rbac rebac3; do
+		[ -e "$WORK/allowed-$w.txt" ] || continue
+		run "nexus-no-cache-$w" $PORT /allowed "$WORK/allowed-$w.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
+		if [ -n "$PEERS" ]; then
+			run "opa-$w" $PORT /v1/data/nexusbench/allow "$WORK/opa-$w.txt" "${OPA_CMD[@]}"
+		fi
+	done
 done
 echo "medians over $ROUNDS rounds:"
 python3 - "$WORK/results.txt" <<'EOF'

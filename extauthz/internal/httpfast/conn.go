@@ -81,6 +81,10 @@ func (c *conn) serve() {
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, c.s.Fallback)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
 	remote := c.nc.RemoteAddr().String()
+	// Yielding is cheap with one P. With more, Go wakes a thread for an
+	// idle P to run the goroutine that yielded, which costs more than the
+	// empty read it saves on a server that is not saturated.
+	yield := runtime.GOMAXPROCS(0) == 1
 	lastPost := false
 	for first := true; ; first = false {
 		c.idle.Store(true)
@@ -92,7 +96,7 @@ func (c *conn) serve() {
 		n := 4
 		if first {
 			n = 1
-		} else if c.br.Buffered() == 0 {
+		} else if yield && c.br.Buffered() == 0 {
 			// The client sends its next request once it has read this
 			// answer. Reading now would mostly find nothing (a system
 			// call wasted, then a wait in the poller); under load, the
