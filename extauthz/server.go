@@ -190,22 +190,24 @@ func (s *Server) Start(ctx context.Context) error {
 			go func(l net.Listener) { s.errc <- s.grpc.Serve(l) }(l.l)
 		default:
 			var h http.Handler
+			var mux *http.ServeMux // the HTTP listener's, routing its checks
 			switch l.name {
 			case "admin":
 				h = s.adminHandler()
 			case "diagnostic":
 				h = s.diagnosticHandler()
 			default:
-				h = s.httpHandler()
+				mux = s.httpHandler()
+				h = mux
 			}
 			hs := &http.Server{
 				Handler: h, TLSConfig: l.tls, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
 				ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
 			}
 			var fast *httpfast.Server
-			if l.name == "http" && l.tls == nil && !s.cfg.HTTPStdOnly {
+			if mux != nil && l.tls == nil && !s.cfg.HTTPStdOnly {
 				fast = &httpfast.Server{
-					Fallback: hs, Route: checkRoutes(h.(*http.ServeMux)), MaxBodyBytes: s.cfg.MaxBodyBytes,
+					Fallback: hs, Route: checkRoutes(mux), MaxBodyBytes: s.cfg.MaxBodyBytes,
 					ReadHeaderTimeout: hs.ReadHeaderTimeout, Log: s.cfg.Logger,
 				}
 				s.https = append(s.https, fast)
@@ -332,7 +334,7 @@ func checkRoutes(mux *http.ServeMux) func(method, path string) (http.Handler, st
 }
 
 // httpHandler serves the proxies' and applications' listener.
-func (s *Server) httpHandler() http.Handler {
+func (s *Server) httpHandler() *http.ServeMux {
 	mux := http.NewServeMux()
 	(&forwardauth.Handler{PDP: s.p, MaxBodyBytes: s.cfg.MaxBodyBytes}).Register(mux)
 	(&appapi.API{
