@@ -266,19 +266,26 @@ func FuzzCheckFields(f *testing.F) {
 	})} {
 		policies = append(policies, pdps{newPDP(f, store, b, true, false), newPDP(f, store, b, false, false), newPDP(f, store, b, true, true)})
 	}
-	f.Add("user", "alice", "read", "file", "report.pdf", "acme", byte(0))
-	f.Add("user", "alice", "read", "file", "report.pdf", "acme", byte(1))
-	f.Add("user", "alice", "read", "file", "report.pdf", "", byte(1))
-	f.Add("user", "alice", "read", "file", "report.pdf", "globex", byte(1))
-	f.Add("user", "alice", "read", "file", "report.pdf", "acme", byte(2))
-	f.Add("user", "alice", "write", "file", "report.pdf", "acme", byte(3))
-	f.Add("user", "bob", "read", "file", "report.pdf", "", byte(0))
-	f.Add("user", "bob", "write", "file", "report.pdf", "globex", byte(0))
-	f.Add("user", "carol", "delete", "folder", "q3", "acme", byte(1))
-	f.Add("group", "eng#member", "read", "file", "report.pdf", "", byte(0))
-	f.Add("user", "", "read", "file", "", "acme", byte(0))
-	f.Add("user", "a b", "read", "tenant", "acme", "acme", byte(1))
-	f.Add("user", "alice", "manage", "tenant", "acme", "", byte(0))
+	for _, s := range []struct {
+		subType, subID, action, resType, resID, tenant string
+		attrs                                          byte
+	}{
+		{"user", "alice", "read", "file", "report.pdf", "acme", 0},
+		{"user", "alice", "read", "file", "report.pdf", "acme", 1},
+		{"user", "alice", "read", "file", "report.pdf", "", 1},
+		{"user", "alice", "read", "file", "report.pdf", "globex", 1},
+		{"user", "alice", "read", "file", "report.pdf", "acme", 2},
+		{"user", "alice", "write", "file", "report.pdf", "acme", 3},
+		{"user", "bob", "read", "file", "report.pdf", "", 0},
+		{"user", "bob", "write", "file", "report.pdf", "globex", 0},
+		{"user", "carol", "delete", "folder", "q3", "acme", 1},
+		{"group", "eng#member", "read", "file", "report.pdf", "", 0},
+		{"user", "", "read", "file", "", "acme", 0},
+		{"user", "a b", "read", "tenant", "acme", "acme", 1},
+		{"user", "alice", "manage", "tenant", "acme", "", 0},
+	} {
+		f.Add(s.subType, s.subID, s.action, s.resType, s.resID, s.tenant, s.attrs)
+	}
 	f.Fuzz(func(t *testing.T, subType, subID, action, resType, resID, tenant string, attrs byte) {
 		c := &pdp.Check{Subject: pdp.Subject{Type: subType, ID: subID}, Action: action, Resource: pdp.Resource{Type: resType, ID: resID, Tenant: tenant}}
 		switch attrs % 4 {
