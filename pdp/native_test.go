@@ -110,7 +110,7 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 func FuzzEnvoyFields(f *testing.F) {
 	ctx := context.Background()
 	store := fixture.DemoStore(f)
-	b := withSubjectHeader(f, fixture.Bundle(f), "x-user")
+	b := withNexusData(f, fixture.Bundle(f), "subject_header", "x-user")
 	native := newPDP(f, store, b, true, false)
 	wasm := newPDP(f, store, b, false, false)
 	cached := newPDP(f, store, b, true, true)
@@ -183,7 +183,7 @@ func TestEnvoyFieldsDecides(t *testing.T) {
 	ctx := context.Background()
 	store := fixture.DemoStore(t)
 	b := fixture.Bundle(t)
-	b = withSubjectHeader(t, b, "x-user")
+	b = withNexusData(t, b, "subject_header", "x-user")
 	req := fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
 	for _, tc := range []struct {
 		name  string
@@ -225,9 +225,9 @@ func TestEnvoyFieldsDecides(t *testing.T) {
 	}
 }
 
-// withSubjectHeader is b with data.nexus.subject_header set to name, as
-// nexus serve --trusted-subject-header sets it.
-func withSubjectHeader(tb testing.TB, b *bundle.Bundle, name string) *bundle.Bundle {
+// withNexusData is b with data.nexus[key] set to value, as nexus serve
+// --trusted-subject-header sets subject_header.
+func withNexusData(tb testing.TB, b *bundle.Bundle, key string, value any) *bundle.Bundle {
 	tb.Helper()
 	var data map[string]any
 	if err := json.Unmarshal(b.Data, &data); err != nil {
@@ -238,7 +238,7 @@ func withSubjectHeader(tb testing.TB, b *bundle.Bundle, name string) *bundle.Bun
 		nx = map[string]any{}
 		data["nexus"] = nx
 	}
-	nx["subject_header"] = name
+	nx[key] = value
 	raw, err := json.Marshal(data)
 	if err != nil {
 		tb.Fatal(err)
@@ -261,9 +261,9 @@ func FuzzCheckFields(f *testing.F) {
 	store := fixture.DemoStore(f)
 	type pdps struct{ native, wasm, cached *pdp.PDP }
 	var policies []pdps
-	for _, b := range []*bundle.Bundle{fixture.Bundle(f), withConditions(f, fixture.Bundle(f), map[string]any{
+	for _, b := range []*bundle.Bundle{fixture.Bundle(f), withNexusData(f, fixture.Bundle(f), "conditions", []any{map[string]any{
 		"type": "file", "actions": []string{"read", "write"}, "attribute": "tenant", "value": "globex", "reason": "embargo",
-	})} {
+	}})} {
 		policies = append(policies, pdps{newPDP(f, store, b, true, false), newPDP(f, store, b, false, false), newPDP(f, store, b, true, true)})
 	}
 	for _, s := range []struct {
@@ -328,9 +328,9 @@ func FuzzCheckFields(f *testing.F) {
 func TestCheckFieldsTenantAttribute(t *testing.T) {
 	ctx := context.Background()
 	store := fixture.DemoStore(t)
-	b := withConditions(t, fixture.Bundle(t), map[string]any{
+	b := withNexusData(t, fixture.Bundle(t), "conditions", []any{map[string]any{
 		"type": "file", "actions": []string{"read"}, "attribute": "tenant", "value": "acme", "reason": "embargo",
-	})
+	}})
 	native, wasm := newPDP(t, store, b, true, false), newPDP(t, store, b, false, false)
 	for _, tc := range []struct {
 		tenant string
@@ -359,28 +359,6 @@ func TestCheckFieldsTenantAttribute(t *testing.T) {
 			t.Fatalf("%+v: reason %q, want %q", c.Resource, d.Reason, tc.reason)
 		}
 	}
-}
-
-// withConditions is b with cond as the only ABAC condition of its data
-// (data.nexus.conditions).
-func withConditions(tb testing.TB, b *bundle.Bundle, cond map[string]any) *bundle.Bundle {
-	tb.Helper()
-	var data map[string]any
-	if err := json.Unmarshal(b.Data, &data); err != nil {
-		tb.Fatal(err)
-	}
-	nx, _ := data["nexus"].(map[string]any)
-	if nx == nil {
-		tb.Fatalf("the bundle's data has no nexus object: %s", b.Data)
-	}
-	nx["conditions"] = []any{cond}
-	raw, err := json.Marshal(data)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	nb := *b
-	nb.Data = raw
-	return &nb
 }
 
 // sameCached asks a caching PDP for req twice (a miss, then a hit on the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -41,6 +42,12 @@ type Condition struct {
 	Attribute string   `json:"attribute"`
 	Value     any      `json:"value"`
 	Reason    string   `json:"reason"`
+}
+
+// appliesTo reports whether the condition applies to action on a resource
+// of type typ.
+func (c *Condition) appliesTo(typ, action string) bool {
+	return c.Type == typ && slices.Contains(c.Actions, action)
 }
 
 // Table is what nexus.envoy_decide reads of the default policy's data:

@@ -357,7 +357,7 @@ func decide(r reader, t *Table, subType, subID, action, typ, id, tenant string) 
 	denial, denied := "", false
 	for _, c := range t.Conditions {
 		// Without attributes, every attribute is null.
-		if c.Type == typ && slices.Contains(c.Actions, action) && c.Value == nil && (!denied || c.Reason < denial) {
+		if c.appliesTo(typ, action) && c.Value == nil && (!denied || c.Reason < denial) {
 			denial, denied = c.Reason, true
 		}
 	}

@@ -3,7 +3,6 @@ package builtins
 import (
 	"context"
 	"encoding/binary"
-	"slices"
 
 	"github.com/nexuspdp/nexus/internal/jsonw"
 )
@@ -51,7 +50,8 @@ func (d *DefaultPolicy) AuthzFields(ctx context.Context, f *[6]string, tenantAtt
 	}
 	attrs := ""
 	if tenantAttr && d.conditioned(f[3], f[2]) { // only conditions read attributes
-		attrs = string(append(jsonw.String([]byte(`{"tenant":`), f[5]), '}'))
+		var b [64]byte
+		attrs = string(append(jsonw.String(append(b[:0], `{"tenant":`...), f[5]), '}'))
 	}
 	var out []byte
 	ok := true
@@ -70,7 +70,7 @@ func (d *DefaultPolicy) AuthzFields(ctx context.Context, f *[6]string, tenantAtt
 // on a resource of type typ.
 func (d *DefaultPolicy) conditioned(typ, action string) bool {
 	for _, c := range d.table.Conditions {
-		if c.Type == typ && slices.Contains(c.Actions, action) {
+		if c.appliesTo(typ, action) {
 			return true
 		}
 	}

@@ -2,7 +2,6 @@ package builtins
 
 import (
 	"context"
-	"slices"
 	"unsafe"
 )
 
@@ -216,7 +215,7 @@ func (d *DefaultPolicy) authz1(r reader, dst []byte, f *[6]string, attrs string)
 		reason = "tenant_mismatch"
 	default:
 		for _, c := range d.table.Conditions {
-			if c.Type != f[3] || !slices.Contains(c.Actions, f[2]) || (reason != "" && c.Reason >= reason) {
+			if !c.appliesTo(f[3], f[2]) || (reason != "" && c.Reason >= reason) {
 				continue
 			}
 			v, found, ok := lookup(attrs, c.Attribute)

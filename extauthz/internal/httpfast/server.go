@@ -8,12 +8,13 @@
 // and a goroutine that watch the connection, a buffered writer per
 // response, the header map copied when the status is written) costs more
 // CPU than the decision itself. A Server reads such a request itself,
-// builds the *http.Request net/http would build for it, calls the same
-// handler and writes what net/http would write.
+// builds the *http.Request net/http would build for it, calls the handler
+// its caller routes it to (the one net/http's handler would call) and
+// writes what net/http would write.
 //
 // Everything else goes to net/http with the connection: a request line
-// or a header outside a strict subset (a method other than those the
-// caller lists as checks' paths, HEAD, CONNECT, HTTP/1.0, absolute-form
+// or a header outside a strict subset (a path the caller does not route,
+// HEAD, CONNECT, HTTP/1.0, absolute-form
 // targets, a byte outside printable ASCII, obs-fold, a bare LF, a
 // Transfer-Encoding, Expect, Upgrade, Trailer, Pragma, a second Host or
 // Content-Length, a head over the read buffer) makes the Server hand the
