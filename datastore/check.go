@@ -185,18 +185,26 @@ func (c *checker) add(m *member, id string) int {
 	return i
 }
 
+// reset ends one check. The objects' tuples it read (c.objs, c.tups)
+// stay for the View's later calls: they hold the View's snapshot, not
+// the check's subject. forget drops them when the View ends.
 func (c *checker) reset() {
 	clear(c.nodes)
 	c.nodes = c.nodes[:0]
-	clear(c.objs)
-	c.objs = c.objs[:0]
-	clear(c.tups)
-	c.tups = c.tups[:0]
 	c.index = nil
 	for i := range c.lists {
 		c.lists[i] = c.lists[i][:0]
 	}
 	c.st = nil
+}
+
+// forget drops the objects' tuples, which alias the snapshot of the View
+// that ends.
+func (c *checker) forget() {
+	clear(c.objs)
+	c.objs = c.objs[:0]
+	clear(c.tups)
+	c.tups = c.tups[:0]
 }
 
 // Check evaluates req; see Store. It does not allocate when the answer

@@ -62,6 +62,7 @@ func (s *BoltStore) beginView(ctx context.Context) (*View, error) {
 func (s *BoltStore) endView(v *View) {
 	c, sn, own := v.c, v.sn, v.own
 	*v = View{}
+	c.forget()
 	s.pool.Put(c)
 	s.releaseSnap(sn, own)
 }
@@ -209,6 +210,28 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 	c := v.c
 	if c.curBucket != v.sn.obj {
 		c.cur, c.curBucket = v.sn.obj.Cursor(), v.sn.obj
+	}
+	// The object's tuples are read whole and kept for the View's later
+	// calls: a decision that asks for a resource's tenant and then checks
+	// a permission on it seeks the resource once.
+	if o, err := c.object(otID, object.ID); err != nil {
+		return err
+	} else if o != nil {
+		for _, te := range c.tups[o.start:o.end] {
+			if te.rel != relID {
+				continue
+			}
+			stName, ok1 := st.dict.name(te.st)
+			srName, ok2 := st.dict.name(te.sr)
+			if !ok1 || !ok2 || !api.ValidID(te.sid) {
+				return errBadKey
+			}
+			fn(api.Subject{Type: stName, ID: te.sid, Relation: srName})
+			if err := v.ctx.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	for k, _ := c.cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = c.cur.Next() {
 		ids, oid, sid, err := decodeObjKey(k)

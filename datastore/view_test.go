@@ -378,3 +378,89 @@ func TestViewHammer(t *testing.T) {
 		t.Fatal("no View ran")
 	}
 }
+
+// TestViewKeepsObjectTuples: a View reads an object's tuples once and
+// answers its later calls on that object from them (a resource's tenant,
+// then a check that reads the resource, then its tenant again), with the
+// answers of the path that seeks each relation; and the next View reads
+// the store again, so a write in between is seen.
+func TestViewKeepsObjectTuples(t *testing.T) {
+	ctx := context.Background()
+	s := fixture.DemoStore(t)
+	file := api.Object{Type: "file", ID: "report.pdf"}
+	type call struct {
+		rel  string // AppendSubjects(file, rel) if not ""
+		perm string // else Check(file#perm@sub)
+		sub  api.Subject
+	}
+	calls := []call{
+		{rel: "tenant"},
+		{perm: "read", sub: api.Subject{Type: "user", ID: "bob"}},
+		{rel: "parent"},
+		{perm: "write", sub: api.Subject{Type: "user", ID: "bob"}},
+		{rel: "tenant"},
+		{perm: "read", sub: api.Subject{Type: "user", ID: "mallory"}},
+		{rel: "viewer"},
+	}
+	answers := func(v *datastore.View) []string {
+		var out []string
+		for _, c := range calls {
+			if c.rel != "" {
+				subs, err := v.AppendSubjects(nil, file, c.rel)
+				out = append(out, fmt.Sprint(subjectStrings(subs), err))
+				continue
+			}
+			res, err := v.Check(datastore.CheckRequest{Object: file, Permission: c.perm, Subject: c.sub})
+			out = append(out, fmt.Sprint(res.Allowed, err))
+		}
+		return out
+	}
+	inView := func() []string {
+		var out []string
+		if err := s.View(ctx, func(v *datastore.View) error {
+			out = answers(v)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// want: each call alone in a View, every relation a seek.
+	want := func() []string {
+		defer datastore.SetMaxObjTuples(0)()
+		var out []string
+		for i := range calls {
+			if err := s.View(ctx, func(v *datastore.View) error {
+				out = append(out, answers(v)[i])
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+
+	// A View that keeps the file's tuples, a write, then another View.
+	if got := inView(); got[0] != "[tenant:acme] <nil>" || got[1] != "true <nil>" {
+		t.Fatalf("the demo data changed: %v", got)
+	}
+	if _, err := s.Write(ctx, datastore.WriteRequest{
+		Deletes: []api.Tuple{mustTuple(t, "file:report.pdf#tenant@tenant:acme")},
+		Touches: []api.Tuple{mustTuple(t, "file:report.pdf#tenant@tenant:globex")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := inView(); got[0] != "[tenant:globex] <nil>" || got[4] != got[0] {
+		t.Fatalf("after a write, the next View answered %q", got)
+	}
+
+	wantAll := want()
+	for _, max := range []int{24, 1} {
+		restore := datastore.SetMaxObjTuples(max)
+		got := inView()
+		restore()
+		if !slices.Equal(got, wantAll) {
+			t.Fatalf("max %d: one View answered\n%q\nwant\n%q", max, got, wantAll)
+		}
+	}
+}
