@@ -348,3 +348,25 @@ func BenchmarkKeepAlive(b *testing.B) {
 		})
 	}
 }
+
+// TestDate checks the Date header's value: net/http's format of the
+// current second, formatted again when the second it holds has passed.
+func TestDate(t *testing.T) {
+	// The value of a second that has passed is not reused.
+	stale := &date{sec: time.Now().Unix() - 1}
+	stale.b = append(stale.buf[:0], "Thu, 01 Jan 1970 00:00:00 GMT"...)
+	lastDate.Store(stale)
+	for attempt := 0; ; attempt++ {
+		before := time.Now().UTC().Format(http.TimeFormat)
+		got := string(appendDate([]byte("Date: ")))
+		again := string(appendDate(nil))
+		after := time.Now().UTC().Format(http.TimeFormat)
+		if before != after && attempt < 3 {
+			continue // a second ended in between: try again
+		}
+		if got != "Date: "+before || again != before {
+			t.Fatalf("appendDate: %q then %q, want %q", got, again, before)
+		}
+		return
+	}
+}

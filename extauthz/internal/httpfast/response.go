@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -181,6 +182,27 @@ func (a *appender) WriteString(s string) (int, error) {
 	return len(s), nil
 }
 
+// appendDate appends the Date header's value for now, as net/http writes
+// it. The value changes once a second: it is formatted once a second and
+// copied for the other responses of that second.
 func appendDate(out []byte) []byte {
-	return time.Now().UTC().AppendFormat(out, http.TimeFormat)
+	now := time.Now()
+	sec := now.Unix()
+	d := lastDate.Load()
+	if d == nil || d.sec != sec {
+		d = &date{sec: sec}
+		d.b = now.UTC().AppendFormat(d.buf[:0], http.TimeFormat)
+		lastDate.Store(d)
+	}
+	return append(out, d.b...)
 }
+
+// date is the Date header's value for one second.
+type date struct {
+	sec int64
+	b   []byte
+	buf [len(http.TimeFormat)]byte
+}
+
+// lastDate is the last second formatted.
+var lastDate atomic.Pointer[date]

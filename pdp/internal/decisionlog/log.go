@@ -114,10 +114,11 @@ const batchDelay = 10 * time.Millisecond
 func (l *Logger) run() {
 	defer close(l.done)
 	buf := make([]byte, 0, 1024)
+	var st stamp
 	for {
 		e, ok := <-l.ch // idle: wait for an event
 		for ok {
-			buf = appendEvent(buf[:0], &e)
+			buf = appendEvent(buf[:0], &e, &st)
 			if _, err := l.out.Write(buf); err != nil {
 				l.log.Error("decision log write", "err", err)
 			} else {
@@ -154,13 +155,13 @@ func (l *Logger) flush() {
 
 // appendEvent appends e as one JSON line, the same document encoding/json
 // writes for Event.
-func appendEvent(b []byte, e *Event) []byte {
+func appendEvent(b []byte, e *Event, st *stamp) []byte {
 	b = append(b, `{"type":`...)
 	b = jsonw.String(b, e.Type)
 	b = append(b, `,"decision_id":`...)
 	b = jsonw.String(b, e.DecisionID)
 	b = append(b, `,"time":"`...)
-	b = e.Time.AppendFormat(b, time.RFC3339Nano)
+	b = st.append(b, e.Time)
 	b = append(b, `","interface":`...)
 	b = jsonw.String(b, e.Interface)
 	if e.Subject != "" {
@@ -212,4 +213,39 @@ func (l *Logger) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// stamp writes event times as encoding/json writes a time.Time
+// (time.RFC3339Nano). For a UTC time, the date and time of day change
+// once a second: they are formatted once per second, and the fraction
+// and the zone are written by hand. A stamp is one goroutine's.
+type stamp struct {
+	sec    int64
+	prefix []byte // "2006-01-02T15:04:05" of sec, nil before the first
+}
+
+func (st *stamp) append(b []byte, t time.Time) []byte {
+	if t.Location() != time.UTC {
+		return t.AppendFormat(b, time.RFC3339Nano)
+	}
+	if sec := t.Unix(); st.prefix == nil || sec != st.sec {
+		st.sec = sec
+		st.prefix = t.AppendFormat(st.prefix[:0], "2006-01-02T15:04:05")
+	}
+	b = append(b, st.prefix...)
+	if ns := t.Nanosecond(); ns != 0 {
+		// Nine digits, without their trailing zeros.
+		var f [10]byte
+		f[0] = '.'
+		for i := 9; i > 0; i-- {
+			f[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := len(f)
+		for f[n-1] == '0' {
+			n--
+		}
+		b = append(b, f[:n]...)
+	}
+	return append(b, 'Z')
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := appendEvent(nil, &e); string(got) != string(want)+"\n" {
+		if got := appendEvent(nil, &e, new(stamp)); string(got) != string(want)+"\n" {
 			t.Fatalf("appendEvent:\n got %s\nwant %s", got, want)
 		}
 	}
@@ -121,9 +122,36 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 
 func BenchmarkAppendEvent(b *testing.B) {
 	e := Event{Type: "policy.decision", DecisionID: "n-1", Time: time.Now(), Interface: "grpc", Subject: "user:alice", Action: "GET", Resource: "/files/report.pdf", Allowed: true, Reason: "rbac", PolicyRevision: "r1", DataRevision: 7, LatencyMicros: 3.25, Cache: "hit"}
+	e.Time = e.Time.UTC()
 	buf := make([]byte, 0, 1024)
+	var st stamp
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = appendEvent(buf[:0], &e)
+		buf = appendEvent(buf[:0], &e, &st)
+	}
+}
+
+// TestStampMatchesAppendFormat: event times are written as
+// time.RFC3339Nano writes them, whatever the order of the times one stamp
+// is given (the same second again, another second, an earlier one).
+func TestStampMatchesAppendFormat(t *testing.T) {
+	base := time.Date(2026, 12, 2, 21, 30, 5, 0, time.UTC)
+	times := []time.Time{
+		base, base.Add(time.Nanosecond), base.Add(100 * time.Millisecond), base.Add(123456789),
+		base.Add(999999999), base.Add(time.Second), base.Add(-time.Nanosecond), base,
+		time.Date(1, 1, 1, 0, 0, 0, 10, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999990, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 5, time.UTC), time.Date(-1, 6, 1, 0, 0, 0, 5, time.UTC),
+		base.In(time.FixedZone("x", 3600)), base.Add(7).In(time.FixedZone("y", -1800)), time.Unix(0, 0).UTC(),
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		times = append(times, base.Add(time.Duration(r.Int64N(int64(3*time.Second)))))
+	}
+	var st stamp
+	for _, at := range times {
+		want := at.AppendFormat(nil, time.RFC3339Nano)
+		if got := st.append(nil, at); string(got) != string(want) {
+			t.Fatalf("stamp %v: %s, want %s", at, got, want)
+		}
 	}
 }
