@@ -105,13 +105,13 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 	p.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
 	p.fields.New = func() any { return new(input.Fields) }
 	if !cfg.CacheDisabled {
-		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize})
+		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize, Executor: inline})
 		if err != nil {
 			return nil, fmt.Errorf("pdp: decision cache: %w", err)
 		}
 		p.cache = c
 	}
-	results, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: 10_000})
+	results, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: 10_000, Executor: inline})
 	if err != nil {
 		return nil, fmt.Errorf("pdp: result cache: %w", err)
 	}
@@ -322,3 +322,6 @@ func (p *PDP) MatchRoute(method string, segs []string) (RouteMatch, bool) {
 
 // Close flushes the decision log, waiting until ctx ends at most.
 func (p *PDP) Close(ctx context.Context) error { return p.log.Close(ctx) }
+
+// inline runs a cache's maintenance on the goroutine that made it due.
+func inline(fn func()) { fn() }
