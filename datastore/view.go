@@ -204,12 +204,20 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 	if !ok1 || !ok2 {
 		return nil // a name never seen matches nothing
 	}
-	var buf [300]byte
-	kb := appendObjPrefix(buf[:0], otID, object.ID)
-	kb = binary.AppendUvarint(kb, relID)
 	c := v.c
 	if c.curBucket != v.sn.obj {
 		c.cur, c.curBucket = v.sn.obj.Cursor(), v.sn.obj
+	}
+	// emit passes on one stored subject, as tupleFromIDs reads it,
+	// without building the tuple.
+	emit := func(stID, srID uint64, sid string) error {
+		stName, ok1 := st.dict.name(stID)
+		srName, ok2 := st.dict.name(srID)
+		if !ok1 || !ok2 || !api.ValidID(sid) {
+			return errBadKey
+		}
+		fn(api.Subject{Type: stName, ID: sid, Relation: srName})
+		return v.ctx.Err()
 	}
 	// The object's tuples are read whole and kept for the View's later
 	// calls: a decision that asks for a resource's tenant and then checks
@@ -221,18 +229,15 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 			if te.rel != relID {
 				continue
 			}
-			stName, ok1 := st.dict.name(te.st)
-			srName, ok2 := st.dict.name(te.sr)
-			if !ok1 || !ok2 || !api.ValidID(te.sid) {
-				return errBadKey
-			}
-			fn(api.Subject{Type: stName, ID: te.sid, Relation: srName})
-			if err := v.ctx.Err(); err != nil {
+			if err := emit(te.st, te.sr, te.sid); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	var buf [300]byte
+	kb := appendObjPrefix(buf[:0], otID, object.ID)
+	kb = binary.AppendUvarint(kb, relID)
 	for k, _ := c.cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = c.cur.Next() {
 		ids, oid, sid, err := decodeObjKey(k)
 		if err != nil {
@@ -241,14 +246,7 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 		if ids.ot != otID || ids.rel != relID || string(oid) != object.ID {
 			continue // an ID that merely starts like object's
 		}
-		// As tupleFromIDs, without building the tuple.
-		stName, ok1 := st.dict.name(ids.st)
-		srName, ok2 := st.dict.name(ids.sr)
-		if !ok1 || !ok2 || !api.ValidID(bstr(sid)) {
-			return errBadKey
-		}
-		fn(api.Subject{Type: stName, ID: bstr(sid), Relation: srName})
-		if err := v.ctx.Err(); err != nil {
+		if err := emit(ids.st, ids.sr, bstr(sid)); err != nil {
 			return err
 		}
 	}

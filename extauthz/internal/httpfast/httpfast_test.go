@@ -353,9 +353,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 // current second, formatted again when the second it holds has passed.
 func TestDate(t *testing.T) {
 	// The value of a second that has passed is not reused.
-	stale := &date{sec: time.Now().Unix() - 1}
-	stale.b = append(stale.buf[:0], "Thu, 01 Jan 1970 00:00:00 GMT"...)
-	lastDate.Store(stale)
+	lastDate.Store(&date{sec: time.Now().Unix() - 1, b: []byte("Thu, 01 Jan 1970 00:00:00 GMT")})
 	for attempt := 0; ; attempt++ {
 		before := time.Now().UTC().Format(http.TimeFormat)
 		got := string(appendDate([]byte("Date: ")))

@@ -190,8 +190,7 @@ func appendDate(out []byte) []byte {
 	sec := now.Unix()
 	d := lastDate.Load()
 	if d == nil || d.sec != sec {
-		d = &date{sec: sec}
-		d.b = now.UTC().AppendFormat(d.buf[:0], http.TimeFormat)
+		d = &date{sec: sec, b: now.UTC().AppendFormat(nil, http.TimeFormat)}
 		lastDate.Store(d)
 	}
 	return append(out, d.b...)
@@ -201,7 +200,6 @@ func appendDate(out []byte) []byte {
 type date struct {
 	sec int64
 	b   []byte
-	buf [len(http.TimeFormat)]byte
 }
 
 // lastDate is the last second formatted.
