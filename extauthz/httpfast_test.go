@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
@@ -51,28 +52,29 @@ var proxyRequests = []string{
 // request: the date, decision and request IDs.
 var answerNoise = regexp.MustCompile(`Date: [^\r\n]*|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
-// rawExchange is fixture.RawExchange with the noise of answerNoise
-// replaced.
-func rawExchange(t testing.TB, addr string, raw []byte) []byte {
-	t.Helper()
-	return answerNoise.ReplaceAll(fixture.RawExchange(t, addr, raw), []byte("N"))
-}
-
-// settledExchange is rawExchange asked again (up to five times) while
-// the answer is "canceled": net/http cancels a request's context when it
-// reads the end of the client's stream, which the half-close of
-// rawExchange sends while the handler may still run (the fast path
-// cancels a request's context when its handler returns, but hands some
-// connections to net/http).
+// settledExchange sends raw on a new connection and returns the answer,
+// the noise of answerNoise replaced. The end of the client's stream
+// is sent only once the answer has begun, or after answerWait without
+// one (a request that waits for more bytes): net/http cancels a
+// request's context when it reads the end of the stream, and sent at
+// once it may do so while the handler still runs (the fast path cancels
+// a request's context when its handler returns, but hands some
+// connections to net/http). An answer "canceled" is asked again, up to
+// five times.
 func settledExchange(t testing.TB, addr string, raw []byte) []byte {
 	t.Helper()
-	for range 4 {
-		if out := rawExchange(t, addr, raw); !bytes.Contains(out, []byte(`"reason":"canceled"`)) {
-			return out
+	var out []byte
+	for range 5 {
+		if out = fixture.RawExchangeAfter(t, addr, raw, answerWait); !bytes.Contains(out, []byte(`"reason":"canceled"`)) {
+			break
 		}
 	}
-	return rawExchange(t, addr, raw)
+	return answerNoise.ReplaceAll(out, []byte("N"))
 }
+
+// answerWait is how long settledExchange waits for an answer to begin
+// before it ends its stream.
+const answerWait = 100 * time.Millisecond
 
 // fastAndStd starts the default server and one on net/http alone, over
 // the same data and policy, and returns their HTTP listeners' addresses.
