@@ -561,19 +561,19 @@ func (p *PDP) parseResult(out []byte, envoy bool) (result.Decision, error) {
 	if envoy {
 		parse = result.ParseEnvoy
 	}
-	if len(out) > 4096 {
+	if len(out) > maxMemoized {
 		return parse(out)
 	}
 	kp := p.buf()
 	kb := append(append((*kp)[:0], resultKind(envoy)), out...)
 	defer p.putBuf(kp, kb)
-	// The lookup does not keep its key: it reads the buffer in place.
-	if d, ok := p.results.GetIfPresent(unsafe.String(unsafe.SliceData(kb), len(kb))); ok {
-		return d, nil
+	e, h := p.results.get(kb)
+	if e != nil {
+		return e.d, nil
 	}
 	d, err := parse(out)
 	if err == nil {
-		p.results.Set(string(kb), d)
+		p.results.put(h, kb, d)
 	}
 	return d, err
 }

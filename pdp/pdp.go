@@ -43,10 +43,8 @@ type PDP struct {
 	eng   *engine.Engine
 	store Store
 	cache *otter.Cache[string, result.Decision]
-	// results memoises result.Parse by the result document's bytes: most
-	// results repeat (a reason, a subject), and parsing an object costs
-	// more than the lookup. Decisions are never modified once parsed.
-	results *otter.Cache[string, result.Decision]
+	// results memoises result.Parse by the result document's bytes.
+	results *resultMemo
 	log     *decisionlog.Logger
 	m       *metrics
 
@@ -111,11 +109,7 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 		}
 		p.cache = c
 	}
-	results, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: 10_000, Executor: inline})
-	if err != nil {
-		return nil, fmt.Errorf("pdp: result cache: %w", err)
-	}
-	p.results = results
+	p.results = newResultMemo()
 	p.log = decisionlog.New(decisionlog.Config{Out: cfg.DecisionLog, QueueSize: cfg.DecisionLogQueue, Logger: cfg.Logger})
 	m, err := newMetrics(cfg.Registerer,
 		func() float64 { return float64(p.log.Emitted()) },
