@@ -210,6 +210,7 @@ func appendDenied(b []byte, d *authv3.DeniedHttpResponse) []byte {
 }
 
 func okSize(o *authv3.OkHttpResponse) (int, bool) {
+	//lint:ignore SA1019 a response that sets the deprecated field is left to gRPC's codec
 	if o == nil || o.DynamicMetadata != nil {
 		return 0, false
 	}
@@ -265,6 +266,7 @@ func appendStrings(b []byte, num protowire.Number, ss []string) []byte {
 // headerSize is a HeaderValueOption's size: its header's key and value
 // alone, as nexus writes them.
 func headerSize(h *corev3.HeaderValueOption) (int, bool) {
+	//lint:ignore SA1019 a header that sets the deprecated append is left to gRPC's codec
 	if h == nil || h.Append != nil || h.AppendAction != 0 || h.KeepEmptyValue {
 		return 0, false
 	}

@@ -123,12 +123,13 @@ func TestEncodeCheckResponseFallback(t *testing.T) {
 		return &authv3.CheckResponse{HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: o}}
 	}
 	for name, r := range map[string]*authv3.CheckResponse{
-		"status details":    {Status: &rpcstatus.Status{Code: 7, Details: []*anypb.Any{detail}}},
-		"error response":    {HttpResponse: &authv3.CheckResponse_ErrorResponse{ErrorResponse: &authv3.DeniedHttpResponse{Body: "x"}}},
-		"append":            ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: hv, Append: wrapperspb.Bool(true)}}}),
-		"append action":     ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: hv, AppendAction: corev3.HeaderValueOption_ADD_IF_ABSENT}}}),
-		"keep empty":        ok(&authv3.OkHttpResponse{ResponseHeadersToAdd: []*corev3.HeaderValueOption{{Header: hv, KeepEmptyValue: true}}}),
-		"raw value":         ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "k", RawValue: []byte("v")}}}}),
+		"status details": {Status: &rpcstatus.Status{Code: 7, Details: []*anypb.Any{detail}}},
+		"error response": {HttpResponse: &authv3.CheckResponse_ErrorResponse{ErrorResponse: &authv3.DeniedHttpResponse{Body: "x"}}},
+		"append":         ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: hv, Append: wrapperspb.Bool(true)}}}),
+		"append action":  ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: hv, AppendAction: corev3.HeaderValueOption_ADD_IF_ABSENT}}}),
+		"keep empty":     ok(&authv3.OkHttpResponse{ResponseHeadersToAdd: []*corev3.HeaderValueOption{{Header: hv, KeepEmptyValue: true}}}),
+		"raw value":      ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "k", RawValue: []byte("v")}}}}),
+		//lint:ignore SA1019 the deprecated field must go to gRPC's codec
 		"ok metadata":       ok(&authv3.OkHttpResponse{DynamicMetadata: &structpb.Struct{}}),
 		"deep struct":       {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"d": deep}}},
 		"deep list":         {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"d": deepList}}},
