@@ -6,8 +6,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -17,13 +15,14 @@ import (
 // message; a CheckResponse that allows with two headers and a decision ID
 // took about 2.4 µs of a gRPC check's server CPU that way. These
 // functions write the fields nexus' answers set (the status, the OK or
-// denied HTTP response, the dynamic metadata) directly, in field-number
-// order as protobuf-go does. A response that sets anything else (status
-// details, an error response, a header's append options or raw value,
-// the OK response's deprecated dynamic metadata, a nil element, a Struct
-// nested deeper than maxStructDepth) is not theirs, nor is a string that
-// is not UTF-8 (protobuf-go refuses to encode it): checkResponseSize says
-// so and Codec.Marshal hands it to gRPC's codec.
+// denied HTTP response, the dynamic metadata) directly, in one pass and in
+// field-number order as protobuf-go does: a nested message's length is
+// set once its fields are written (begin, end). A response that sets
+// anything else (status details, an error response, a header's append
+// options or raw value, the OK response's deprecated dynamic metadata, a
+// nil element, a Struct nested deeper than maxStructDepth) is not theirs,
+// nor is a string that is not UTF-8 (protobuf-go refuses to encode it):
+// appendCheckResponse says so and Codec.Marshal hands it to gRPC's codec.
 
 // Field numbers of the messages written here.
 const (
@@ -63,57 +62,56 @@ const (
 )
 
 // maxStructDepth bounds the nesting of dynamic metadata the encoder
-// writes (each level's size is computed again by the level above).
+// writes.
 const maxStructDepth = 8
 
-// fieldSize is the size of a length-delimited field of n bytes.
-func fieldSize(num protowire.Number, n int) int {
-	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+// begin appends a length-delimited field's tag and a one-byte length, to
+// be set by end with at, the index its content starts at.
+func begin(b []byte, num protowire.Number) (_ []byte, at int) {
+	b = append(protowire.AppendTag(b, num, protowire.BytesType), 0)
+	return b, len(b)
 }
 
-// appendField appends a length-delimited field's tag and length; its n
-// bytes follow.
-func appendField(b []byte, num protowire.Number, n int) []byte {
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(n))
-}
-
-// stringSize is a string field's size; ok is false if s is not UTF-8.
-func stringSize(num protowire.Number, s string) (n int, ok bool) {
-	if s == "" {
-		return 0, true
-	}
-	return fieldSize(num, len(s)), utf8.ValidString(s)
-}
-
-// pairSize is the size of a message of two string fields (a key and a
-// value).
-func pairSize(k, v string) (int, bool) {
-	kn, ok := stringSize(kvKey, k)
-	vn, ok2 := stringSize(kvValue, v)
-	return kn + vn, ok && ok2
-}
-
-func appendPair(b []byte, num protowire.Number, k, v string) []byte {
-	n, _ := pairSize(k, v)
-	return appendString(appendString(appendField(b, num, n), kvKey, k), kvValue, v)
-}
-
-func appendString(b []byte, num protowire.Number, s string) []byte {
-	if s == "" {
+// end sets the length of the field whose content starts at at: the
+// content moves when its length needs more than one byte.
+func end(b []byte, at int) []byte {
+	n := len(b) - at
+	if n < 0x80 {
+		b[at-1] = byte(n)
 		return b
 	}
-	return append(appendField(b, num, len(s)), s...)
+	w := protowire.SizeVarint(uint64(n))
+	b = append(b, make([]byte, w-1)...)
+	copy(b[at-1+w:], b[at:at+n])
+	protowire.AppendVarint(b[:at-1], uint64(n))
+	return b
 }
 
-// int32Size is the size of an int32 or enum field (negative values take
-// ten bytes, sign-extended).
-func int32Size(num protowire.Number, v int32) int {
-	if v == 0 {
-		return 0
+// appendString appends a string field (nothing for ""); ok is false if s
+// is not UTF-8.
+func appendString(b []byte, num protowire.Number, s string) (_ []byte, ok bool) {
+	if s == "" {
+		return b, true
 	}
-	return protowire.SizeTag(num) + protowire.SizeVarint(uint64(int64(v)))
+	return appendBytes(b, num, s), utf8.ValidString(s)
 }
 
+// appendBytes appends a length-delimited field holding s, even "".
+func appendBytes(b []byte, num protowire.Number, s string) []byte {
+	b = protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(len(s)))
+	return append(b, s...)
+}
+
+// appendPair appends a message of two string fields (a key and a value).
+func appendPair(b []byte, num protowire.Number, k, v string) (_ []byte, ok bool) {
+	b, at := begin(b, num)
+	b, ok = appendString(b, kvKey, k)
+	b, ok2 := appendString(b, kvValue, v)
+	return end(b, at), ok && ok2
+}
+
+// appendInt32 appends an int32 or enum field (nothing for 0; a negative
+// value takes ten bytes, sign-extended).
 func appendInt32(b []byte, num protowire.Number, v int32) []byte {
 	if v == 0 {
 		return b
@@ -121,280 +119,190 @@ func appendInt32(b []byte, num protowire.Number, v int32) []byte {
 	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), uint64(int64(v)))
 }
 
-// checkResponseSize is r's encoded size, ok false if r is not one the
-// encoder writes.
-func checkResponseSize(r *authv3.CheckResponse) (n int, ok bool) {
+// appendCheckResponse appends r; ok is false if r is not a response the
+// encoder writes whole (b then holds part of it).
+func appendCheckResponse(b []byte, r *authv3.CheckResponse) (_ []byte, ok bool) {
+	var at int
 	if s := r.Status; s != nil {
-		m, ok := statusSize(s)
-		if !ok || len(s.Details) > 0 {
-			return 0, false
+		if len(s.Details) > 0 {
+			return b, false
 		}
-		n += fieldSize(respStatus, m)
+		b, at = begin(b, respStatus)
+		b = appendInt32(b, statusCode, s.Code)
+		if b, ok = appendString(b, statusMessage, s.Message); !ok {
+			return b, false
+		}
+		b = end(b, at)
 	}
 	switch h := r.HttpResponse.(type) {
 	case nil:
 	case *authv3.CheckResponse_DeniedResponse:
-		m, ok := deniedSize(h.DeniedResponse)
-		if !ok {
-			return 0, false
+		if b, ok = appendDenied(b, h.DeniedResponse); !ok {
+			return b, false
 		}
-		n += fieldSize(respDenied, m)
 	case *authv3.CheckResponse_OkResponse:
-		m, ok := okSize(h.OkResponse)
-		if !ok {
-			return 0, false
+		if b, ok = appendOK(b, h.OkResponse); !ok {
+			return b, false
 		}
-		n += fieldSize(respOK, m)
 	default:
-		return 0, false
+		return b, false
 	}
 	if md := r.DynamicMetadata; md != nil {
-		m, ok := structSize(md, 0)
-		if !ok {
-			return 0, false
+		b, at = begin(b, respDynamicMetadata)
+		if b, ok = appendStruct(b, md, 0); !ok {
+			return b, false
 		}
-		n += fieldSize(respDynamicMetadata, m)
+		b = end(b, at)
 	}
-	return n, true
+	return b, true
 }
 
-// appendCheckResponse appends r, which checkResponseSize accepted.
-func appendCheckResponse(b []byte, r *authv3.CheckResponse) []byte {
-	if s := r.Status; s != nil {
-		m, _ := statusSize(s)
-		b = appendField(b, respStatus, m)
-		b = appendInt32(b, statusCode, s.Code)
-		b = appendString(b, statusMessage, s.Message)
-	}
-	switch h := r.HttpResponse.(type) {
-	case *authv3.CheckResponse_DeniedResponse:
-		m, _ := deniedSize(h.DeniedResponse)
-		b = appendDenied(appendField(b, respDenied, m), h.DeniedResponse)
-	case *authv3.CheckResponse_OkResponse:
-		m, _ := okSize(h.OkResponse)
-		b = appendOK(appendField(b, respOK, m), h.OkResponse)
-	}
-	if md := r.DynamicMetadata; md != nil {
-		m, _ := structSize(md, 0)
-		b = appendStruct(appendField(b, respDynamicMetadata, m), md)
-	}
-	return b
-}
-
-func statusSize(s *rpcstatus.Status) (int, bool) {
-	n, ok := stringSize(statusMessage, s.Message)
-	return int32Size(statusCode, s.Code) + n, ok
-}
-
-func httpStatusSize(s *typev3.HttpStatus) int { return int32Size(httpStatusCode, int32(s.Code)) }
-
-func deniedSize(d *authv3.DeniedHttpResponse) (int, bool) {
+func appendDenied(b []byte, d *authv3.DeniedHttpResponse) (_ []byte, ok bool) {
 	if d == nil {
-		return 0, false
+		return b, false
 	}
-	n := 0
+	b, at := begin(b, respDenied)
 	if d.Status != nil {
-		n += fieldSize(deniedHTTPStatus, httpStatusSize(d.Status))
+		var st int
+		b, st = begin(b, deniedHTTPStatus)
+		b = end(appendInt32(b, httpStatusCode, int32(d.Status.Code)), st)
 	}
-	m, ok := headersSize(deniedHeaders, d.Headers)
-	bn, ok2 := stringSize(deniedBody, d.Body)
-	return n + m + bn, ok && ok2
+	if b, ok = appendHeaders(b, deniedHeaders, d.Headers); !ok {
+		return b, false
+	}
+	if b, ok = appendString(b, deniedBody, d.Body); !ok {
+		return b, false
+	}
+	return end(b, at), true
 }
 
-func appendDenied(b []byte, d *authv3.DeniedHttpResponse) []byte {
-	if d.Status != nil {
-		b = appendInt32(appendField(b, deniedHTTPStatus, httpStatusSize(d.Status)), httpStatusCode, int32(d.Status.Code))
-	}
-	b = appendHeaders(b, deniedHeaders, d.Headers)
-	return appendString(b, deniedBody, d.Body)
-}
-
-func okSize(o *authv3.OkHttpResponse) (int, bool) {
+func appendOK(b []byte, o *authv3.OkHttpResponse) (_ []byte, ok bool) {
 	//lint:ignore SA1019 a response that sets the deprecated field is left to gRPC's codec
 	if o == nil || o.DynamicMetadata != nil {
-		return 0, false
+		return b, false
 	}
-	n, ok := headersSize(okHeaders, o.Headers)
-	m, ok2 := stringsSize(okHeadersToRemove, o.HeadersToRemove)
-	n += m
-	ok = ok && ok2
-	m, ok2 = headersSize(okResponseHeadersToAdd, o.ResponseHeadersToAdd)
-	n += m
-	ok = ok && ok2
+	b, at := begin(b, respOK)
+	b, ok = appendHeaders(b, okHeaders, o.Headers)
+	b, ok2 := appendStrings(b, okHeadersToRemove, o.HeadersToRemove)
+	b, ok3 := appendHeaders(b, okResponseHeadersToAdd, o.ResponseHeadersToAdd)
+	if !ok || !ok2 || !ok3 {
+		return b, false
+	}
 	for _, q := range o.QueryParametersToSet {
 		if q == nil {
-			return 0, false
+			return b, false
 		}
-		m, ok2 = pairSize(q.Key, q.Value)
-		n += fieldSize(okQueryParametersToSet, m)
-		ok = ok && ok2
+		if b, ok = appendPair(b, okQueryParametersToSet, q.Key, q.Value); !ok {
+			return b, false
+		}
 	}
-	m, ok2 = stringsSize(okQueryParametersToRemove, o.QueryParametersToRemove)
-	return n + m, ok && ok2
+	if b, ok = appendStrings(b, okQueryParametersToRemove, o.QueryParametersToRemove); !ok {
+		return b, false
+	}
+	return end(b, at), true
 }
 
-func appendOK(b []byte, o *authv3.OkHttpResponse) []byte {
-	b = appendHeaders(b, okHeaders, o.Headers)
-	b = appendStrings(b, okHeadersToRemove, o.HeadersToRemove)
-	b = appendHeaders(b, okResponseHeadersToAdd, o.ResponseHeadersToAdd)
-	for _, q := range o.QueryParametersToSet {
-		b = appendPair(b, okQueryParametersToSet, q.Key, q.Value)
-	}
-	return appendStrings(b, okQueryParametersToRemove, o.QueryParametersToRemove)
-}
-
-// stringsSize is a repeated string field's size: every element is
-// written, an empty one too.
-func stringsSize(num protowire.Number, ss []string) (int, bool) {
-	n := 0
+// appendStrings appends a repeated string field: every element, an empty
+// one too.
+func appendStrings(b []byte, num protowire.Number, ss []string) (_ []byte, ok bool) {
 	for _, s := range ss {
 		if !utf8.ValidString(s) {
-			return 0, false
+			return b, false
 		}
-		n += fieldSize(num, len(s))
+		b = appendBytes(b, num, s)
 	}
-	return n, true
+	return b, true
 }
 
-func appendStrings(b []byte, num protowire.Number, ss []string) []byte {
-	for _, s := range ss {
-		b = append(appendField(b, num, len(s)), s...)
-	}
-	return b
-}
-
-// headerSize is a HeaderValueOption's size: its header's key and value
-// alone, as nexus writes them.
-func headerSize(h *corev3.HeaderValueOption) (int, bool) {
-	//lint:ignore SA1019 a header that sets the deprecated append is left to gRPC's codec
-	if h == nil || h.Append != nil || h.AppendAction != 0 || h.KeepEmptyValue {
-		return 0, false
-	}
-	if h.Header == nil {
-		return 0, true
-	}
-	if len(h.Header.RawValue) > 0 {
-		return 0, false
-	}
-	n, ok := pairSize(h.Header.Key, h.Header.Value)
-	return fieldSize(hvoHeader, n), ok
-}
-
-func headersSize(num protowire.Number, hs []*corev3.HeaderValueOption) (int, bool) {
-	n := 0
+// appendHeaders appends HeaderValueOptions as nexus writes them: each
+// header's key and value alone.
+func appendHeaders(b []byte, num protowire.Number, hs []*corev3.HeaderValueOption) (_ []byte, ok bool) {
+	var at int
 	for _, h := range hs {
-		m, ok := headerSize(h)
-		if !ok {
-			return 0, false
+		//lint:ignore SA1019 a header that sets the deprecated append is left to gRPC's codec
+		if h == nil || h.Append != nil || h.AppendAction != 0 || h.KeepEmptyValue {
+			return b, false
 		}
-		n += fieldSize(num, m)
-	}
-	return n, true
-}
-
-func appendHeaders(b []byte, num protowire.Number, hs []*corev3.HeaderValueOption) []byte {
-	for _, h := range hs {
-		m, _ := headerSize(h)
-		b = appendField(b, num, m)
+		b, at = begin(b, num)
 		if hv := h.Header; hv != nil {
-			b = appendPair(b, hvoHeader, hv.Key, hv.Value)
+			if len(hv.RawValue) > 0 {
+				return b, false
+			}
+			if b, ok = appendPair(b, hvoHeader, hv.Key, hv.Value); !ok {
+				return b, false
+			}
 		}
+		b = end(b, at)
 	}
-	return b
+	return b, true
 }
 
-// structSize is a Struct's size at nesting depth. Each map entry is
-// written with its key and its value, as protobuf-go writes them.
-func structSize(s *structpb.Struct, depth int) (int, bool) {
+// appendStruct appends a Struct's fields at nesting depth, each map entry
+// with its key and its value, as protobuf-go writes them.
+func appendStruct(b []byte, s *structpb.Struct, depth int) (_ []byte, ok bool) {
 	if depth > maxStructDepth {
-		return 0, false
+		return b, false
 	}
-	n := 0
+	var at, vat int
 	for k, v := range s.Fields {
-		m, ok := valueSize(v, depth)
-		if !ok || !utf8.ValidString(k) {
-			return 0, false
+		if !utf8.ValidString(k) {
+			return b, false
 		}
-		n += fieldSize(structFields, fieldSize(kvKey, len(k))+fieldSize(kvValue, m))
+		b, at = begin(b, structFields)
+		b = appendBytes(b, kvKey, k)
+		b, vat = begin(b, kvValue)
+		if b, ok = appendValue(b, v, depth); !ok {
+			return b, false
+		}
+		b = end(end(b, vat), at)
 	}
-	return n, true
+	return b, true
 }
 
-func appendStruct(b []byte, s *structpb.Struct) []byte {
-	for k, v := range s.Fields {
-		m, _ := valueSize(v, 0)
-		b = appendField(b, structFields, fieldSize(kvKey, len(k))+fieldSize(kvValue, m))
-		b = append(appendField(b, kvKey, len(k)), k...)
-		b = appendValue(appendField(b, kvValue, m), v)
-	}
-	return b
-}
-
-// valueSize is a Value's size, its kind written even when it holds its
-// type's zero value (a member of a oneof).
-func valueSize(v *structpb.Value, depth int) (int, bool) {
+// appendValue appends a Value's kind, even when it holds its type's zero
+// value (a member of a oneof).
+func appendValue(b []byte, v *structpb.Value, depth int) (_ []byte, ok bool) {
 	if v == nil {
-		return 0, false
+		return b, false
 	}
+	var at, eat int
 	switch k := v.Kind.(type) {
 	case nil:
-		return 0, true
-	case *structpb.Value_NullValue:
-		return protowire.SizeTag(valueNull) + protowire.SizeVarint(uint64(int64(k.NullValue))), true
-	case *structpb.Value_NumberValue:
-		return protowire.SizeTag(valueNumber) + protowire.SizeFixed64(), true
-	case *structpb.Value_StringValue:
-		return fieldSize(valueString, len(k.StringValue)), utf8.ValidString(k.StringValue)
-	case *structpb.Value_BoolValue:
-		return protowire.SizeTag(valueBool) + 1, true
-	case *structpb.Value_StructValue:
-		if k.StructValue == nil {
-			return 0, false
-		}
-		m, ok := structSize(k.StructValue, depth+1)
-		return fieldSize(valueStruct, m), ok
-	case *structpb.Value_ListValue:
-		if k.ListValue == nil || depth > maxStructDepth {
-			return 0, false
-		}
-		n := 0
-		for _, e := range k.ListValue.Values {
-			m, ok := valueSize(e, depth+1)
-			if !ok {
-				return 0, false
-			}
-			n += fieldSize(listValues, m)
-		}
-		return fieldSize(valueList, n), true
-	}
-	return 0, false
-}
-
-// appendValue appends a Value that valueSize accepted.
-func appendValue(b []byte, v *structpb.Value) []byte {
-	switch k := v.Kind.(type) {
 	case *structpb.Value_NullValue:
 		b = protowire.AppendVarint(protowire.AppendTag(b, valueNull, protowire.VarintType), uint64(int64(k.NullValue)))
 	case *structpb.Value_NumberValue:
 		b = protowire.AppendFixed64(protowire.AppendTag(b, valueNumber, protowire.Fixed64Type), math.Float64bits(k.NumberValue))
 	case *structpb.Value_StringValue:
-		b = append(appendField(b, valueString, len(k.StringValue)), k.StringValue...)
+		if !utf8.ValidString(k.StringValue) {
+			return b, false
+		}
+		b = appendBytes(b, valueString, k.StringValue)
 	case *structpb.Value_BoolValue:
 		b = protowire.AppendVarint(protowire.AppendTag(b, valueBool, protowire.VarintType), protowire.EncodeBool(k.BoolValue))
 	case *structpb.Value_StructValue:
-		m, _ := structSize(k.StructValue, 0)
-		b = appendStruct(appendField(b, valueStruct, m), k.StructValue)
+		if k.StructValue == nil {
+			return b, false
+		}
+		b, at = begin(b, valueStruct)
+		if b, ok = appendStruct(b, k.StructValue, depth+1); !ok {
+			return b, false
+		}
+		b = end(b, at)
 	case *structpb.Value_ListValue:
-		n := 0
-		for _, e := range k.ListValue.Values {
-			m, _ := valueSize(e, 0)
-			n += fieldSize(listValues, m)
+		if k.ListValue == nil || depth > maxStructDepth {
+			return b, false
 		}
-		b = appendField(b, valueList, n)
+		b, at = begin(b, valueList)
 		for _, e := range k.ListValue.Values {
-			m, _ := valueSize(e, 0)
-			b = appendValue(appendField(b, listValues, m), e)
+			b, eat = begin(b, listValues)
+			if b, ok = appendValue(b, e, depth+1); !ok {
+				return b, false
+			}
+			b = end(b, eat)
 		}
+		b = end(b, at)
+	default:
+		return b, false
 	}
-	return b
+	return b, true
 }

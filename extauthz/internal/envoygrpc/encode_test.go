@@ -91,11 +91,12 @@ func encodedResponses(tb testing.TB) map[string]*authv3.CheckResponse {
 // to the one encoded.
 func TestEncodeCheckResponse(t *testing.T) {
 	for name, r := range encodedResponses(t) {
-		n, ok := checkResponseSize(r)
+		b, ok := appendCheckResponse(nil, r)
 		if !ok {
 			t.Errorf("%s: left to gRPC's codec", name)
 			continue
 		}
+		n := len(b)
 		if want := proto.Size(r); n != want {
 			t.Errorf("%s: size %d, proto.Size %d", name, n, want)
 		}
@@ -138,7 +139,7 @@ func TestEncodeCheckResponseFallback(t *testing.T) {
 		"not utf-8 header":  ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "k", Value: "\xe2\x82"}}}}),
 		"not utf-8 removed": ok(&authv3.OkHttpResponse{QueryParametersToRemove: []string{"\x80"}}),
 	} {
-		if _, ok := checkResponseSize(r); ok {
+		if _, ok := appendCheckResponse(nil, r); ok {
 			t.Errorf("%s: the encoder took a response it does not write whole", name)
 		}
 		assertEncodes(t, name, r)
@@ -194,7 +195,7 @@ func FuzzEncodeCheckResponse(f *testing.F) {
 			d.QueryParametersToRemove = []string{value}
 			d.HTTPStatus, d.Body, d.DynamicMetadata = status, body, md
 		}))
-		n, ok := checkResponseSize(r)
+		b, ok := appendCheckResponse(nil, r)
 		if !ok {
 			if _, err := proto.Marshal(r); err == nil {
 				t.Fatal("left to gRPC's codec a response protobuf-go encodes")
@@ -202,8 +203,8 @@ func FuzzEncodeCheckResponse(f *testing.F) {
 			assertEncodes(t, "fuzzed, not UTF-8", r)
 			return
 		}
-		if want := proto.Size(r); n != want {
-			t.Fatalf("size %d, proto.Size %d", n, want)
+		if want := proto.Size(r); len(b) != want {
+			t.Fatalf("size %d, proto.Size %d", len(b), want)
 		}
 		// proto.Equal compares NaNs as unequal; the bytes are what is
 		// compared then.
