@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nexuspdp/nexus/bundle"
@@ -324,23 +328,47 @@ func loadDropped(t *testing.T, dir string, srv *inproc) {
 	}
 }
 
-func TestRequestIDSuffix(t *testing.T) {
+// TestRequestID: a prepared gRPC check is one CheckRequest as Envoy
+// writes it (its attributes field once, so the server decodes it as it
+// decodes Envoy's), and each send's ID lands in the request's id and its
+// x-request-id header, the rest of the request unchanged.
+func TestRequestID(t *testing.T) {
 	c := Check{User: "u1", Action: "write", Type: "file", ID: "f9", Tenant: "t2"}
-	base, err := proto.Marshal(envoyRequest(c))
+	tg := &Target{idPrefix: "bench-x-"}
+	r, err := tg.prepareGRPC(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := requestIDSuffix(append([]byte{}, base...), []byte("bench-42"))
-	var req authv3.CheckRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
-		t.Fatal(err)
-	}
-	h := req.GetAttributes().GetRequest().GetHttp()
-	if h.GetId() != "bench-42" || h.GetHeaders()["x-request-id"] != "bench-42" {
-		t.Fatalf("id %q, x-request-id %q", h.GetId(), h.GetHeaders()["x-request-id"])
-	}
-	if h.GetHeaders()["x-user"] != "u1" || h.GetMethod() != "PUT" || h.GetPath() != "/tenants/t2/files/f9" || h.GetHeaders()[":authority"] == "" {
-		t.Fatalf("merged request lost fields: %v", h)
+	for _, seq := range []uint64{0, 42, 1<<64 - 1} {
+		msg := bytes.Clone(r.body)
+		tg.stampID(msg, &r, seq)
+		attrs := 0
+		for b := msg; len(b) > 0; {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				t.Fatal(protowire.ParseError(n))
+			}
+			if num != 1 || typ != protowire.BytesType {
+				t.Fatalf("top-level field %d (type %d)", num, typ)
+			}
+			attrs++
+			m := protowire.ConsumeFieldValue(num, typ, b[n:])
+			if m < 0 {
+				t.Fatal(protowire.ParseError(m))
+			}
+			b = b[n+m:]
+		}
+		if attrs != 1 {
+			t.Fatalf("attributes written %d times", attrs)
+		}
+		var got authv3.CheckRequest
+		if err := proto.Unmarshal(msg, &got); err != nil {
+			t.Fatal(err)
+		}
+		id := "bench-x-" + fmt.Sprintf("%013s", strconv.FormatUint(seq, 36))
+		if want := envoyRequest(c, id); !proto.Equal(&got, want) {
+			t.Fatalf("seq %d: got %v, want %v", seq, &got, want)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -242,6 +243,10 @@ func (t *Target) Warm(ctx context.Context, reqs []Request) error {
 type Request struct {
 	body  []byte
 	check Check
+	// idAt is where the request ID's placeholder sits in body, twice
+	// (attributes.request.http.id and the x-request-id header): a gRPC
+	// check only.
+	idAt [2]int
 }
 
 // Prepare builds the wire form of every check.
@@ -252,7 +257,11 @@ func (t *Target) Prepare(checks []Check) ([]Request, error) {
 		var err error
 		switch t.cfg.Interface {
 		case InterfaceGRPC:
-			b, err = proto.Marshal(envoyRequest(c))
+			out[i], err = t.prepareGRPC(c)
+			if err != nil {
+				return nil, fmt.Errorf("bench: building request %d: %w", i, err)
+			}
+			continue
 		case InterfaceAllowed:
 			b, err = json.Marshal(map[string]any{
 				"user": c.User, "action": c.Action,
@@ -280,8 +289,9 @@ func (t *Target) Prepare(checks []Check) ([]Request, error) {
 }
 
 // envoyRequest is the CheckRequest Envoy sends for the check's request:
-// small (no client certificate, a handful of headers).
-func envoyRequest(c Check) *authv3.CheckRequest {
+// small (no client certificate, a handful of headers), with the request
+// ID id.
+func envoyRequest(c Check, id string) *authv3.CheckRequest {
 	method, path := c.Method(), c.Path()
 	const host = "drive.example.com"
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
@@ -290,41 +300,56 @@ func envoyRequest(c Check) *authv3.CheckRequest {
 		Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
 			SocketAddress: &corev3.SocketAddress{Address: "10.0.0.3", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 8080}}}}},
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: method, Path: path, Host: host, Scheme: "http", Protocol: "HTTP/1.1",
+			Id: id, Method: method, Path: path, Host: host, Scheme: "http", Protocol: "HTTP/1.1",
 			Headers: map[string]string{
 				":authority": host, ":method": method, ":path": path, ":scheme": "http",
-				"x-user": c.User, "user-agent": "nexus-bench", "accept": "*/*",
+				"x-user": c.User, "user-agent": "nexus-bench", "accept": "*/*", "x-request-id": id,
 			},
 		}},
 	}}
 }
 
-// requestIDSuffix appends, in protobuf wire format, a CheckRequest that
-// sets attributes.request.http.id and the x-request-id header to id.
-// Appended to a marshalled CheckRequest it merges into it (protobuf
-// concatenation is a merge), so each send carries a fresh request ID, as
-// Envoy's do, without re-marshalling the request.
-func requestIDSuffix(dst []byte, id []byte) []byte {
-	const header = "x-request-id"
-	// Sizes of the nested messages, innermost first (every tag is one byte).
-	entry := 1 + protowire.SizeBytes(len(header)) + 1 + protowire.SizeBytes(len(id))
-	httpMsg := 1 + protowire.SizeBytes(len(id)) + 1 + protowire.SizeBytes(entry)
-	req := 1 + protowire.SizeBytes(httpMsg)
-	attrs := 1 + protowire.SizeBytes(req)
-	dst = protowire.AppendTag(dst, 1, protowire.BytesType) // CheckRequest.attributes
-	dst = protowire.AppendVarint(dst, uint64(attrs))
-	dst = protowire.AppendTag(dst, 4, protowire.BytesType) // AttributeContext.request
-	dst = protowire.AppendVarint(dst, uint64(req))
-	dst = protowire.AppendTag(dst, 2, protowire.BytesType) // Request.http
-	dst = protowire.AppendVarint(dst, uint64(httpMsg))
-	dst = protowire.AppendTag(dst, 1, protowire.BytesType) // HttpRequest.id
-	dst = protowire.AppendBytes(dst, id)
-	dst = protowire.AppendTag(dst, 3, protowire.BytesType) // HttpRequest.headers entry
-	dst = protowire.AppendVarint(dst, uint64(entry))
-	dst = protowire.AppendTag(dst, 1, protowire.BytesType) // key
-	dst = protowire.AppendString(dst, header)
-	dst = protowire.AppendTag(dst, 2, protowire.BytesType) // value
-	return protowire.AppendBytes(dst, id)
+// idDigits is the width of a request ID's sequence number: every uint64
+// in base 36, zero-padded.
+const idDigits = 13
+
+// prepareGRPC marshals the check's CheckRequest once, as Envoy would
+// send it (one message, each field once), with a placeholder request ID
+// of the width every ID has, and records where the placeholder is: each
+// send writes its own ID there (stampID) without marshalling again.
+func (t *Target) prepareGRPC(c Check) (Request, error) {
+	ph := t.idPrefix + strings.Repeat("~", idDigits)
+	b, err := proto.Marshal(envoyRequest(c, ph))
+	if err != nil {
+		return Request{}, err
+	}
+	r := Request{body: b, check: c}
+	from := 0
+	for i := range r.idAt {
+		at := bytes.Index(b[from:], []byte(ph))
+		if at < 0 {
+			return Request{}, fmt.Errorf("the request ID is not where it was written")
+		}
+		r.idAt[i] = from + at
+		from += at + len(ph)
+	}
+	if bytes.Contains(b[from:], []byte(ph)) {
+		return Request{}, fmt.Errorf("the request ID is written more than twice")
+	}
+	return r, nil
+}
+
+// stampID writes the request ID for sequence number seq into msg, a copy
+// of r's body.
+func (t *Target) stampID(msg []byte, r *Request, seq uint64) {
+	var id [idDigits]byte
+	for i := idDigits - 1; i >= 0; i-- {
+		id[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[seq%36]
+		seq /= 36
+	}
+	for _, at := range r.idAt {
+		copy(msg[at+len(t.idPrefix):], id[:])
+	}
 }
 
 // Outcome is the result of sending one check.
@@ -440,12 +465,11 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 	defer cancel()
 	seq := t.seq.Add(1)
 	if t.cfg.Interface == InterfaceGRPC {
-		var idb [48]byte
-		id := strconv.AppendUint(append(idb[:0], t.idPrefix...), seq, 36)
 		if len(t.h2) > 0 {
-			var sb [160]byte
-			parts := [2][]byte{r.body, requestIDSuffix(sb[:0], id)}
-			cl, err := t.h2[t.next.Add(1)%uint64(len(t.h2))].call(ctx, parts)
+			var mb [512]byte
+			msg := append(mb[:0], r.body...)
+			t.stampID(msg, r, seq)
+			cl, err := t.h2[t.next.Add(1)%uint64(len(t.h2))].call(ctx, [2][]byte{msg})
 			if err != nil {
 				return Outcome{Err: err, GRPCCode: status.Code(err)}
 			}
@@ -456,7 +480,9 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 			}
 			return grpcOutcome(code)
 		}
-		m := &rawMsg{parts: [2][]byte{r.body, requestIDSuffix(nil, id)}}
+		msg := bytes.Clone(r.body)
+		t.stampID(msg, r, seq)
+		m := &rawMsg{parts: [2][]byte{msg}}
 		conn := t.conns[t.next.Add(1)%uint64(len(t.conns))]
 		err := conn.Invoke(ctx, checkMethod, m, m, grpc.ForceCodecV2(rawCodec{}))
 		if err != nil {
