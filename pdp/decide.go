@@ -65,9 +65,9 @@ type meta struct {
 // fieldsCheck is a check the default policy's native decision reads from
 // its fields.
 type fieldsCheck interface {
-	// decide appends n's result; ok false sends the check back to the
+	// decide is n's answer; ok false sends the check back to the
 	// caller, to decide on its input document.
-	decide(ctx context.Context, n *builtins.DefaultPolicy, dst []byte) (out []byte, ok bool)
+	decide(ctx context.Context, n *builtins.DefaultPolicy) (a builtins.Answer, ok bool)
 	// key appends what decide reads, the decision cache's key in place of
 	// the document.
 	key(n *builtins.DefaultPolicy, dst []byte) []byte
@@ -76,8 +76,8 @@ type fieldsCheck interface {
 // envoyCheck is a proxied request's fields (Envoy's or forward auth's).
 type envoyCheck input.Fields
 
-func (c *envoyCheck) decide(ctx context.Context, n *builtins.DefaultPolicy, dst []byte) ([]byte, bool) {
-	return n.EnvoyFields(ctx, c.Method, c.Path, c.Headers, c.JWT, dst)
+func (c *envoyCheck) decide(ctx context.Context, n *builtins.DefaultPolicy) (builtins.Answer, bool) {
+	return n.EnvoyFields(ctx, c.Method, c.Path, c.Headers, c.JWT)
 }
 
 func (c *envoyCheck) key(n *builtins.DefaultPolicy, dst []byte) []byte {
@@ -92,8 +92,8 @@ type authzCheck struct {
 	tenantAttr bool
 }
 
-func (c *authzCheck) decide(ctx context.Context, n *builtins.DefaultPolicy, dst []byte) ([]byte, bool) {
-	return n.AuthzFields(ctx, &c.f, c.tenantAttr, dst)
+func (c *authzCheck) decide(ctx context.Context, n *builtins.DefaultPolicy) (builtins.Answer, bool) {
+	return n.AuthzFields(ctx, &c.f, c.tenantAttr)
 }
 
 func (c *authzCheck) key(_ *builtins.DefaultPolicy, dst []byte) []byte {
@@ -494,26 +494,27 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 			return d, nil
 		}
 	}
-	bp := p.buf()
-	var out []byte
 	if md.fields != nil {
-		var ok bool
-		if out, ok = md.fields.decide(ctx, v.native, (*bp)[:0]); !ok {
-			p.putBuf(bp, out)
+		// The native answer's fields are the decision: no result
+		// document to write and parse again.
+		a, ok := md.fields.decide(ctx, v.native)
+		if !ok {
 			return d, errNotNative
 		}
+		d.Decision = answerDecision(&a)
 	} else {
-		out, err = p.eval(ctx, entrypoint, input, (*bp)[:0], v)
-	}
-	if err == nil {
-		d.Decision, err = p.parseResult(out, envoy)
-		if err == nil && p.cfg.DecisionSink != nil {
-			d.Raw = bytes.Clone(out)
+		bp := p.buf()
+		out, err := p.eval(ctx, entrypoint, input, (*bp)[:0], v)
+		if err == nil {
+			d.Decision, err = p.parseResult(out, envoy)
+			if err == nil && p.cfg.DecisionSink != nil {
+				d.Raw = bytes.Clone(out)
+			}
 		}
-	}
-	p.putBuf(bp, out)
-	if err != nil {
-		return d, err
+		p.putBuf(bp, out)
+		if err != nil {
+			return d, err
+		}
 	}
 	if cached {
 		p.cache.Set(key, d.Decision)
@@ -543,6 +544,26 @@ func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v 
 	// write UTF-8 JSON whatever the request held) or encoding/json: the
 	// engine need not scan it again.
 	return p.eng.EvalTrusted(ctx, entrypoint, input, dst)
+}
+
+// answerDecision is the decision a native answer's result document
+// parses as (a.AppendJSON read by result.ParseEnvoy for an Envoy answer,
+// result.Parse otherwise), without the document.
+func answerDecision(a *builtins.Answer) result.Decision {
+	d := result.Decision{Object: true, Allowed: a.Allowed, Reason: a.Reason, Subject: a.Subject}
+	if !a.Envoy {
+		return d
+	}
+	if a.NHeaders > 0 {
+		d.Headers = make([]result.Header, a.NHeaders)
+		for i, h := range a.Headers[:a.NHeaders] {
+			d.Headers[i] = result.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	if !a.Allowed {
+		d.HTTPStatus, d.Body = a.Status, a.Body
+	}
+	return d
 }
 
 // resultKind tells the two ways of reading a result apart in the keys of

@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 // EnvoyDecide is nexus.envoy_decide(table, request): the default policy's
@@ -53,62 +52,50 @@ func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string
 }
 
 // envoyResult appends the result object for req, canonical JSON (keys
-// sorted, compact): the default policy's native evaluation (DefaultPolicy)
-// answers with it. It reads the store through r. path is the request's
-// path segments (req.path, unless the caller keeps them apart).
+// sorted, compact): envoyAnswer's answer, written. It reads the store
+// through r. path is the request's path segments (req.path, unless the
+// caller keeps them apart).
 func envoyResult(r reader, dst []byte, t *Table, req *envoyRequest, path []string) ([]byte, error) {
+	a, err := envoyAnswer(r, t, req, path)
+	if err != nil {
+		return dst, err
+	}
+	return a.AppendJSON(dst), nil
+}
+
+// envoyAnswer is the answer to req: the default policy's native
+// evaluation (DefaultPolicy) answers with it.
+func envoyAnswer(r reader, t *Table, req *envoyRequest, path []string) (Answer, error) {
 	m, ok, err := t.route(req.method, path)
 	if err != nil {
-		return dst, fmt.Errorf("nexus.envoy_decide: %w", err)
+		return Answer{}, fmt.Errorf("nexus.envoy_decide: %w", err)
 	}
 	if !ok {
-		return append(dst, `{"allowed":false,"body":"{\"error\":\"no route rule matches this request\"}","headers":{"content-type":"application/json"},"http_status":403,"reason":"no_route"}`...), nil
+		return answerNoRule, nil
 	}
 	if !req.claimed {
-		return append(dst, `{"allowed":false,"body":"{\"error\":\"no subject: a verified JWT is required\"}","headers":{"content-type":"application/json","www-authenticate":"Bearer realm=\"nexus\""},"http_status":401,"reason":"no_subject"}`...), nil
+		return answerNoSubject, nil
 	}
 	tenant := req.tenant
 	if m.tenant.found {
 		tenant = m.tenant.value
 	}
-	invalid := ""
 	switch {
 	case !req.subjectOK || !validID(req.subject):
-		invalid = "subject"
+		return invalidAnswer("subject"), nil
 	case tenant != "" && !validID(tenant):
-		invalid = "tenant"
+		return invalidAnswer("tenant"), nil
 	case m.id.found && !validID(m.id.value):
-		invalid = "resource"
-	}
-	if invalid != "" {
-		dst = append(dst, `{"allowed":false,"body":`...)
-		dst = jsonw.String(dst, "{\"error\":\"the request's "+invalid+" is not a valid ID\"}")
-		return append(dst, `,"headers":{"content-type":"application/json"},"http_status":400,"reason":"invalid_request"}`...), nil
+		return invalidAnswer("resource"), nil
 	}
 	allow, reason, err := decide(r, t, "user", req.subject, m.rule.Action, m.rule.Type, m.id.value, tenant)
 	if err != nil {
-		return dst, err
+		return Answer{}, err
 	}
 	if allow {
-		dst = append(dst, `{"allowed":true,"headers":{"x-nexus-decision":`...)
-		dst = jsonw.String(dst, reason)
-		dst = append(dst, `,"x-nexus-subject":`...)
-		dst = jsonw.String(dst, req.subject)
-		dst = append(dst, `},"reason":`...)
-		dst = jsonw.String(dst, reason)
-		dst = append(dst, `,"subject":`...)
-		dst = jsonw.String(dst, req.subject)
-		return append(dst, '}'), nil
+		return envoyAllow(reason, req.subject), nil
 	}
-	dst = append(dst, `{"allowed":false,"body":`...)
-	dst = jsonw.String(dst, "{\"error\":\"forbidden\",\"reason\":\""+reason+"\"}")
-	dst = append(dst, `,"headers":{"content-type":"application/json","x-nexus-decision":`...)
-	dst = jsonw.String(dst, reason)
-	dst = append(dst, `},"http_status":403,"reason":`...)
-	dst = jsonw.String(dst, reason)
-	dst = append(dst, `,"subject":`...)
-	dst = jsonw.String(dst, req.subject)
-	return append(dst, '}'), nil
+	return envoyDeny(reason, req.subject), nil
 }
 
 // envoyRequest is nexus.envoy_decide's request argument, the JSON array

@@ -11,9 +11,10 @@ import (
 // document that the policy reads, rather than by the document: method
 // (attributes.request.http.method), path (parsed_path), headers
 // (attributes.request.http.headers) and jwt, the JSON of the jwt_authn
-// filter's metadata (nil when the request has none). It answers what
-// Envoy answers for the document holding these fields.
-func (d *DefaultPolicy) EnvoyFields(ctx context.Context, method string, path []string, headers map[string]string, jwt []byte, dst []byte) ([]byte, bool) {
+// filter's metadata (nil when the request has none). Its answer is the
+// result Envoy writes for the document holding these fields
+// (Answer.AppendJSON writes it).
+func (d *DefaultPolicy) EnvoyFields(ctx context.Context, method string, path []string, headers map[string]string, jwt []byte) (Answer, bool) {
 	req := envoyRequest{method: method}
 	if d.tenantHeader != "" {
 		req.tenant = headers[d.tenantHeader]
@@ -21,49 +22,49 @@ func (d *DefaultPolicy) EnvoyFields(ctx context.Context, method string, path []s
 	if jwt != nil {
 		// A verified JWT decides; the header counts only without one.
 		if req.identify(string(jwt), "null") != nil {
-			return dst, false
+			return Answer{}, false
 		}
 	} else if v, ok := headers[d.subjectHeader]; ok && d.subjectHeader != "" {
 		// identify on the header's JSON string: it names the subject v.
 		req.claimed, req.subject, req.subjectOK = true, v, true
 	}
-	var out []byte
+	var a Answer
 	err := d.read(ctx, func(r reader) (err error) {
-		out, err = envoyResult(r, dst, d.table, &req, path)
+		a, err = envoyAnswer(r, d.table, &req, path)
 		return err
 	})
 	if err != nil {
-		return dst, false
+		return Answer{}, false
 	}
-	return out, true
+	return a, true
 }
 
 // AuthzFields is Authz for an application check given by its fields
 // rather than its input document: f holds the subject's type and id, the
 // action, the resource's type, id and tenant ("" for an absent id or
 // tenant). The resource has no attributes, or with tenantAttr the one
-// attribute "tenant" whose value is f's tenant. It answers what Authz
-// answers for the document holding these fields.
-func (d *DefaultPolicy) AuthzFields(ctx context.Context, f *[6]string, tenantAttr bool, dst []byte) ([]byte, bool) {
+// attribute "tenant" whose value is f's tenant. Its answer is the result
+// Authz writes for the document holding these fields.
+func (d *DefaultPolicy) AuthzFields(ctx context.Context, f *[6]string, tenantAttr bool) (Answer, bool) {
 	if !d.authz {
-		return dst, false
+		return Answer{}, false
 	}
 	attrs := ""
 	if tenantAttr && d.conditioned(f[3], f[2]) { // only conditions read attributes
 		var b [64]byte
 		attrs = string(append(jsonw.String(append(b[:0], `{"tenant":`...), f[5]), '}'))
 	}
-	var out []byte
+	var a Answer
 	ok := true
 	err := d.read(ctx, func(r reader) error {
 		var err error
-		out, ok, err = d.authz1(r, dst, f, attrs)
+		a, ok, err = d.authzAnswer(r, f, attrs)
 		return err
 	})
 	if err != nil || !ok {
-		return dst, false
+		return Answer{}, false
 	}
-	return out, true
+	return a, true
 }
 
 // conditioned reports whether a condition of the table applies to action

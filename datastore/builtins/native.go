@@ -203,11 +203,21 @@ func (d *DefaultPolicy) Authz(ctx context.Context, input, dst []byte) ([]byte, b
 }
 
 // authz1 is Authz on the input's subject type and id, action, resource
-// type, id and tenant f and the resource's attributes (JSON text or "").
+// type, id and tenant f and the resource's attributes (JSON text or ""):
+// the answer written after dst.
 func (d *DefaultPolicy) authz1(r reader, dst []byte, f *[6]string, attrs string) ([]byte, bool, error) {
+	a, ok, err := d.authzAnswer(r, f, attrs)
+	if err != nil || !ok {
+		return dst, ok, err
+	}
+	return a.AppendJSON(dst), true, nil
+}
+
+// authzAnswer is authz1's answer, unwritten.
+func (d *DefaultPolicy) authzAnswer(r reader, f *[6]string, attrs string) (Answer, bool, error) {
 	mismatch, tenant, err := r.resourceTenant(f[3], f[4], f[5])
 	if err != nil {
-		return dst, false, err
+		return Answer{}, false, err
 	}
 	reason := ""
 	switch {
@@ -220,7 +230,7 @@ func (d *DefaultPolicy) authz1(r reader, dst []byte, f *[6]string, attrs string)
 			}
 			v, found, ok := lookup(attrs, c.Attribute)
 			if !ok {
-				return dst, false, nil
+				return Answer{}, false, nil
 			}
 			if !found {
 				v = "null"
@@ -233,14 +243,14 @@ func (d *DefaultPolicy) authz1(r reader, dst []byte, f *[6]string, attrs string)
 	if reason == "" {
 		g, err := r.grant(f[0], f[1], f[2], f[3], f[4], tenant)
 		if err != nil {
-			return dst, false, err
+			return Answer{}, false, err
 		}
 		if g != "" {
-			return append(append(append(dst, `{"allow":true,"reason":"`...), g...), `"}`...), true, nil
+			return Answer{Allowed: true, Reason: g}, true, nil
 		}
 		reason = "no_grant"
 	}
-	return append(append(append(dst, `{"allow":false,"reason":"`...), reason...), `"}`...), true, nil
+	return Answer{Reason: reason}, true, nil
 }
 
 // equal reports whether the JSON text v equals the condition value c (a
