@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
@@ -138,5 +140,38 @@ func BenchmarkHTTPServerSide(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkCheckServerSideMisses is an uncached Envoy check with the
+// decision cache on and off: every request names another subject, more
+// of them than the cache holds, so that with the cache on every check
+// misses, is decided and is inserted. The difference of the two lines is
+// what the cache costs a check it cannot answer.
+func BenchmarkCheckServerSideMisses(b *testing.B) {
+	const subjects = 250_000 // more than the cache's default 100,000
+	reqs := make([]*authv3.CheckRequest, subjects)
+	for i := range reqs {
+		reqs[i] = fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "u" + strconv.Itoa(i)})
+	}
+	for _, cache := range []bool{false, true} {
+		ts := newTestServer(b, func(c *extauthz.Config) {
+			c.CacheDisabled = !cache
+			c.DecisionLog = nil
+		})
+		b.Run(cacheName(cache), func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			cpu0 := fixture.ProcessCPU()
+			i := 0
+			for b.Loop() {
+				resp, err := ts.srv.CheckDirect(ctx, reqs[i%subjects])
+				if err != nil || resp.GetStatus().GetCode() != int32(codes.PermissionDenied) {
+					b.Fatal(err, resp)
+				}
+				i++
+			}
+			b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }
