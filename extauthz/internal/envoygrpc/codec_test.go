@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/nexuspdp/nexus/extauthz/internal/envoygrpc"
 	"github.com/nexuspdp/nexus/internal/fixture"
@@ -64,9 +66,6 @@ func checkRequestSeeds(tb testing.TB) [][]byte {
 		e = protowire.AppendString(e, k)
 		e = protowire.AppendTag(e, 2, protowire.BytesType)
 		e = protowire.AppendString(e, v)
-		wrap := func(num protowire.Number, b []byte) []byte {
-			return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
-		}
 		return wrap(1, wrap(4, wrap(2, wrap(3, e))))
 	}
 	return [][]byte{
@@ -83,7 +82,30 @@ func checkRequestSeeds(tb testing.TB) [][]byte {
 		entry("x-user", "bob")[:10],          // truncated
 		{0x0a, 0x02, 0x22, 0x00, 0x0a, 0x00}, // attributes twice
 		{0x08, 0x01},                         // attributes as a varint
+		// Every field the decoder reads itself, and shapes next to them
+		// it leaves to proto.Unmarshal.
+		marshal(&authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+			Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "10.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0}}}},
+				Service: "web", Labels: map[string]string{"app": "web", "": ""}, Principal: "p", Certificate: "c"},
+			Destination: &authv3.AttributeContext_Peer{},
+			Request: &authv3.AttributeContext_Request{Time: timestamppb.New(time.Unix(1700000000, 123)), Http: &authv3.AttributeContext_HttpRequest{
+				Id: "1", Method: "POST", Path: "/p", Host: "h", Scheme: "https", Query: "q=1", Fragment: "f", Size: -1, Protocol: "HTTP/2", Body: "b", RawBody: []byte{0, 0xff},
+				HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "k", Value: "v"}}}}},
+		}}),
+		marshal(&authv3.CheckRequest{Attributes: &authv3.AttributeContext{ // a pipe, a named port: left to proto
+			Source:      &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "/run/s"}}}},
+			Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "::1", PortSpecifier: &corev3.SocketAddress_NamedPort{NamedPort: "http"}}}}},
+		}}),
+		wrap(1, wrap(4, wrap(2, slices.Concat( // strings set twice, a method as a varint, a size as bytes
+			[]byte{0x12, 0x03}, []byte("GET"), []byte{0x12, 0x03}, []byte("PUT"), []byte{0x10, 0x05}, []byte{0x4a, 0x01, 0x07})))),
+		wrap(1, wrap(1, []byte{0x0a, 0x00, 0x0a, 0x00})),                      // a peer's address twice
+		wrap(1, wrap(4, wrap(1, []byte{0x08, 0x01, 0x10, 0x02, 0x18, 0x03}))), // a timestamp with an unknown field
+		wrap(1, wrap(2, wrap(2, []byte{0x0a, 0x01, 0xff}))),                   // a peer's service not UTF-8
 	}
+}
+
+func wrap(num protowire.Number, b []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
 }
 
 // TestUnmarshalCheckRequest holds the decoder to proto.Unmarshal on the
