@@ -84,13 +84,13 @@ const (
 // unmarshalCheck decodes b into m unless b is not a message it decodes
 // (done false: m is untouched).
 func unmarshalCheck(b []byte, m *authv3.CheckRequest) (done bool, err error) {
-	top, ok, topRest := split(b, [3]protowire.Number{fieldAttributes}, 0, nil)
+	top, ok, topRest := split(b, [3]protowire.Number{fieldAttributes}, 0, nil, nil)
 	attrs := top[0]
 	if !ok || attrs == nil {
 		return false, nil
 	}
 	var ext map[string]string
-	as, ok, attrRest := split(attrs, [3]protowire.Number{fieldRequest, fieldSource, fieldDestination}, fieldContextExtensions, &ext)
+	as, ok, attrRest := split(attrs, [3]protowire.Number{fieldRequest, fieldSource, fieldDestination}, fieldContextExtensions, &ext, nil)
 	if !ok {
 		return false, nil
 	}
@@ -98,7 +98,7 @@ func unmarshalCheck(b []byte, m *authv3.CheckRequest) (done bool, err error) {
 	var rs [3][]byte
 	var reqRest [][]byte
 	if req != nil {
-		if rs, ok, reqRest = split(req, [3]protowire.Number{fieldHTTP, fieldTime}, 0, nil); !ok {
+		if rs, ok, reqRest = split(req, [3]protowire.Number{fieldHTTP, fieldTime}, 0, nil, nil); !ok {
 			return false, nil
 		}
 	}
@@ -212,30 +212,8 @@ func (s *strs) done() {
 // type) for proto to merge. ok is false when b does not parse, or a map
 // entry or a string does not read as split and strs.set require.
 func decodeHTTP(b []byte, h *authv3.AttributeContext_HttpRequest, headers *map[string]string, st *strs) (rest [][]byte, ok bool) {
-	var ents []entry
-	size, at, from := 0, 0, 0
-	for at < len(b) {
-		num, typ, n := protowire.ConsumeTag(b[at:])
-		if n < 0 {
-			return nil, false
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[at+n:])
-		if m < 0 {
-			return nil, false
-		}
-		v := b[at+n : at+n+m]
+	_, ok, rest = split(b, [3]protowire.Number{}, fieldHeaders, headers, func(num protowire.Number, typ protowire.Type, v []byte) (taken, ok bool) {
 		switch {
-		case typ == protowire.BytesType && num == fieldHeaders:
-			e, _ := protowire.ConsumeBytes(v)
-			k, val, eok := mapEntry(e)
-			if !eok {
-				return nil, false
-			}
-			if ents == nil {
-				ents = make([]entry, 0, 16)
-			}
-			ents = append(ents, entry{k, val})
-			size += len(k) + len(val)
 		case typ == protowire.VarintType && num == 9: // size
 			x, _ := protowire.ConsumeVarint(v)
 			h.Size = int64(x)
@@ -244,26 +222,13 @@ func decodeHTTP(b []byte, h *authv3.AttributeContext_HttpRequest, headers *map[s
 			h.RawBody = append([]byte{}, x...)
 		case typ == protowire.BytesType && httpString(h, num) != nil:
 			x, _ := protowire.ConsumeBytes(v)
-			if !st.set(httpString(h, num), x) {
-				return nil, false
-			}
+			return true, st.set(httpString(h, num), x)
 		default:
-			at += n + m
-			continue // left for proto
+			return false, true
 		}
-		if from < at {
-			rest = append(rest, b[from:at])
-		}
-		at += n + m
-		from = at
-	}
-	if from < len(b) {
-		rest = append(rest, b[from:])
-	}
-	if ents != nil {
-		*headers = stringMap(ents, size)
-	}
-	return rest, true
+		return true, true
+	})
+	return rest, ok
 }
 
 // httpString is the string field num of h, nil for a field that is not
@@ -419,15 +384,17 @@ func merge(parts [][]byte, m proto.Message) error {
 	return nil
 }
 
-// split walks the fields of message b. The length-delimited field sub
-// (0: none) comes back as its bytes (an empty, non-nil slice when present
-// and empty; nil when absent); the entries of the map<string, string>
-// field mapField (0: none) go into *into; the runs of every other field
-// come back in rest, in order, as parts of b. ok is false when b does not
-// parse, sub appears twice or with another wire type, or a map entry is
+// split walks the fields of message b. Each length-delimited field of
+// subs (0: none) comes back as its bytes in subb, at its index in subs
+// (an empty, non-nil slice when present and empty; nil when absent); the
+// entries of the map<string, string> field mapField (0: none) go into
+// *into; field (nil: none) is offered every other field, with its value's
+// bytes, and takes it or not; the runs of fields not taken come back in
+// rest, in order, as parts of b. ok is false when b does not parse, a
+// field of subs appears twice or with another wire type, a map entry is
 // anything but a string key and a string value, each at most once and
-// valid UTF-8.
-func split(b []byte, subs [3]protowire.Number, mapField protowire.Number, into *map[string]string) (subb [3][]byte, ok bool, rest [][]byte) {
+// valid UTF-8, or field says so.
+func split(b []byte, subs [3]protowire.Number, mapField protowire.Number, into *map[string]string, field func(num protowire.Number, typ protowire.Type, v []byte) (taken, ok bool)) (subb [3][]byte, ok bool, rest [][]byte) {
 	var ents []entry
 	size, at, from := 0, 0, 0 // from: the start of the current run of other fields
 	for at < len(b) {
@@ -462,8 +429,17 @@ func split(b []byte, subs [3]protowire.Number, mapField protowire.Number, into *
 			ents = append(ents, entry{k, v})
 			size += len(k) + len(v)
 		default:
-			at += n + m
-			continue
+			taken, fok := false, true
+			if field != nil {
+				taken, fok = field(num, typ, b[at+n:at+n+m])
+			}
+			if !fok {
+				return subb, false, nil
+			}
+			if !taken {
+				at += n + m
+				continue
+			}
 		}
 		if from < at {
 			rest = append(rest, b[from:at])
