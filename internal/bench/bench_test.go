@@ -66,6 +66,6 @@ func BenchmarkStampID(b *testing.B) {
 	seq := uint64(0)
 	for b.Loop() {
 		seq++
-		tg.stampID(append(mb[:0], r.body...), &r, seq)
+		tg.stamped(mb[:0], &r, seq)
 	}
 }

@@ -103,13 +103,13 @@ func dialH2(ctx context.Context, addr, method string) (*h2conn, error) {
 	return c, nil
 }
 
-// call sends the gRPC message made of parts and waits for the answer; its
-// message (resp) is valid until the call is released.
-func (c *h2conn) call(ctx context.Context, parts [2][]byte) (*h2call, error) {
+// call sends the gRPC message msg and waits for the answer; its message
+// (resp) is valid until the call is released.
+func (c *h2conn) call(ctx context.Context, msg []byte) (*h2call, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	n := len(parts[0]) + len(parts[1])
+	n := len(msg)
 	size := int64(5 + n)
 	cl := h2calls.Get().(*h2call)
 	cl.buf, cl.resp, cl.code, cl.msg, cl.err = cl.buf[:0], nil, 0, "", nil
@@ -151,8 +151,7 @@ func (c *h2conn) call(ctx context.Context, parts [2][]byte) (*h2call, error) {
 	c.out = appendFrameHeader(c.out, int(size), http2.FrameData, http2.FlagDataEndStream, id)
 	c.out = append(c.out, 0)
 	c.out = binary.BigEndian.AppendUint32(c.out, uint32(n))
-	c.out = append(c.out, parts[0]...)
-	c.out = append(c.out, parts[1]...)
+	c.out = append(c.out, msg...)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:

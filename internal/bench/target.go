@@ -316,7 +316,7 @@ const idDigits = 13
 // prepareGRPC marshals the check's CheckRequest once, as Envoy would
 // send it (one message, each field once), with a placeholder request ID
 // of the width every ID has, and records where the placeholder is: each
-// send writes its own ID there (stampID) without marshalling again.
+// send writes its own ID there (stamped) without marshalling again.
 func (t *Target) prepareGRPC(c Check) (Request, error) {
 	ph := t.idPrefix + strings.Repeat("~", idDigits)
 	b, err := proto.Marshal(envoyRequest(c, ph))
@@ -339,17 +339,20 @@ func (t *Target) prepareGRPC(c Check) (Request, error) {
 	return r, nil
 }
 
-// stampID writes the request ID for sequence number seq into msg, a copy
-// of r's body.
-func (t *Target) stampID(msg []byte, r *Request, seq uint64) {
+// stamped appends r's body to dst with the request ID for sequence
+// number seq written in (prepareGRPC).
+func (t *Target) stamped(dst []byte, r *Request, seq uint64) []byte {
 	var id [idDigits]byte
 	for i := idDigits - 1; i >= 0; i-- {
 		id[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[seq%36]
 		seq /= 36
 	}
+	start := len(dst)
+	dst = append(dst, r.body...)
 	for _, at := range r.idAt {
-		copy(msg[at+len(t.idPrefix):], id[:])
+		copy(dst[start+at+len(t.idPrefix):], id[:])
 	}
+	return dst
 }
 
 // Outcome is the result of sending one check.
@@ -367,9 +370,9 @@ type Outcome struct {
 
 // rawMsg carries prepared wire bytes through gRPC's codec.
 type rawMsg struct {
-	parts [2][]byte
-	code  int32
-	ok    bool
+	body []byte
+	code int32
+	ok   bool
 }
 
 // rawCodec sends prepared bytes and reads only the status code of a
@@ -383,7 +386,7 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok {
 		return nil, fmt.Errorf("bench: rawCodec cannot marshal %T", v)
 	}
-	return mem.BufferSlice{mem.SliceBuffer(m.parts[0]), mem.SliceBuffer(m.parts[1])}, nil
+	return mem.BufferSlice{mem.SliceBuffer(m.body)}, nil
 }
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -467,9 +470,7 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 	if t.cfg.Interface == InterfaceGRPC {
 		if len(t.h2) > 0 {
 			var mb [512]byte
-			msg := append(mb[:0], r.body...)
-			t.stampID(msg, r, seq)
-			cl, err := t.h2[t.next.Add(1)%uint64(len(t.h2))].call(ctx, [2][]byte{msg})
+			cl, err := t.h2[t.next.Add(1)%uint64(len(t.h2))].call(ctx, t.stamped(mb[:0], r, seq))
 			if err != nil {
 				return Outcome{Err: err, GRPCCode: status.Code(err)}
 			}
@@ -480,9 +481,7 @@ func (t *Target) Send(ctx context.Context, r *Request) Outcome {
 			}
 			return grpcOutcome(code)
 		}
-		msg := bytes.Clone(r.body)
-		t.stampID(msg, r, seq)
-		m := &rawMsg{parts: [2][]byte{msg}}
+		m := &rawMsg{body: t.stamped(nil, r, seq)}
 		conn := t.conns[t.next.Add(1)%uint64(len(t.conns))]
 		err := conn.Invoke(ctx, checkMethod, m, m, grpc.ForceCodecV2(rawCodec{}))
 		if err != nil {

@@ -106,26 +106,19 @@ func unmarshalCheck(b []byte, m *authv3.CheckRequest) (done bool, err error) {
 	var headers map[string]string
 	var httpRest [][]byte
 	var st strs
-	h := &authv3.AttributeContext_HttpRequest{}
+	var h *authv3.AttributeContext_HttpRequest
 	if httpb != nil {
+		h = &authv3.AttributeContext_HttpRequest{}
 		if httpRest, ok = decodeHTTP(httpb, h, &headers, &st); !ok {
 			return false, nil
 		}
 	}
 	a := &authv3.AttributeContext{}
-	for i, pb := range [2][]byte{as[1], as[2]} {
-		if pb == nil {
-			continue
-		}
-		p, ok := decodePeer(pb, &st)
-		if !ok {
-			return false, nil
-		}
-		if i == 0 {
-			a.Source = p
-		} else {
-			a.Destination = p
-		}
+	if a.Source, ok = decodePeer(as[1], &st); !ok {
+		return false, nil
+	}
+	if a.Destination, ok = decodePeer(as[2], &st); !ok {
+		return false, nil
 	}
 	var r *authv3.AttributeContext_Request
 	if req != nil {
@@ -151,7 +144,7 @@ func unmarshalCheck(b []byte, m *authv3.CheckRequest) (done bool, err error) {
 		if err := merge(reqRest, r); err != nil {
 			return true, err
 		}
-		if httpb != nil {
+		if h != nil {
 			if err := merge(httpRest, h); err != nil {
 				return true, err
 			}
@@ -220,9 +213,13 @@ func decodeHTTP(b []byte, h *authv3.AttributeContext_HttpRequest, headers *map[s
 		case typ == protowire.BytesType && num == 12: // raw_body
 			x, _ := protowire.ConsumeBytes(v)
 			h.RawBody = append([]byte{}, x...)
-		case typ == protowire.BytesType && httpString(h, num) != nil:
+		case typ == protowire.BytesType:
+			dst := httpString(h, num)
+			if dst == nil {
+				return false, true
+			}
 			x, _ := protowire.ConsumeBytes(v)
-			return true, st.set(httpString(h, num), x)
+			return true, st.set(dst, x)
 		default:
 			return false, true
 		}
@@ -257,57 +254,43 @@ func httpString(h *authv3.AttributeContext_HttpRequest, num protowire.Number) *s
 	return nil
 }
 
-// decodePeer decodes a Peer whose address, if any, is a socket address
-// with an IP address and a port number (as Envoy describes a TCP peer):
-// its strings through st, its labels map at once. ok is false for
-// anything else (a field it does not read, a field of another wire type,
-// the address twice): the caller leaves the request to proto.
+// decodePeer decodes a Peer (nil for b nil) whose address, if any, is a
+// socket address with an IP address and a port number (as Envoy
+// describes a TCP peer): its strings through st, its labels map at once.
+// ok is false for anything else (a field it does not read, a field of
+// another wire type, the address twice): the caller leaves the request
+// to proto.
 func decodePeer(b []byte, st *strs) (_ *authv3.AttributeContext_Peer, ok bool) {
-	p := &authv3.AttributeContext_Peer{}
-	var ents []entry
-	size, seenAddr := 0, false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
-			return nil, false
-		}
-		v, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 {
-			return nil, false
-		}
-		b = b[n+m:]
-		switch num {
-		case 1: // address
-			if seenAddr {
-				return nil, false
-			}
-			seenAddr = true
-			if p.Address, ok = decodeAddress(v, st); !ok {
-				return nil, false
-			}
-		case 2, 4, 5: // service, principal, certificate
-			dst := &p.Service
-			if num == 4 {
-				dst = &p.Principal
-			} else if num == 5 {
-				dst = &p.Certificate
-			}
-			if !st.set(dst, v) {
-				return nil, false
-			}
-		case 3: // labels
-			k, val, eok := mapEntry(v)
-			if !eok {
-				return nil, false
-			}
-			ents = append(ents, entry{k, val})
-			size += len(k) + len(val)
-		default:
-			return nil, false
-		}
+	if b == nil {
+		return nil, true
 	}
-	if ents != nil {
-		p.Labels = stringMap(ents, size)
+	p := &authv3.AttributeContext_Peer{}
+	// The callback takes every field or refuses it: nothing is left
+	// for proto.
+	sub, ok, _ := split(b, [3]protowire.Number{1}, 3, &p.Labels, func(num protowire.Number, typ protowire.Type, v []byte) (taken, ok bool) {
+		var dst *string
+		switch {
+		case typ != protowire.BytesType:
+			return false, false
+		case num == 2:
+			dst = &p.Service
+		case num == 4:
+			dst = &p.Principal
+		case num == 5:
+			dst = &p.Certificate
+		default:
+			return false, false
+		}
+		x, _ := protowire.ConsumeBytes(v)
+		return true, st.set(dst, x)
+	})
+	if !ok {
+		return nil, false
+	}
+	if sub[0] != nil {
+		if p.Address, ok = decodeAddress(sub[0], st); !ok {
+			return nil, false
+		}
 	}
 	return p, true
 }
