@@ -149,7 +149,7 @@ func Compare(ctx context.Context, cfg CompareConfig) ([]CompareResult, error) {
 					logf("%s on %s: %s: not measured", c.Name, w.Name, s.res.Excluded)
 					continue
 				}
-				logf("%s on %s: gate %d/%d right", c.Name, w.Name, g.Right, g.Checks)
+				logf("%s on %s: gate %s", c.Name, w.Name, g.Summary())
 			}
 			if s.reqs, err = t.Prepare(w.Checks); err != nil {
 				return nil, err

@@ -10,6 +10,10 @@ import (
 type GateResult struct {
 	Checks int `json:"checks"`
 	Right  int `json:"right"`
+	// Retried counts checks sent a second time because the first got no
+	// answer (a transport error or an unexpected status): a wrong answer
+	// is never retried.
+	Retried int `json:"retried,omitempty"`
 	// Wrong lists the checks whose decision was not the expected one, or
 	// that failed (Error set).
 	Wrong []WrongCheck `json:"wrong,omitempty"`
@@ -23,12 +27,23 @@ type WrongCheck struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Summary is "right/checks right", with how many were sent again.
+func (g GateResult) Summary() string {
+	s := fmt.Sprintf("%d/%d right", g.Right, g.Checks)
+	if g.Retried > 0 {
+		s += fmt.Sprintf(" (%d sent again after no answer)", g.Retried)
+	}
+	return s
+}
+
 // Passed reports whether every decision was right.
 func (g GateResult) Passed() bool { return g.Checks > 0 && g.Right == g.Checks }
 
 // Gate sends every check (8 at a time) and compares each decision with
-// the expected one. It returns ErrGateFailed, with the result, unless
-// every decision is right.
+// the expected one. A check that got no answer is sent once more, alone,
+// after the others (a loaded machine may time one out); a wrong answer
+// stands. It returns ErrGateFailed, with the result, unless every
+// decision is right.
 func Gate(ctx context.Context, t *Target, checks []Check) (GateResult, error) {
 	reqs, err := t.Prepare(checks)
 	if err != nil {
@@ -53,6 +68,15 @@ func Gate(ctx context.Context, t *Target, checks []Check) (GateResult, error) {
 	}
 	close(next)
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	for i := range outs {
+		if outs[i].Err != nil {
+			res.Retried++
+			outs[i] = t.Send(ctx, &reqs[i])
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}

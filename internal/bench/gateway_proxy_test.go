@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,4 +32,29 @@ func TestStartProxyRelativeDir(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGatewayReportFailedGate writes the report of a run that stopped at
+// a failed gate (one result, no rounds): the files are written and the
+// table shows the gate. Its chart has no value to scale.
+func TestGatewayReportFailedGate(t *testing.T) {
+	rep := &GatewayReport{Rate: 100, Duration: 2, Workload: "zipf", Results: []GatewayResult{
+		{Proxy: ProxyCaddy, Target: TargetNoCache, Gate: &GateResult{Checks: 10, Right: 7}},
+	}}
+	dir := t.TempDir()
+	if err := rep.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "gateway.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "| caddy | "+TargetNoCache+" | 7/10 |") {
+		t.Fatalf("the table does not show the failed gate:\n%s", md)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "gateway-latency.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svgElements(t, svg)
 }

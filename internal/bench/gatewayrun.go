@@ -239,7 +239,7 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayReport, error) 
 					rep.Results = append(rep.Results, *sl.res)
 					return rep, fmt.Errorf("%s behind %s: %w", s.name, kind, err)
 				}
-				logf("%s behind %s: gate %d/%d right", s.name, kind, g.Right, g.Checks)
+				logf("%s behind %s: gate %s", s.name, kind, g.Summary())
 			}
 			if err := t.Warm(ctx, sl.reqs); err != nil {
 				return nil, err

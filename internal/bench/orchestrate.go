@@ -233,7 +233,7 @@ func (tg runTarget) run(ctx context.Context, cfg RunConfig, cs []Check, logf fun
 		if err != nil {
 			return &r, err
 		}
-		logf("%s %s: gate %d/%d right", tg.iface, tg.profile, g.Right, g.Checks)
+		logf("%s %s: gate %s", tg.iface, tg.profile, g.Summary())
 	}
 	reqs, err := t.Prepare(cs)
 	if err != nil {

@@ -82,21 +82,25 @@ type scale struct {
 func newScale(vals []float64, log bool) scale {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, v := range vals {
-		if math.IsNaN(v) || (log && v <= 0) {
+		if math.IsNaN(v) || math.IsInf(v, 0) || (log && v <= 0) {
 			continue
 		}
 		lo, hi = min(lo, v), max(hi, v)
 	}
-	if math.IsInf(lo, 0) {
-		lo, hi = 0, 1
-	}
 	if log {
+		if math.IsInf(lo, 0) {
+			// nothing to draw: one decade
+			return scale{lo: 1, hi: 10, log: true}
+		}
 		lo = math.Pow(10, math.Floor(math.Log10(lo)))
 		hi = math.Pow(10, math.Ceil(math.Log10(hi)))
 		if hi <= lo {
 			hi = lo * 10
 		}
 		return scale{lo: lo, hi: hi, log: true}
+	}
+	if math.IsInf(lo, 0) {
+		lo, hi = 0, 1
 	}
 	lo = 0
 	if hi <= 0 {

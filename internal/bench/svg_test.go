@@ -92,6 +92,27 @@ func TestLineChartSVG(t *testing.T) {
 	svgElements(t, BarChart{Title: "nothing"}.SVG())
 }
 
+// TestChartsWithoutValues draws charts with nothing to scale (no values,
+// only NaN, zero or infinite ones), in log and linear scale: each is a
+// well-formed document with a handful of ticks. A log scale over no
+// values once started at zero and multiplied it by ten forever.
+func TestChartsWithoutValues(t *testing.T) {
+	for _, vals := range [][]float64{nil, {math.NaN()}, {0}, {-1, 0}, {math.Inf(1)}, {math.Inf(-1), 3}} {
+		for _, log := range []bool{false, true} {
+			s := newScale(vals, log)
+			if n := len(s.ticks()); n < 2 || n > 12 || !(s.lo < s.hi) || math.IsInf(s.hi, 0) {
+				t.Fatalf("values %v, log %v: scale %+v with %d ticks", vals, log, s, n)
+			}
+			svgElements(t, BarChart{Title: "t", Groups: []string{"g"}, Series: []BarSeries{{Name: "s", Values: vals}}, Log: log}.SVG())
+			var pts []LinePoint
+			for i, v := range vals {
+				pts = append(pts, LinePoint{float64(i), v})
+			}
+			svgElements(t, LineChart{Title: "t", Lines: []Line{{Name: "l", Points: pts}}, LogY: log}.SVG())
+		}
+	}
+}
+
 // TestPeersReportCharts renders the charts and tables of a report with a
 // measured server, an excluded one and a baseline: every chart is well
 // formed and the tables say what was measured.
