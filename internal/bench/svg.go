@@ -99,14 +99,10 @@ func newScale(vals []float64, log bool) scale {
 		}
 		return scale{lo: lo, hi: hi, log: true}
 	}
-	if math.IsInf(lo, 0) {
-		lo, hi = 0, 1
-	}
-	lo = 0
-	if hi <= 0 {
+	if hi <= 0 { // nothing above zero to draw (hi is -Inf without values)
 		hi = 1
 	}
-	return scale{lo: lo, hi: niceCeil(hi * 1.05)}
+	return scale{lo: 0, hi: niceCeil(hi * 1.05)}
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
