@@ -298,37 +298,24 @@ func decodePeer(b []byte, st *strs) (_ *authv3.AttributeContext_Peer, ok bool) {
 // decodeAddress decodes an Address holding a socket address once, whose
 // fields are its IP address and port number alone.
 func decodeAddress(b []byte, st *strs) (*corev3.Address, bool) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || num != 1 || typ != protowire.BytesType {
-		return nil, false
-	}
-	v, m := protowire.ConsumeBytes(b[n:])
-	if m < 0 || n+m != len(b) {
+	sub, ok, _ := split(b, [3]protowire.Number{1}, 0, nil, refuse)
+	if !ok || sub[0] == nil {
 		return nil, false
 	}
 	sa := &corev3.SocketAddress{}
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 {
-			return nil, false
-		}
+	if _, ok, _ = split(sub[0], [3]protowire.Number{}, 0, nil, func(num protowire.Number, typ protowire.Type, v []byte) (taken, ok bool) {
 		switch {
 		case num == 2 && typ == protowire.BytesType: // address
-			x, m := protowire.ConsumeBytes(v[n:])
-			if m < 0 || !st.set(&sa.Address, x) {
-				return nil, false
-			}
-			v = v[n+m:]
+			x, _ := protowire.ConsumeBytes(v)
+			return true, st.set(&sa.Address, x)
 		case num == 3 && typ == protowire.VarintType: // port_value
-			x, m := protowire.ConsumeVarint(v[n:])
-			if m < 0 {
-				return nil, false
-			}
+			x, _ := protowire.ConsumeVarint(v)
 			sa.PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: uint32(x)}
-			v = v[n+m:]
-		default:
-			return nil, false
+			return true, true
 		}
+		return false, false
+	}); !ok {
+		return nil, false
 	}
 	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: sa}}, true
 }
@@ -336,24 +323,26 @@ func decodeAddress(b []byte, st *strs) (*corev3.Address, bool) {
 // decodeTimestamp decodes a Timestamp of seconds and nanoseconds.
 func decodeTimestamp(b []byte) (*timestamppb.Timestamp, bool) {
 	t := &timestamppb.Timestamp{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.VarintType || (num != 1 && num != 2) {
-			return nil, false
+	_, ok, _ := split(b, [3]protowire.Number{}, 0, nil, func(num protowire.Number, typ protowire.Type, v []byte) (taken, ok bool) {
+		if typ != protowire.VarintType || (num != 1 && num != 2) {
+			return false, false
 		}
-		x, m := protowire.ConsumeVarint(b[n:])
-		if m < 0 {
-			return nil, false
-		}
+		x, _ := protowire.ConsumeVarint(v)
 		if num == 1 {
 			t.Seconds = int64(x)
 		} else {
 			t.Nanos = int32(x)
 		}
-		b = b[n+m:]
+		return true, true
+	})
+	if !ok {
+		return nil, false
 	}
 	return t, true
 }
+
+// refuse is a split callback that takes no field and refuses the message.
+func refuse(protowire.Number, protowire.Type, []byte) (taken, ok bool) { return false, false }
 
 // merge decodes the parts of a message into m, each merged into what the
 // ones before it decoded: as decoding them one after the other in a
