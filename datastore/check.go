@@ -129,6 +129,7 @@ type checker struct {
 	index map[memoKey]int32
 	objs  []objTuples
 	tups  []tupEnt
+	subj  subjTuples
 	kb    []byte
 	lists [][]target
 
@@ -205,6 +206,8 @@ func (c *checker) forget() {
 	c.objs = c.objs[:0]
 	clear(c.tups)
 	c.tups = c.tups[:0]
+	clear(c.subj.tups)
+	c.subj = subjTuples{tups: c.subj.tups[:0]}
 }
 
 // Check evaluates req; see Store. It does not allocate when the answer
@@ -580,6 +583,72 @@ func (c *checker) object(typeID uint64, id string) (*objTuples, error) {
 	}
 	c.objs = append(c.objs, objTuples{typeID: typeID, id: id, start: int32(start), end: int32(len(c.tups))})
 	return &c.objs[len(c.objs)-1], nil
+}
+
+// subjTuples are the tuples naming one subject (the subj bucket's range
+// of subject type st, id id), kept for the rest of a View like objTuples.
+type subjTuples struct {
+	st    uint64
+	id    string
+	state uint8 // subjUnread, subjKept, subjBig
+	tups  []subjEnt
+}
+
+const (
+	subjUnread uint8 = iota
+	subjKept
+	subjBig // more than maxObjTuples tuples: not kept
+)
+
+type subjEnt struct {
+	sr, ot, rel uint64
+	oid         string
+}
+
+// subject reads the tuples naming subject stID:id (with any subject
+// relation) with one range scan and keeps them; false if there are more
+// than maxObjTuples (then the caller seeks for what it needs).
+func (c *checker) subject(stID uint64, id string) (bool, error) {
+	if c.subj.state != subjUnread && c.subj.st == stID && c.subj.id == id {
+		return c.subj.state == subjKept, nil
+	}
+	c.subj.st, c.subj.id, c.subj.tups = stID, id, c.subj.tups[:0]
+	c.subj.state = subjBig
+	kb := appendSubjPrefix(c.kb[:0], stID, id)
+	c.kb = kb
+	for k, _ := c.rolesCur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = c.rolesCur.Next() {
+		if len(c.subj.tups) == maxObjTuples {
+			c.subj.tups = c.subj.tups[:0]
+			return false, nil
+		}
+		n, oid, _, err := decodeSubjKey(k)
+		if err != nil {
+			return false, err
+		}
+		c.subj.tups = append(c.subj.tups, subjEnt{sr: n.sr, ot: n.ot, rel: n.rel, oid: bstr(oid)})
+	}
+	c.subj.state = subjKept
+	return true, nil
+}
+
+// cannotHold reports that the subject of the check, a plain one whose
+// tuples the View has kept, is named by no tuple of a relation that can
+// hold it in m: then no walk can find it, whatever the depth.
+func (c *checker) cannotHold(m *member) bool {
+	if c.sRel != "" || c.subj.state != subjKept || c.subj.st != c.stID || c.subj.id != c.sID {
+		return false
+	}
+	for _, te := range c.subj.tups {
+		if te.sr != 0 {
+			continue // the subject's usersets, not the subject
+		}
+		for _, h := range m.holderIDs {
+			if h.typeID == te.ot && h.relID == te.rel {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // relationCached is relation over an object's cached tuples.

@@ -58,6 +58,17 @@
 // index: the relations r of tuples tenant:<tenant>#r@subject. It returns
 // direct role assignments only; use Check for roles granted through groups.
 //
+// Within one View, AppendRoles reads all the tuples that name the subject
+// (when there are at most a few dozen) and keeps them. A later Check of
+// that subject (without a relation), in the same View and without a
+// trace, is false at once when none of them is a tuple of a relation
+// that can hold the subject in p (the relations p's expression reaches
+// through its references, arrows and usersets): no walk could find the
+// subject, so none is made, and a deny that a walk would have reached only
+// past Config.MaxDepth is answered false instead of ErrDepthExceeded.
+// This is how the default policy asks: the subject's roles first, then
+// the relationship check.
+//
 // # Storage
 //
 // One bbolt file. Buckets: meta (format, revision, schema, changelog

@@ -1,5 +1,16 @@
 package datastore
 
+import "github.com/nexuspdp/nexus/api"
+
+// CannotHold reports whether a check of perm on obj for sub would be
+// answered false without a walk, from the subject's tuples v has kept.
+func (v *View) CannotHold(obj api.Object, perm string, sub api.Subject) bool {
+	c := v.c
+	c.stID, _ = v.st.dict.id(sub.Type)
+	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
+	return c.cannotHold(v.st.schema.types[obj.Type].members[perm])
+}
+
 // SetMaxObjTuples sets how many tuples of one object a check caches (0:
 // none, every relation is a seek) and returns a function restoring it.
 func SetMaxObjTuples(n int) func() {

@@ -57,10 +57,18 @@ type member struct {
 	// compiled for relations: does it accept usersets?
 	hasUserset bool
 
+	// holders are the relations whose tuples can hold a plain subject in
+	// this member (see Schema.holders).
+	holders []*member
+
 	// bound to a store's dictionary by bind
 	typeID, relID uint64
 	usersets      []usersetRef
+	holderIDs     []relKey // the holders' numbers
 }
+
+// relKey is a relation by its dictionary numbers.
+type relKey struct{ typeID, relID uint64 }
 
 type usersetRef struct {
 	typeID, relID uint64
@@ -108,7 +116,61 @@ func ParseSchema(src []byte) (*Schema, error) {
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
+	for _, t := range p.s.types {
+		for _, m := range t.order {
+			m.holders = p.s.holders(m)
+		}
+	}
 	return p.s, nil
+}
+
+// holders returns the relations whose tuples can hold a plain subject in
+// m: every relation a check of m may test for a tuple naming the subject
+// (m itself when it is a relation, those its permission refers to, the
+// targets of its arrows, the relations of the usersets a relation
+// accepts, and so on). An arrow's own relation is not among them: the
+// walk follows its tuples' objects and never matches them against the
+// subject. Both sides of an intersection and an exclusion are included,
+// which is more than needed and never less.
+func (s *Schema) holders(m *member) []*member {
+	seen := map[*member]bool{}
+	var out []*member
+	var visit func(*member)
+	var visitExpr func(*expr)
+	visit = func(x *member) {
+		if x == nil || seen[x] {
+			return
+		}
+		seen[x] = true
+		if x.perm {
+			visitExpr(x.expr)
+			return
+		}
+		out = append(out, x)
+		for _, a := range x.allowed {
+			if a.Relation != "" {
+				if tt := s.types[a.Type]; tt != nil {
+					visit(tt.members[a.Relation])
+				}
+			}
+		}
+	}
+	visitExpr = func(e *expr) {
+		switch {
+		case e == nil:
+		case e.kind == exprRef:
+			visit(e.ref)
+		case e.kind == exprArrow:
+			for _, tm := range e.target {
+				visit(tm)
+			}
+		default:
+			visitExpr(e.l)
+			visitExpr(e.r)
+		}
+	}
+	visit(m)
+	return out
 }
 
 type schemaParser struct {
@@ -622,6 +684,14 @@ func (s *Schema) bind(d *dict) {
 			}
 			if m.expr != nil {
 				bindExpr(m.expr, d)
+			}
+		}
+	}
+	for _, t := range s.types {
+		for _, m := range t.order {
+			m.holderIDs = m.holderIDs[:0]
+			for _, h := range m.holders {
+				m.holderIDs = append(m.holderIDs, relKey{h.typeID, h.relID})
 			}
 		}
 	}

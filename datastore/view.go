@@ -132,6 +132,9 @@ func (v *View) check(objType, objID, perm string, sub api.Subject, trace bool) (
 	if c.curBucket != v.sn.obj {
 		c.cur, c.curBucket = v.sn.obj.Cursor(), v.sn.obj
 	}
+	if !trace && c.cannotHold(m) {
+		return false, nil, nil
+	}
 	var root *Trace
 	if trace {
 		root = &Trace{Kind: "check"}
@@ -169,16 +172,32 @@ func (v *View) appendRoles(dst []string, subject api.Subject, tenant string) ([]
 	if !ok1 || !ok2 || !ok3 {
 		return dst, nil
 	}
+	c := v.c
+	if c.rolesBucket != v.sn.subj {
+		c.rolesCur, c.rolesBucket = v.sn.subj.Cursor(), v.sn.subj
+	}
+	// The subject's tuples are read whole and kept for the View's later
+	// calls: a check of the same subject that follows can then see that
+	// no tuple could hold it and skip the walk.
+	if kept, err := c.subject(stID, subject.ID); err != nil {
+		return dst, err
+	} else if kept {
+		for _, te := range c.subj.tups {
+			if te.sr != srID || te.ot != ttID || te.oid != tenant {
+				continue
+			}
+			if name, ok := st.dict.name(te.rel); ok {
+				dst = append(dst, name)
+			}
+		}
+		return dst, nil
+	}
 	var buf [300]byte
 	kb := appendSubjPrefix(buf[:0], stID, subject.ID)
 	kb = binary.AppendUvarint(kb, srID)
 	kb = binary.AppendUvarint(kb, ttID)
 	kb = append(kb, tenant...)
 	kb = append(kb, 0)
-	c := v.c
-	if c.rolesBucket != v.sn.subj {
-		c.rolesCur, c.rolesBucket = v.sn.subj.Cursor(), v.sn.subj
-	}
 	cur := c.rolesCur
 	for k, _ := cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = cur.Next() {
 		rel, rest, err := uvarint(k[len(kb):])

@@ -381,26 +381,46 @@ func TestViewHammer(t *testing.T) {
 
 // TestViewKeepsObjectTuples: a View reads an object's tuples once and
 // answers its later calls on that object from them (a resource's tenant,
-// then a check that reads the resource, then its tenant again), with the
-// answers of the path that seeks each relation; and the next View reads
-// the store again, so a write in between is seen.
+// then a check that reads the resource, then its tenant again), and
+// likewise a subject's tuples (its roles, then a check of it, answered
+// without a walk when no tuple can hold it), with the answers of the path
+// that seeks each relation; and the next View reads the store again, so
+// a write in between is seen.
 func TestViewKeepsObjectTuples(t *testing.T) {
 	ctx := context.Background()
 	s := fixture.DemoStore(t)
 	file := api.Object{Type: "file", ID: "report.pdf"}
 	type call struct {
-		rel  string // AppendSubjects(file, rel) if not ""
-		perm string // else Check(file#perm@sub)
-		sub  api.Subject
+		rel   string // AppendSubjects(file, rel) if not ""
+		roles bool   // else AppendRoles(sub, "acme") if set
+		perm  string // else Check(file#perm@sub)
+		sub   api.Subject
 	}
+	user := func(id string) api.Subject { return api.Subject{Type: "user", ID: id} }
 	calls := []call{
 		{rel: "tenant"},
-		{perm: "read", sub: api.Subject{Type: "user", ID: "bob"}},
+		{perm: "read", sub: user("bob")},
 		{rel: "parent"},
-		{perm: "write", sub: api.Subject{Type: "user", ID: "bob"}},
+		{perm: "write", sub: user("bob")},
 		{rel: "tenant"},
-		{perm: "read", sub: api.Subject{Type: "user", ID: "mallory"}},
+		{perm: "read", sub: user("mallory")},
 		{rel: "viewer"},
+		// The subject's roles, then checks: carol is named by no tuple,
+		// erin by a role and a viewer tuple of another file, dave and frank
+		// (through a nested group) by group tuples; bob is checked after
+		// alice's roles.
+		{roles: true, sub: user("carol")},
+		{perm: "read", sub: user("carol")},
+		{roles: true, sub: user("erin")},
+		{perm: "read", sub: user("erin")},
+		{roles: true, sub: user("dave")},
+		{perm: "write", sub: user("dave")},
+		{roles: true, sub: user("frank")},
+		{perm: "write", sub: user("frank")},
+		{roles: true, sub: user("alice")},
+		{perm: "read", sub: user("bob")},
+		{roles: true, sub: user("carol")},
+		{perm: "read", sub: user("bob")},
 	}
 	answers := func(v *datastore.View) []string {
 		var out []string
@@ -408,6 +428,11 @@ func TestViewKeepsObjectTuples(t *testing.T) {
 			if c.rel != "" {
 				subs, err := v.AppendSubjects(nil, file, c.rel)
 				out = append(out, fmt.Sprint(subjectStrings(subs), err))
+				continue
+			}
+			if c.roles {
+				roles, err := v.AppendRoles(nil, c.sub, "acme")
+				out = append(out, fmt.Sprint(roles, err))
 				continue
 			}
 			res, err := v.Check(datastore.CheckRequest{Object: file, Permission: c.perm, Subject: c.sub})
@@ -441,16 +466,20 @@ func TestViewKeepsObjectTuples(t *testing.T) {
 	}
 
 	// A View that keeps the file's tuples, a write, then another View.
-	if got := inView(); got[0] != "[tenant:acme] <nil>" || got[1] != "true <nil>" {
-		t.Fatalf("the demo data changed: %v", got)
+	first := inView()
+	if first[0] != "[tenant:acme] <nil>" || first[1] != "true <nil>" || first[8] != "false <nil>" ||
+		first[9] != "[viewer] <nil>" || first[12] != "true <nil>" || first[14] != "true <nil>" || first[15] != "[admin] <nil>" || first[18] != "true <nil>" {
+		t.Fatalf("the demo data changed: %q", first)
 	}
 	if _, err := s.Write(ctx, datastore.WriteRequest{
 		Deletes: []api.Tuple{mustTuple(t, "file:report.pdf#tenant@tenant:acme")},
-		Touches: []api.Tuple{mustTuple(t, "file:report.pdf#tenant@tenant:globex")},
+		Touches: []api.Tuple{mustTuple(t, "file:report.pdf#tenant@tenant:globex"),
+			mustTuple(t, "folder:root#viewer@user:carol"), mustTuple(t, "tenant:acme#editor@user:carol"),
+			mustTuple(t, "tenant:globex#admin@user:carol")},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := inView(); got[0] != "[tenant:globex] <nil>" || got[4] != got[0] {
+	if got := inView(); got[0] != "[tenant:globex] <nil>" || got[4] != got[0] || got[8] != "true <nil>" || got[17] != "[editor] <nil>" {
 		t.Fatalf("after a write, the next View answered %q", got)
 	}
 
