@@ -121,6 +121,7 @@ type checker struct {
 
 	sType, sID, sRel string
 	stID, srID       uint64
+	known            bool // subjKnown, for the check under way
 
 	// nodes memoises results (and marks evaluations in progress) within
 	// one check: a short slice scanned linearly, indexed by a map once
@@ -197,6 +198,7 @@ func (c *checker) reset() {
 		c.lists[i] = c.lists[i][:0]
 	}
 	c.st = nil
+	c.known = false
 }
 
 // forget drops the objects' tuples, which alias the snapshot of the View
@@ -245,6 +247,9 @@ func (c *checker) list(depth int) []target {
 func (c *checker) member(m *member, id string, depth int, tr *Trace) (res, cut bool, err error) {
 	if depth > c.maxDepth {
 		return false, false, ErrDepthExceeded
+	}
+	if c.known && tr == nil && c.cannotHold(m) {
+		return false, false, nil
 	}
 	var node *Trace
 	if tr != nil {
@@ -631,13 +636,16 @@ func (c *checker) subject(stID uint64, id string) (bool, error) {
 	return true, nil
 }
 
-// cannotHold reports that the subject of the check, a plain one whose
-// tuples the View has kept, is named by no tuple of a relation that can
-// hold it in m: then no walk can find it, whatever the depth.
+// subjKnown reports whether the View has kept the tuples of the check's
+// subject, a plain one (no relation): then cannotHold can answer.
+func (c *checker) subjKnown() bool {
+	return c.sRel == "" && c.subj.state == subjKept && c.subj.st == c.stID && c.subj.id == c.sID
+}
+
+// cannotHold reports that the subject of the check, whose tuples are
+// known (subjKnown), is named by no tuple of a relation that can hold it
+// in m: then m holds for it on no object, and no walk need look.
 func (c *checker) cannotHold(m *member) bool {
-	if c.sRel != "" || c.subj.state != subjKept || c.subj.st != c.stID || c.subj.id != c.sID {
-		return false
-	}
 	for _, te := range c.subj.tups {
 		if te.sr != 0 {
 			continue // the subject's usersets, not the subject

@@ -61,13 +61,14 @@
 // Within one View, AppendRoles reads all the tuples that name the subject
 // (when there are at most a few dozen) and keeps them. A later Check of
 // that subject (without a relation), in the same View and without a
-// trace, is false at once when none of them is a tuple of a relation
-// that can hold the subject in p (the relations p's expression reaches
-// through its references, arrows and usersets): no walk could find the
-// subject, so none is made, and a deny that a walk would have reached only
-// past Config.MaxDepth is answered false instead of ErrDepthExceeded.
-// This is how the default policy asks: the subject's roles first, then
-// the relationship check.
+// trace, takes every relation or permission it evaluates, p first, as
+// false at once when none of those tuples is in a relation that can hold
+// the subject in it (the relations its expression reaches through
+// references, arrows and usersets): no walk below it could find the
+// subject, so none is made. A deny that a walk would have reached only
+// past Config.MaxDepth can so be answered false instead of
+// ErrDepthExceeded. This is how the default policy asks: the subject's
+// roles first, then the relationship check.
 //
 // # Storage
 //

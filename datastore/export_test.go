@@ -8,7 +8,7 @@ func (v *View) CannotHold(obj api.Object, perm string, sub api.Subject) bool {
 	c := v.c
 	c.stID, _ = v.st.dict.id(sub.Type)
 	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
-	return c.cannotHold(v.st.schema.types[obj.Type].members[perm])
+	return c.subjKnown() && c.cannotHold(v.st.schema.types[obj.Type].members[perm])
 }
 
 // SetMaxObjTuples sets how many tuples of one object a check caches (0:

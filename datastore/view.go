@@ -132,9 +132,9 @@ func (v *View) check(objType, objID, perm string, sub api.Subject, trace bool) (
 	if c.curBucket != v.sn.obj {
 		c.cur, c.curBucket = v.sn.obj.Cursor(), v.sn.obj
 	}
-	if !trace && c.cannotHold(m) {
-		return false, nil, nil
-	}
+	// With the subject's tuples known, a member none of them can hold is
+	// false without a walk: the permission asked, or any inside it.
+	c.known = c.subjKnown()
 	var root *Trace
 	if trace {
 		root = &Trace{Kind: "check"}
