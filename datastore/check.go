@@ -209,7 +209,7 @@ func (c *checker) forget() {
 	clear(c.tups)
 	c.tups = c.tups[:0]
 	clear(c.subj.tups)
-	c.subj = subjTuples{tups: c.subj.tups[:0]}
+	c.subj = subjTuples{tups: c.subj.tups[:0], holds: c.subj.holds[:0]}
 }
 
 // Check evaluates req; see Store. It does not allocate when the answer
@@ -597,6 +597,10 @@ type subjTuples struct {
 	id    string
 	state uint8 // subjUnread, subjKept, subjBig
 	tups  []subjEnt
+	// holds has the bits of the relations (by relIndex) of the tuples
+	// naming the subject itself (no subject relation), once masked.
+	holds  []uint64
+	masked bool
 }
 
 const (
@@ -617,7 +621,7 @@ func (c *checker) subject(stID uint64, id string) (bool, error) {
 	if c.subj.state != subjUnread && c.subj.st == stID && c.subj.id == id {
 		return c.subj.state == subjKept, nil
 	}
-	c.subj.st, c.subj.id, c.subj.tups = stID, id, c.subj.tups[:0]
+	c.subj.st, c.subj.id, c.subj.tups, c.subj.masked = stID, id, c.subj.tups[:0], false
 	c.subj.state = subjBig
 	kb := appendSubjPrefix(c.kb[:0], stID, id)
 	c.kb = kb
@@ -642,18 +646,33 @@ func (c *checker) subjKnown() bool {
 	return c.sRel == "" && c.subj.state == subjKept && c.subj.st == c.stID && c.subj.id == c.sID
 }
 
-// cannotHold reports that the subject of the check, whose tuples are
-// known (subjKnown), is named by no tuple of a relation that can hold it
-// in m: then m holds for it on no object, and no walk need look.
-func (c *checker) cannotHold(m *member) bool {
+// maskSubject sets c.subj.holds from the kept tuples, once per View (the
+// View's schema does not change).
+func (c *checker) maskSubject() {
+	if c.subj.masked {
+		return
+	}
+	sc := c.st.schema
+	c.subj.holds = append(c.subj.holds[:0], make([]uint64, (sc.nrels+63)/64)...)
 	for _, te := range c.subj.tups {
 		if te.sr != 0 {
 			continue // the subject's usersets, not the subject
 		}
-		for _, h := range m.holderIDs {
-			if h.typeID == te.ot && h.relID == te.rel {
-				return false
-			}
+		if i, ok := sc.relByID[relKey{te.ot, te.rel}]; ok {
+			c.subj.holds[i/64] |= 1 << (i % 64)
+		}
+	}
+	c.subj.masked = true
+}
+
+// cannotHold reports that the subject of the check, whose tuples are
+// known and masked (subjKnown, maskSubject), is named by no tuple of a
+// relation that can hold it in m: then m holds for it on no object, and
+// no walk need look.
+func (c *checker) cannotHold(m *member) bool {
+	for i, w := range m.holds {
+		if w&c.subj.holds[i] != 0 {
+			return false
 		}
 	}
 	return true

@@ -22,6 +22,8 @@ type Schema struct {
 	tenant   string   // the type that holds tenant roles ("" when no roles)
 	grants   map[string][]string
 	roleList []string
+	nrels    int            // relations in all types (see member.relIndex)
+	relByID  map[relKey]int // relIndex by dictionary numbers, set by bind
 }
 
 // SubjectType is a subject type a relation accepts: a type (Relation empty)
@@ -57,14 +59,15 @@ type member struct {
 	// compiled for relations: does it accept usersets?
 	hasUserset bool
 
-	// holders are the relations whose tuples can hold a plain subject in
-	// this member (see Schema.holders).
-	holders []*member
+	// relIndex numbers the schema's relations (not permissions) from 0.
+	relIndex int
+	// holds has the bits of the relations (by relIndex) whose tuples can
+	// hold a plain subject in this member (see Schema.holders).
+	holds []uint64
 
 	// bound to a store's dictionary by bind
 	typeID, relID uint64
 	usersets      []usersetRef
-	holderIDs     []relKey // the holders' numbers
 }
 
 // relKey is a relation by its dictionary numbers.
@@ -116,9 +119,20 @@ func ParseSchema(src []byte) (*Schema, error) {
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
+	for _, tn := range p.s.order {
+		for _, m := range p.s.types[tn].order {
+			if !m.perm {
+				m.relIndex = p.s.nrels
+				p.s.nrels++
+			}
+		}
+	}
 	for _, t := range p.s.types {
 		for _, m := range t.order {
-			m.holders = p.s.holders(m)
+			m.holds = make([]uint64, (p.s.nrels+63)/64)
+			for _, h := range p.s.holders(m) {
+				m.holds[h.relIndex/64] |= 1 << (h.relIndex % 64)
+			}
 		}
 	}
 	return p.s, nil
@@ -687,11 +701,11 @@ func (s *Schema) bind(d *dict) {
 			}
 		}
 	}
+	s.relByID = make(map[relKey]int, s.nrels)
 	for _, t := range s.types {
 		for _, m := range t.order {
-			m.holderIDs = m.holderIDs[:0]
-			for _, h := range m.holders {
-				m.holderIDs = append(m.holderIDs, relKey{h.typeID, h.relID})
+			if !m.perm {
+				s.relByID[relKey{m.typeID, m.relID}] = m.relIndex
 			}
 		}
 	}

@@ -134,7 +134,9 @@ func (v *View) check(objType, objID, perm string, sub api.Subject, trace bool) (
 	}
 	// With the subject's tuples known, a member none of them can hold is
 	// false without a walk: the permission asked, or any inside it.
-	c.known = c.subjKnown()
+	if c.known = c.subjKnown(); c.known {
+		c.maskSubject()
+	}
 	var root *Trace
 	if trace {
 		root = &Trace{Kind: "check"}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -490,6 +492,60 @@ func TestViewKeepsObjectTuples(t *testing.T) {
 		restore()
 		if !slices.Equal(got, wantAll) {
 			t.Fatalf("max %d: one View answered\n%q\nwant\n%q", max, got, wantAll)
+		}
+	}
+}
+
+// TestViewSubjectManyRelations: the relations that can hold a subject are
+// known past the first 64 of a schema. Type doc has 70 relations and a
+// permission over the last two; after the subject's roles, users named
+// by r69 or r68 are walked for it and hold it where the tuple is, and a
+// user named only by r0 (and a tenant role) is answered without a walk.
+func TestViewSubjectManyRelations(t *testing.T) {
+	ctx := context.Background()
+	var b strings.Builder
+	b.WriteString("types:\n  user: {}\n  tenant:\n    relations:\n      admin: [user]\n  doc:\n    relations:\n")
+	for i := range 70 {
+		fmt.Fprintf(&b, "      r%d: [user]\n", i)
+	}
+	b.WriteString("    permissions:\n      p: r69 + r68\nroles:\n  type: tenant\n  grants:\n    admin: [doc:p]\n")
+	sc, err := datastore.ParseSchema([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(t.TempDir(), "d.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.WriteSchema(ctx, sc, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{
+		mustTuple(t, "doc:d#r69@user:far"), mustTuple(t, "doc:d#r0@user:near"), mustTuple(t, "doc:e#r68@user:near"),
+		mustTuple(t, "doc:d#r0@user:low"), mustTuple(t, "tenant:acme#admin@user:low"),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		obj, user    string
+		want, pruned bool
+	}{{"d", "far", true, false}, {"d", "near", false, false}, {"e", "near", true, false}, {"e", "far", false, false}, {"d", "low", false, true}} {
+		req := datastore.CheckRequest{Object: api.Object{Type: "doc", ID: c.obj}, Permission: "p", Subject: api.Subject{Type: "user", ID: c.user}}
+		var got, pruned bool
+		if err := s.View(ctx, func(v *datastore.View) error {
+			if _, err := v.AppendRoles(nil, req.Subject, "acme"); err != nil {
+				return err
+			}
+			pruned = v.CannotHold(req.Object, req.Permission, req.Subject)
+			res, err := v.Check(req)
+			got = res.Allowed
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want || pruned != c.pruned {
+			t.Errorf("doc:%s#p@user:%s after roles = %v (answered without a walk: %v), want %v (%v)", c.obj, c.user, got, pruned, c.want, c.pruned)
 		}
 	}
 }
