@@ -121,7 +121,7 @@ type checker struct {
 
 	sType, sID, sRel string
 	stID, srID       uint64
-	known            bool // subjKnown, for the check under way
+	known            bool // the subject's tuples are kept and masked (begin)
 
 	// nodes memoises results (and marks evaluations in progress) within
 	// one check: a short slice scanned linearly, indexed by a map once
@@ -640,10 +640,20 @@ func (c *checker) subject(stID uint64, id string) (bool, error) {
 	return true, nil
 }
 
-// subjKnown reports whether the View has kept the tuples of the check's
-// subject, a plain one (no relation): then cannotHold can answer.
-func (c *checker) subjKnown() bool {
-	return c.sRel == "" && c.subj.state == subjKept && c.subj.st == c.stID && c.subj.id == c.sID
+// begin sets the state and the subject of a check (reset ends it). The
+// schema's type and member names are all in the dictionary (and "" always
+// is), and the caller has checked the subject against the schema. With
+// the subject's tuples kept by the View (a plain subject: no relation), a
+// member none of them can hold is false without a walk (known).
+func (c *checker) begin(st *state, sub api.Subject) {
+	c.st = st
+	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
+	c.stID, _ = st.dict.id(sub.Type)
+	c.srID, _ = st.dict.id(sub.Relation)
+	c.known = c.sRel == "" && c.subj.state == subjKept && c.subj.st == c.stID && c.subj.id == c.sID
+	if c.known {
+		c.maskSubject()
+	}
 }
 
 // maskSubject sets c.subj.holds from the kept tuples, once per View (the
@@ -666,7 +676,7 @@ func (c *checker) maskSubject() {
 }
 
 // cannotHold reports that the subject of the check, whose tuples are
-// known and masked (subjKnown, maskSubject), is named by no tuple of a
+// known and masked (begin), is named by no tuple of a
 // relation that can hold it in m: then m holds for it on no object, and
 // no walk need look.
 func (c *checker) cannotHold(m *member) bool {

@@ -211,11 +211,11 @@ func TestDifferentialCheck(t *testing.T) {
 	t.Run("rolesFirst", func(t *testing.T) { testDifferential(t, true) })
 }
 
-// checkAfterRoles asks subject's roles in tenant t0:o0 and then the check,
-// in one View; pruned is whether the View could answer without a walk.
-func checkAfterRoles(ctx context.Context, s *datastore.BoltStore, obj api.Object, perm string, sub api.Subject) (got, pruned bool, err error) {
+// checkAfterRoles asks subject's roles in tenant and then the check, in
+// one View; pruned is whether the View could answer without a walk.
+func checkAfterRoles(ctx context.Context, s *datastore.BoltStore, tenant string, obj api.Object, perm string, sub api.Subject) (got, pruned bool, err error) {
 	err = s.View(ctx, func(v *datastore.View) error {
-		if _, err := v.AppendRoles(nil, sub, "o0"); err != nil {
+		if _, err := v.AppendRoles(nil, sub, tenant); err != nil {
 			return err
 		}
 		pruned = v.CannotHold(obj, perm, sub)
@@ -262,7 +262,7 @@ func testDifferential(t *testing.T, rolesFirst bool) {
 							var got, cut bool
 							var err error
 							if rolesFirst {
-								got, cut, err = checkAfterRoles(ctx, s, api.Object{Type: tn, ID: fmt.Sprintf("o%d", o)}, m, api.Subject{Type: "user", ID: user})
+								got, cut, err = checkAfterRoles(ctx, s, "o0", api.Object{Type: tn, ID: fmt.Sprintf("o%d", o)}, m, api.Subject{Type: "user", ID: user})
 								if cut {
 									pruned++
 								}

@@ -6,15 +6,9 @@ import "github.com/nexuspdp/nexus/api"
 // answered false without a walk, from the subject's tuples v has kept.
 func (v *View) CannotHold(obj api.Object, perm string, sub api.Subject) bool {
 	c := v.c
-	c.st = v.st
-	defer func() { c.st = nil }()
-	c.stID, _ = v.st.dict.id(sub.Type)
-	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
-	if !c.subjKnown() {
-		return false
-	}
-	c.maskSubject()
-	return c.cannotHold(v.st.schema.types[obj.Type].members[perm])
+	defer c.reset()
+	c.begin(v.st, sub)
+	return c.known && c.cannotHold(v.st.schema.types[obj.Type].members[perm])
 }
 
 // SetMaxObjTuples sets how many tuples of one object a check caches (0:

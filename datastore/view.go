@@ -122,20 +122,10 @@ func (v *View) check(objType, objID, perm string, sub api.Subject, trace bool) (
 	}
 	c := v.c
 	defer c.reset()
-	c.st = st
+	c.begin(st, sub)
 	c.maxDepth = v.s.cfg.MaxDepth
-	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
-	// The schema's type and member names are all in the dictionary (and
-	// "" always is), and the subject was checked against the schema above.
-	c.stID, _ = st.dict.id(sub.Type)
-	c.srID, _ = st.dict.id(sub.Relation)
 	if c.curBucket != v.sn.obj {
 		c.cur, c.curBucket = v.sn.obj.Cursor(), v.sn.obj
-	}
-	// With the subject's tuples known, a member none of them can hold is
-	// false without a walk: the permission asked, or any inside it.
-	if c.known = c.subjKnown(); c.known {
-		c.maskSubject()
 	}
 	var root *Trace
 	if trace {
