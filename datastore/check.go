@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 
 	"github.com/nexuspdp/nexus/api"
-	bolt "go.etcd.io/bbolt"
 )
 
 // CheckRequest asks whether Subject has Permission (a permission or a
@@ -111,13 +110,10 @@ type target struct {
 // checker evaluates one check. Pooled; strings it holds alias the read
 // transaction's pages and never outlive it.
 type checker struct {
-	st        *state
-	cur       *bolt.Cursor
-	curBucket *bolt.Bucket // the bucket cur belongs to (reused while the snapshot lives)
-
-	rolesCur    *bolt.Cursor
-	rolesBucket *bolt.Bucket
-	maxDepth    int
+	st       *state
+	cur      cursor // the obj bucket's (reused while the snapshot lives)
+	rolesCur cursor // the subj bucket's
+	maxDepth int
 
 	sType, sID, sRel string
 	stID, srID       uint64
@@ -132,6 +128,7 @@ type checker struct {
 	tups  []tupEnt
 	subj  subjTuples
 	kb    []byte
+	kb2   []byte // preload's second key
 	lists [][]target
 
 	// view is the View this checker serves, when it serves one.
@@ -154,7 +151,7 @@ const (
 const linearNodes = 32
 
 func newChecker() any {
-	return &checker{nodes: make([]node, 0, linearNodes), kb: make([]byte, 0, 256)}
+	return &checker{nodes: make([]node, 0, linearNodes), kb: make([]byte, 0, 256), kb2: make([]byte, 0, 256)}
 }
 
 // find returns the index of (m, id) in c.nodes or -1.
@@ -373,7 +370,7 @@ func (c *checker) arrow(e *expr, t *typeDef, id string, depth int, tr *Trace) (r
 	}
 	c.kb = appendObjPrefix(c.kb[:0], t.order[0].typeID, id)
 	c.kb = binary.AppendUvarint(c.kb, e.viaID)
-	for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
+	for k := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k = c.cur.Next() {
 		rest := k[len(c.kb):]
 		_, rest, err := uvarint(rest) // subject relation: arrows follow the subject object
 		if err != nil {
@@ -424,7 +421,7 @@ func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut
 	}
 	if direct {
 		c.kb = appendObjKey(c.kb[:0], ids{ot: typeID, rel: relID, st: c.stID, sr: c.srID}, id, c.sID)
-		if k, _ := c.cur.Seek(c.kb); k != nil && bytes.Equal(k, c.kb) {
+		if k := c.cur.Seek(c.kb); k != nil && bytes.Equal(k, c.kb) {
 			if tr != nil {
 				tr.Children = append(tr.Children, &Trace{Kind: "tuple", Result: true,
 					Name: api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name, Subject: api.Subject{Type: c.sType, ID: c.sID, Relation: c.sRel}}.String()})
@@ -443,7 +440,7 @@ func (c *checker) relation(m *member, id string, depth int, tr *Trace) (res, cut
 		c.kb = binary.AppendUvarint(c.kb[:base], u.relID)
 		c.kb = binary.AppendUvarint(c.kb, u.typeID)
 		tm := u.m
-		for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
+		for k := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k = c.cur.Next() {
 			list = append(list, target{tm, bstr(k[len(c.kb):])})
 		}
 	}
@@ -547,26 +544,38 @@ var maxObjTuples = 24
 // range scan on first use; nil if the object has too many tuples (then
 // the caller seeks per relation).
 func (c *checker) object(typeID uint64, id string) (*objTuples, error) {
+	if o, kept := c.keptObject(typeID, id); kept || len(c.objs) >= 64 {
+		return o, nil // kept, or a large walk: stop caching, seek instead
+	}
+	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
+	return c.readObject(typeID, id, c.kb, c.cur.Seek(c.kb))
+}
+
+// keptObject returns the kept tuples of typeID:id and true when they were
+// read before (nil for an object with too many).
+func (c *checker) keptObject(typeID uint64, id string) (*objTuples, bool) {
 	for i := range c.objs {
 		if o := &c.objs[i]; o.typeID == typeID && o.id == id {
 			if o.big {
-				return nil, nil
+				return nil, true
 			}
-			return o, nil
+			return o, true
 		}
 	}
-	if len(c.objs) >= 64 {
-		return nil, nil // a large walk: stop caching, seek instead
-	}
+	return nil, false
+}
+
+// readObject keeps the tuples of typeID:id, whose key prefix is prefix,
+// from c.cur positioned at its first key k.
+func (c *checker) readObject(typeID uint64, id string, prefix, k []byte) (*objTuples, error) {
 	start := len(c.tups)
-	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
 	big := false
-	for k, _ := c.cur.Seek(c.kb); k != nil && bytes.HasPrefix(k, c.kb); k, _ = c.cur.Next() {
+	for ; k != nil && bytes.HasPrefix(k, prefix); k = c.cur.Next() {
 		if len(c.tups)-start == maxObjTuples {
 			big = true
 			break
 		}
-		rest := k[len(c.kb):]
+		rest := k[len(prefix):]
 		var te tupEnt
 		var err error
 		if te.rel, rest, err = uvarint(rest); err != nil {
@@ -618,14 +627,24 @@ type subjEnt struct {
 // relation) with one range scan and keeps them; false if there are more
 // than maxObjTuples (then the caller seeks for what it needs).
 func (c *checker) subject(stID uint64, id string) (bool, error) {
-	if c.subj.state != subjUnread && c.subj.st == stID && c.subj.id == id {
+	if c.keptSubject(stID, id) {
 		return c.subj.state == subjKept, nil
 	}
+	c.kb = appendSubjPrefix(c.kb[:0], stID, id)
+	return c.readSubject(stID, id, c.kb, c.rolesCur.Seek(c.kb))
+}
+
+// keptSubject reports whether the tuples naming stID:id were read.
+func (c *checker) keptSubject(stID uint64, id string) bool {
+	return c.subj.state != subjUnread && c.subj.st == stID && c.subj.id == id
+}
+
+// readSubject keeps the tuples naming stID:id, whose key prefix is
+// prefix, from c.rolesCur positioned at its first key k.
+func (c *checker) readSubject(stID uint64, id string, prefix, k []byte) (bool, error) {
 	c.subj.st, c.subj.id, c.subj.tups, c.subj.masked = stID, id, c.subj.tups[:0], false
 	c.subj.state = subjBig
-	kb := appendSubjPrefix(c.kb[:0], stID, id)
-	c.kb = kb
-	for k, _ := c.rolesCur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = c.rolesCur.Next() {
+	for ; k != nil && bytes.HasPrefix(k, prefix); k = c.rolesCur.Next() {
 		if len(c.subj.tups) == maxObjTuples {
 			c.subj.tups = c.subj.tups[:0]
 			return false, nil
@@ -638,6 +657,32 @@ func (c *checker) subject(stID uint64, id string) (bool, error) {
 	}
 	c.subj.state = subjKept
 	return true, nil
+}
+
+// preload reads the tuples of object otID:oid and those naming subject
+// stID:sid, as object and subject do, with the two searches interleaved
+// (seekPair); either alone when the other was read before.
+func (c *checker) preload(otID uint64, oid string, stID uint64, sid string) error {
+	_, objKept := c.keptObject(otID, oid)
+	objKept = objKept || len(c.objs) >= 64
+	switch subjKept := c.keptSubject(stID, sid); {
+	case objKept && subjKept:
+		return nil
+	case subjKept:
+		_, err := c.object(otID, oid)
+		return err
+	case objKept:
+		_, err := c.subject(stID, sid)
+		return err
+	}
+	c.kb = appendObjPrefix(c.kb[:0], otID, oid)
+	c.kb2 = appendSubjPrefix(c.kb2[:0], stID, sid)
+	ko, ks := seekPair(&c.cur, c.kb, &c.rolesCur, c.kb2)
+	if _, err := c.readObject(otID, oid, c.kb, ko); err != nil {
+		return err
+	}
+	_, err := c.readSubject(stID, sid, c.kb2, ks)
+	return err
 }
 
 // begin sets the state and the subject of a check (reset ends it). The

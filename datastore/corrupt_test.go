@@ -118,6 +118,11 @@ func corruptCase(t *testing.T, path string) string {
 	bob := api.Subject{Type: "user", ID: "bob"}
 	_, err = s.AppendRoles(ctx, nil, api.Subject{Type: "user", ID: "alice"}, "acme")
 	use("roles", err)
+	for _, o := range []string{"f0100", "f0001", "f0199"} {
+		use("preload", s.View(ctx, func(v *datastore.View) error {
+			return v.Preload(api.Object{Type: "file", ID: o}, api.Subject{Type: "user", ID: "u" + o[2:]})
+		}))
+	}
 	_, err = s.Read(ctx, datastore.Filter{})
 	use("read", err)
 	_, err = s.Read(ctx, datastore.Filter{SubjectType: "user", SubjectID: "u100"})

@@ -202,19 +202,35 @@ func TestDifferentialCheck(t *testing.T) {
 			if !cache {
 				defer datastore.SetMaxObjTuples(0)()
 			}
-			testDifferential(t, false)
+			testDifferential(t, alone)
 		})
 	}
 	// Each check after the subject's roles in the same View, as the
 	// default policy asks them: the View keeps the subject's tuples and a
 	// check of a subject no tuple can hold is answered without a walk.
-	t.Run("rolesFirst", func(t *testing.T) { testDifferential(t, true) })
+	t.Run("rolesFirst", func(t *testing.T) { testDifferential(t, rolesFirst) })
+	// Each check after View.Preload of its object and subject, then the
+	// subject's roles, as the default policy's decision asks them.
+	t.Run("preloadFirst", func(t *testing.T) { testDifferential(t, preloadFirst) })
 }
 
+// How testDifferential asks each check.
+const (
+	alone        = iota // a check of its own
+	rolesFirst          // after the subject's roles, in one View
+	preloadFirst        // after Preload and the subject's roles, in one View
+)
+
 // checkAfterRoles asks subject's roles in tenant and then the check, in
-// one View; pruned is whether the View could answer without a walk.
-func checkAfterRoles(ctx context.Context, s *datastore.BoltStore, tenant string, obj api.Object, perm string, sub api.Subject) (got, pruned bool, err error) {
+// one View (with preload, after View.Preload of obj and sub); pruned is
+// whether the View could answer without a walk.
+func checkAfterRoles(ctx context.Context, s *datastore.BoltStore, preload bool, tenant string, obj api.Object, perm string, sub api.Subject) (got, pruned bool, err error) {
 	err = s.View(ctx, func(v *datastore.View) error {
+		if preload {
+			if err := v.Preload(obj, sub); err != nil {
+				return err
+			}
+		}
 		if _, err := v.AppendRoles(nil, sub, tenant); err != nil {
 			return err
 		}
@@ -226,7 +242,7 @@ func checkAfterRoles(ctx context.Context, s *datastore.BoltStore, tenant string,
 	return got, pruned, err
 }
 
-func testDifferential(t *testing.T, rolesFirst bool) {
+func testDifferential(t *testing.T, how int) {
 	schemas, datasets := 25, 4
 	allowed, total, pruned := 0, 0, 0
 	if testing.Short() {
@@ -247,6 +263,22 @@ func testDifferential(t *testing.T, rolesFirst bool) {
 		if _, err := s.WriteSchema(ctx, sc, false); err != nil {
 			t.Fatal(err)
 		}
+		// Tuples no check can reach (objects and users of their own),
+		// before and after the checked ones in key order, so that the
+		// indexes are trees of several levels, read from their pages.
+		var filler []api.Tuple
+		for f := range 1500 {
+			for _, p := range []string{"a", "z"} {
+				filler = append(filler, api.Tuple{Object: api.Object{Type: fmt.Sprintf("t%d", f%3), ID: fmt.Sprintf("%sobj%d", p, f)},
+					Relation: "r0", Subject: api.Subject{Type: "user", ID: fmt.Sprintf("%suser%d", p, f)}})
+			}
+		}
+		if _, err := s.Write(ctx, datastore.WriteRequest{Touches: filler}); err != nil {
+			t.Fatal(err)
+		}
+		if !s.ReadsPages() {
+			t.Fatal("the filled store's indexes are not read from their pages")
+		}
 		for d := range datasets {
 			tuples := randTuples(r, types, 10+r.IntN(30))
 			if _, err := s.Write(ctx, datastore.WriteRequest{Touches: tuples}); err != nil {
@@ -261,8 +293,8 @@ func testDifferential(t *testing.T, rolesFirst bool) {
 							obj := fmt.Sprintf("%s:o%d", tn, o)
 							var got, cut bool
 							var err error
-							if rolesFirst {
-								got, cut, err = checkAfterRoles(ctx, s, "o0", api.Object{Type: tn, ID: fmt.Sprintf("o%d", o)}, m, api.Subject{Type: "user", ID: user})
+							if how != alone {
+								got, cut, err = checkAfterRoles(ctx, s, how == preloadFirst, "o0", api.Object{Type: tn, ID: fmt.Sprintf("o%d", o)}, m, api.Subject{Type: "user", ID: user})
 								if cut {
 									pruned++
 								}
@@ -302,7 +334,7 @@ func testDifferential(t *testing.T, rolesFirst bool) {
 	}
 	t.Logf("%d of %d checks allowed, %d answered without a walk", allowed, total, pruned)
 	// Guard against a View that never answers without a walk, or always.
-	if rolesFirst && (pruned < total/10 || pruned > total-allowed-total/10) {
+	if how != alone && (pruned < total/10 || pruned > total-allowed-total/10) {
 		t.Fatalf("%d of %d checks (%d allowed) answered without a walk: the cases do not test it", pruned, total, allowed)
 	}
 }

@@ -38,3 +38,14 @@ func SetAfterSchemaCommit(f func()) func() {
 	afterSchemaCommit = f
 	return func() { afterSchemaCommit = old }
 }
+
+// ReadsPages reports whether the store's current snapshot reads its
+// indexes from their pages (cursor) rather than through bbolt's cursor.
+func (s *BoltStore) ReadsPages() bool {
+	sn, own, err := s.acquire()
+	if err != nil {
+		return false
+	}
+	defer s.releaseSnap(sn, own)
+	return sn.objT.root != 0 && sn.subjT.root != 0
+}

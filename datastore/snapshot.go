@@ -29,9 +29,18 @@ type snapshot struct {
 	tx      *bolt.Tx
 	obj     *bolt.Bucket
 	subj    *bolt.Bucket
+	objT    tree // obj's and subj's trees, read by cursor
+	subjT   tree
 	refs    atomic.Int64
 	retired atomic.Bool
 	closed  atomic.Bool
+}
+
+// newSnapshot is the snapshot of tx, a read-only transaction.
+func newSnapshot(tx *bolt.Tx) *snapshot {
+	sn := &snapshot{tx: tx, obj: tx.Bucket(bObj), subj: tx.Bucket(bSubj)}
+	sn.objT, sn.subjT = newTree(tx, sn.obj), newTree(tx, sn.subj)
+	return sn
 }
 
 func (sn *snapshot) tryClose() {
@@ -73,7 +82,7 @@ func (s *BoltStore) acquire() (sn *snapshot, own bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &snapshot{tx: tx, obj: tx.Bucket(bObj), subj: tx.Bucket(bSubj)}, true, nil
+	return newSnapshot(tx), true, nil
 }
 
 func (s *BoltStore) releaseSnap(sn *snapshot, own bool) {
@@ -217,7 +226,7 @@ func (s *BoltStore) publishLocked() {
 		s.log.Warn("datastore: no shared read snapshot", "err", err)
 		return
 	}
-	sn := &snapshot{tx: tx, obj: tx.Bucket(bObj), subj: tx.Bucket(bSubj)}
+	sn := newSnapshot(tx)
 	if old := s.snap.Swap(sn); old != nil {
 		old.retire()
 	}

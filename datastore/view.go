@@ -86,6 +86,27 @@ func (v *View) AppendRoles(dst []string, subject api.Subject, tenant string) (_ 
 	return v.appendRoles(dst, subject, tenant)
 }
 
+// Preload reads the tuples of object and the tuples naming subject and
+// keeps them for the View's later calls, as AppendSubjects (of the
+// object) and AppendRoles (of the subject) would, with the two searches
+// interleaved so that their memory reads overlap. A decision that will
+// ask for a resource's tenant and then for the subject's roles or a check
+// calls it first; it changes no answer. Names the store has never seen,
+// and IDs no tuple can hold, are not read.
+func (v *View) Preload(object api.Object, subject api.Subject) (err error) {
+	defer v.s.guard("read", debug.SetPanicOnFault(true), &err)
+	st := v.st
+	otID, ok1 := st.dict.id(object.Type)
+	stID, ok2 := st.dict.id(subject.Type)
+	if !ok1 || !ok2 || object.ID == "" || subject.ID == "" || !api.ValidID(object.ID) || !api.ValidID(subject.ID) {
+		return nil
+	}
+	c := v.c
+	c.cur.use(v.sn.obj, v.sn.objT)
+	c.rolesCur.use(v.sn.subj, v.sn.subjT)
+	return c.preload(otID, object.ID, stID, subject.ID)
+}
+
 // AppendSubjects appends the subjects of object's tuples of relation to
 // dst, as BoltStore.AppendSubjects lists them, without their strings:
 // each subject's ID is valid only until the function given to
@@ -124,9 +145,7 @@ func (v *View) check(objType, objID, perm string, sub api.Subject, trace bool) (
 	defer c.reset()
 	c.begin(st, sub)
 	c.maxDepth = v.s.cfg.MaxDepth
-	if c.curBucket != v.sn.obj {
-		c.cur, c.curBucket = v.sn.obj.Cursor(), v.sn.obj
-	}
+	c.cur.use(v.sn.obj, v.sn.objT)
 	var root *Trace
 	if trace {
 		root = &Trace{Kind: "check"}
@@ -165,9 +184,7 @@ func (v *View) appendRoles(dst []string, subject api.Subject, tenant string) ([]
 		return dst, nil
 	}
 	c := v.c
-	if c.rolesBucket != v.sn.subj {
-		c.rolesCur, c.rolesBucket = v.sn.subj.Cursor(), v.sn.subj
-	}
+	c.rolesCur.use(v.sn.subj, v.sn.subjT)
 	// The subject's tuples are read whole and kept for the View's later
 	// calls: a check of the same subject that follows can then see that
 	// no tuple could hold it and skip the walk.
@@ -190,8 +207,8 @@ func (v *View) appendRoles(dst []string, subject api.Subject, tenant string) ([]
 	kb = binary.AppendUvarint(kb, ttID)
 	kb = append(kb, tenant...)
 	kb = append(kb, 0)
-	cur := c.rolesCur
-	for k, _ := cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = cur.Next() {
+	cur := &c.rolesCur
+	for k := cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k = cur.Next() {
 		rel, rest, err := uvarint(k[len(kb):])
 		if err != nil || len(rest) != 0 {
 			return dst, errors.Join(errBadKey, err)
@@ -216,9 +233,7 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 		return nil // a name never seen matches nothing
 	}
 	c := v.c
-	if c.curBucket != v.sn.obj {
-		c.cur, c.curBucket = v.sn.obj.Cursor(), v.sn.obj
-	}
+	c.cur.use(v.sn.obj, v.sn.objT)
 	// emit passes on one stored subject, as tupleFromIDs reads it,
 	// without building the tuple.
 	emit := func(stID, srID uint64, sid string) error {
@@ -249,7 +264,7 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 	var buf [300]byte
 	kb := appendObjPrefix(buf[:0], otID, object.ID)
 	kb = binary.AppendUvarint(kb, relID)
-	for k, _ := c.cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k, _ = c.cur.Next() {
+	for k := c.cur.Seek(kb); k != nil && bytes.HasPrefix(k, kb); k = c.cur.Next() {
 		ids, oid, sid, err := decodeObjKey(k)
 		if err != nil {
 			return err

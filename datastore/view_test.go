@@ -531,7 +531,7 @@ func TestViewSubjectManyRelations(t *testing.T) {
 		obj, user    string
 		want, pruned bool
 	}{{"d", "far", true, false}, {"d", "near", false, false}, {"e", "near", true, false}, {"e", "far", false, false}, {"d", "low", false, true}} {
-		got, pruned, err := checkAfterRoles(ctx, s, "acme", api.Object{Type: "doc", ID: c.obj}, "p", api.Subject{Type: "user", ID: c.user})
+		got, pruned, err := checkAfterRoles(ctx, s, false, "acme", api.Object{Type: "doc", ID: c.obj}, "p", api.Subject{Type: "user", ID: c.user})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -464,6 +464,22 @@ func object(typ, id string) (string, string) {
 	return typ, id
 }
 
+// preload reads the tuples of the resource typ:id and of the subject
+// subType:subID together, when r reads a View (datastore.View.Preload):
+// a decision that asks for the resource's tenant and then the subject's
+// grant calls it first.
+func (r reader) preload(subType, subID, typ, id string) error {
+	v, ok := r.l.(*datastore.View)
+	if !ok {
+		return nil
+	}
+	typ, id = object(typ, id)
+	if err := v.Preload(api.Object{Type: typ, ID: id}, api.Subject{Type: subType, ID: subID}); err != nil {
+		return fmt.Errorf("nexus.resource_tenant: %w", err)
+	}
+	return nil
+}
+
 // resourceTenant is ResourceTenant for typ:id: mismatch, or the tenant.
 func (r reader) resourceTenant(typ, id, claimed string) (mismatch bool, tenant string, err error) {
 	typ, id = object(typ, id)

@@ -334,6 +334,9 @@ func validID(s string) bool {
 // whether subType:subID may do action on the resource typ:id in the
 // tenant the request claims ("" for none), and why.
 func decide(r reader, t *Table, subType, subID, action, typ, id, tenant string) (bool, string, error) {
+	if err := r.preload(subType, subID, typ, id); err != nil {
+		return false, "", err
+	}
 	mismatch, tenant, err := r.resourceTenant(typ, id, tenant)
 	if err != nil {
 		return false, "", err
