@@ -465,15 +465,20 @@ func object(typ, id string) (string, string) {
 }
 
 // preload reads the tuples of the resource typ:id and of the subject
-// subType:subID together, when r reads a View (datastore.View.Preload):
-// a decision that asks for the resource's tenant and then the subject's
-// grant calls it first.
-func (r reader) preload(subType, subID, typ, id string) error {
+// subType:subID together, when r reads a View (datastore.View.Preload)
+// and the decision will read both: the resource's for its tenant, the
+// subject's for its roles there, which it reads when a tenant is claimed
+// or the resource's type is assigned to tenants. Otherwise it reads
+// nothing; the decision reads the resource as it goes.
+func (r reader) preload(subType, subID, typ, id, claimed string) error {
 	v, ok := r.l.(*datastore.View)
 	if !ok {
 		return nil
 	}
 	typ, id = object(typ, id)
+	if sc := v.Schema(); sc == nil || (claimed == "" && !tenanted(sc, typ)) {
+		return nil
+	}
 	if err := v.Preload(api.Object{Type: typ, ID: id}, api.Subject{Type: subType, ID: subID}); err != nil {
 		return fmt.Errorf("nexus.resource_tenant: %w", err)
 	}
