@@ -11,15 +11,16 @@ import (
 
 // The checks' reads of the obj and subj buckets go through cursor, which
 // reads a read-only snapshot's B+tree straight from bbolt's memory map
-// (the file format checkFileAt describes, fields in the machine's byte
-// order as bbolt writes them). It answers as bolt.Cursor's Seek and Next do, for the
-// keys only. Two reasons: a cold search costs a few hundred nanoseconds
-// less without bolt.Cursor's bookkeeping, and seekPair descends two trees
-// in lockstep, so the memory misses of two independent searches overlap
-// instead of adding up. Every page number, element and key is checked
-// against the snapshot's size before it is read; a page that fails is
-// reported by a panic, as bbolt reports one, which the store's guard
-// turns into a *CorruptError.
+// (the file format checkFileAt describes, its fields in the machine's
+// byte order, as bbolt writes them) and answers as bolt.Cursor's Seek and
+// Next do, for the keys only. It exists for how it reads a page that is
+// not in the processor's cache: a large file's lower pages are read whole
+// before their search (touch), and seekPair descends two trees in
+// lockstep, so that the memory reads of one search, and of two
+// independent ones, overlap instead of following one another. Every page
+// number, element and key is checked against the snapshot's size before
+// it is read; a page that fails is reported by a panic, as bbolt reports
+// one, which the store's guard turns into a *CorruptError.
 
 // maxCursorDepth bounds a descent: bbolt's trees are a few levels deep
 // (four hold tens of millions of keys); a deeper one is corrupt.
