@@ -58,6 +58,23 @@ func pageTestDB(t *testing.T) (path string, keys map[string][][]byte) {
 	return path, keys
 }
 
+// readTx opens path read-only and begins a read transaction, both ended
+// when the test is.
+func readTx(t *testing.T, path string) *bolt.Tx {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	tx, err := db.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
 // probes are keys to seek: stored keys, their neighbours and prefixes,
 // random bytes, and both ends.
 func probes(r *rand.Rand, stored [][]byte) [][]byte {
@@ -84,16 +101,7 @@ func probes(r *rand.Rand, stored [][]byte) [][]byte {
 // two in lockstep.
 func TestCursorAgreesWithBolt(t *testing.T) {
 	path, keys := pageTestDB(t)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tx, err := db.Begin(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
+	tx := readTx(t, path)
 	ba, bb, bt := tx.Bucket([]byte("a")), tx.Bucket([]byte("b")), tx.Bucket([]byte("tiny"))
 	ta, tb, tt := newTree(tx, ba), newTree(tx, bb), newTree(tx, bt)
 	if ta.root == 0 || tb.root == 0 || tt.root != 0 {
@@ -202,16 +210,7 @@ func TestCursorCorruptPage(t *testing.T) {
 			if err := os.WriteFile(p, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			db, err := bolt.Open(p, 0o600, &bolt.Options{ReadOnly: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			tx, err := db.Begin(false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
+			tx := readTx(t, p)
 			tr := newTree(tx, tx.Bucket([]byte("a")))
 			id, i := pageOf(t, tr, probe, tc.level)
 			count := int(*(*uint16)(unsafe.Add(unsafe.Add(tr.base, uintptr(id)*tr.psz), 10)))
@@ -311,32 +310,20 @@ func BenchmarkCursorSeek(b *testing.B) {
 			return keys[i%len(keys)], keys[(i*7+1)%len(keys)]
 		}
 		name := map[bool]string{false: "cold", true: "hot"}[hot]
-		b.Run(name+"/bolt", func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				ko, ks := pick(i)
-				bco.Seek(ko)
-				bcs.Seek(ks)
-			}
-		})
-		b.Run(name+"/cursor", func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				ko, ks := pick(i)
-				co.Seek(ko)
-				cs.Seek(ks)
-			}
-		})
-		b.Run(name+"/untouched", func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				ko, ks := pick(i)
-				uo.Seek(ko)
-				us.Seek(ks)
-			}
-		})
-		b.Run(name+"/pair", func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				ko, ks := pick(i)
-				seekPair(&co, ko, &cs, ks)
-			}
-		})
+		for _, m := range []struct {
+			name string
+			seek func(ko, ks []byte)
+		}{
+			{"bolt", func(ko, ks []byte) { bco.Seek(ko); bcs.Seek(ks) }},
+			{"cursor", func(ko, ks []byte) { co.Seek(ko); cs.Seek(ks) }},
+			{"untouched", func(ko, ks []byte) { uo.Seek(ko); us.Seek(ks) }},
+			{"pair", func(ko, ks []byte) { seekPair(&co, ko, &cs, ks) }},
+		} {
+			b.Run(name+"/"+m.name, func(b *testing.B) {
+				for i := 0; b.Loop(); i++ {
+					m.seek(pick(i))
+				}
+			})
+		}
 	}
 }
