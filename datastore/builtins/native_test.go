@@ -2,6 +2,7 @@ package builtins_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,10 +16,13 @@ import (
 type perCall struct{ *datastore.BoltStore }
 
 // TestDefaultPolicyView: the native decisions answer the same over a
-// *datastore.BoltStore (one View per decision) as over its methods, for
-// allowed and denied requests, tenants claimed, stored, missing or
-// mismatched, userset tenants, and names and IDs that are not valid
-// type names or IDs.
+// *datastore.BoltStore (one View per decision, the resource and the
+// subject read together) as over its methods, for allowed and denied
+// requests, tenants claimed, stored, missing or mismatched, userset
+// tenants, and names and IDs that are not valid type names or IDs. The
+// store also holds 4,000 tuples of files and folders of their own, before
+// and after the others in key order: its indexes are trees read from
+// their pages, not buckets small enough for bbolt to keep inline.
 func TestDefaultPolicyView(t *testing.T) {
 	ctx := context.Background()
 	s := openDrive(t)
@@ -34,6 +38,15 @@ func TestDefaultPolicyView(t *testing.T) {
 		}
 		touches = append(touches, tu)
 	}
+	for i := range 1000 {
+		for _, p := range []string{"a", "z"} {
+			u := api.Subject{Type: "user", ID: fmt.Sprintf("%su%d", p, i)}
+			touches = append(touches,
+				api.Tuple{Object: api.Object{Type: "file", ID: fmt.Sprintf("%sf%d", p, i)}, Relation: "owner", Subject: u},
+				api.Tuple{Object: api.Object{Type: "folder", ID: fmt.Sprintf("%sd%d", p, i)}, Relation: "viewer", Subject: u})
+		}
+	}
+	touches = append(touches, api.Tuple{Object: api.Object{Type: "file", ID: "zf7"}, Relation: "tenant", Subject: api.Subject{Type: "tenant", ID: "acme"}})
 	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: touches}); err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +71,9 @@ func TestDefaultPolicyView(t *testing.T) {
 		return `{"subject":{"type":"` + subType + `","id":"` + subID + `"},"action":"` + action + `","resource":{` + res + `}}`
 	}
 	var inputs []string
-	for _, user := range []string{"alice", "bob", "carol", "erin", "nobody"} {
+	for _, user := range []string{"alice", "bob", "carol", "erin", "nobody", "zu7", "au7"} {
 		for _, tenant := range []string{"", "acme", "globex", "nope"} {
-			for _, file := range []string{"report.pdf", "notes.txt", "two.txt", "set.txt", "lone.txt", "missing"} {
+			for _, file := range []string{"report.pdf", "notes.txt", "two.txt", "set.txt", "lone.txt", "missing", "zf7", "af7"} {
 				for _, method := range []string{"GET", "PUT", "DELETE"} {
 					inputs = append(inputs,
 						envoy(method, user, tenant, `["files","`+file+`"]`),
