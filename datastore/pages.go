@@ -221,7 +221,9 @@ const (
 	touchFileSize = 64 << 20
 )
 
-// touch reads one word of every cache line of pg's first page.
+// touch reads one word of each 64-byte cache line in pg's first 4 KiB:
+// the whole page where pages are 4 KiB (bbolt uses the system's page
+// size), the part a search reads first where they are larger.
 func touch(pg *page) {
 	n := min(pg.size, 4096)
 	var s uint64
