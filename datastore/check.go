@@ -544,15 +544,17 @@ var maxObjTuples = 24
 // range scan on first use; nil if the object has too many tuples (then
 // the caller seeks per relation).
 func (c *checker) object(typeID uint64, id string) (*objTuples, error) {
-	if o, kept := c.keptObject(typeID, id); kept || len(c.objs) >= 64 {
-		return o, nil // kept, or a large walk: stop caching, seek instead
+	if o, done := c.keptObject(typeID, id); done {
+		return o, nil
 	}
 	c.kb = appendObjPrefix(c.kb[:0], typeID, id)
 	return c.readObject(typeID, id, c.kb, c.cur.Seek(c.kb))
 }
 
-// keptObject returns the kept tuples of typeID:id and true when they were
-// read before (nil for an object with too many).
+// keptObject returns the kept tuples of typeID:id and true when nothing
+// is left to read for it: its tuples were read before (nil for an object
+// with too many), or the walk is too large to keep more (nil: seek
+// instead).
 func (c *checker) keptObject(typeID uint64, id string) (*objTuples, bool) {
 	for i := range c.objs {
 		if o := &c.objs[i]; o.typeID == typeID && o.id == id {
@@ -562,7 +564,7 @@ func (c *checker) keptObject(typeID uint64, id string) (*objTuples, bool) {
 			return o, true
 		}
 	}
-	return nil, false
+	return nil, len(c.objs) >= 64
 }
 
 // readObject keeps the tuples of typeID:id, whose key prefix is prefix,
@@ -663,16 +665,12 @@ func (c *checker) readSubject(stID uint64, id string, prefix, k []byte) (bool, e
 // stID:sid, as object and subject do, with the two searches interleaved
 // (seekPair); either alone when the other was read before.
 func (c *checker) preload(otID uint64, oid string, stID uint64, sid string) error {
-	_, objKept := c.keptObject(otID, oid)
-	objKept = objKept || len(c.objs) >= 64
-	switch subjKept := c.keptSubject(stID, sid); {
-	case objKept && subjKept:
-		return nil
-	case subjKept:
-		_, err := c.object(otID, oid)
-		return err
-	case objKept:
+	if _, done := c.keptObject(otID, oid); done {
 		_, err := c.subject(stID, sid)
+		return err
+	}
+	if c.keptSubject(stID, sid) {
+		_, err := c.object(otID, oid)
 		return err
 	}
 	c.kb = appendObjPrefix(c.kb[:0], otID, oid)
@@ -695,7 +693,7 @@ func (c *checker) begin(st *state, sub api.Subject) {
 	c.sType, c.sID, c.sRel = sub.Type, sub.ID, sub.Relation
 	c.stID, _ = st.dict.id(sub.Type)
 	c.srID, _ = st.dict.id(sub.Relation)
-	c.known = c.sRel == "" && c.subj.state == subjKept && c.subj.st == c.stID && c.subj.id == c.sID
+	c.known = c.sRel == "" && c.keptSubject(c.stID, c.sID) && c.subj.state == subjKept
 	if c.known {
 		c.maskSubject()
 	}

@@ -98,7 +98,7 @@ func (v *View) Preload(object api.Object, subject api.Subject) (err error) {
 	st := v.st
 	otID, ok1 := st.dict.id(object.Type)
 	stID, ok2 := st.dict.id(subject.Type)
-	if !ok1 || !ok2 || object.ID == "" || subject.ID == "" || !api.ValidID(object.ID) || !api.ValidID(subject.ID) {
+	if !ok1 || !ok2 || !api.ValidID(object.ID) || !api.ValidID(subject.ID) {
 		return nil
 	}
 	c := v.c

@@ -464,30 +464,20 @@ func object(typ, id string) (string, string) {
 	return typ, id
 }
 
-// preload reads the tuples of the resource typ:id and of the subject
-// subType:subID together, when r reads a View (datastore.View.Preload)
-// and the decision will read both: the resource's for its tenant, the
-// subject's for its roles there, which it reads when a tenant is claimed
-// or the resource's type is assigned to tenants. Otherwise it reads
-// nothing; the decision reads the resource as it goes.
-func (r reader) preload(subType, subID, typ, id, claimed string) error {
-	v, ok := r.l.(*datastore.View)
-	if !ok {
-		return nil
-	}
-	typ, id = object(typ, id)
-	if sc := v.Schema(); sc == nil || (claimed == "" && !tenanted(sc, typ)) {
-		return nil
-	}
-	if err := v.Preload(api.Object{Type: typ, ID: id}, api.Subject{Type: subType, ID: subID}); err != nil {
-		return fmt.Errorf("nexus.resource_tenant: %w", err)
-	}
-	return nil
-}
-
 // resourceTenant is ResourceTenant for typ:id: mismatch, or the tenant.
-func (r reader) resourceTenant(typ, id, claimed string) (mismatch bool, tenant string, err error) {
+// The decision asks for subType:subID's grant next; when that will read
+// the subject's roles (a tenant claimed, or a type assigned to tenants)
+// and r reads a View, the resource's and the subject's tuples are read
+// first, together (datastore.View.Preload).
+func (r reader) resourceTenant(subType, subID, typ, id, claimed string) (mismatch bool, tenant string, err error) {
 	typ, id = object(typ, id)
+	if v, ok := r.l.(*datastore.View); ok {
+		if sc := v.Schema(); sc != nil && (claimed != "" || tenanted(sc, typ)) {
+			if err := v.Preload(api.Object{Type: typ, ID: id}, api.Subject{Type: subType, ID: subID}); err != nil {
+				return false, "", fmt.Errorf("nexus.resource_tenant: %w", err)
+			}
+		}
+	}
 	mismatch, tenant, err = tenantOf(r.l, typ, id, claimed)
 	if err != nil {
 		return false, "", fmt.Errorf("nexus.resource_tenant: %w", err)

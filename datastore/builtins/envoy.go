@@ -334,10 +334,7 @@ func validID(s string) bool {
 // whether subType:subID may do action on the resource typ:id in the
 // tenant the request claims ("" for none), and why.
 func decide(r reader, t *Table, subType, subID, action, typ, id, tenant string) (bool, string, error) {
-	if err := r.preload(subType, subID, typ, id, tenant); err != nil {
-		return false, "", err
-	}
-	mismatch, tenant, err := r.resourceTenant(typ, id, tenant)
+	mismatch, tenant, err := r.resourceTenant(subType, subID, typ, id, tenant)
 	if err != nil {
 		return false, "", err
 	}

@@ -215,10 +215,7 @@ func (d *DefaultPolicy) authz1(r reader, dst []byte, f *[6]string, attrs string)
 
 // authzAnswer is authz1's answer, unwritten.
 func (d *DefaultPolicy) authzAnswer(r reader, f *[6]string, attrs string) (Answer, bool, error) {
-	if err := r.preload(f[0], f[1], f[3], f[4], f[5]); err != nil {
-		return Answer{}, false, err
-	}
-	mismatch, tenant, err := r.resourceTenant(f[3], f[4], f[5])
+	mismatch, tenant, err := r.resourceTenant(f[0], f[1], f[3], f[4], f[5])
 	if err != nil {
 		return Answer{}, false, err
 	}
