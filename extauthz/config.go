@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -30,6 +31,84 @@ const (
 	DefaultAdminAddr = "127.0.0.1:8282"
 	DefaultMaxBatch  = 1000
 )
+
+// Default connection and stream limits (see Limits).
+const (
+	DefaultMaxConns             = 4096
+	DefaultReadHeaderTimeout    = 10 * time.Second
+	DefaultRequestTimeout       = 60 * time.Second
+	DefaultIdleTimeout          = 5 * time.Minute
+	DefaultMaxHeaderBytes       = 64 << 10
+	DefaultGRPCStreamsPerConn   = 100
+	DefaultGRPCMaxStreams       = 10000
+	DefaultGRPCKeepaliveMinTime = 10 * time.Second
+	DefaultGRPCKeepaliveTime    = time.Minute
+	DefaultGRPCKeepaliveTimeout = 20 * time.Second
+)
+
+// Limits bounds what clients may hold of a server: connections, time and
+// gRPC streams. Every zero value means the default of the same name; a
+// negative count or duration means no limit.
+type Limits struct {
+	// MaxConns bounds the open connections of each listener; beyond it
+	// the listener stops accepting until one closes (new connections
+	// wait in the kernel's queue). Default DefaultMaxConns.
+	MaxConns int
+	// ReadHeaderTimeout bounds the time to read an HTTP request's head.
+	ReadHeaderTimeout time.Duration
+	// RequestTimeout bounds the time to read a whole HTTP request (head
+	// and body) and, from the end of its head, to answer it, on the HTTP
+	// and diagnostic listeners (the admin listener's imports and exports
+	// may take longer: it has the head and idle limits alone); it also
+	// ends a gRPC stream that named no deadline.
+	RequestTimeout time.Duration
+	// IdleTimeout closes an HTTP keep-alive connection idle this long.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the size of an HTTP request's head.
+	MaxHeaderBytes int
+	// GRPCStreamsPerConn bounds the concurrent streams of one gRPC
+	// connection (HTTP/2 MAX_CONCURRENT_STREAMS).
+	GRPCStreamsPerConn int
+	// GRPCMaxStreams bounds the gRPC streams in flight on all
+	// connections; beyond it a new stream is refused at once with
+	// RESOURCE_EXHAUSTED.
+	GRPCMaxStreams int
+	// GRPCKeepaliveMinTime is the shortest interval between a client's
+	// pings the server allows; a client that pings more often is
+	// disconnected.
+	GRPCKeepaliveMinTime time.Duration
+	// GRPCKeepaliveTime and GRPCKeepaliveTimeout: the server pings a
+	// connection silent for GRPCKeepaliveTime and closes it when no
+	// answer comes within GRPCKeepaliveTimeout.
+	GRPCKeepaliveTime, GRPCKeepaliveTimeout time.Duration
+}
+
+// validate fills the defaults of l.
+func (l *Limits) validate() {
+	num := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	dur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	num(&l.MaxConns, DefaultMaxConns)
+	num(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	num(&l.GRPCStreamsPerConn, DefaultGRPCStreamsPerConn)
+	num(&l.GRPCMaxStreams, DefaultGRPCMaxStreams)
+	dur(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	dur(&l.RequestTimeout, DefaultRequestTimeout)
+	dur(&l.IdleTimeout, DefaultIdleTimeout)
+	dur(&l.GRPCKeepaliveMinTime, DefaultGRPCKeepaliveMinTime)
+	dur(&l.GRPCKeepaliveTime, DefaultGRPCKeepaliveTime)
+	dur(&l.GRPCKeepaliveTimeout, DefaultGRPCKeepaliveTimeout)
+}
+
+// positive is d, or zero (none, for net/http and grpc-go) when negative.
+func positive[T int | time.Duration](d T) T { return max(d, 0) }
 
 // Writer takes the admin API's writes (see Config.Writer).
 // *datastore.BoltStore and *cluster.Replica satisfy it.
@@ -133,11 +212,11 @@ type Config struct {
 	PublicURL string
 	// Reflection registers the gRPC reflection service.
 	Reflection bool
-	// HTTPStdOnly serves the plain-text HTTP listener with net/http
-	// alone. By default its check endpoints' requests of the common shape
-	// are read by a leaner HTTP/1.1 server, which hands every other
-	// connection to net/http.
-	HTTPStdOnly bool
+	// Limits bounds connections, their time and gRPC streams.
+	Limits Limits
+	// wrapListener, if set, wraps each bound listener (tests inject
+	// accept errors with it).
+	wrapListener func(name string, l net.Listener) net.Listener
 	// GRPCMaxRecvMsgSize bounds the size of a gRPC message the server
 	// receives (larger ones are refused with RESOURCE_EXHAUSTED); zero
 	// means grpc-go's default, 4 MiB, as opa-envoy-plugin's.
@@ -287,6 +366,7 @@ func (c *Config) Validate() error {
 	case c.MaxBatch == 0:
 		c.MaxBatch = DefaultMaxBatch
 	}
+	c.Limits.validate()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -9,20 +9,21 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/nexuspdp/nexus/bundle"
@@ -30,7 +31,6 @@ import (
 	"github.com/nexuspdp/nexus/extauthz/internal/appapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/envoygrpc"
 	"github.com/nexuspdp/nexus/extauthz/internal/forwardauth"
-	"github.com/nexuspdp/nexus/extauthz/internal/httpfast"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -42,18 +42,21 @@ type Server struct {
 	p      *pdp.PDP
 	grpc   *grpc.Server
 	health *health.Server
-	// https are the HTTP listeners' servers: an http.Server, or for the
-	// plain-text HTTP listener the fast path with its http.Server behind.
-	https []interface {
-		Shutdown(context.Context) error
-		Close() error
-	}
+	// https are the HTTP listeners' servers.
+	https []*http.Server
+	// streams bounds the gRPC streams in flight.
+	streams *streamLimit
+	// closing is set when Shutdown begins: a listener's end is then no
+	// failure.
+	closing atomic.Bool
 
 	metrics *envoygrpc.Metrics
 
 	mu    sync.Mutex
 	addrs map[string]net.Addr
-	errc  chan error
+	// stopped names the first listener that stopped for good.
+	stopped error
+	errc    chan error
 }
 
 // New validates cfg, loads the policy (with the schema's roles and
@@ -165,10 +168,34 @@ func (s *Server) Start(ctx context.Context) error {
 		s.addrs[x.name] = l.Addr()
 		s.mu.Unlock()
 	}
+	lim := s.cfg.Limits
+	for i, l := range ls {
+		base := l.l
+		if s.cfg.wrapListener != nil {
+			base = s.cfg.wrapListener(l.name, base)
+		}
+		g := net.Listener(&guardedListener{Listener: base, name: l.name, log: s.cfg.Logger})
+		if lim.MaxConns > 0 {
+			g = netutil.LimitListener(g, lim.MaxConns)
+		}
+		ls[i].l = g
+	}
 	for _, l := range ls {
 		switch l.name {
 		case "grpc":
-			opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(envoygrpc.NewCodec())}
+			s.streams = &streamLimit{max: int64(positive(lim.GRPCMaxStreams)), timeout: positive(lim.RequestTimeout)}
+			if s.streams.max == 0 {
+				s.streams.max = 1 << 62
+			}
+			opts := []grpc.ServerOption{
+				grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(envoygrpc.NewCodec()),
+				grpc.InTapHandle(s.streams.tap),
+				grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: positive(lim.GRPCKeepaliveMinTime), PermitWithoutStream: true}),
+				grpc.KeepaliveParams(keepalive.ServerParameters{Time: positive(lim.GRPCKeepaliveTime), Timeout: positive(lim.GRPCKeepaliveTimeout)}),
+			}
+			if lim.GRPCStreamsPerConn > 0 {
+				opts = append(opts, grpc.MaxConcurrentStreams(uint32(lim.GRPCStreamsPerConn)))
+			}
 			if l.tls != nil {
 				opts = append(opts, grpc.Creds(credentials.NewTLS(l.tls)))
 			}
@@ -182,62 +209,110 @@ func (s *Server) Start(ctx context.Context) error {
 			authv3.RegisterAuthorizationServer(s.grpc, &envoygrpc.Server{PDP: s.p, Metrics: s.metrics})
 			s.health = health.NewServer()
 			healthpb.RegisterHealthServer(s.grpc, s.health)
-			s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-			s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+			s.setServing()
 			if s.cfg.Reflection {
 				reflection.Register(s.grpc)
 			}
-			go func(l net.Listener) { s.errc <- s.grpc.Serve(l) }(l.l)
+			go func(l net.Listener) { s.served(l.Addr(), "grpc", s.grpc.Serve(l)) }(l.l)
 		default:
 			var h http.Handler
-			var mux *http.ServeMux // the HTTP listener's, routing its checks
+			hs := &http.Server{
+				TLSConfig: l.tls, ReadHeaderTimeout: positive(lim.ReadHeaderTimeout), IdleTimeout: positive(lim.IdleTimeout),
+				MaxHeaderBytes: positive(lim.MaxHeaderBytes),
+				ErrorLog:       slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
+			}
 			switch l.name {
 			case "admin":
 				h = s.adminHandler()
 			case "diagnostic":
 				h = s.diagnosticHandler()
 			default:
-				mux = s.httpHandler()
-				h = mux
+				h = s.httpHandler()
 			}
-			hs := &http.Server{
-				Handler: h, TLSConfig: l.tls, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
-				ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
+			if l.name != "admin" {
+				hs.ReadTimeout, hs.WriteTimeout = positive(lim.RequestTimeout), positive(lim.RequestTimeout)
 			}
-			var fast *httpfast.Server
-			if mux != nil && l.tls == nil && !s.cfg.HTTPStdOnly {
-				fast = &httpfast.Server{
-					Fallback: hs, Route: checkRoutes(mux), MaxBodyBytes: s.cfg.MaxBodyBytes,
-					ReadHeaderTimeout: hs.ReadHeaderTimeout, Log: s.cfg.Logger,
-				}
-				s.https = append(s.https, fast)
-			} else {
-				s.https = append(s.https, hs)
-			}
-			go func(l net.Listener, tlsOn bool) {
+			hs.Handler = h
+			s.https = append(s.https, hs)
+			go func(l net.Listener, name string, tlsOn bool) {
 				var err error
-				switch {
-				case fast != nil:
-					err = fast.Serve(l)
-				case tlsOn:
+				if tlsOn {
 					err = hs.ServeTLS(l, "", "")
-				default:
+				} else {
 					err = hs.Serve(l)
 				}
-				if errors.Is(err, http.ErrServerClosed) {
-					err = nil
-				}
-				s.errc <- err
-			}(l.l, l.tls != nil)
+				s.served(l.Addr(), name, err)
+			}(l.l, l.name, l.tls != nil)
 		}
 		s.cfg.Logger.Info("listening", "listener", l.name, "addr", l.l.Addr().String(), "tls", l.tls != nil)
 	}
 	return nil
 }
 
+// served is called when a listener's server returns err. Unless the
+// server is shutting down, the listener has stopped for good: the server
+// reports it, is no longer ready (/readyz, gRPC health) and Failed
+// delivers the error.
+func (s *Server) served(addr net.Addr, name string, err error) {
+	if s.closing.Load() || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		return
+	}
+	if err == nil {
+		err = errors.New("stopped serving")
+	}
+	err = fmt.Errorf("extauthz: %s listener %s stopped: %w", name, addr, err)
+	s.mu.Lock()
+	if s.stopped == nil {
+		s.stopped = fmt.Errorf("%w: the %s listener stopped", pdp.ErrUnavailable, name)
+	}
+	s.mu.Unlock()
+	s.cfg.Logger.Error("listener stopped; the server is no longer ready", "listener", name, "addr", addr.String(), "err", err)
+	s.setServing()
+	select {
+	case s.errc <- err:
+	default:
+	}
+}
+
+// listenersFailed is nil while every listener serves, else names the
+// first one that stopped, for the probes.
+func (s *Server) listenersFailed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
+}
+
+// setServing sets gRPC health from listenersFailed.
+func (s *Server) setServing() {
+	if s.health == nil {
+		return
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.listenersFailed() != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, st)
+}
+
+// Failed delivers the error of a listener that stopped for good (never
+// after Shutdown has begun). The server keeps serving on its other
+// listeners; its owner should shut it down and exit.
+func (s *Server) Failed() <-chan error { return s.errc }
+
+// StreamsRefused is the number of gRPC streams refused over
+// Limits.GRPCMaxStreams.
+func (s *Server) StreamsRefused() int64 {
+	if s.streams == nil {
+		return 0
+	}
+	return s.streams.refused.Load()
+}
+
 // Shutdown stops accepting, lets in-flight requests finish until ctx ends
 // (then cuts them), and flushes the decision log.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
 	if s.health != nil {
 		s.health.Shutdown()
 	}
@@ -301,38 +376,6 @@ func streamWorkers() uint32 {
 	return uint32(64 * runtime.GOMAXPROCS(0))
 }
 
-// checkRoutes routes the check endpoints of the HTTP listener, whose
-// plain-text connections httpfast serves (it hands a connection to
-// net/http at its first request for another path). A check path with a
-// method mux registers goes straight to its handler, with mux's pattern:
-// what mux would choose, chosen once. Other methods and forward auth's
-// subpaths go through mux.
-func checkRoutes(mux *http.ServeMux) func(method, path string) (http.Handler, string) {
-	type route struct {
-		h       http.Handler
-		pattern string
-	}
-	paths := []string{"/allowed", "/access/v1/evaluation", "/access/v1/evaluations", "/nginx_allowed", "/kong", forwardauth.Prefix}
-	direct := make(map[[2]string]route)
-	for _, path := range paths {
-		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
-			h, pattern := mux.Handler(&http.Request{Method: method, URL: &url.URL{Path: path}, Host: "nexus"})
-			if pattern != "" {
-				direct[[2]string{method, path}] = route{h, pattern}
-			}
-		}
-	}
-	return func(method, path string) (http.Handler, string) {
-		if r, ok := direct[[2]string{method, path}]; ok {
-			return r.h, r.pattern
-		}
-		if slices.Contains(paths, path) || strings.HasPrefix(path, forwardauth.Prefix+"/") {
-			return mux, ""
-		}
-		return nil, ""
-	}
-}
-
 // httpHandler serves the proxies' and applications' listener.
 func (s *Server) httpHandler() *http.ServeMux {
 	mux := http.NewServeMux()
@@ -372,6 +415,9 @@ func (s *Server) readiness() func() error {
 		if !s.p.Ready() {
 			return errors.New("no policy loaded")
 		}
+		if err := s.listenersFailed(); err != nil {
+			return err
+		}
 		if h != nil {
 			if err := h.Health(); err != nil {
 				return errors.New(wire.Describe(err))
@@ -390,7 +436,7 @@ func (s *Server) probes(mux *http.ServeMux) {
 	} else {
 		mux.HandleFunc("GET /healthz", wire.Healthz)
 	}
-	var health []func() error
+	health := []func() error{s.listenersFailed} // a listener that stopped for good
 	if h, ok := s.cfg.Store.(interface{ Health() error }); ok {
 		health = append(health, h.Health) // a damaged data file takes readiness down
 	}

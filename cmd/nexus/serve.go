@@ -63,7 +63,12 @@ type serveConfig struct {
 	EvalTimeout          time.Duration `yaml:"eval_timeout"`
 	MaxBodyBytes         int64         `yaml:"max_body_bytes"`
 	Reflection           bool          `yaml:"reflection"`
-	HTTPStdOnly          bool          `yaml:"http_std_only"`
+	HTTPStdOnly          bool          `yaml:"http_std_only"` // deprecated, no effect
+	MaxConns             int           `yaml:"max_conns"`
+	ReadHeaderTimeout    time.Duration `yaml:"read_header_timeout"`
+	RequestTimeout       time.Duration `yaml:"request_timeout"`
+	IdleTimeout          time.Duration `yaml:"idle_timeout"`
+	GRPCMaxStreams       int           `yaml:"grpc_max_streams"`
 	Profiling            bool          `yaml:"profiling"`
 	LogLevel             string        `yaml:"log_level"`
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
@@ -165,7 +170,13 @@ An admin listener on an address other than loopback requires a token
 	f.DurationVar(&c.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
 	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
-	f.BoolVar(&c.HTTPStdOnly, "http-std-only", false, "serve the plain-text HTTP listener with Go's net/http alone (by default the check endpoints' common requests are read by a leaner HTTP/1.1 server, which hands any other connection to net/http)")
+	f.BoolVar(&c.HTTPStdOnly, "http-std-only", false, "deprecated, no effect: the HTTP listeners are always served by Go's net/http")
+	_ = f.MarkDeprecated("http-std-only", "the HTTP listeners are always served by Go's net/http")
+	f.IntVar(&c.MaxConns, "max-conns", extauthz.DefaultMaxConns, "open connections per listener; beyond it a listener stops accepting until one closes (-1: no limit)")
+	f.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", extauthz.DefaultReadHeaderTimeout, "time an HTTP client has to send a request's head")
+	f.DurationVar(&c.RequestTimeout, "request-timeout", extauthz.DefaultRequestTimeout, "time an HTTP client has to send a whole request and nexus to answer it (not on the admin listener); also ends a gRPC call that names no deadline")
+	f.DurationVar(&c.IdleTimeout, "idle-timeout", extauthz.DefaultIdleTimeout, "an idle HTTP keep-alive connection is closed after this")
+	f.IntVar(&c.GRPCMaxStreams, "grpc-max-streams", extauthz.DefaultGRPCMaxStreams, "gRPC calls in flight on all connections; more are refused with RESOURCE_EXHAUSTED (each connection has at most 100)")
 	f.BoolVar(&c.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the admin listener")
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
@@ -260,6 +271,21 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if !set("http-std-only") && file.HTTPStdOnly {
 		c.HTTPStdOnly = true
 	}
+	if !set("max-conns") && file.MaxConns != 0 {
+		c.MaxConns = file.MaxConns
+	}
+	if !set("read-header-timeout") && file.ReadHeaderTimeout != 0 {
+		c.ReadHeaderTimeout = file.ReadHeaderTimeout
+	}
+	if !set("request-timeout") && file.RequestTimeout != 0 {
+		c.RequestTimeout = file.RequestTimeout
+	}
+	if !set("idle-timeout") && file.IdleTimeout != 0 {
+		c.IdleTimeout = file.IdleTimeout
+	}
+	if !set("grpc-max-streams") && file.GRPCMaxStreams != 0 {
+		c.GRPCMaxStreams = file.GRPCMaxStreams
+	}
 	if !set("pprof") && file.Profiling {
 		c.Profiling = true
 	}
@@ -295,6 +321,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	warnOPA(log, c)
+	if c.HTTPStdOnly {
+		log.Warn("--http-std-only (http_std_only) is deprecated and has no effect: the HTTP listeners are always served by Go's net/http")
+	}
 	defer gctune.Tune(gctune.DefaultHeadroom, log).Stop()
 
 	store, err := openStore(ctx, c, log)
@@ -363,11 +392,15 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		DiagnosticAddr: c.opa.DiagnosticAddr, DryRun: c.opa.DryRun, SkipRequestBodyParse: c.opa.SkipRequestBodyParse,
 		GRPCMaxRecvMsgSize: c.opa.GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize: c.opa.GRPCMaxSendMsgSize,
 		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
-		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, HTTPStdOnly: c.HTTPStdOnly, Profiling: c.Profiling,
+		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic, WasmOnly: c.WasmOnly,
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
+		Limits: extauthz.Limits{
+			MaxConns: c.MaxConns, ReadHeaderTimeout: c.ReadHeaderTimeout, RequestTimeout: c.RequestTimeout,
+			IdleTimeout: c.IdleTimeout, GRPCMaxStreams: c.GRPCMaxStreams,
+		},
 		Logger: log,
 	}
 	cl.configure(&cfg)
@@ -400,7 +433,13 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if appKeyFile != "" {
 		log.Info("the application API needs the key in "+appKeyFile, "example", "curl -H \"Authorization: Bearer $(cat "+appKeyFile+")\" -H 'Content-Type: application/json' http://"+c.HTTPAddr+"/access/v1/evaluation -d '{...}'")
 	}
-	<-ctx.Done()
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-srv.Failed():
+		// A listener stopped for good: exit non-zero, so a supervisor
+		// restarts the process rather than leave it half deaf.
+	}
 	grace := c.ShutdownGrace
 	if grace <= 0 {
 		grace = 10 * time.Second
@@ -409,7 +448,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	defer cancel()
 	log.Info("shutting down", "grace", grace)
 	err = srv.Shutdown(sctx)
-	return errors.Join(err, ol.Close(sctx))
+	return errors.Join(failed, err, ol.Close(sctx))
 }
 
 // openStore opens the store in the data directory. On first start (no

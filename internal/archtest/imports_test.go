@@ -31,7 +31,6 @@ var rules = []rule{
 	{name: "the shared types are a leaf", from: "api/...", not: []string{"..."}},
 	{name: "the collector's tuning is a leaf", from: "internal/gctune", not: []string{"..."}},
 	{name: "the port chooser is a leaf", from: "internal/freeport", not: []string{"..."}},
-	{name: "the HTTP/1.1 fast path is a leaf", from: "extauthz/internal/httpfast", not: []string{"..."}},
 	{name: "the bundle format is a leaf", from: "bundle/...", not: []string{"...", "opa:ast", "opa:compile", "opa:loader", "opa:bundle"}, deep: true},
 	{name: "the engine links neither the compiler nor the store", from: "engine/...", not: []string{"compiler/...", "datastore/...", "pdp/...", "extauthz/...", "opa:compile", "opa:loader", "opa:bundle"}, deep: true},
 	{name: "the store knows no engine, core or server", from: "datastore", not: []string{"engine/...", "pdp/...", "extauthz/...", "compiler/...", "cluster/..."}, deep: true},
