@@ -29,7 +29,7 @@ const (
 	DefaultGRPCAddr  = "127.0.0.1:9191"
 	DefaultHTTPAddr  = "127.0.0.1:8181"
 	DefaultAdminAddr = "127.0.0.1:8282"
-	DefaultMaxBatch  = 1000
+	DefaultMaxBatch  = 400
 )
 
 // Default connection and stream limits (see Limits).

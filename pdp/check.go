@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/internal/jsonw"
@@ -114,6 +115,9 @@ func (c *Check) Validate() error {
 		{"subject.type", c.Subject.Type}, {"subject.id", c.Subject.ID}, {"action", c.Action},
 		{"resource.type", c.Resource.Type}, {"resource.id", c.Resource.ID}, {"resource.tenant", c.Resource.Tenant},
 	} {
+		if !utf8.ValidString(f.v) {
+			return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadRequest, f.name)
+		}
 		if len(f.v) > 256 {
 			return fmt.Errorf("%w: %s is longer than 256 bytes", ErrBadRequest, f.name)
 		}

@@ -3,6 +3,7 @@ package pdp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -255,7 +256,7 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 	}
 	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
 	if d, err, ok := p.checkFields(ctx, iface, md, c); ok {
-		return d, err
+		return d, overBudget(ctx, err)
 	}
 	doc := c.Input()
 	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
@@ -268,6 +269,24 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 		}
 		return out, nil
 	})
+}
+
+// Budget bounds ctx by the time budget of one request that makes many
+// evaluations (a batch, a listing, a search): twice Config.EvalTimeout,
+// across all of them. An evaluation the budget cuts short fails with an
+// error matching ErrBudgetExceeded. A request of one evaluation needs
+// none: EvalTimeout bounds it.
+func (p *PDP) Budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, 2*p.cfg.EvalTimeout, ErrBudgetExceeded)
+}
+
+// overBudget is err, marked ErrBudgetExceeded when ctx ended because its
+// budget (Budget) is used up.
+func overBudget(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrBudgetExceeded) || !errors.Is(context.Cause(ctx), ErrBudgetExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrBudgetExceeded, err)
 }
 
 // CountError counts a request that failed (a malformed body, an
@@ -334,6 +353,7 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 	elapsed := time.Since(start)
 	d.ID = p.decisionID()
 	if err != nil {
+		err = overBudget(ctx, err)
 		d.Reason = p.CountError(iface, err)
 		if d.Reason != CodeBadRequest && d.Reason != CodeCanceled {
 			p.cfg.Logger.Warn("decision failed", "interface", iface, "reason", d.Reason, "err", err)

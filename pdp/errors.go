@@ -35,6 +35,11 @@ var ErrRevisionUnavailable = errors.New("revision unavailable")
 // was written; the client may retry.
 var ErrUnavailable = errors.New("unavailable")
 
+// ErrBudgetExceeded reports a request whose evaluations used up its time
+// budget (Budget): the request is refused whole, and the client may retry
+// it, smaller.
+var ErrBudgetExceeded = errors.New("the request's evaluation budget is used up")
+
 // errStale reports a policy load during a decision: its input was pruned
 // for another policy. Callers build the input again.
 var errStale = fmt.Errorf("%w: the policy changed during the decision", ErrNotReady)
@@ -65,6 +70,7 @@ const (
 	CodeDeadline      = "deadline_exceeded"
 	CodeConflict      = "conflict"
 	CodeDepthExceeded = "depth_exceeded"
+	CodeBudget        = "budget_exceeded"
 	CodeUnknownReason = "other"
 
 	CodeRevisionUnavailable = "revision_unavailable"
@@ -99,6 +105,9 @@ func Code(err error) string {
 		return ""
 	case errors.Is(err, ErrTooLarge):
 		return CodeTooLarge
+	case errors.Is(err, ErrBudgetExceeded):
+		// Before the context's codes: the budget is a deadline.
+		return CodeBudget
 	case errors.Is(err, ErrRevisionUnavailable):
 		// Before the context's codes: a wait cut short by the request's
 		// deadline is still a token not reached.

@@ -92,8 +92,10 @@ func (s *API) Register(mux *http.ServeMux) {
 	}
 }
 
-// auth requires the admin bearer token when one is configured.
+// auth requires the admin bearer token when one is configured, then
+// refuses a path or query that is not valid UTF-8 (wire.CheckURL).
 func (s *API) auth(h http.HandlerFunc) http.Handler {
+	h = s.validURL(h)
 	if s.Token == "" {
 		return h
 	}
@@ -107,6 +109,17 @@ func (s *API) auth(h http.HandlerFunc) http.Handler {
 		}
 		h(w, r)
 	})
+}
+
+// validURL refuses a request whose path or query is not valid UTF-8.
+func (s *API) validURL(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := wire.CheckURL(r); err != nil {
+			wire.WriteError(s.Log, w, err)
+			return
+		}
+		h(w, r)
+	}
 }
 
 type writeRelationshipsRequest struct {
@@ -129,7 +142,7 @@ func parseTuples(field string, ss []string) ([]api.Tuple, error) {
 // handleWriteRelationships applies touches and deletes atomically: all of
 // them or, on any invalid tuple, none.
 func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
@@ -387,19 +400,15 @@ type debugCheckRequest struct {
 	Trace      bool   `json:"trace"`
 }
 
-// decodeStrict reads one JSON object into v, refusing a field outside
-// fields by name, and anything after the object.
+// decodeStrict decodes one JSON object of body (read by wire.ReadJSON)
+// into v, refusing a field outside fields by name, and anything after the
+// object.
 func decodeStrict(body []byte, v any, fields ...string) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return pdp.Errorf(pdp.ErrBadRequest, "unknown field %s (accepted: %s)", f, strings.Join(fields, ", "))
+	if err := wire.DecodeJSON(body, v, true, ""); err != nil {
+		if strings.Contains(err.Error(), "unknown field ") {
+			return fmt.Errorf("%w (accepted: %s)", err, strings.Join(fields, ", "))
 		}
-		return pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err)
-	}
-	if dec.More() {
-		return pdp.Errorf(pdp.ErrBadRequest, "unexpected data after the JSON object")
+		return err
 	}
 	return nil
 }
@@ -407,7 +416,7 @@ func decodeStrict(body []byte, v any, fields ...string) error {
 // handleDebugCheck asks the relationship store directly, with an optional
 // trace that explains the answer: {"allowed": bool, "trace": {...}}.
 func (s *API) handleDebugCheck(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return

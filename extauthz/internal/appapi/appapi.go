@@ -41,7 +41,8 @@ type API struct {
 	PDP   *pdp.PDP
 	Store Store
 	// MaxBodyBytes bounds request bodies; MaxBatch the checks of one
-	// request and the results of one search page.
+	// request and the results of one search page. A request over either
+	// is refused with 413, naming the limit.
 	MaxBodyBytes int64
 	MaxBatch     int
 	// APIKey is the bearer token every endpoint but the metadata document
@@ -107,7 +108,8 @@ func (s *API) auth(h http.Handler) http.Handler {
 const requestIDKey = "X-Request-Id"
 
 // requestID echoes the request's X-Request-ID on the answer, as AuthZEN
-// requires (and whatever the answer is).
+// requires (and whatever the answer is), and refuses a request whose path
+// or query is not valid UTF-8 (wire.CheckURL).
 func requestID(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ids := r.Header[requestIDKey]; len(ids) > 0 && ids[0] != "" {
@@ -115,6 +117,10 @@ func requestID(h http.Handler) http.Handler {
 			// copies the answer's headers before it writes them, and
 			// appending to it copies too.
 			w.Header()[requestIDKey] = ids[:1:1]
+		}
+		if err := wire.CheckURL(r); err != nil {
+			wire.WriteError(nil, w, err)
+			return
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -144,8 +150,9 @@ func (s *API) jsonOnly(h http.HandlerFunc) http.HandlerFunc {
 // cannot be read or decoded is answered (and a decoding failure counted)
 // here, and ok is false.
 func decodeBody[T any](s *API, w http.ResponseWriter, r *http.Request, iface string, read func(io.Reader) (T, error)) (v T, ok bool) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 	if err != nil {
+		s.PDP.CountError(iface, err)
 		wire.WriteError(s.Log, w, err)
 		return v, false
 	}

@@ -1,6 +1,7 @@
 package appapi
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -74,6 +75,8 @@ func (s *API) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
+	ctx, cancel := s.PDP.Budget(r.Context())
+	defer cancel()
 	resp := checkapi.AuthZENBatchResponse{Evaluations: make([]checkapi.AuthZENResponse, 0, len(b.Items))}
 	for i := range b.Items {
 		it := &b.Items[i]
@@ -83,7 +86,11 @@ func (s *API) handleAuthZENBatch(w http.ResponseWriter, r *http.Request) {
 			s.PDP.CountError(pdp.IfaceAuthZEN, it.Err)
 			e = authzenError(it.Err)
 		default:
-			d, err := s.PDP.Check(r.Context(), pdp.IfaceAuthZEN, &it.Check)
+			d, err := s.PDP.Check(ctx, pdp.IfaceAuthZEN, &it.Check)
+			if errors.Is(err, pdp.ErrBudgetExceeded) {
+				wire.WriteError(s.Log, w, err) // the whole batch, not one item
+				return
+			}
 			if err != nil {
 				if code, status, _ := wire.Status(err); status >= 500 && s.Log != nil {
 					s.Log.Error("evaluation failed", "reason", code, "err", err)

@@ -3,6 +3,7 @@ package appapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -53,9 +54,15 @@ func (s *API) handleAllowedBulk(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
+	ctx, cancel := s.PDP.Budget(r.Context())
+	defer cancel()
 	resp := checkapi.PermitBulkResponse{Allow: make([]checkapi.PermitResponse, len(cs))}
 	for i := range cs {
-		d, err := s.PDP.Check(r.Context(), pdp.IfacePermit, &cs[i])
+		d, err := s.PDP.Check(ctx, pdp.IfacePermit, &cs[i])
+		if errors.Is(err, pdp.ErrBudgetExceeded) {
+			wire.WriteError(s.Log, w, err) // the whole request, not one query
+			return
+		}
 		if err != nil {
 			code := pdp.Code(err)
 			resp.Allow[i] = checkapi.PermitResponse{Debug: map[string]any{"error": wire.Describe(err), "reason": code}}
@@ -89,15 +96,16 @@ type permissionsEntry struct {
 // relationships) the permissions the policy allows, each confirmed by a
 // check through the policy.
 func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	ctx, cancel := s.PDP.Budget(r.Context())
+	defer cancel()
+	body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
 	var req userPermissionsRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+	if err := wire.DecodeJSON(body, &req, false, ""); err != nil {
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	u, err := checkapi.PermitUser(req.User)
@@ -169,7 +177,11 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 		slices.Sort(resources)
 	}
 	if len(resources) > s.MaxBatch {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "%d resources, at most %d in one request", len(resources), s.MaxBatch))
+		sentinel := pdp.ErrBadRequest // the store's resources, not the client's
+		if len(req.Resources) > 0 {
+			sentinel = pdp.ErrTooLarge
+		}
+		wire.WriteError(s.Log, w, pdp.Errorf(sentinel, "%d resources, at most %d in one request", len(resources), s.MaxBatch))
 		return
 	}
 	for _, res := range resources {
@@ -234,15 +246,16 @@ type assignment struct {
 // may do action on resource, through a tenant role or a relationship,
 // each confirmed by a check through the policy.
 func (s *API) handleAuthorizedUsers(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	ctx, cancel := s.PDP.Budget(r.Context())
+	defer cancel()
+	body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
 	var req authorizedUsersRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+	if err := wire.DecodeJSON(body, &req, false, ""); err != nil {
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	q := checkapi.PermitQuery{User: json.RawMessage(`"-"`), Action: req.Action, Resource: req.Resource}

@@ -41,5 +41,21 @@ func parseContextRevision(v any) (pdp.Revision, error) {
 	case json.Number:
 		return pdp.ParseRevision(v.String())
 	}
-	return 0, pdp.Errorf(pdp.ErrBadRequest, "context.%s must be a revision (a string or an integer), not %T", pdp.RevisionContextKey, v)
+	return 0, pdp.Errorf(pdp.ErrBadRequest, "context.%s must be a revision (a string or an integer), not %s", pdp.RevisionContextKey, jsonKind(v))
+}
+
+// jsonKind names the JSON kind of a decoded value, in the request's
+// terms (never a Go type).
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return "another kind of value"
 }

@@ -33,8 +33,9 @@ const (
 // page that stops before the end has a non-empty next_token.
 func (s *API) handleSearch(kind string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+		body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 		if err != nil {
+			s.PDP.CountError(pdp.IfaceAuthZEN, err)
 			wire.WriteError(s.Log, w, err)
 			return
 		}
@@ -53,7 +54,9 @@ func (s *API) handleSearch(kind string) http.HandlerFunc {
 				return
 			}
 		}
-		cands, err := s.candidates(r.Context(), q)
+		ctx, cancel := s.PDP.Budget(r.Context())
+		defer cancel()
+		cands, err := s.candidates(ctx, q)
 		if err != nil {
 			wire.WriteError(s.Log, w, err)
 			return
@@ -74,7 +77,7 @@ func (s *API) handleSearch(kind string) http.HandlerFunc {
 			case searchAction:
 				c.Action = cands[i]
 			}
-			d, err := s.PDP.Check(r.Context(), pdp.IfaceAuthZEN, &c)
+			d, err := s.PDP.Check(ctx, pdp.IfaceAuthZEN, &c)
 			if err != nil {
 				wire.WriteError(s.Log, w, err)
 				return

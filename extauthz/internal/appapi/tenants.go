@@ -41,7 +41,7 @@ type tenantDetails struct {
 // handleUserTenants answers Permit's /user-tenants: the tenants where the
 // user holds a role, as [{"key", "attributes"}].
 func (s *API) handleUserTenants(w http.ResponseWriter, r *http.Request) {
-	body, err := wire.ReadBody(w, r, s.MaxBodyBytes)
+	body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
@@ -49,8 +49,8 @@ func (s *API) handleUserTenants(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		User json.RawMessage `json:"user"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "malformed JSON: %v", err))
+	if err := wire.DecodeJSON(body, &req, false, ""); err != nil {
+		wire.WriteError(s.Log, w, err)
 		return
 	}
 	user, err := checkapi.PermitUser(req.User)
@@ -85,7 +85,8 @@ type allowedTenant struct {
 // in the resource's own tenant; the answer lists the tenants where it is
 // allowed, in order.
 func (s *API) handleAllowedAllTenants(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx, cancel := s.PDP.Budget(r.Context())
+	defer cancel()
 	c, ok := decodeBody(s, w, r, pdp.IfacePermit, checkapi.ReadPermit)
 	if !ok {
 		return

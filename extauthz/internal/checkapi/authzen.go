@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
+
+	"github.com/nexuspdp/nexus/extauthz/internal/wire"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // AuthZEN Authorization API 1.0 request shapes.
@@ -111,7 +113,7 @@ func ReadAuthZENBatch(r io.Reader, max int) (Batch, error) {
 		return b, nil
 	}
 	if len(req.Evaluations) > max {
-		return Batch{}, fmt.Errorf("%w: %d evaluations, at most %d in one request", ErrBadRequest, len(req.Evaluations), max)
+		return Batch{}, pdp.Errorf(pdp.ErrTooLarge, "%d evaluations, at most %d in one request", len(req.Evaluations), max)
 	}
 	b.Items = make([]BatchItem, len(req.Evaluations))
 	for i, raw := range req.Evaluations {
@@ -129,14 +131,7 @@ func ReadAuthZENBatch(r io.Reader, max int) (Batch, error) {
 
 // decodeRaw decodes one element of a request; a type error names it.
 func decodeRaw(raw json.RawMessage, v any, name string) error {
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		msg := describeJSONError(err)
-		msg = strings.Replace(msg, "the body must be", name+" must be", 1)
-		return fmt.Errorf("%w: %s", ErrBadRequest, msg)
-	}
-	return nil
+	return wire.DecodeJSON(raw, v, false, name)
 }
 
 func (r authzenRequest) check(def authzenRequest) (Check, error) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 func TestReadAuthZEN(t *testing.T) {
@@ -68,6 +70,8 @@ func TestReadAuthZENBatch(t *testing.T) {
 		sem     string
 		items   []item
 		wantErr string // the whole request's error
+		// tooLarge: wantErr is pdp.ErrTooLarge (413), not ErrBadRequest
+		tooLarge bool
 	}{
 		{name: "defaults", body: `{"subject":{"type":"user","id":"alice"},"action":{"name":"read"},"evaluations":[{"resource":{"type":"file","id":"f1"}},{"action":{"name":"write"},"resource":{"type":"file","id":"f2"}}],"options":{"evaluations_semantic":"deny_on_first_deny"}}`,
 			sem: DenyOnFirstDeny, items: []item{{action: "read", resource: "f1"}, {action: "write", resource: "f2"}}},
@@ -88,14 +92,18 @@ func TestReadAuthZENBatch(t *testing.T) {
 			sem: ExecuteAll, items: []item{{action: "read", resource: "f1"}, {action: "read", resource: "f2"}}},
 		{name: "evaluations-not-array", body: `{"evaluations":{}}`, wantErr: "evaluations must be an array"},
 		{name: "bad-semantic", body: `{"options":{"evaluations_semantic":"x"}}`, wantErr: "is not one of"},
-		{name: "too-many", body: `{"subject":{"type":"user","id":"a"},"action":{"name":"read"},"evaluations":[{"resource":{"type":"f","id":"1"}},{"resource":{"type":"f","id":"2"}},{"resource":{"type":"f","id":"3"}}]}`, wantErr: "at most 2"},
+		{name: "too-many", body: `{"subject":{"type":"user","id":"a"},"action":{"name":"read"},"evaluations":[{"resource":{"type":"f","id":"1"}},{"resource":{"type":"f","id":"2"}},{"resource":{"type":"f","id":"3"}}]}`, wantErr: "at most 2", tooLarge: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := ReadAuthZENBatch(strings.NewReader(tt.body), 2)
 			if tt.wantErr != "" {
-				if err == nil || !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want ErrBadRequest containing %q", err, tt.wantErr)
+				want := ErrBadRequest
+				if tt.tooLarge {
+					want = pdp.ErrTooLarge
+				}
+				if err == nil || !errors.Is(err, want) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %v containing %q", err, want, tt.wantErr)
 				}
 				return
 			}

@@ -7,6 +7,9 @@ import (
 	"io"
 	"net/url"
 	"strings"
+
+	"github.com/nexuspdp/nexus/extauthz/internal/wire"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // Permit-compatible request shapes (the PDP's /allowed family).
@@ -60,7 +63,7 @@ func ReadPermitBulk(r io.Reader, max int) ([]Check, error) {
 		qs = obj.Checks
 	}
 	if len(qs) > max {
-		return nil, fmt.Errorf("%w: %d queries, at most %d in one request", ErrBadRequest, len(qs), max)
+		return nil, pdp.Errorf(pdp.ErrTooLarge, "%d queries, at most %d in one request", len(qs), max)
 	}
 	out := make([]Check, len(qs))
 	for i := range qs {
@@ -122,21 +125,16 @@ func stringOrObject(raw json.RawMessage, s *string, obj any, field string) error
 	if raw[0] != '{' {
 		return fmt.Errorf("%w: %s must be a string or an object", ErrBadRequest, field)
 	}
-	var err error
 	if bytes.IndexByte(raw, '\\') < 0 && !bytes.Contains(raw, []byte(`"attributes"`)) {
 		// No attributes (not even spelled with escapes): only strings
 		// to decode.
-		err = json.Unmarshal(raw, obj)
-	} else {
-		// Attributes keep their numbers exact (json.Number).
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		err = dec.Decode(obj)
+		if json.Unmarshal(raw, obj) == nil {
+			return nil
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("%w: %s: %s", ErrBadRequest, field, describeJSONError(err))
-	}
-	return nil
+	// Attributes keep their numbers exact (json.Number); an error is
+	// described in the request's terms.
+	return wire.DecodeJSON(raw, obj, false, field)
 }
 
 // PermitResponse is the body of an /allowed answer: "allow", and the

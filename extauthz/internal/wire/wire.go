@@ -26,6 +26,8 @@ func Status(err error) (code string, httpStatus int, grpcCode codes.Code) {
 		return code, http.StatusRequestEntityTooLarge, codes.InvalidArgument
 	case pdp.CodeBadRequest, pdp.CodeUnknownType:
 		return code, http.StatusBadRequest, codes.InvalidArgument
+	case pdp.CodeBudget:
+		return code, http.StatusServiceUnavailable, codes.ResourceExhausted
 	case pdp.CodeNotReady, pdp.CodeStoreError, pdp.CodeStoreCorrupt, pdp.CodeRevisionUnavailable, pdp.CodeUnavailable:
 		return code, http.StatusServiceUnavailable, codes.Unavailable
 	case pdp.CodeDeadline:
@@ -90,7 +92,7 @@ func readAll(w http.ResponseWriter, body io.ReadCloser, limit int64) ([]byte, er
 	b, err := io.ReadAll(http.MaxBytesReader(w, body, limit))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, pdp.ErrTooLarge
+			return nil, pdp.Errorf(pdp.ErrTooLarge, "the body is larger than %d bytes", limit)
 		}
 	}
 	return b, err
@@ -116,23 +118,28 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // serverSide describes, by code, the failures that are nexus' or its
-// policy's, not the client's: their details (Go types, store internals)
-// go to the server's log, never to the client.
+// policy's, not the client's: their details (Go types, store internals,
+// the engine's messages) go to the server's log, never to the client.
 var serverSide = map[string]string{
-	pdp.CodePolicyResult:  "the policy's result is not a decision",
-	pdp.CodeUndefined:     "the policy is undefined for this request",
-	pdp.CodeStoreError:    "the relationship store cannot answer",
-	pdp.CodeStoreCorrupt:  "the relationship store cannot answer: its data file is damaged",
-	pdp.CodeDepthExceeded: "the relationship walk exceeded its depth limit",
-	pdp.CodeInternal:      "internal error",
+	pdp.CodePolicyResult:        "the policy's result is not a decision",
+	pdp.CodeUndefined:           "the policy is undefined for this request",
+	pdp.CodeStoreError:          "the relationship store cannot answer",
+	pdp.CodeStoreCorrupt:        "the relationship store cannot answer: its data file is damaged",
+	pdp.CodeDepthExceeded:       "the relationship walk exceeded its depth limit",
+	pdp.CodeInternal:            "internal error",
+	pdp.CodeNotReady:            "no policy is loaded yet, or this kind of check is disabled",
+	pdp.CodeDeadline:            "the evaluation exceeded its time limit",
+	pdp.CodeBudget:              "the request's evaluations exceeded its time budget: send fewer or simpler checks",
+	pdp.CodeRevisionUnavailable: "the data has not reached the consistency token's revision in time: retry",
+	pdp.CodeUnavailable:         "the write cannot be taken now: nothing was written, retry",
 }
 
 // Describe is the message a client may see for err: the error itself
-// when it is the client's (4xx) or says what to wait for (not ready, a
-// deadline), a fixed description by code otherwise.
+// when it is the client's (4xx), a fixed description by code otherwise
+// (whose details WriteError logs).
 func Describe(err error) string {
 	code, status, _ := Status(err)
-	if status < 500 || code == pdp.CodeNotReady || code == pdp.CodeDeadline || code == pdp.CodeRevisionUnavailable || code == pdp.CodeUnavailable {
+	if status < 500 {
 		return err.Error()
 	}
 	if d, ok := serverSide[code]; ok {
@@ -141,15 +148,21 @@ func Describe(err error) string {
 	return "the policy evaluation failed (" + code + ")"
 }
 
-// WriteError answers with the error's status and a JSON body that names
-// it precisely (the client's errors) or by its code (server-side ones,
-// which log receives in full).
+// WriteError is the one error writer of the HTTP APIs: it answers with
+// the error's status and a JSON body {"error": description, "reason":
+// code}, the description precise for the client's errors (4xx) and fixed
+// by code for the others, whose details go to log.
 func WriteError(log *slog.Logger, w http.ResponseWriter, err error) {
 	code, status, _ := Status(err)
-	// A consistency token not reached is the client's choice of revision,
-	// counted in the metrics: logging each would let a client flood the log.
-	if status >= 500 && log != nil && code != pdp.CodeRevisionUnavailable {
+	switch {
+	case log == nil:
+	case status >= 500 && code != pdp.CodeRevisionUnavailable:
 		log.Error("request failed", "reason", code, "err", err)
+	default:
+		// A consistency token not reached is the client's choice of
+		// revision, counted in the metrics, as client errors are:
+		// logging each above debug would let a client flood the log.
+		log.Debug("request refused", "reason", code, "err", err)
 	}
 	WriteJSON(w, status, map[string]string{"error": Describe(err), "reason": code})
 }
