@@ -42,7 +42,7 @@ decide_stored(subject, action, resource, stored) := {"allow": false, "reason": "
 } else := {"allow": false, "reason": "no_tenant"} if {
 	count(stored) == 0
 	resource.id != ""
-	object.get(object.get(object.get(data.nexus, "tenancy", {}), type_of(concat(":", [resource.type, resource.id])), {}), "required", false)
+	object.get(object.get(data.nexus.tenancy, type_of(concat(":", [resource.type, resource.id])), {}), "required", false)
 } else := decide_in_tenant(subject, action, resource, tenant_of(resource, stored))
 
 # stored_tenants are the tenants the store assigns the resource to (none
@@ -72,7 +72,7 @@ own_tenants(obj) := {t |
 }
 
 # inherit are the relations obj's type inherits a tenant through.
-inherit(obj) := object.get(object.get(object.get(data.nexus, "tenancy", {}), type_of(obj), {}), "inherit", [])
+inherit(obj) := object.get(object.get(data.nexus.tenancy, type_of(obj), {}), "inherit", [])
 
 # step is the next level of the walk up from level: the objects the
 # inherit relations of level's objects without a tenant of their own lead
