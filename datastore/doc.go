@@ -24,6 +24,9 @@
 //	      viewer: [user, group#member]
 //	    permissions:
 //	      read: viewer + parent->read      # an expression, see below
+//	    tenancy:                           # optional: how a folder gets its tenant
+//	      inherit: [parent]                # the parent's, when it has none of its own
+//	      required: true                   # a folder with no tenant is in none (denied)
 //	roles:                                 # optional: tenant roles (RBAC)
 //	  type: tenant                         # the type whose relations are roles (default tenant)
 //	  grants:
@@ -37,8 +40,10 @@
 // the operators + (union), & (intersection) and - (exclusion), with
 // parentheses. -> binds tightest, then &, then + and - (left to right):
 // a + b & c - d is (a + (b & c)) - d. Every role under roles.grants must be
-// a relation of the tenant type. Errors name the type, the relation and the
-// line:column of the YAML.
+// a relation of the tenant type. A resource's tenant is its own (its
+// "tenant" relation to the tenant type), else the one it inherits through
+// the relations under tenancy.inherit (see Tenancy). Errors name the type,
+// the relation and the line:column of the YAML.
 //
 // # Checks
 //

@@ -44,6 +44,22 @@ type typeDef struct {
 	name    string
 	members map[string]*member // relations and permissions by name
 	order   []*member
+	tenancy Tenancy
+	// tenancyNode is the tenancy key's YAML (nil without one), for errors
+	// found once the whole schema is read.
+	tenancyNode *yaml.Node
+}
+
+// Tenancy is how a type's resources get their tenant, as its schema's
+// tenancy key declares: a resource's own tenant (its "tenant" relation),
+// else the tenant it inherits through the relations in Inherit (the
+// nearest objects reached through them that have one). Required means a
+// resource named by ID that has no tenant, own or inherited, is in none:
+// the default policy denies it (reason no_tenant) instead of judging it
+// in the tenant a request claims.
+type Tenancy struct {
+	Inherit  []string
+	Required bool
 }
 
 // member is a relation or a permission of a type.
@@ -273,8 +289,10 @@ func (p *schemaParser) parseTypes(n *yaml.Node) {
 				p.parseRelations(t, sec[1])
 			case "permissions":
 				p.parsePermissions(t, sec[1])
+			case "tenancy":
+				p.parseTenancy(t, sec[1])
 			default:
-				p.errf(sec[0], name, "", "unknown key %q (want relations, permissions)", sec[0].Value)
+				p.errf(sec[0], name, "", "unknown key %q (want relations, permissions, tenancy)", sec[0].Value)
 			}
 		}
 	}
@@ -377,6 +395,84 @@ func (p *schemaParser) parsePermissions(t *typeDef, n *yaml.Node) {
 	}
 }
 
+// parseTenancy reads a type's tenancy: {inherit: [relation, ...],
+// required: bool}. resolveTenancy checks the names once every type is read.
+func (p *schemaParser) parseTenancy(t *typeDef, n *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		p.errf(n, t.name, "", "tenancy must be a mapping such as {inherit: [parent], required: true}")
+		return
+	}
+	t.tenancyNode = n
+	for _, kv := range mapPairs(n) {
+		switch kv[0].Value {
+		case "inherit":
+			var items []*yaml.Node
+			switch kv[1].Kind {
+			case yaml.SequenceNode:
+				items = kv[1].Content
+			case yaml.ScalarNode:
+				if !isNullNode(kv[1]) {
+					items = []*yaml.Node{kv[1]}
+				}
+			default:
+				p.errf(kv[1], t.name, "", "tenancy: inherit must be a list of relations such as [parent]")
+				continue
+			}
+			for _, it := range items {
+				if it.Kind != yaml.ScalarNode || !api.ValidName(it.Value) {
+					p.errf(it, t.name, "", "tenancy: inherit: invalid relation name %q", it.Value)
+					continue
+				}
+				if slices.Contains(t.tenancy.Inherit, it.Value) {
+					p.errf(it, t.name, it.Value, "tenancy: inherit: relation listed twice")
+					continue
+				}
+				t.tenancy.Inherit = append(t.tenancy.Inherit, it.Value)
+			}
+		case "required":
+			if kv[1].Kind != yaml.ScalarNode || (kv[1].Value != "true" && kv[1].Value != "false") {
+				p.errf(kv[1], t.name, "", "tenancy: required must be true or false")
+				continue
+			}
+			t.tenancy.Required = kv[1].Value == "true"
+		default:
+			p.errf(kv[0], t.name, "", "unknown key %q under tenancy (want inherit, required)", kv[0].Value)
+		}
+	}
+}
+
+// resolveTenancy checks t's tenancy: a tenant type, relations to inherit
+// through that t declares and that lead to objects (no usersets), and a
+// required tenant that t can have.
+func (p *schemaParser) resolveTenancy(t *typeDef) {
+	n := t.tenancyNode
+	if n == nil {
+		return
+	}
+	if p.s.tenant == "" {
+		p.errf(n, t.name, "", "tenancy: the schema declares no tenant type (a roles section)")
+		return
+	}
+	for _, rel := range t.tenancy.Inherit {
+		m := t.members[rel]
+		switch {
+		case m == nil:
+			p.errf(n, t.name, rel, "tenancy: inherit: type %s has no relation %q", t.name, rel)
+		case m.perm:
+			p.errf(n, t.name, rel, "tenancy: inherit: %q is a permission; a tenant is inherited through relations", rel)
+		default:
+			for _, st := range m.allowed {
+				if st.Relation != "" {
+					p.errf(n, t.name, rel, "tenancy: inherit: %s#%s accepts the userset %s; a tenant is inherited from objects", t.name, rel, st)
+				}
+			}
+		}
+	}
+	if t.tenancy.Required && len(t.tenancy.Inherit) == 0 && !p.s.Tenanted(t.name) {
+		p.errf(n, t.name, "", "tenancy: required, but type %s has no tenant relation to %s and inherits none", t.name, p.s.tenant)
+	}
+}
+
 func (p *schemaParser) parseRoles(n *yaml.Node) {
 	if n.Kind != yaml.MappingNode {
 		p.errf(n, "", "", "roles must be a mapping with type and grants")
@@ -476,6 +572,7 @@ func (p *schemaParser) resolve() {
 				p.resolveExpr(t, m, m.expr)
 			}
 		}
+		p.resolveTenancy(t)
 	}
 }
 
@@ -599,6 +696,16 @@ func (s *Schema) Tenanted(typ string) bool {
 		slices.ContainsFunc(s.AllowedSubjects(typ, "tenant"), func(st SubjectType) bool {
 			return st.Type == s.tenant && st.Relation == ""
 		})
+}
+
+// Tenancy returns how typ's resources get their tenant (the zero Tenancy
+// for a type without a tenancy key, or an unknown one).
+func (s *Schema) Tenancy(typ string) Tenancy {
+	t := s.types[typ]
+	if t == nil {
+		return Tenancy{}
+	}
+	return Tenancy{Inherit: slices.Clone(t.tenancy.Inherit), Required: t.tenancy.Required}
 }
 
 // RoleGrants returns the grants of a tenant role, such as "file:read" or

@@ -27,6 +27,35 @@ func TestParseSchemaDrive(t *testing.T) {
 	}
 }
 
+// tenancySchema is a schema whose doc type has the given tenancy.
+func tenancySchema(tenancy string) string {
+	return "types:\n  user: {}\n  tenant:\n    relations:\n      admin: [user]\n  group:\n    relations:\n      member: [user]\n" +
+		"  doc:\n    relations:\n      tenant: [tenant]\n      parent: [doc]\n      owner: [group#member]\n    permissions:\n      read: owner\n" +
+		"    tenancy: " + tenancy + "\nroles:\n  grants:\n    admin: [doc:*]\n"
+}
+
+func TestSchemaTenancy(t *testing.T) {
+	s, err := ParseSchema(drive.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"file", "folder"} {
+		if got := s.Tenancy(typ); !got.Required || strings.Join(got.Inherit, ",") != "parent" {
+			t.Errorf("Tenancy(%s) = %+v, want inherit [parent], required", typ, got)
+		}
+	}
+	if got := s.Tenancy("user"); got.Required || got.Inherit != nil {
+		t.Errorf("Tenancy(user) = %+v, want none", got)
+	}
+	s, err = ParseSchema([]byte(tenancySchema("{inherit: parent}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Tenancy("doc"); got.Required || strings.Join(got.Inherit, ",") != "parent" {
+		t.Errorf("Tenancy(doc) = %+v", got)
+	}
+}
+
 func TestParseSchemaErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -51,6 +80,14 @@ func TestParseSchemaErrors(t *testing.T) {
 		{"grant unknown type", "types:\n  user: {}\n  tenant:\n    relations:\n      admin: [user]\nroles:\n  grants:\n    admin: [file:read]\n", []string{"unknown type \"file\""}},
 		{"grant syntax", "types:\n  user: {}\n  tenant:\n    relations:\n      admin: [user]\nroles:\n  grants:\n    admin: [file]\n", []string{"want type:permission"}},
 		{"missing tenant type", "types:\n  user: {}\nroles:\n  type: org\n  grants: {}\n", []string{"tenant type \"org\""}},
+		{"tenancy without roles", "types:\n  doc:\n    tenancy: {required: true}\n", []string{"doc", "no tenant type"}},
+		{"tenancy unknown key", tenancySchema("{inherit: [parent], needed: true}"), []string{"unknown key \"needed\" under tenancy"}},
+		{"tenancy inherit unknown", tenancySchema("{inherit: [folder]}"), []string{"doc#folder", "has no relation"}},
+		{"tenancy inherit permission", tenancySchema("{inherit: [read]}"), []string{"doc#read", "is a permission"}},
+		{"tenancy inherit userset", tenancySchema("{inherit: [owner]}"), []string{"doc#owner", "userset"}},
+		{"tenancy required bad", tenancySchema("{required: yes}"), []string{"required must be true or false"}},
+		{"tenancy inherit twice", tenancySchema("{inherit: [parent, parent]}"), []string{"listed twice"}},
+		{"tenancy required without tenant", "types:\n  user: {}\n  tenant:\n    relations:\n      admin: [user]\n  doc:\n    tenancy: {required: true}\nroles:\n  grants:\n    admin: [doc:*]\n", []string{"doc", "inherits none"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

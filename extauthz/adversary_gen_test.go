@@ -101,7 +101,9 @@ func advGenWorld(rules *advRules, seed uint64) *advWorld {
 		}
 	}
 	for _, r := range append(advTyped("folder", folders), advTyped("file", files)...) {
-		if rng.IntN(100) < 65 {
+		// Most folders are in a tenant and half the files: the others
+		// inherit their folder's (or are in none).
+		if rng.IntN(100) < map[string]int{"folder": 95, "file": 50}[r[0]] {
 			add(r[0], r[1], "tenant", advSubject{typ: tt, id: advPick(rng, tenants)})
 			if rng.IntN(100) < 5 {
 				add(r[0], r[1], "tenant", advSubject{typ: tt, id: advPick(rng, tenants)})
@@ -181,9 +183,20 @@ func advGenRequests(w *advWorld, seed uint64, n int) []*advReq {
 // sometimes one that does not exist or exists with the other type.
 func (g *advGen) resource() (typ, id string) {
 	w := g.w
-	switch x := g.rng.IntN(40); {
+	switch x := g.rng.IntN(42); {
 	case x < 19:
 		return "file", advPick(g.rng, w.files)
+	case x >= 40:
+		// An ID the store does not hold: a case variant of one it does.
+		typ, id := "file", advPick(g.rng, w.files)
+		if x == 41 {
+			typ, id = "folder", advPick(g.rng, w.folders)
+		}
+		g.note("a case variant of %s:%s", typ, id)
+		if u := strings.ToUpper(id); u != id {
+			return typ, u
+		}
+		return typ, strings.ToLower(id)
 	case x < 36:
 		return "folder", advPick(g.rng, w.folders)
 	case x < 37:

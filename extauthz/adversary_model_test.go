@@ -37,6 +37,8 @@ type advRules struct {
 type advType struct {
 	relations map[string][]string  // relation -> allowed subject types
 	perms     map[string][]advTerm // permission -> union of its terms
+	inherit   []string             // relations a resource without a tenant inherits one through
+	required  bool                 // a resource named by ID without a tenant is in none: denied
 }
 
 // advTerm is one term of a union: a relation or permission of the same
@@ -66,6 +68,10 @@ func advLoadRules(tb testing.TB) *advRules {
 		Types map[string]struct {
 			Relations   map[string][]string `yaml:"relations"`
 			Permissions map[string]string   `yaml:"permissions"`
+			Tenancy     struct {
+				Inherit  []string `yaml:"inherit"`
+				Required bool     `yaml:"required"`
+			} `yaml:"tenancy"`
 		} `yaml:"types"`
 		Roles struct {
 			Type   string              `yaml:"type"`
@@ -77,7 +83,7 @@ func advLoadRules(tb testing.TB) *advRules {
 	}
 	r := &advRules{tenantType: sc.Roles.Type, grants: sc.Roles.Grants, types: map[string]*advType{}}
 	for name, t := range sc.Types {
-		at := &advType{relations: t.Relations, perms: map[string][]advTerm{}}
+		at := &advType{relations: t.Relations, perms: map[string][]advTerm{}, inherit: t.Tenancy.Inherit, required: t.Tenancy.Required}
 		for p, src := range t.Permissions {
 			if strings.ContainsAny(strings.ReplaceAll(src, "->", ""), "&-()") {
 				tb.Fatalf("model: %s#%s = %q: only unions of relations and arrows are modelled", name, p, src)
@@ -204,12 +210,38 @@ func (w *advWorld) has(typ, id, name string, sub advSubject, path map[string]boo
 	return false
 }
 
-// storedTenants are the tenants the store assigns typ:id to.
+// storedTenants are the tenants the store assigns typ:id to: its own
+// (its tenant relation), else those of the objects its type's tenancy
+// inherits through, each the same way (README: a file in a folder is in
+// the folder's tenant). An object met again on the way adds nothing.
 func (w *advWorld) storedTenants(typ, id string) []string {
+	return w.tenantsOf(typ, id, map[string]bool{})
+}
+
+func (w *advWorld) tenantsOf(typ, id string, seen map[string]bool) []string {
+	if seen[typ+":"+id] {
+		return nil
+	}
+	seen[typ+":"+id] = true
 	var out []string
 	for _, s := range w.byRel[typ+":"+id+"#tenant"] {
-		if s.typ == w.rules.tenantType && s.rel == "" {
+		if s.typ == w.rules.tenantType && s.rel == "" && !slices.Contains(out, s.id) {
 			out = append(out, s.id)
+		}
+	}
+	if len(out) > 0 || w.rules.types[typ] == nil {
+		return out
+	}
+	for _, rel := range w.rules.types[typ].inherit {
+		for _, p := range w.byRel[typ+":"+id+"#"+rel] {
+			if p.rel != "" {
+				continue
+			}
+			for _, t := range w.tenantsOf(p.typ, p.id, seen) {
+				if !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
 		}
 	}
 	return out
@@ -303,6 +335,10 @@ func (w *advWorld) decide(c advCheck) advVerdict {
 	tenant := c.tenant
 	if tenant != "" && len(stored) > 0 && !slices.Contains(stored, tenant) {
 		return advDeny("tenant_mismatch: claimed %q, stored %v", tenant, stored)
+	}
+	// A type that requires a tenant denies a resource that has none.
+	if t := r.types[c.resType]; c.resID != "" && len(stored) == 0 && t != nil && t.required {
+		return advDeny("no_tenant: %s:%s has no tenant, own or inherited", c.resType, c.resID)
 	}
 	if tenant == "" && len(stored) == 1 {
 		tenant = stored[0]

@@ -686,7 +686,9 @@ func (ty *advTally) report(t *testing.T, took time.Duration) {
 			t.Logf("wrong deny (tolerated) %s", m)
 		}
 	}
-	if ty.total == 0 || ty.modelAllows*100 < ty.total*20 || ty.nexusAllows*100 < ty.total*15 {
+	// At least 15% allowed (about 20% are: requests on resources in no
+	// tenant, or named in another case, are denied).
+	if ty.total == 0 || ty.modelAllows*100 < ty.total*15 || ty.nexusAllows*100 < ty.total*15 {
 		t.Errorf("too few allows to mean anything: the model allows %d and nexus %d of %d checks", ty.modelAllows, ty.nexusAllows, ty.total)
 	}
 }

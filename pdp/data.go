@@ -90,6 +90,15 @@ func withSchema(data []byte, sc *datastore.Schema) (loadData, error) {
 			}
 		}
 		nx["tenanted"] = tenanted
+		// How the types' resources without a tenant of their own inherit
+		// one, and whether they must have one (the schema's tenancy).
+		tenancy := map[string]any{}
+		for _, t := range sc.Types() {
+			if tn := sc.Tenancy(t); tn.Required || len(tn.Inherit) > 0 {
+				tenancy[t] = map[string]any{"inherit": append([]string{}, tn.Inherit...), "required": tn.Required}
+			}
+		}
+		nx["tenancy"] = tenancy
 	}
 	out, err := json.Marshal(doc)
 	if err != nil {

@@ -287,6 +287,24 @@ func (p *PDP) KnownType(typ string) bool {
 	return t == nil || *t == nil || (*t)[typ]
 }
 
+// ResourceTenant is the tenant the store assigns the resource typ:id to,
+// its own or the one it inherits up its type's tenancy relations, as the
+// default policy reads it: "" when it has none or more than one (or no
+// ID, or there is no store).
+func (p *PDP) ResourceTenant(ctx context.Context, typ, id string) (string, error) {
+	if p.cfg.Relations == nil || id == "" {
+		return "", nil
+	}
+	r, err := builtins.ResourceTenant(ctx, p.cfg.Relations, nil, typ+":"+id, "")
+	if err != nil {
+		return "", fmt.Errorf("pdp: resource tenant: %w", err)
+	}
+	if len(r) == 2 {
+		return r[1], nil
+	}
+	return "", nil
+}
+
 // Routes returns the loaded policy's route rules (data.nexus.routes), in
 // data order; nil when it has none. Callers must not modify them.
 func (p *PDP) Routes() []Route {

@@ -169,6 +169,10 @@ func TestDefaultPolicyMatchesReference(t *testing.T) {
 		"file:shared.doc#tenant@tenant:acme", "file:shared.doc#tenant@tenant:globex", "file:shared.doc#viewer@user:bob",
 		"file:orphan.txt#viewer@user:carol", "tenant:globex#admin@user:gina", "tenant:acme#member@user:carol",
 		"folder:q3#tenant@tenant:acme#member",
+		// Inherited tenants: a file in a globex folder, a cycle of
+		// folders without one, and a chain whose tenant is 33 levels up.
+		"folder:groot#tenant@tenant:globex", "file:child.pdf#parent@folder:groot", "folder:c1#parent@folder:c2",
+		"folder:c2#parent@folder:c1", "folder:c2#parent@folder:groot",
 	} {
 		tu, err := api.ParseTuple(s)
 		if err != nil {
@@ -176,6 +180,11 @@ func TestDefaultPolicyMatchesReference(t *testing.T) {
 		}
 		extra = append(extra, tu)
 	}
+	for i := 0; i < 33; i++ {
+		extra = append(extra, api.Tuple{Object: api.Object{Type: "folder", ID: fmt.Sprintf("z%d", i)}, Relation: "parent",
+			Subject: api.Subject{Type: "folder", ID: fmt.Sprintf("z%d", i+1)}})
+	}
+	extra = append(extra, api.Tuple{Object: api.Object{Type: "folder", ID: "z33"}, Relation: "tenant", Subject: api.Subject{Type: "tenant", ID: "acme"}})
 	for _, tu := range extra {
 		// One at a time: a tuple the schema refuses is left out.
 		_, _ = store.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{tu}})
@@ -268,7 +277,7 @@ func TestDefaultPolicyMatchesReference(t *testing.T) {
 			}
 			// The requests reach every outcome: a test whose inputs all
 			// decide the same proves nothing.
-			want := []string{"rbac", "rebac", "no_grant", "tenant_mismatch", "no_route", "no_subject", "invalid_request"}
+			want := []string{"rbac", "rebac", "no_grant", "tenant_mismatch", "no_tenant", "no_route", "no_subject", "invalid_request"}
 			if name == "default-routes" {
 				want = append(want, "locked", "error")
 			}
@@ -334,6 +343,7 @@ func envoyInputs(t *testing.T) []refInput {
 	long := strings.Repeat("a", 300)
 	paths := []string{
 		"/tenants/acme/files/report.pdf", "/tenants/globex/files/report.pdf", "/tenants/acme/files/shared.doc",
+		"/tenants/acme/files/child.pdf", "/files/child.pdf", "/tenants/acme/files/SECRET.pdf", "/folders/z0",
 		"/tenants/globex/files/shared.doc", "/tenants/evil/files/orphan.txt", "/tenants/acme/folders/q3",
 		"/files/report.pdf", "/files/shared.doc", "/files/orphan.txt", "/files/notes.txt", "/folders/q3", "/folders/root",
 		"/files/", "/files", "/files/a/b", "/files/a%2Fb", "/files/..", "/files/.", "/files/%2e%2e", "/files/a%20b",
@@ -427,7 +437,7 @@ func appInputs(t *testing.T) []refInput {
 	}
 	actions := []any{"read", "write", "share", nil}
 	types := []any{"file", "folder", "nosuch", "", nil}
-	ids := []any{"report.pdf", "shared.doc", "orphan.txt", "q3", "", nil, "a b"}
+	ids := []any{"report.pdf", "shared.doc", "orphan.txt", "q3", "child.pdf", "c1", "z0", "", nil, "a b"}
 	tenants := []any{nil, "", "acme", "globex", "a b"}
 	attrs := []any{nil, map[string]any{"locked": true}}
 	for _, s := range subjects {

@@ -203,8 +203,23 @@ func (c *capture) set(pattern, seg string) error {
 // Results of nexus.resource_tenant.
 const (
 	tenantMismatch = "mismatch"
+	tenantNone     = "none"
 	tenantOK       = "ok"
 )
+
+// verdict is what tenantOf finds of a resource's tenant.
+type verdict uint8
+
+const (
+	verdictOK       verdict = iota // judged in the tenant tenantOf returns
+	verdictMismatch                // the request claims a tenant the resource is not in
+	verdictNone                    // the type requires a tenant; the resource has none
+)
+
+// maxTenantDepth bounds the walk up a resource's ancestors for the tenant
+// it inherits: an ancestor further than this many steps up, reached
+// through ancestors without a tenant, is an error (ErrTenantDepth).
+const maxTenantDepth = 32
 
 // schemaStore is what nexus.resource_tenant and nexus.grant read besides
 // Store's methods.
@@ -259,86 +274,168 @@ func (l storeMethods) Check(req datastore.CheckRequest) (datastore.CheckResult, 
 // ResourceTenant is nexus.resource_tenant(object, claimed): the tenant a
 // check on object ("type:id") is judged in. The store's tenants of object
 // are those of its "tenant" relation, for a type the schema gives one to
-// the tenant type. A claimed tenant ("" for none) that the store does not
-// hold, when it holds one, appends ["mismatch"]; otherwise ["ok", T] where
+// the tenant type; a resource with none inherits those of the objects its
+// type's tenancy.inherit relations lead to (nearest first, see tenantOf).
+// A claimed tenant ("" for none) that the store does not hold, when it
+// holds one, appends ["mismatch"]; a resource of a type whose tenancy is
+// required that has no tenant appends ["none"]; otherwise ["ok", T] where
 // T is the claimed tenant, else the store's only one, else "".
 func ResourceTenant(ctx context.Context, s Store, dst []string, object, claimed string) ([]string, error) {
 	typ, id, _ := strings.Cut(object, ":")
-	var mismatch bool
+	var v verdict
 	var tenant string
 	err := withView(ctx, s, func(l storeView) (err error) {
-		mismatch, tenant, err = tenantOf(l, typ, id, claimed)
+		v, tenant, err = tenantOf(l, typ, id, claimed)
 		return err
 	})
 	switch {
 	case err != nil:
 		return dst, fmt.Errorf("nexus.resource_tenant: %w", err)
-	case mismatch:
+	case v == verdictMismatch:
 		return append(dst, tenantMismatch), nil
+	case v == verdictNone:
+		return append(dst, tenantNone), nil
 	}
 	return append(dst, tenantOK, tenant), nil
 }
 
 // tenantOf is ResourceTenant for the object typ:id (id "" when the
-// object string has none): mismatch, or the tenant (a copy, which
-// outlives the view).
-func tenantOf(l storeView, typ, id, claimed string) (mismatch bool, tenant string, err error) {
+// object string has none): the verdict and, when it is verdictOK, the
+// tenant (a copy, which outlives the view).
+//
+// The resource's tenants are its own; without any, those of the objects
+// its type's tenancy.inherit relations lead to, each with its own tenants
+// or, without any, those it inherits in turn: breadth first, every object
+// read once (a cycle ends), an object more than maxTenantDepth steps up
+// an error. A resource named without an ID has no tenant and is judged in
+// the claimed one.
+func tenantOf(l storeView, typ, id, claimed string) (verdict, string, error) {
 	sc := l.Schema()
-	// The distinct IDs (with "#relation" for a userset) of the
-	// tenant-type subjects of the object's "tenant" relation.
-	var n int        // distinct stored tenants, counted up to 2
-	var first string // the first
-	found := false   // claimed is one of them
-	if id != "" && sc != nil && tenanted(sc, typ) {
-		if !api.ValidID(id) {
-			_, err := api.ParseObject(typ + ":" + id)
-			return false, "", err
-		}
-		var subs []api.Subject
-		var err error
-		obj := api.Object{Type: typ, ID: id}
-		if v, ok := l.(*datastore.View); ok {
-			// Called on the View itself: buf does not escape through
-			// the interface.
-			var buf [4]api.Subject
-			subs, err = v.AppendSubjects(buf[:0], obj, "tenant")
-		} else {
-			subs, err = l.AppendSubjects(nil, obj, "tenant")
-		}
-		if err != nil {
-			return false, "", err
-		}
-		tt := sc.TenantType()
-		for _, sub := range subs {
-			if sub.Type != tt {
-				continue
-			}
-			t := sub.ID
-			if sub.Relation != "" {
-				t = sub.ID + "#" + sub.Relation
-			}
-			if t == claimed {
-				found = true
-			}
-			switch {
-			case n == 0:
-				first, n = t, 1
-			case n == 1 && t != first:
-				n = 2
-			}
+	if id == "" || sc == nil {
+		return verdictOK, claimed, nil
+	}
+	info := tenancyOf(sc, typ)
+	if !info.tenanted && len(info.inherit) == 0 {
+		return verdictOK, claimed, nil
+	}
+	if !api.ValidID(id) {
+		_, err := api.ParseObject(typ + ":" + id)
+		return verdictOK, "", err
+	}
+	ts := tenantSet{claimed: claimed}
+	obj := api.Object{Type: typ, ID: id}
+	if _, err := ts.own(l, sc, info, obj); err != nil {
+		return verdictOK, "", err
+	}
+	if ts.n == 0 && len(info.inherit) > 0 {
+		if err := ts.inherited(l, sc, obj); err != nil {
+			return verdictOK, "", err
 		}
 	}
 	switch {
-	case claimed != "" && n > 0 && !found:
-		return true, "", nil
+	case claimed != "" && ts.n > 0 && !ts.found:
+		return verdictMismatch, "", nil
+	case ts.n == 0 && info.required:
+		return verdictNone, "", nil
 	case claimed != "":
-		return false, claimed, nil
-	case n == 1:
+		return verdictOK, claimed, nil
+	case ts.n == 1:
 		// Copied: first may point into a View's snapshot, which the
 		// tenant must not outlive.
-		return false, strings.Clone(first), nil
+		return verdictOK, strings.Clone(ts.first), nil
 	}
-	return false, "", nil
+	return verdictOK, "", nil
+}
+
+// tenantSet gathers the distinct tenants a resource is in.
+type tenantSet struct {
+	claimed string
+	n       int    // distinct tenants, counted up to 2
+	first   string // the first
+	found   bool   // claimed is one of them
+}
+
+// own adds obj's own tenants (the tenant-type subjects of its "tenant"
+// relation, "id#relation" for a userset) when its type has them, and
+// reports whether it has any.
+func (ts *tenantSet) own(l storeView, sc *datastore.Schema, info typeTenancy, obj api.Object) (bool, error) {
+	if !info.tenanted {
+		return false, nil
+	}
+	var subs []api.Subject
+	var err error
+	if v, ok := l.(*datastore.View); ok {
+		// Called on the View itself: buf does not escape through
+		// the interface.
+		var buf [4]api.Subject
+		subs, err = v.AppendSubjects(buf[:0], obj, "tenant")
+	} else {
+		subs, err = l.AppendSubjects(nil, obj, "tenant")
+	}
+	if err != nil {
+		return false, err
+	}
+	tt := sc.TenantType()
+	has := false
+	for _, sub := range subs {
+		if sub.Type != tt {
+			continue
+		}
+		has = true
+		t := sub.ID
+		if sub.Relation != "" {
+			t = sub.ID + "#" + sub.Relation
+		}
+		if t == ts.claimed {
+			ts.found = true
+		}
+		switch {
+		case ts.n == 0:
+			ts.first, ts.n = t, 1
+		case ts.n == 1 && t != ts.first:
+			ts.n = 2
+		}
+	}
+	return has, nil
+}
+
+// inherited adds the tenants obj, which has none of its own, inherits:
+// level by level up the tenancy.inherit relations, the own tenants of
+// every object first reached at that level, and the objects without any
+// carried to the next.
+func (ts *tenantSet) inherited(l storeView, sc *datastore.Schema, obj api.Object) error {
+	seen := map[api.Object]bool{obj: true}
+	level := []api.Object{obj}
+	for depth := 1; len(level) > 0; depth++ {
+		var next []api.Object
+		for _, o := range level {
+			for _, rel := range tenancyOf(sc, o.Type).inherit {
+				subs, err := l.AppendSubjects(nil, o, rel)
+				if err != nil {
+					return err
+				}
+				for _, sub := range subs {
+					p := api.Object{Type: sub.Type, ID: sub.ID}
+					if sub.Relation != "" || seen[p] {
+						continue
+					}
+					if depth > maxTenantDepth {
+						return fmt.Errorf("%w: %s:%s", ErrTenantDepth, obj.Type, obj.ID)
+					}
+					seen[p] = true
+					has, err := ts.own(l, sc, tenancyOf(sc, p.Type), p)
+					if err != nil {
+						return err
+					}
+					if !has {
+						next = append(next, p)
+					}
+				}
+			}
+		}
+		level = next
+	}
+	return nil
 }
 
 // schemaOf is the store's schema, nil without one (or for a store that
@@ -355,29 +452,38 @@ func schemaOf(ctx context.Context, s Store) *datastore.Schema {
 	return sc
 }
 
-// tenanted reports whether the schema lets typ's resources be assigned to
-// a tenant: a "tenant" relation whose subjects are of the tenant type.
-func tenanted(sc *datastore.Schema, typ string) bool {
-	c := lastTenanted.Load()
+// typeTenancy is how a type's resources get their tenant: their own
+// (tenanted: a "tenant" relation whose subjects are of the tenant type),
+// else through the inherit relations; required as the schema's Tenancy.
+type typeTenancy struct {
+	tenanted bool
+	inherit  []string
+	required bool
+}
+
+// tenancyOf is typ's typeTenancy in sc (the zero one for an unknown type).
+func tenancyOf(sc *datastore.Schema, typ string) typeTenancy {
+	c := lastTenancy.Load()
 	if c == nil || c.schema != sc {
-		c = &tenantedTypes{schema: sc, types: map[string]bool{}}
+		c = &schemaTenancy{schema: sc, types: map[string]typeTenancy{}}
 		for _, t := range sc.Types() {
-			c.types[t] = sc.Tenanted(t)
+			tn := sc.Tenancy(t)
+			c.types[t] = typeTenancy{tenanted: sc.Tenanted(t), inherit: tn.Inherit, required: tn.Required}
 		}
-		lastTenanted.Store(c)
+		lastTenancy.Store(c)
 	}
 	return c.types[typ]
 }
 
-// tenantedTypes are the types a schema lets be assigned to a tenant,
-// kept for the last schema asked about (a store's schema is immutable:
-// a schema write makes a new one).
-type tenantedTypes struct {
+// schemaTenancy is every type's typeTenancy, kept for the last schema
+// asked about (a store's schema is immutable: a schema write makes a new
+// one).
+type schemaTenancy struct {
 	schema *datastore.Schema
-	types  map[string]bool
+	types  map[string]typeTenancy
 }
 
-var lastTenanted atomic.Pointer[tenantedTypes]
+var lastTenancy atomic.Pointer[schemaTenancy]
 
 // Grant is nexus.grant(subject, action, object, tenant): why subject may
 // do action on object ("type:id"), as ["rbac"] when one of its roles in
@@ -464,25 +570,26 @@ func object(typ, id string) (string, string) {
 	return typ, id
 }
 
-// resourceTenant is ResourceTenant for typ:id: mismatch, or the tenant.
+// resourceTenant is ResourceTenant for typ:id: the verdict, and the
+// tenant when it is verdictOK.
 // The decision asks for subType:subID's grant next; when that will read
 // the subject's roles (a tenant claimed, or a type assigned to tenants)
 // and r reads a View, the resource's and the subject's tuples are read
 // first, together (datastore.View.Preload).
-func (r reader) resourceTenant(subType, subID, typ, id, claimed string) (mismatch bool, tenant string, err error) {
+func (r reader) resourceTenant(subType, subID, typ, id, claimed string) (vd verdict, tenant string, err error) {
 	typ, id = object(typ, id)
 	if v, ok := r.l.(*datastore.View); ok {
-		if sc := v.Schema(); sc != nil && (claimed != "" || tenanted(sc, typ)) {
+		if sc := v.Schema(); sc != nil && (claimed != "" || tenancyOf(sc, typ).tenanted) {
 			if err := v.Preload(api.Object{Type: typ, ID: id}, api.Subject{Type: subType, ID: subID}); err != nil {
-				return false, "", fmt.Errorf("nexus.resource_tenant: %w", err)
+				return verdictOK, "", fmt.Errorf("nexus.resource_tenant: %w", err)
 			}
 		}
 	}
-	mismatch, tenant, err = tenantOf(r.l, typ, id, claimed)
+	vd, tenant, err = tenantOf(r.l, typ, id, claimed)
 	if err != nil {
-		return false, "", fmt.Errorf("nexus.resource_tenant: %w", err)
+		return verdictOK, "", fmt.Errorf("nexus.resource_tenant: %w", err)
 	}
-	return mismatch, tenant, nil
+	return vd, tenant, nil
 }
 
 // grant is Grant for subType:subID: "rbac", "rebac" or "" for no grant.

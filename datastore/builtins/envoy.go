@@ -334,12 +334,14 @@ func validID(s string) bool {
 // whether subType:subID may do action on the resource typ:id in the
 // tenant the request claims ("" for none), and why.
 func decide(r reader, t *Table, subType, subID, action, typ, id, tenant string) (bool, string, error) {
-	mismatch, tenant, err := r.resourceTenant(subType, subID, typ, id, tenant)
-	if err != nil {
+	vd, tenant, err := r.resourceTenant(subType, subID, typ, id, tenant)
+	switch {
+	case err != nil:
 		return false, "", err
-	}
-	if mismatch {
+	case vd == verdictMismatch:
 		return false, "tenant_mismatch", nil
+	case vd == verdictNone:
+		return false, "no_tenant", nil
 	}
 	denial, denied := "", false
 	for _, c := range t.Conditions {

@@ -215,14 +215,16 @@ func (d *DefaultPolicy) authz1(r reader, dst []byte, f *[6]string, attrs string)
 
 // authzAnswer is authz1's answer, unwritten.
 func (d *DefaultPolicy) authzAnswer(r reader, f *[6]string, attrs string) (Answer, bool, error) {
-	mismatch, tenant, err := r.resourceTenant(f[0], f[1], f[3], f[4], f[5])
+	vd, tenant, err := r.resourceTenant(f[0], f[1], f[3], f[4], f[5])
 	if err != nil {
 		return Answer{}, false, err
 	}
 	reason := ""
-	switch {
-	case mismatch:
+	switch vd {
+	case verdictMismatch:
 		reason = "tenant_mismatch"
+	case verdictNone:
+		reason = "no_tenant"
 	default:
 		for _, c := range d.table.Conditions {
 			if !c.appliesTo(f[3], f[2]) || (reason != "" && c.Reason >= reason) {

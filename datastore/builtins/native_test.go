@@ -170,8 +170,8 @@ func TestGrantAndTenantArguments(t *testing.T) {
 		{"file:report.pdf", "", "ok,acme"},
 		{"file:report.pdf", "acme", "ok,acme"},
 		{"file:report.pdf", "globex", "mismatch"},
-		{"file:unknown", "globex", "ok,globex"},
-		{"file:unknown", "", "ok,"},
+		{"file:unknown", "globex", "none"}, // files require a tenant
+		{"file:unknown", "", "none"},
 		{"file", "acme", "ok,acme"},
 		{"user:bob", "", "ok,"},         // users have no tenant relation
 		{"nope:x y", "acme", "ok,acme"}, // nor does an unknown type

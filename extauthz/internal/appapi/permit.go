@@ -215,18 +215,16 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, out)
 }
 
-// resourceTenant is the tenant the store assigns a resource to: the
-// subject of its "tenant" relation, if its type has one ("" otherwise).
-func (s *API) resourceTenant(ctx context.Context, sc *datastore.Schema, obj api.Object) string {
-	tt := sc.TenantType()
-	if obj.ID == "" || tt == "" || !slices.Contains(sc.Relations(obj.Type), "tenant") {
+// resourceTenant is the tenant the store assigns a resource to: its own
+// (the subject of its "tenant" relation), else the one it inherits up its
+// type's tenancy relations ("" for none, several, or a failed read: the
+// policy's check, which reads it again, decides).
+func (s *API) resourceTenant(ctx context.Context, _ *datastore.Schema, obj api.Object) string {
+	t, err := s.PDP.ResourceTenant(ctx, obj.Type, obj.ID)
+	if err != nil {
 		return ""
 	}
-	ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: obj.Type, ObjectID: obj.ID, Relation: "tenant", SubjectType: tt, Limit: 1})
-	if err != nil || len(ts) == 0 {
-		return ""
-	}
-	return ts[0].Subject.ID
+	return t
 }
 
 type authorizedUsersRequest struct {

@@ -10,9 +10,12 @@
 #     by the action on the resource (folder inheritance and all).
 #
 # The resource's tenant is the store's when the store holds one
-# (type:id#tenant@tenant:T): a request that claims another tenant is denied
-# with reason "tenant_mismatch", whoever sent it. A resource the store
-# assigns to no tenant is judged in the tenant the request names.
+# (type:id#tenant@tenant:T), else the one it inherits through the
+# relations its type's tenancy names (a file's folder's, nearest first): a
+# request that claims another tenant is denied with reason
+# "tenant_mismatch", whoever sent it. A resource with no tenant, own or
+# inherited, is denied with reason "no_tenant" when its type's tenancy is
+# required, and otherwise judged in the tenant the request names.
 #
 # The proxied-request policy (envoy.rego) calls decide() with the subject,
 # action and resource its route rules found.
@@ -28,7 +31,8 @@ allow := decision.allow
 #
 # nexus.resource_tenant asks the store for the resource's tenants once:
 # ["mismatch"] when the request claims a tenant the store does not hold
-# the resource in, else ["ok", T], the tenant the check is judged in (the
+# the resource in, ["none"] when the resource's type requires a tenant
+# and it has none, else ["ok", T], the tenant the check is judged in (the
 # claimed one, else the store's only one, else ""). nexus.grant answers
 # ["rbac"] when a role of the subject in that tenant grants
 # "<type>:<action>" or "<type>:*" (the schema's roles), else ["rebac"] when
@@ -43,6 +47,8 @@ decide(subject, action, resource) := decide_in(subject, action, resource, obj, n
 decide(_, _, resource) := {"allow": false, "reason": "no_grant"} if not resource.type
 
 decide_in(_, _, _, _, ["mismatch"]) := {"allow": false, "reason": "tenant_mismatch"}
+
+decide_in(_, _, _, _, ["none"]) := {"allow": false, "reason": "no_tenant"}
 
 decide_in(subject, action, resource, obj, ["ok", tenant]) := {"allow": false, "reason": min(ds)} if {
 	ds := denials(action, resource)

@@ -31,4 +31,4 @@ const (
 // the default policy, whatever its data, and the server decides it
 // natively (see the RATIONALE). A test fails when a compiler change
 // changes the module.
-const WasmSHA256 = "dbe04cf13a913e515c09518802a14d0ee7daba91202444c579c2b48b95dfb3ce"
+const WasmSHA256 = "e12d6b827a69eb120eab720bef9e0062378ee7e896de9d418008ab842600ad24"
