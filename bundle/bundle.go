@@ -37,6 +37,26 @@ type Limits struct {
 	Data int64
 }
 
+// CheckFile checks the file name (slash-rooted) of size bytes, found
+// after read bytes of the decompressed archive, against l (defaults
+// filled in): a [*LimitError] when it passes one. Any file whose base name
+// is data.json (OPA bundles may hold one per directory) is held to the
+// data.json limit.
+func (l Limits) CheckFile(name string, size, read int64) error {
+	l = l.withDefaults()
+	switch {
+	case size < 0:
+		return fmt.Errorf("%w: %s has a negative size", ErrInvalid, name)
+	case path.Base(name) == path.Base(DataFile) && size > l.Data:
+		return &LimitError{Limit: "data.json", Max: l.Data, File: name}
+	case size > l.File:
+		return &LimitError{Limit: "file", Max: l.File, File: name}
+	case size > l.Total-read:
+		return &LimitError{Limit: "archive", Max: l.Total}
+	}
+	return nil
+}
+
 func (l Limits) withDefaults() Limits {
 	if l.Total <= 0 || l.Total > MaxBytes {
 		l.Total = MaxBytes
@@ -246,15 +266,8 @@ func ReadLimited(r io.Reader, l Limits) (*Bundle, error) {
 			continue
 		}
 		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
-		switch {
-		case hdr.Size < 0:
-			return nil, fmt.Errorf("%w: %s has a negative size", ErrInvalid, name)
-		case name == DataFile && hdr.Size > l.Data:
-			return nil, &LimitError{Limit: "data.json", Max: l.Data, File: name}
-		case hdr.Size > l.File:
-			return nil, &LimitError{Limit: "file", Max: l.File, File: name}
-		case hdr.Size > l.Total-cr.n:
-			return nil, &LimitError{Limit: "archive", Max: l.Total}
+		if err := l.CheckFile(name, hdr.Size, cr.n); err != nil {
+			return nil, err
 		}
 		if !isPart(name) {
 			continue

@@ -97,7 +97,7 @@ func Code(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrTooLarge), errors.Is(err, bundle.ErrTooLarge):
 		return CodeTooLarge
 	case errors.Is(err, ErrRevisionUnavailable):
 		// Before the context's codes: a wait cut short by the request's
