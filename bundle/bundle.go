@@ -14,9 +14,112 @@ import (
 	"time"
 )
 
-// MaxBytes bounds what Read accepts: the compressed archive and the sum of
-// the uncompressed files each stay under it.
+// MaxBytes bounds what Read accepts: the compressed archive, and the
+// archive once decompressed (every file and tar header, read or skipped).
 const MaxBytes = 256 << 20
+
+// MaxFileBytes bounds any one file of the archive, by default.
+const MaxFileBytes = 64 << 20
+
+// DefaultMaxDataBytes bounds data.json, by default.
+const DefaultMaxDataBytes = 64 << 20
+
+// Limits bound what [ReadLimited] accepts. A zero field means its default.
+// Bytes are counted as they are decompressed: an archive over a limit is
+// refused as soon as that is known (from a file's header, or when the
+// count passes the limit), never read whole first.
+type Limits struct {
+	// Total bounds the decompressed archive; default and at most MaxBytes.
+	Total int64
+	// File bounds any one file; default MaxFileBytes.
+	File int64
+	// Data bounds data.json; default DefaultMaxDataBytes.
+	Data int64
+}
+
+// CheckFile checks the file name (slash-rooted) of size bytes, found
+// after read bytes of the decompressed archive, against l (defaults
+// filled in): a [*LimitError] when it passes one. Any file whose base name
+// is data.json (OPA bundles may hold one per directory) is held to the
+// data.json limit.
+func (l Limits) CheckFile(name string, size, read int64) error {
+	l = l.withDefaults()
+	switch {
+	case size < 0:
+		return fmt.Errorf("%w: %s has a negative size", ErrInvalid, name)
+	case path.Base(name) == path.Base(DataFile) && size > l.Data:
+		return &LimitError{Limit: "data.json", Max: l.Data, File: name}
+	case size > l.File:
+		return &LimitError{Limit: "file", Max: l.File, File: name}
+	case size > l.Total-read:
+		return &LimitError{Limit: "archive", Max: l.Total}
+	}
+	return nil
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.Total <= 0 || l.Total > MaxBytes {
+		l.Total = MaxBytes
+	}
+	if l.File <= 0 {
+		l.File = MaxFileBytes
+	}
+	if l.Data <= 0 {
+		l.Data = DefaultMaxDataBytes
+	}
+	return l
+}
+
+// LimitError is an archive over one of its [Limits]; it is [ErrTooLarge].
+type LimitError struct {
+	// Limit names the limit: "archive", "file" or "data.json".
+	Limit string
+	// Max is the limit in bytes.
+	Max int64
+	// File is the file that passed it ("" for the archive).
+	File string
+}
+
+func (e *LimitError) Error() string {
+	if e.File == "" {
+		return fmt.Sprintf("%v: the decompressed archive is over the %s limit of %s", ErrTooLarge, e.Limit, mib(e.Max))
+	}
+	return fmt.Sprintf("%v: %s is over the %s limit of %s", ErrTooLarge, e.File, e.Limit, mib(e.Max))
+}
+
+// Is reports ErrTooLarge.
+func (e *LimitError) Is(target error) bool { return target == ErrTooLarge }
+
+// mib writes n bytes in MiB when it is a whole number of them.
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// countingReader counts the bytes read through it and fails once they
+// pass max.
+type countingReader struct {
+	r      io.Reader
+	n, max int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n > c.max {
+		return 0, &LimitError{Limit: "archive", Max: c.max}
+	}
+	// Never read more than one byte past the limit.
+	if rest := c.max + 1 - c.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.max {
+		return n, &LimitError{Limit: "archive", Max: c.max}
+	}
+	return n, err
+}
 
 // File names inside a bundle archive.
 const (
@@ -122,22 +225,28 @@ func (b *Bundle) Write(w io.Writer) error {
 	return nil
 }
 
-// Read reads an OPA-format wasm bundle (.tar.gz). Files other than the
-// manifest, policy.wasm and data.json (Rego sources, signatures) are
-// ignored. It never panics on malformed input; errors wrap [ErrInvalid] or
-// [ErrTooLarge].
+// Read reads an OPA-format wasm bundle (.tar.gz) within the default
+// [Limits]. Files other than the manifest, policy.wasm and data.json (Rego
+// sources, signatures) are ignored. It never panics on malformed input;
+// errors wrap [ErrInvalid] or [ErrTooLarge] (a [*LimitError]).
 func Read(r io.Reader) (*Bundle, error) {
+	return ReadLimited(r, Limits{})
+}
+
+// ReadLimited is Read within limits l.
+func ReadLimited(r io.Reader, l Limits) (*Bundle, error) {
+	l = l.withDefaults()
 	lr := &io.LimitedReader{R: r, N: MaxBytes + 1}
 	gz, err := gzip.NewReader(lr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: gzip: %v", ErrInvalid, err)
 	}
 	defer gz.Close()
-	tr := tar.NewReader(gz)
+	cr := &countingReader{r: gz, max: l.Total}
+	tr := tar.NewReader(cr)
 	var (
-		b      Bundle
-		have   parts
-		budget int64 = MaxBytes
+		b    Bundle
+		have parts
 	)
 	for {
 		hdr, err := tr.Next()
@@ -145,35 +254,37 @@ func Read(r io.Reader) (*Bundle, error) {
 			break
 		}
 		if err != nil {
+			if le := (*LimitError)(nil); errors.As(err, &le) {
+				return nil, le
+			}
 			if lr.N <= 0 {
-				return nil, ErrTooLarge
+				return nil, &LimitError{Limit: "archive", Max: MaxBytes}
 			}
 			return nil, fmt.Errorf("%w: tar: %v", ErrInvalid, err)
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			continue
 		}
-		if hdr.Size < 0 || hdr.Size > budget {
-			return nil, fmt.Errorf("%w: %s is %d bytes", ErrTooLarge, hdr.Name, hdr.Size)
-		}
 		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
+		if err := l.CheckFile(name, hdr.Size, cr.n); err != nil {
+			return nil, err
+		}
 		if !isPart(name) {
 			continue
 		}
 		if err := have.mark(name); err != nil {
 			return nil, err
 		}
-		body, err := readAll(tr, hdr.Size)
+		body, err := readFile(tr, hdr.Size)
 		if err != nil {
 			return nil, err
 		}
 		if err := b.set(name, body); err != nil {
 			return nil, err
 		}
-		budget -= hdr.Size
 	}
 	if lr.N <= 0 {
-		return nil, ErrTooLarge
+		return nil, &LimitError{Limit: "archive", Max: MaxBytes}
 	}
 	return b.done(have)
 }
@@ -268,22 +379,28 @@ func (b *Bundle) check(haveMan, haveWasm bool) error {
 	if len(bytes.TrimSpace(b.Data)) == 0 {
 		b.Data = []byte("{}")
 	}
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(b.Data, &probe); err != nil {
+	// Checked in place: decoding it here would hold a second copy.
+	if !json.Valid(b.Data) {
+		var probe map[string]struct{}
+		err := json.Unmarshal(b.Data, &probe) // only for the error's detail
 		return fmt.Errorf("%w: %s must be a JSON object: %v", ErrInvalid, DataFile, err)
+	}
+	if bytes.TrimLeft(b.Data, " \t\r\n")[0] != '{' {
+		return fmt.Errorf("%w: %s must be a JSON object", ErrInvalid, DataFile)
 	}
 	return nil
 }
 
-// readAll reads a file of size bytes, growing the buffer as bytes arrive
-// rather than trusting the header's size.
-func readAll(r io.Reader, size int64) ([]byte, error) {
-	buf, err := io.ReadAll(io.LimitReader(r, size))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if int64(len(buf)) != size {
-		return nil, fmt.Errorf("%w: short file", ErrInvalid)
+// readFile reads a file of size bytes (its header's, already checked
+// against the limits) into one buffer of that size: the file is held
+// once, never grown through copies.
+func readFile(r io.Reader, size int64) ([]byte, error) {
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if le := (*LimitError)(nil); errors.As(err, &le) {
+			return nil, le
+		}
+		return nil, fmt.Errorf("%w: short file: %v", ErrInvalid, err)
 	}
 	return buf, nil
 }

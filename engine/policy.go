@@ -158,15 +158,30 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle)
 	if !json.Valid(data) {
 		return fmt.Errorf("%w: data is not valid JSON", ErrInvalidBundle)
 	}
+	// Data the module's memory cannot hold parsed is too large, not a
+	// fault of nexus: bundle.ErrTooLarge, which the admin API answers 413.
+	tooLarge := func() error {
+		return fmt.Errorf("%w: data.json (%d bytes) does not fit in a policy instance's memory (%d MiB) once parsed",
+			bundle.ErrTooLarge, len(data), uint64(p.cfg.MemoryLimitPages)*pageSize>>20)
+	}
+	if uint64(len(data)) >= uint64(p.cfg.MemoryLimitPages)*pageSize {
+		return tooLarge()
+	}
 	raw, err := inst.malloc(ctx, uint32(len(data)))
 	if err != nil {
+		if ee := (*EvalError)(nil); errors.As(classify(ctx, "", err), &ee) && ee.Code == CodeMemory {
+			return tooLarge()
+		}
 		return err
 	}
 	if !inst.mem.Write(raw, data) {
-		return fmt.Errorf("%w: data does not fit in memory", ErrInvalidBundle)
+		return tooLarge()
 	}
 	addr, err := inst.call1(ctx, inst.fValueParse, uint64(raw), uint64(len(data)))
 	if err != nil {
+		if ee := (*EvalError)(nil); errors.As(classify(ctx, "", err), &ee) && ee.Code == CodeMemory {
+			return tooLarge()
+		}
 		return fmt.Errorf("%w: parse data: %w", ErrInvalidBundle, err)
 	}
 	if addr == 0 {

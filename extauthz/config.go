@@ -256,6 +256,10 @@ type Config struct {
 
 	// MaxBodyBytes bounds request bodies; zero means pdp.DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// BundleLimits bound the files of a policy bundle uploaded to the
+	// admin API (each file, data.json, the archive); zero fields mean
+	// bundle's defaults.
+	BundleLimits bundle.Limits
 	// MaxBatch bounds the checks in one batch request; zero means
 	// DefaultMaxBatch.
 	MaxBatch int

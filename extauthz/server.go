@@ -393,7 +393,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&admin.API{
 		PDP: s.p, Store: s.cfg.Store, Writer: s.cfg.Writer, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
-		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes, Log: s.cfg.Logger,
+		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes, BundleLimits: s.cfg.BundleLimits, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)
 	return mux

@@ -1149,3 +1149,67 @@ func TestForwardAuthForgedForwardingHeaders(t *testing.T) {
 		t.Fatalf("agreeing sources: %d %s, want 200", status, body)
 	}
 }
+
+// TestForwardAuthMethodOverride: in Envoy's http_service shape (the path
+// appended, the check sent with the request's own method) a client's
+// method and URI headers never replace the request's method: headers that
+// disagree are refused (400), and no mutation of them turns bob's DELETE,
+// which the policy denies, into an allow.
+func TestForwardAuthMethodOverride(t *testing.T) {
+	ts := newTestServer(t, nil)
+	check := func(method, path string, hdr [][2]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, ts.http+path, nil)
+		req.Header.Set("x-user", "bob")
+		for _, kv := range hdr {
+			req.Header.Add(kv[0], kv[1])
+		}
+		status, _, body := do(t, req)
+		return status, body
+	}
+	if status, body := check(http.MethodDelete, "/ext_authz/files/report.pdf", nil); status != 403 {
+		t.Fatalf("bob's DELETE without headers: %d %s, want 403", status, body)
+	}
+	families := [][2]string{{"X-Original-Method", "X-Original-URI"}, {"X-Forwarded-Method", "X-Forwarded-Uri"}}
+	methods := []string{"GET", "get", "HEAD", "DELETE", "", "GET, DELETE", " GET"}
+	uris := []string{"/files/report.pdf", "", "/files/report.pdf?x=1", "/files/other", "//files/report.pdf", "/files/report.pdf/"}
+	wrong, refused := 0, 0
+	for _, fam := range families {
+		for _, m := range methods {
+			for _, u := range uris {
+				var hdr [][2]string
+				if m != "" {
+					hdr = append(hdr, [2]string{fam[0], m})
+				}
+				if u != "" {
+					hdr = append(hdr, [2]string{fam[1], u})
+				}
+				status, body := check(http.MethodDelete, "/ext_authz/files/report.pdf", hdr)
+				if status == 200 {
+					wrong++
+					t.Errorf("DELETE with %v: allowed (%s)", hdr, body)
+				}
+				if status == 400 {
+					refused++
+				}
+			}
+		}
+	}
+	t.Logf("%d wrong allows, %d refused (400)", wrong, refused)
+	// The http_service request with a disagreeing method header is a 400.
+	if status, body := check(http.MethodDelete, "/ext_authz/files/report.pdf", [][2]string{{"X-Original-Method", "GET"}, {"X-Original-URI", "/files/report.pdf"}}); status != 400 || !strings.Contains(body, "named twice") {
+		t.Fatalf("DELETE named GET by X-Original-Method: %d %s, want 400", status, body)
+	}
+	// Headers that agree with the request change nothing.
+	if status, body := check(http.MethodDelete, "/ext_authz/files/report.pdf", [][2]string{{"X-Forwarded-Method", "DELETE"}, {"X-Forwarded-Uri", "/files/report.pdf"}}); status != 403 {
+		t.Fatalf("agreeing headers: %d %s, want 403", status, body)
+	}
+	// nginx and HAProxy: a GET subrequest with the path appended and the
+	// method in X-Original-Method still decides on that method.
+	if status, body := check(http.MethodGet, "/ext_authz/files/report.pdf", [][2]string{{"X-Original-Method", "DELETE"}, {"X-Original-URI", "/files/report.pdf"}}); status != 403 {
+		t.Fatalf("nginx-style DELETE: %d %s, want 403", status, body)
+	}
+	if status, body := check(http.MethodGet, "/ext_authz/files/report.pdf", [][2]string{{"X-Original-Method", "GET"}, {"X-Original-URI", "/files/report.pdf"}}); status != 200 {
+		t.Fatalf("nginx-style GET: %d %s, want 200", status, body)
+	}
+}

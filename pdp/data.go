@@ -8,6 +8,7 @@ import (
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/internal/datadoc"
 )
 
 // PolicyData is the data a policy is loaded with: data plus the schema's
@@ -34,17 +35,26 @@ type loadData struct {
 // data.nexus.permissions (type to permission names) from sc, each route
 // rule of data.nexus.routes with its path split into "segments", and the
 // rules as the route table nexus.route reads (data.nexus.route_table).
+//
+// Only data.nexus is decoded: the rest of the document is copied as it is,
+// once, so a large data.json is never held decoded.
 func withSchema(data []byte, sc *datastore.Schema) (loadData, error) {
 	var ld loadData
-	doc := map[string]any{}
-	if len(bytes.TrimSpace(data)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		if err := dec.Decode(&doc); err != nil {
-			return ld, fmt.Errorf("pdp: policy data: %w", err)
-		}
+	raw, _, err := datadoc.Member(data, "nexus")
+	if err != nil {
+		return ld, fmt.Errorf("%w: %w", ErrBadPolicyData, err)
 	}
-	nx, _ := doc["nexus"].(map[string]any)
+	var nx map[string]any
+	if raw != nil {
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return ld, fmt.Errorf("%w: data.nexus: %w", ErrBadPolicyData, err)
+		}
+		nx, _ = v.(map[string]any)
+	}
+	changed := false
 	if nx != nil {
 		table, text, err := routeTable(nx)
 		if err != nil {
@@ -52,6 +62,7 @@ func withSchema(data []byte, sc *datastore.Schema) (loadData, error) {
 		}
 		ld.table = table
 		nx["route_table"] = string(text)
+		changed = true
 	}
 	ld.headersOK = true
 	for k, dst := range map[string]*string{"subject_header": &ld.subjectHeader, "tenant_header": &ld.tenantHeader} {
@@ -60,51 +71,58 @@ func withSchema(data []byte, sc *datastore.Schema) (loadData, error) {
 			*dst, ld.headersOK = s, ld.headersOK && isString
 		}
 	}
-	if sc == nil {
-		var err error
-		ld.data, err = json.Marshal(doc)
-		return ld, err
-	}
-	if nx == nil {
-		nx = map[string]any{}
-		doc["nexus"] = nx
-	}
-	nx["roles"] = sc.RoleGrantsMap()
-	perms := map[string][]string{}
-	types := map[string]bool{}
-	for _, t := range sc.Types() {
-		types[t] = true
-		perms[t] = append([]string{}, sc.Permissions(t)...)
-	}
-	nx["permissions"] = perms
-	// The types whose resources the store can assign to a tenant (a
-	// "tenant" relation to the tenant type): for those, the default policy
-	// reads the resource's tenant from the store and lets it win over the
-	// tenant a request claims.
-	if tt := sc.TenantType(); tt != "" {
-		nx["tenant_type"] = tt
-		tenanted := map[string]bool{}
-		for _, t := range sc.Types() {
-			if sc.Tenanted(t) {
-				tenanted[t] = true
-			}
+	if sc != nil {
+		if nx == nil {
+			nx = map[string]any{}
 		}
-		nx["tenanted"] = tenanted
-		// How the types' resources without a tenant of their own inherit
-		// one, and whether they must have one (the schema's tenancy).
-		tenancy := map[string]any{}
+		changed = true
+		nx["roles"] = sc.RoleGrantsMap()
+		perms := map[string][]string{}
+		types := map[string]bool{}
 		for _, t := range sc.Types() {
-			if tn := sc.Tenancy(t); tn.Required || len(tn.Inherit) > 0 {
-				tenancy[t] = map[string]any{"inherit": append([]string{}, tn.Inherit...), "required": tn.Required}
-			}
+			types[t] = true
+			perms[t] = append([]string{}, sc.Permissions(t)...)
 		}
-		nx["tenancy"] = tenancy
+		nx["permissions"] = perms
+		// The types whose resources the store can assign to a tenant (a
+		// "tenant" relation to the tenant type): for those, the default
+		// policy reads the resource's tenant from the store and lets it win
+		// over the tenant a request claims.
+		if tt := sc.TenantType(); tt != "" {
+			nx["tenant_type"] = tt
+			tenanted := map[string]bool{}
+			for _, t := range sc.Types() {
+				if sc.Tenanted(t) {
+					tenanted[t] = true
+				}
+			}
+			nx["tenanted"] = tenanted
+			// How the types' resources without a tenant of their own inherit
+			// one, and whether they must have one (the schema's tenancy).
+			tenancy := map[string]any{}
+			for _, t := range sc.Types() {
+				if tn := sc.Tenancy(t); tn.Required || len(tn.Inherit) > 0 {
+					tenancy[t] = map[string]any{"inherit": append([]string{}, tn.Inherit...), "required": tn.Required}
+				}
+			}
+			nx["tenancy"] = tenancy
+		}
+		ld.types = types
 	}
-	out, err := json.Marshal(doc)
+	if !changed {
+		ld.data = data
+		if len(bytes.TrimSpace(data)) == 0 {
+			ld.data = []byte("{}")
+		}
+		return ld, nil
+	}
+	text, err := json.Marshal(nx)
 	if err != nil {
 		return ld, fmt.Errorf("pdp: policy data: %w", err)
 	}
-	ld.data, ld.types = out, types
+	if ld.data, err = datadoc.Replace(data, "nexus", text); err != nil {
+		return ld, fmt.Errorf("pdp: policy data: %w", err)
+	}
 	return ld, nil
 }
 
@@ -208,16 +226,15 @@ type Route struct {
 // routeRules reads data.nexus.routes; a rule lacking a string method,
 // path, action or type is left out.
 func routeRules(data []byte) []Route {
-	var doc struct {
-		Nexus struct {
-			Routes []json.RawMessage `json:"routes"`
-		} `json:"nexus"`
+	var nx struct {
+		Routes []json.RawMessage `json:"routes"`
 	}
-	if json.Unmarshal(data, &doc) != nil {
+	raw, ok, err := datadoc.Member(data, "nexus")
+	if err != nil || !ok || json.Unmarshal(raw, &nx) != nil {
 		return nil
 	}
 	var out []Route
-	for _, raw := range doc.Nexus.Routes {
+	for _, raw := range nx.Routes {
 		var r Route
 		if json.Unmarshal(raw, &r) == nil && r.Method != "" && r.Path != "" && r.Action != "" && r.Type != "" {
 			out = append(out, r)

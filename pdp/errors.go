@@ -103,7 +103,7 @@ func Code(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrTooLarge), errors.Is(err, bundle.ErrTooLarge):
 		return CodeTooLarge
 	case errors.Is(err, ErrBudgetExceeded):
 		// Before the context's codes: the budget is a deadline.

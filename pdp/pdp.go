@@ -154,6 +154,10 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	nb := *b
 	nb.Data = ld.data
 	if err := p.eng.Load(ctx, &nb); err != nil {
+		if errors.Is(err, engine.ErrInvalidBundle) && !errors.Is(err, bundle.ErrInvalid) {
+			// The bundle's fault, not the server's: a client error.
+			return fmt.Errorf("pdp: loading the policy: %w: %w", bundle.ErrInvalid, err)
+		}
 		return fmt.Errorf("pdp: loading the policy: %w", err)
 	}
 	p.base = b

@@ -25,7 +25,7 @@ import (
 // trusted subject header, and loaded with load; the last good one keeps
 // serving when one fails. Persisted bundles live under
 // <dataDir>/bundles/<name>/. It returns nil when no bundle is configured.
-func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, entrypoints []string, subjectHeader string, log *slog.Logger, load func(context.Context, *bundle.Bundle) error) (*bundlesync.Syncer, error) {
+func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, entrypoints []string, subjectHeader string, limits bundle.Limits, log *slog.Logger, load func(context.Context, *bundle.Bundle) error) (*bundlesync.Syncer, error) {
 	srcs, err := bundlesync.ParseConfig(cfg.Bundles, cfg.Keys, cfg.Services)
 	if err != nil {
 		return nil, fmt.Errorf("opa config: %w", err)
@@ -37,7 +37,7 @@ func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, en
 		Sources: srcs,
 		Dir:     filepath.Join(dataDir, "bundles"),
 		Compile: func(ctx context.Context, raw []byte) (*bundle.Bundle, error) {
-			b, err := policyload.FromTarGz(ctx, bytes.NewReader(raw), policyload.Options{Entrypoints: entrypoints, OptionalEntrypoints: logRulesOf(cfg)})
+			b, err := policyload.FromTarGz(ctx, bytes.NewReader(raw), policyload.Options{Entrypoints: entrypoints, OptionalEntrypoints: logRulesOf(cfg), Limits: limits})
 			if err != nil {
 				return nil, err
 			}
@@ -80,7 +80,7 @@ func serveBundles(ctx context.Context, c serveConfig, log *slog.Logger, load fun
 			}
 		}
 	}
-	return startBundles(ctx, c.opa.Config, c.DataDir, eps, c.TrustedSubjectHeader, log, load)
+	return startBundles(ctx, c.opa.Config, c.DataDir, eps, c.TrustedSubjectHeader, c.bundleLimits(), log, load)
 }
 
 // awaitedBundle tracks, when the policy comes from a bundle server alone,

@@ -62,6 +62,7 @@ type serveConfig struct {
 	WasmOnly             bool          `yaml:"wasm_only"`
 	EvalTimeout          time.Duration `yaml:"eval_timeout"`
 	MaxBodyBytes         int64         `yaml:"max_body_bytes"`
+	BundleDataLimit      int64         `yaml:"bundle_data_limit"`
 	Reflection           bool          `yaml:"reflection"`
 	HTTPStdOnly          bool          `yaml:"http_std_only"` // deprecated, no effect
 	MaxConns             int           `yaml:"max_conns"`
@@ -169,6 +170,7 @@ An admin listener on an address other than loopback requires a token
 	f.BoolVar(&c.CacheNondeterministic, "cache-nondeterministic", false, "also cache decisions of policies that call non-deterministic builtins (time.now_ns, rand.intn, http.send, ...) or whose bundle does not say (opa build): one answer per input until the policy or the data changes, an opt-in like OPA's http.send cache option")
 	f.DurationVar(&c.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
+	f.Int64Var(&c.BundleDataLimit, "bundle-data-limit", bundle.DefaultMaxDataBytes, "largest data.json a policy bundle may hold, in bytes (at --policy, downloaded, or uploaded to the admin API); a bundle's other files are bounded to 64 MiB each and 256 MiB in all")
 	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
 	f.BoolVar(&c.HTTPStdOnly, "http-std-only", false, "deprecated, no effect: the HTTP listeners are always served by Go's net/http")
 	_ = f.MarkDeprecated("http-std-only", "the HTTP listeners are always served by Go's net/http")
@@ -264,6 +266,9 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	}
 	if !set("max-body-bytes") && file.MaxBodyBytes != 0 {
 		c.MaxBodyBytes = file.MaxBodyBytes
+	}
+	if !set("bundle-data-limit") && file.BundleDataLimit != 0 {
+		c.BundleDataLimit = file.BundleDataLimit
 	}
 	if !set("grpc-reflection") && file.Reflection {
 		c.Reflection = true
@@ -394,7 +399,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
 		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
-		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
+		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout, BundleLimits: c.bundleLimits(),
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic, WasmOnly: c.WasmOnly,
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
 		Limits: extauthz.Limits{
@@ -550,5 +555,11 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		}
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
-	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore})
+	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore, Limits: c.bundleLimits()})
+}
+
+// bundleLimits are the limits on a policy bundle's files: --bundle-data-limit
+// for data.json, bundle's defaults for the rest.
+func (c serveConfig) bundleLimits() bundle.Limits {
+	return bundle.Limits{Data: c.BundleDataLimit, File: max(bundle.MaxFileBytes, c.BundleDataLimit)}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/internal/datadoc"
 )
 
 // headerName matches an HTTP header name (RFC 9110 token), lower case as
@@ -39,26 +40,31 @@ func trustSubjectHeader(b *bundle.Bundle, name string) (*bundle.Bundle, error) {
 	if name == "" {
 		return b, nil
 	}
-	doc := map[string]any{}
-	if len(bytes.TrimSpace(b.Data)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(b.Data))
+	// Only data.nexus is decoded; the rest of the data is copied as it is.
+	raw, _, err := datadoc.Member(b.Data, "nexus")
+	if err != nil {
+		return nil, fmt.Errorf("serve: policy data: %w", err)
+	}
+	nx := map[string]any{}
+	if raw != nil {
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.UseNumber()
-		if err := dec.Decode(&doc); err != nil {
+		if err := dec.Decode(&v); err != nil {
 			return nil, fmt.Errorf("serve: policy data: %w", err)
 		}
-	}
-	var nx map[string]any
-	switch v := doc["nexus"].(type) {
-	case map[string]any:
-		nx = v
-	case nil:
-		nx = map[string]any{}
-		doc["nexus"] = nx
-	default:
-		return nil, fmt.Errorf("serve: policy data: data.nexus is a %T, not an object: --trusted-subject-header cannot be set", v)
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("serve: policy data: data.nexus is a %T, not an object: --trusted-subject-header cannot be set", v)
+		}
+		nx = m
 	}
 	nx["subject_header"] = name
-	data, err := json.Marshal(doc)
+	text, err := json.Marshal(nx)
+	if err != nil {
+		return nil, fmt.Errorf("serve: policy data: %w", err)
+	}
+	data, err := datadoc.Replace(b.Data, "nexus", text)
 	if err != nil {
 		return nil, fmt.Errorf("serve: policy data: %w", err)
 	}
@@ -70,13 +76,12 @@ func trustSubjectHeader(b *bundle.Bundle, name string) (*bundle.Bundle, error) {
 // dataSubjectHeader returns the subject header a bundle's own data names
 // (data.nexus.subject_header), or "".
 func dataSubjectHeader(data []byte) string {
-	var doc struct {
-		Nexus struct {
-			SubjectHeader string `json:"subject_header"`
-		} `json:"nexus"`
+	var nx struct {
+		SubjectHeader string `json:"subject_header"`
 	}
-	if json.Unmarshal(data, &doc) != nil {
+	raw, ok, err := datadoc.Member(data, "nexus")
+	if err != nil || !ok || json.Unmarshal(raw, &nx) != nil {
 		return ""
 	}
-	return doc.Nexus.SubjectHeader
+	return nx.SubjectHeader
 }

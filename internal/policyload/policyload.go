@@ -29,6 +29,9 @@ import (
 
 // Options says how to compile a policy that comes as Rego.
 type Options struct {
+	// Limits bound a bundle archive's files (see bundle.Limits); zero
+	// fields mean their defaults.
+	Limits bundle.Limits
 	// Entrypoints are the rules the policy must expose, as slash paths
 	// without the data prefix ("envoy/authz/allow"). Rego is compiled for
 	// them; a Wasm bundle is used as it is when it exposes them all, or
@@ -179,7 +182,7 @@ func FromTarGz(ctx context.Context, r io.Reader, opts Options) (*bundle.Bundle, 
 	if len(raw) > bundle.MaxBytes {
 		return nil, fmt.Errorf("%w: the archive exceeds %d bytes", bundle.ErrTooLarge, bundle.MaxBytes)
 	}
-	files, err := untar(raw)
+	files, err := untar(raw, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -222,9 +225,9 @@ type memFile struct {
 }
 
 // untar lists the regular files of a .tar.gz held in memory, refusing
-// links, devices, names with "..", duplicates and more than
-// bundle.MaxBytes of files in all.
-func untar(raw []byte) ([]memFile, error) {
+// links, devices, names with "..", duplicates and files over limits (each
+// file, data.json, the archive in all), from their headers.
+func untar(raw []byte, limits bundle.Limits) ([]memFile, error) {
 	gz, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("%w: gzip: %v", bundle.ErrInvalid, err)
@@ -257,19 +260,17 @@ func untar(raw []byte) ([]memFile, error) {
 		default:
 			return nil, fmt.Errorf("%w: %w: %s is not a regular file (tar type %q)", bundle.ErrInvalid, ErrUnsafeEntry, hdr.Name, hdr.Typeflag)
 		}
-		if hdr.Size < 0 || hdr.Size > budget {
-			return nil, fmt.Errorf("%w: %s is %d bytes, more than the %d bytes a bundle may hold in all", bundle.ErrTooLarge, hdr.Name, hdr.Size, bundle.MaxBytes)
+		if err := limits.CheckFile(name, hdr.Size, bundle.MaxBytes-budget); err != nil {
+			return nil, err
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("%w: %s appears twice in the archive", bundle.ErrInvalid, name)
 		}
 		seen[name] = true
-		data, err := io.ReadAll(io.LimitReader(tr, hdr.Size))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", bundle.ErrInvalid, hdr.Name, err)
-		}
-		if int64(len(data)) != hdr.Size {
-			return nil, fmt.Errorf("%w: %s: short file", bundle.ErrInvalid, hdr.Name)
+		// One buffer of the header's size, which the limits bound.
+		data := make([]byte, hdr.Size)
+		if _, err := io.ReadFull(tr, data); err != nil {
+			return nil, fmt.Errorf("%w: %s: short file: %v", bundle.ErrInvalid, hdr.Name, err)
 		}
 		budget -= hdr.Size
 		files = append(files, memFile{name: name, data: data})

@@ -65,6 +65,9 @@ type API struct {
 	Gatherer prometheus.Gatherer
 	// MaxBodyBytes bounds request bodies other than policy bundles.
 	MaxBodyBytes int64
+	// BundleLimits bound a policy bundle's files once decompressed; an
+	// upload over one is answered 413 naming it.
+	BundleLimits bundle.Limits
 	// Log receives the details of server-side failures.
 	Log *slog.Logger
 
@@ -310,7 +313,7 @@ func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
 	pw, clustered := s.writer().(PolicyWriter)
 	if !clustered {
-		b, err := bundle.Read(http.MaxBytesReader(w, r.Body, maxBundleBytes))
+		b, err := bundle.ReadLimited(http.MaxBytesReader(w, r.Body, maxBundleBytes), s.BundleLimits)
 		if err != nil {
 			wire.WriteError(s.Log, w, err)
 			return
@@ -327,7 +330,7 @@ func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	b, err := bundle.Read(bytes.NewReader(raw))
+	b, err := bundle.ReadLimited(bytes.NewReader(raw), s.BundleLimits)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return

@@ -98,6 +98,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // replaces a client's copy of it, but passes the other family on as the
 // client sent it: so when the sources disagree, the request is refused
 // (400) instead of nexus choosing the one a client may have forged.
+//
+// When the path is appended and the check itself is not a GET, the check
+// is the proxied request as Envoy's http_service sends it: its own method
+// is the request's, and a method header that names another is refused
+// (400) like a URI header that names another path. A GET with the path
+// appended may still carry its method in a header: nginx's and HAProxy's
+// subrequests are GETs whatever the request was.
 func proxiedRequest(r *http.Request) (method, uri string, err error) {
 	method, uri = r.Method, strings.TrimPrefix(r.URL.RequestURI(), Prefix)
 	fromPath := uri != "" && uri != "/"
@@ -117,6 +124,10 @@ func proxiedRequest(r *http.Request) (method, uri string, err error) {
 	}
 	if fromPath {
 		uris = append(uris, uri)
+		if r.Method != http.MethodGet {
+			// The check's own method first: it is what a header must match.
+			methods = append([]string{r.Method}, methods...)
+		}
 	}
 	for _, vs := range [][]string{uris, methods} {
 		for _, v := range vs[min(1, len(vs)):] {
