@@ -11,8 +11,6 @@
 #                    check runs the policy
 #   nexus allow-only POST /allowed and AuthZEN's evaluation, a policy
 #                    that allows everything
-#   ...-net-http     the same with --http-std-only: Go's net/http alone
-#                    instead of the fast path for check requests
 #   opa              POST /v1/data/nexusbench/allow (same data, the
 #                    equivalent Rego policy `nexus bench peers` uses)
 #   ...-rbac, ...-rebac3
@@ -177,9 +175,7 @@ for r in $(seq 1 "$ROUNDS"); do
 	run "nexus-cached" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data"
 	run "nexus-no-cache" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
 	run "nexus-authzen-no-cache" $PORT /access/v1/evaluation "$WORK/authzen-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache
-	run "nexus-no-cache-net-http" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/nexus-data" --no-cache --http-std-only
 	run "nexus-allow-only" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
-	run "nexus-allow-only-net-http" $PORT /allowed "$WORK/allowed-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall" --http-std-only
 	run "nexus-authzen-allow-only" $PORT /access/v1/evaluation "$WORK/authzen-zipf.txt" "${NEXUS[@]}" --data-dir "$WORK/empty" --no-cache --policy "$OUT/peers/allowall"
 	if [ -n "$PEERS" ]; then
 		run "opa" $PORT /v1/data/nexusbench/allow "$WORK/opa-zipf.txt" "${OPA_CMD[@]}"
