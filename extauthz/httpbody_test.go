@@ -28,7 +28,7 @@ func TestHTTPBodySizes(t *testing.T) {
 	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = limit })
 	const check = `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`
 	const allow = "{\"allow\":true,\"result\":true,\"debug\":{\"reason\":\"rbac\"}}\n"
-	const tooLarge = "{\"error\":\"request body too large\",\"reason\":\"too_large\"}\n"
+	const tooLarge = "{\"error\":\"request body too large: the body is larger than 1024 bytes\",\"reason\":\"too_large\"}\n"
 	pad := func(n int) string { return check + strings.Repeat(" ", n-len(check)) }
 	for _, tt := range []struct {
 		name    string
@@ -79,7 +79,7 @@ func TestHTTPBodyContentLengthLies(t *testing.T) {
 	h := ts.srv.HTTPHandler()
 	const check = `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`
 	const allow = "{\"allow\":true,\"result\":true,\"debug\":{\"reason\":\"rbac\"}}\n"
-	const tooLarge = "{\"error\":\"request body too large\",\"reason\":\"too_large\"}\n"
+	const tooLarge = "{\"error\":\"request body too large: the body is larger than 1024 bytes\",\"reason\":\"too_large\"}\n"
 	for _, tt := range []struct {
 		name   string
 		body   string

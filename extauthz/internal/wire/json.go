@@ -44,9 +44,7 @@ func Scan(body []byte) error {
 	if !utf8.Valid(body) {
 		return pdp.Errorf(pdp.ErrBadRequest, "the body is not valid UTF-8 (at byte %d)", invalidUTF8At(body))
 	}
-	var sc scanner
-	sc.keys = sc.keyBuf[:0]
-	return sc.scan(body)
+	return scan(body)
 }
 
 // invalidUTF8At is the offset of the first byte of b that is not valid
@@ -65,8 +63,8 @@ func invalidUTF8At(b []byte) int {
 // level is one open object or array of a scan.
 type level struct {
 	obj bool
-	// first is the index in scanner.keys of this object's first key;
-	// seen holds its keys instead once it has more than linearKeys.
+	// first is the index in keys of this object's first key; seen holds
+	// its keys instead once it has more than linearKeys.
 	first int
 	seen  map[string]struct{}
 }
@@ -75,35 +73,35 @@ type level struct {
 // one before it uses a map.
 const linearKeys = 16
 
-type scanner struct {
-	stack  [MaxDepth]level
-	depth  int
-	keys   [][]byte
-	keyBuf [64][]byte
-}
-
-func (sc *scanner) scan(body []byte) error {
+// scan is Scan on valid UTF-8. Its state lives on the stack: the open
+// levels, and the keys of the open objects (slices of body, or of their
+// unescaped copies).
+func scan(body []byte) error {
+	var stack [MaxDepth]level
+	var keyBuf [32][]byte
+	keys := keyBuf[:0]
+	depth := 0
 	expectKey := false
 	for i := 0; i < len(body); {
 		switch c := body[i]; c {
 		case '{', '[':
-			if sc.depth == MaxDepth {
+			if depth == MaxDepth {
 				return pdp.Errorf(pdp.ErrBadRequest, "JSON nested deeper than %d (at byte %d)", MaxDepth, i)
 			}
-			sc.stack[sc.depth] = level{obj: c == '{', first: len(sc.keys)}
-			sc.depth++
+			stack[depth] = level{obj: c == '{', first: len(keys)}
+			depth++
 			expectKey = c == '{'
 			i++
 		case '}', ']':
-			if sc.depth > 0 {
-				sc.depth--
-				sc.keys = sc.keys[:sc.stack[sc.depth].first]
-				sc.stack[sc.depth].seen = nil
+			if depth > 0 {
+				depth--
+				keys = keys[:stack[depth].first]
+				stack[depth].seen = nil
 			}
 			expectKey = false
 			i++
 		case ',':
-			expectKey = sc.depth > 0 && sc.stack[sc.depth-1].obj
+			expectKey = depth > 0 && stack[depth-1].obj
 			i++
 		case ':':
 			expectKey = false
@@ -121,7 +119,8 @@ func (sc *scanner) scan(body []byte) error {
 						key = []byte(s)
 					}
 				}
-				if sc.duplicate(key) {
+				var dup bool
+				if keys, dup = duplicate(&stack[depth-1], keys, key); dup {
 					return pdp.Errorf(pdp.ErrBadRequest, "duplicate key %q in a JSON object (at byte %d)", key, i)
 				}
 				expectKey = false
@@ -137,49 +136,43 @@ func (sc *scanner) scan(body []byte) error {
 // stringEnd is the offset of the quote that ends the string starting at
 // body[start] (-1 if none), and whether the string has escapes.
 func stringEnd(body []byte, start int) (end int, escaped bool) {
-	for j := start + 1; j < len(body); {
-		k := bytes.IndexAny(body[j:], `"\`)
-		if k < 0 {
-			return -1, escaped
-		}
-		j += k
-		if body[j] == '"' {
+	for j := start + 1; j < len(body); j++ {
+		switch body[j] {
+		case '"':
 			return j, escaped
+		case '\\':
+			escaped = true
+			j++
 		}
-		escaped = true
-		j += 2
 	}
 	return -1, escaped
 }
 
-// duplicate records key in the innermost object and reports whether it
-// was already there.
-func (sc *scanner) duplicate(key []byte) bool {
-	l := &sc.stack[sc.depth-1]
+// duplicate records key among the keys of the object l (those of keys
+// from l.first, or l.seen) and reports whether it was already there.
+func duplicate(l *level, keys [][]byte, key []byte) ([][]byte, bool) {
 	if l.seen != nil {
 		if _, ok := l.seen[string(key)]; ok {
-			return true
+			return keys, true
 		}
 		l.seen[string(key)] = struct{}{}
-		return false
+		return keys, false
 	}
-	mine := sc.keys[l.first:]
+	mine := keys[l.first:]
 	for _, k := range mine {
 		if bytes.Equal(k, key) {
-			return true
+			return keys, true
 		}
 	}
 	if len(mine) < linearKeys {
-		sc.keys = append(sc.keys, key)
-		return false
+		return append(keys, key), false
 	}
 	l.seen = make(map[string]struct{}, 2*linearKeys)
 	for _, k := range mine {
 		l.seen[string(k)] = struct{}{}
 	}
 	l.seen[string(key)] = struct{}{}
-	sc.keys = sc.keys[:l.first]
-	return false
+	return keys[:l.first], false
 }
 
 // DecodeJSON decodes one JSON value of body (a body ReadJSON read, or a
