@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/extauthz"
 )
 
 // TestAdminCheck: /v1/check answers in lower-case JSON, takes "relation"
@@ -77,5 +79,41 @@ func TestAdminUnknownParams(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/relationships?object_type=folder&object_id=q3&relation=viewer", nil)
 	if _, _, body := do(t, req); strings.Contains(body, "carol") {
 		t.Fatalf("a refused request wrote: %s", body)
+	}
+}
+
+// TestAdminTokenScheme: the admin API takes the Bearer scheme in any case
+// (RFC 7235), and the token only exactly: no mutation of the token, of the
+// scheme's spelling or of the separator is let in.
+func TestAdminTokenScheme(t *testing.T) {
+	const token = "admin-token-for-scheme-tests"
+	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = token })
+	status := func(auth string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/revision", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		s, _, _ := do(t, req)
+		return s
+	}
+	for _, auth := range []string{"Bearer " + token, "bearer " + token, "BEARER " + token, "bEaReR " + token, "Bearer  " + token} {
+		if s := status(auth); s != http.StatusOK {
+			t.Errorf("%q: %d, want 200", auth, s)
+		}
+	}
+	wrong := 0
+	for _, auth := range []string{
+		"", token, "Bearer", "Bearer ", "Bearer" + token, "Basic " + token, "Token " + token, "Bearer\t" + token,
+		"Bearer " + token[:len(token)-1], "Bearer " + token + "x", "Bearer " + strings.ToUpper(token), "Bearer x" + token,
+		"Bearers " + token, "Bear " + token, "Bearer " + token[1:],
+	} {
+		if s := status(auth); s != http.StatusUnauthorized {
+			wrong++
+			t.Errorf("%q: %d, want 401", auth, s)
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d wrong allows", wrong)
 	}
 }

@@ -243,7 +243,7 @@ func TestGRPCHealth(t *testing.T) {
 }
 
 // testAppKey is the application API key of newTestServer's servers.
-const testAppKey = "test-app-key"
+const testAppKey = "test-app-key-0123456789"
 
 // post sends body as JSON with the application API key (unless header
 // names another Content-Type or Authorization).
@@ -440,7 +440,7 @@ func TestBadHTTPInput(t *testing.T) {
 }
 
 func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret" })
+	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16" })
 	check := func() bool {
 		resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
 		if err != nil {
@@ -459,14 +459,14 @@ func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
 	if status != 401 {
 		t.Fatalf("write without token: %d %s", status, body)
 	}
-	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol","not a tuple"]}`, "Authorization", "Bearer s3cret")
+	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol","not a tuple"]}`, "Authorization", "Bearer s3cret-admin-token-16")
 	if status != 400 || !strings.Contains(body, "touches[1]") {
 		t.Fatalf("bad tuple: %d %s", status, body)
 	}
 	if check() {
 		t.Fatal("a rejected batch wrote its valid half")
 	}
-	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol"]}`, "Authorization", "Bearer s3cret")
+	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol"]}`, "Authorization", "Bearer s3cret-admin-token-16")
 	if status != 200 || !strings.Contains(body, "revision") {
 		t.Fatalf("write: %d %s", status, body)
 	}
@@ -474,7 +474,7 @@ func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
 		t.Fatal("carol still denied after the write")
 	}
 	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/relationships?object_type=folder&object_id=q3&relation=viewer", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer s3cret-admin-token-16")
 	if status, _, body := do(t, req); status != 200 || !strings.Contains(body, "folder:q3#viewer@user:carol") {
 		t.Fatalf("read: %d %s", status, body)
 	}
@@ -823,15 +823,15 @@ func TestAdminProfiling(t *testing.T) {
 		status, _, _ := do(t, req)
 		return status
 	}
-	off := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret" })
-	if status := get(off.admin+"/debug/pprof/", "s3cret"); status != http.StatusNotFound {
+	off := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16" })
+	if status := get(off.admin+"/debug/pprof/", "s3cret-admin-token-16"); status != http.StatusNotFound {
 		t.Fatalf("pprof when disabled: %d, want 404", status)
 	}
-	on := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret"; c.Profiling = true })
+	on := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16"; c.Profiling = true })
 	if status := get(on.admin+"/debug/pprof/", ""); status != http.StatusUnauthorized {
 		t.Fatalf("pprof without token: %d, want 401", status)
 	}
-	if status := get(on.admin+"/debug/pprof/goroutine?debug=1", "s3cret"); status != http.StatusOK {
+	if status := get(on.admin+"/debug/pprof/goroutine?debug=1", "s3cret-admin-token-16"); status != http.StatusOK {
 		t.Fatalf("pprof with token: %d, want 200", status)
 	}
 }
