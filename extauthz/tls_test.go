@@ -118,7 +118,9 @@ func TestConfigValidate(t *testing.T) {
 		{"short-admin-token", func(c *extauthz.Config) { c.AdminToken = "x" }, "the AdminToken (--admin-token) is 1 bytes; a bearer secret needs at least 16"},
 		{"admin-token-of-15", func(c *extauthz.Config) { c.AdminToken = "0123456789abcde" }, "needs at least 16"},
 		{"short-app-key", func(c *extauthz.Config) { c.AppAPIKey = "k" }, "the AppAPIKey (--app-api-key) is 1 bytes"},
-		{"app-key-is-admin-token", func(c *extauthz.Config) { c.AdminToken, c.AppAPIKey = "same-secret-0123456789", "same-secret-0123456789" }, "may not be the admin token"},
+		{"app-key-is-admin-token", func(c *extauthz.Config) {
+			c.AdminToken, c.AppAPIKey = "same-secret-0123456789", "same-secret-0123456789"
+		}, "may not be the admin token"},
 		{"public-url-query", func(c *extauthz.Config) { c.PublicURL = "https://pdp.example.com/?x=1" }, "without a query"},
 		{"public-url-relative", func(c *extauthz.Config) { c.PublicURL = "pdp.example.com" }, "must be an http or https URL"},
 	}
