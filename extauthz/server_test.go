@@ -1213,3 +1213,63 @@ func TestForwardAuthMethodOverride(t *testing.T) {
 		t.Fatalf("nginx-style GET: %d %s, want 200", status, body)
 	}
 }
+
+// TestDecisionLogSubjectEarlyDenials: the denials decided before the
+// store is asked (no route rule, an invalid tenant or resource ID) name
+// the subject in the decision log when the request named a valid one, on
+// both transports; a request without a subject logs none.
+func TestDecisionLogSubjectEarlyDenials(t *testing.T) {
+	ts := newTestServer(t, nil)
+	type event struct {
+		Interface string `json:"interface"`
+		Subject   string `json:"subject"`
+		Reason    string `json:"reason"`
+		Allowed   bool   `json:"allowed"`
+	}
+	cases := []struct {
+		method, path, user string
+		want               event
+	}{
+		{"GET", "/no/such/route", "bob", event{Subject: "bob", Reason: "no_route"}},
+		{"POST", "/files/report.pdf/nothing", "carol", event{Subject: "carol", Reason: "no_route"}},
+		{"GET", "/tenants/ac!me/folders/q3", "alice", event{Subject: "alice", Reason: "invalid_request"}},
+		{"GET", "/files/re%20port", "dave", event{Subject: "dave", Reason: "invalid_request"}},
+		{"GET", "/no/such/route", "", event{Reason: "no_route"}},
+		{"GET", "/no/such/route", "b b", event{Reason: "no_route"}},
+	}
+	for _, iface := range []string{pdp.IfaceGRPC, pdp.IfaceHTTP} {
+		for _, c := range cases {
+			t.Run(iface+c.method+c.path+c.user, func(t *testing.T) {
+				before := len(ts.log.String())
+				hdr := map[string]string{}
+				if c.user != "" {
+					hdr["x-user"] = c.user
+				}
+				if iface == pdp.IfaceGRPC {
+					if _, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest(c.method, c.path, hdr)); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					req, _ := http.NewRequest(c.method, ts.http+"/ext_authz"+c.path, nil)
+					for k, v := range hdr {
+						req.Header.Set(k, v)
+					}
+					do(t, req)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for !strings.Contains(ts.log.String()[before:], "\n") && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				var ev event
+				if err := json.Unmarshal([]byte(strings.TrimSpace(ts.log.String()[before:])), &ev); err != nil {
+					t.Fatalf("decision log %q: %v", ts.log.String(), err)
+				}
+				want := c.want
+				want.Interface = iface
+				if ev != want {
+					t.Fatalf("logged %+v, want %+v", ev, want)
+				}
+			})
+		}
+	}
+}
