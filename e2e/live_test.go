@@ -21,7 +21,7 @@ import (
 	"github.com/nexuspdp/nexus/e2e/internal/proxy"
 )
 
-const adminToken = "e2e-token"
+const adminToken = "e2e-admin-token-0123456789"
 
 // liveNexus starts the real binary on free loopback ports with the
 // embedded default (the drive demo), an admin token and the extra serve

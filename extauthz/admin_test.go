@@ -1,9 +1,14 @@
 package extauthz_test
 
 import (
+	"bytes"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/bundle"
+	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // TestAdminCheck: /v1/check answers in lower-case JSON, takes "relation"
@@ -77,5 +82,91 @@ func TestAdminUnknownParams(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/relationships?object_type=folder&object_id=q3&relation=viewer", nil)
 	if _, _, body := do(t, req); strings.Contains(body, "carol") {
 		t.Fatalf("a refused request wrote: %s", body)
+	}
+}
+
+// TestAdminTokenScheme: the admin API takes the Bearer scheme in any case
+// (RFC 7235), and the token only exactly: no mutation of the token, of the
+// scheme's spelling or of the separator is let in.
+func TestAdminTokenScheme(t *testing.T) {
+	const token = "admin-token-for-scheme-tests"
+	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = token })
+	status := func(auth string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/revision", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		s, _, _ := do(t, req)
+		return s
+	}
+	for _, auth := range []string{"Bearer " + token, "bearer " + token, "BEARER " + token, "bEaReR " + token, "Bearer  " + token} {
+		if s := status(auth); s != http.StatusOK {
+			t.Errorf("%q: %d, want 200", auth, s)
+		}
+	}
+	wrong := 0
+	for _, auth := range []string{
+		"", token, "Bearer", "Bearer ", "Bearer" + token, "Basic " + token, "Token " + token, "Bearer\t" + token,
+		"Bearer " + token[:len(token)-1], "Bearer " + token + "x", "Bearer " + strings.ToUpper(token), "Bearer x" + token,
+		"Bearers " + token, "Bear " + token, "Bearer " + token[1:],
+	} {
+		if s := status(auth); s != http.StatusUnauthorized {
+			wrong++
+			t.Errorf("%q: %d, want 401", auth, s)
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d wrong allows", wrong)
+	}
+}
+
+// TestAdminPolicyLimits: a bundle over a limit is refused with 413 naming
+// it, and the policy in place keeps serving; one whose data.json cannot be
+// held by a policy instance once parsed is a 413 too, never a 500.
+func TestAdminPolicyLimits(t *testing.T) {
+	ts := newTestServer(t, func(c *extauthz.Config) { c.BundleLimits = bundle.Limits{Data: 4096} })
+	put := func(b *bundle.Bundle) (int, string) {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := b.Write(&buf); err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodPut, ts.admin+"/v1/policy", &buf)
+		status, _, body := do(t, req)
+		return status, body
+	}
+	base := fixture.Bundle(t)
+	big := *base
+	big.Data = []byte(`{"pad":"` + strings.Repeat("x", 5000) + `"}`)
+	if status, body := put(&big); status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "data.json limit of 4096 bytes") || !strings.Contains(body, `"too_large"`) {
+		t.Fatalf("data.json over its limit: %d %s, want 413 naming the limit", status, body)
+	}
+	// Under the limit but too large for an instance: 64 KiB pages, the
+	// default 256 MiB; an array of numbers parses to far more than its text.
+	ts2 := newTestServer(t, func(c *extauthz.Config) { c.BundleLimits = bundle.Limits{Data: 64 << 20} })
+	huge := *base
+	var sb strings.Builder
+	sb.WriteString(`{"n":[`)
+	for i := range 3 << 20 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteByte('0')
+	}
+	sb.WriteString(`]}`)
+	huge.Data = []byte(sb.String())
+	var buf bytes.Buffer
+	if err := huge.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, ts2.admin+"/v1/policy", &buf)
+	status, _, body := do(t, req)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "does not fit in a policy instance's memory") {
+		t.Fatalf("data.json too large once parsed: %d %s, want 413", status, body)
+	}
+	// The policy in place still answers.
+	if status, _, body := post(t, ts.http+"/access/v1/evaluation", `{"subject":{"type":"user","id":"bob"},"action":{"name":"read"},"resource":{"type":"file","id":"report.pdf"}}`, "Authorization", "Bearer "+testAppKey); status != 200 || !strings.Contains(body, `"decision":true`) {
+		t.Fatalf("after the refused bundles: %d %s", status, body)
 	}
 }

@@ -130,6 +130,10 @@ type TLS struct {
 
 func (t TLS) enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.ClientCAFile != "" }
 
+// MinSecretBytes is the shortest AdminToken or AppAPIKey accepted: a
+// bearer secret guessable in a few tries is no secret.
+const MinSecretBytes = 16
+
 // Config configures a Server. Engine, Store and Policy are required; every
 // other zero value means the documented default.
 type Config struct {
@@ -189,8 +193,9 @@ type Config struct {
 	// GRPCTLS, HTTPTLS and AdminTLS configure TLS per listener.
 	GRPCTLS, HTTPTLS, AdminTLS TLS
 	// AdminToken is the bearer token the admin API requires (except
-	// /healthz, /readyz and /metrics). It is required unless the admin
-	// listener is disabled or AdminInsecure is set.
+	// /healthz, /readyz and /metrics), at least MinSecretBytes long. It is
+	// required unless the admin listener is disabled or AdminInsecure is
+	// set.
 	AdminToken string
 	// AdminInsecure allows an admin listener without AdminToken: anyone
 	// who reaches it may rewrite policy and relationships.
@@ -198,8 +203,8 @@ type Config struct {
 	// AppAPIKey is the bearer token (Authorization: Bearer KEY) the
 	// application endpoints on the HTTP listener require: AuthZEN
 	// (/access/v1/...) and the Permit-compatible API. It is required
-	// unless the HTTP listener is disabled or AppAPIInsecure is set, and
-	// it may not be AdminToken. Forward auth (/ext_authz), /kong, the
+	// unless the HTTP listener is disabled or AppAPIInsecure is set; it is
+	// at least MinSecretBytes long and may not be AdminToken. Forward auth (/ext_authz), /kong, the
 	// AuthZEN metadata document, /healthz and /readyz need no key.
 	AppAPIKey string
 	// AppAPIInsecure allows the application endpoints without AppAPIKey:
@@ -332,6 +337,11 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPAddr != "-" && c.AppAPIKey == "" && !c.AppAPIInsecure {
 		return errors.New("extauthz: the application endpoints need an AppAPIKey (or AppAPIInsecure to run them open)")
+	}
+	for _, cred := range []struct{ name, flag, value string }{{"AdminToken", "--admin-token", c.AdminToken}, {"AppAPIKey", "--app-api-key", c.AppAPIKey}} {
+		if cred.value != "" && len(cred.value) < MinSecretBytes {
+			return fmt.Errorf("extauthz: the %s (%s) is %d bytes; a bearer secret needs at least %d (e.g. openssl rand -hex 32)", cred.name, cred.flag, len(cred.value), MinSecretBytes)
+		}
 	}
 	if c.AppAPIKey != "" && c.AppAPIKey == c.AdminToken {
 		return errors.New("extauthz: the application API key may not be the admin token: applications would hold the keys to the admin API")

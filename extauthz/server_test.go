@@ -243,7 +243,7 @@ func TestGRPCHealth(t *testing.T) {
 }
 
 // testAppKey is the application API key of newTestServer's servers.
-const testAppKey = "test-app-key"
+const testAppKey = "test-app-key-0123456789"
 
 // post sends body as JSON with the application API key (unless header
 // names another Content-Type or Authorization).
@@ -440,7 +440,7 @@ func TestBadHTTPInput(t *testing.T) {
 }
 
 func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret" })
+	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16" })
 	check := func() bool {
 		resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
 		if err != nil {
@@ -459,14 +459,14 @@ func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
 	if status != 401 {
 		t.Fatalf("write without token: %d %s", status, body)
 	}
-	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol","not a tuple"]}`, "Authorization", "Bearer s3cret")
+	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol","not a tuple"]}`, "Authorization", "Bearer s3cret-admin-token-16")
 	if status != 400 || !strings.Contains(body, "touches[1]") {
 		t.Fatalf("bad tuple: %d %s", status, body)
 	}
 	if check() {
 		t.Fatal("a rejected batch wrote its valid half")
 	}
-	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol"]}`, "Authorization", "Bearer s3cret")
+	status, _, body = post(t, ts.admin+"/v1/relationships", `{"touches":["folder:q3#viewer@user:carol"]}`, "Authorization", "Bearer s3cret-admin-token-16")
 	if status != 200 || !strings.Contains(body, "revision") {
 		t.Fatalf("write: %d %s", status, body)
 	}
@@ -474,7 +474,7 @@ func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
 		t.Fatal("carol still denied after the write")
 	}
 	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/relationships?object_type=folder&object_id=q3&relation=viewer", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer s3cret-admin-token-16")
 	if status, _, body := do(t, req); status != 200 || !strings.Contains(body, "folder:q3#viewer@user:carol") {
 		t.Fatalf("read: %d %s", status, body)
 	}
@@ -823,15 +823,15 @@ func TestAdminProfiling(t *testing.T) {
 		status, _, _ := do(t, req)
 		return status
 	}
-	off := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret" })
-	if status := get(off.admin+"/debug/pprof/", "s3cret"); status != http.StatusNotFound {
+	off := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16" })
+	if status := get(off.admin+"/debug/pprof/", "s3cret-admin-token-16"); status != http.StatusNotFound {
 		t.Fatalf("pprof when disabled: %d, want 404", status)
 	}
-	on := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret"; c.Profiling = true })
+	on := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16"; c.Profiling = true })
 	if status := get(on.admin+"/debug/pprof/", ""); status != http.StatusUnauthorized {
 		t.Fatalf("pprof without token: %d, want 401", status)
 	}
-	if status := get(on.admin+"/debug/pprof/goroutine?debug=1", "s3cret"); status != http.StatusOK {
+	if status := get(on.admin+"/debug/pprof/goroutine?debug=1", "s3cret-admin-token-16"); status != http.StatusOK {
 		t.Fatalf("pprof with token: %d, want 200", status)
 	}
 }
@@ -1211,5 +1211,65 @@ func TestForwardAuthMethodOverride(t *testing.T) {
 	}
 	if status, body := check(http.MethodGet, "/ext_authz/files/report.pdf", [][2]string{{"X-Original-Method", "GET"}, {"X-Original-URI", "/files/report.pdf"}}); status != 200 {
 		t.Fatalf("nginx-style GET: %d %s, want 200", status, body)
+	}
+}
+
+// TestDecisionLogSubjectEarlyDenials: the denials decided before the
+// store is asked (no route rule, an invalid tenant or resource ID) name
+// the subject in the decision log when the request named a valid one, on
+// both transports; a request without a subject logs none.
+func TestDecisionLogSubjectEarlyDenials(t *testing.T) {
+	ts := newTestServer(t, nil)
+	type event struct {
+		Interface string `json:"interface"`
+		Subject   string `json:"subject"`
+		Reason    string `json:"reason"`
+		Allowed   bool   `json:"allowed"`
+	}
+	cases := []struct {
+		method, path, user string
+		want               event
+	}{
+		{"GET", "/no/such/route", "bob", event{Subject: "bob", Reason: "no_route"}},
+		{"POST", "/files/report.pdf/nothing", "carol", event{Subject: "carol", Reason: "no_route"}},
+		{"GET", "/tenants/ac!me/folders/q3", "alice", event{Subject: "alice", Reason: "invalid_request"}},
+		{"GET", "/files/re%20port", "dave", event{Subject: "dave", Reason: "invalid_request"}},
+		{"GET", "/no/such/route", "", event{Reason: "no_route"}},
+		{"GET", "/no/such/route", "b b", event{Reason: "no_route"}},
+	}
+	for _, iface := range []string{pdp.IfaceGRPC, pdp.IfaceHTTP} {
+		for _, c := range cases {
+			t.Run(iface+c.method+c.path+c.user, func(t *testing.T) {
+				before := len(ts.log.String())
+				hdr := map[string]string{}
+				if c.user != "" {
+					hdr["x-user"] = c.user
+				}
+				if iface == pdp.IfaceGRPC {
+					if _, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest(c.method, c.path, hdr)); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					req, _ := http.NewRequest(c.method, ts.http+"/ext_authz"+c.path, nil)
+					for k, v := range hdr {
+						req.Header.Set(k, v)
+					}
+					do(t, req)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for !strings.Contains(ts.log.String()[before:], "\n") && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				var ev event
+				if err := json.Unmarshal([]byte(strings.TrimSpace(ts.log.String()[before:])), &ev); err != nil {
+					t.Fatalf("decision log %q: %v", ts.log.String(), err)
+				}
+				want := c.want
+				want.Interface = iface
+				if ev != want {
+					t.Fatalf("logged %+v, want %+v", ev, want)
+				}
+			})
+		}
 	}
 }

@@ -115,7 +115,12 @@ func TestConfigValidate(t *testing.T) {
 		{"negative-cache", func(c *extauthz.Config) { c.CacheSize = -5 }, "CacheSize -5 is negative"},
 		{"admin-without-token", func(c *extauthz.Config) { c.AdminInsecure = false }, "admin listener needs an AdminToken"},
 		{"app-without-key", func(c *extauthz.Config) { c.AppAPIInsecure = false }, "application endpoints need an AppAPIKey"},
-		{"app-key-is-admin-token", func(c *extauthz.Config) { c.AdminToken, c.AppAPIKey = "same", "same" }, "may not be the admin token"},
+		{"short-admin-token", func(c *extauthz.Config) { c.AdminToken = "x" }, "the AdminToken (--admin-token) is 1 bytes; a bearer secret needs at least 16"},
+		{"admin-token-of-15", func(c *extauthz.Config) { c.AdminToken = "0123456789abcde" }, "needs at least 16"},
+		{"short-app-key", func(c *extauthz.Config) { c.AppAPIKey = "k" }, "the AppAPIKey (--app-api-key) is 1 bytes"},
+		{"app-key-is-admin-token", func(c *extauthz.Config) {
+			c.AdminToken, c.AppAPIKey = "same-secret-0123456789", "same-secret-0123456789"
+		}, "may not be the admin token"},
 		{"public-url-query", func(c *extauthz.Config) { c.PublicURL = "https://pdp.example.com/?x=1" }, "without a query"},
 		{"public-url-relative", func(c *extauthz.Config) { c.PublicURL = "pdp.example.com" }, "must be an http or https URL"},
 	}

@@ -91,7 +91,7 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: b, GRPCAddr: "-", HTTPAddr: "-", AdminAddr: "127.0.0.1:0", AdminToken: "s3cret"})
+	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: b, GRPCAddr: "-", HTTPAddr: "-", AdminAddr: "127.0.0.1:0", AdminToken: "s3cret-admin-token-16"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 func fetchSnapshot(t *testing.T, admin, etag string) (status, newETag string, body []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, admin+"/v1/edge/snapshot", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer s3cret-admin-token-16")
 	if etag != "" {
 		req.Header.Set("If-None-Match", etag)
 	}
@@ -125,7 +125,7 @@ func fetchSnapshot(t *testing.T, admin, etag string) (status, newETag string, bo
 
 const driveConfig = `{
   "pdp_cluster": "nexus_admin",
-  "token": "s3cret",
+  "token": "s3cret-admin-token-16",
   "refresh_period_ms": 1000,
   "max_age_ms": 10000,
   "subject": {"header": "x-user-id"},
@@ -163,7 +163,7 @@ func TestSnapshotFromPDP(t *testing.T) {
 	check(t, send("GET", "/tenants/acme/files/report.pdf", "carol"), wantPass, "")
 
 	req, _ := http.NewRequest(http.MethodPost, admin+"/v1/relationships", strings.NewReader(`{"touches":["tenant:acme#admin@user:carol"]}`))
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer s3cret-admin-token-16")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("write: %v %v", resp, err)

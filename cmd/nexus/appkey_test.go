@@ -81,7 +81,7 @@ func TestServeRefusesAppKeyEqualToAdminToken(t *testing.T) {
 	dir := t.TempDir()
 	c := serveConfig{
 		GRPCAddr: "-", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir, LogLevel: "error",
-		AdminToken: "same-secret", AppAPIKey: "same-secret",
+		AdminToken: "same-secret-0123456789", AppAPIKey: "same-secret-0123456789",
 		EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision",
 	}
 	err := runServe(context.Background(), c, io.Discard)

@@ -175,7 +175,7 @@ func TestGateForScripts(t *testing.T) {
 	store := fixture.DemoStore(t)
 	srv, err := extauthz.New(ctx, extauthz.Config{
 		Engine: fixture.StoreEngine(t, store), Store: store, Policy: fixture.Bundle(t),
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIKey: "gate-key",
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIKey: "gate-app-key-0123456789",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -224,8 +224,8 @@ func TestGateForScripts(t *testing.T) {
 	}{
 		{"grpc", []string{"--target", grpcAddr, "--file", right}, "", exitOK, 2, 0, ""},
 		{"grpc-wrong", []string{"--target", grpcAddr, "--file", wrong}, "", exitFailure, 1, 2, ""},
-		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-key", "--file", right}, "", exitOK, 2, 0, ""},
-		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-key", exitOK, 2, 0, ""},
+		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-app-key-0123456789", "--file", right}, "", exitOK, 2, 0, ""},
+		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-app-key-0123456789", exitOK, 2, 0, ""},
 		{"allowed-no-key", []string{"--target", httpAddr, "--interface", "allowed", "--file", right}, "", exitFailure, 0, 1, "401"},
 	}
 	for _, tt := range tests {

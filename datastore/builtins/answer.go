@@ -72,10 +72,10 @@ var (
 		Headers: [2]Header{jsonType, {"www-authenticate", `Bearer realm="nexus"`}}, NHeaders: 2}
 )
 
-// invalidAnswer is the 400 answer to a request whose what ("subject",
-// "tenant" or "resource") is not a valid ID.
-func invalidAnswer(what string) Answer {
-	return Answer{Envoy: true, Reason: "invalid_request", Status: 400,
+// invalidAnswer is the 400 answer to a request of subject ("" when not
+// known) whose what ("subject", "tenant" or "resource") is not a valid ID.
+func invalidAnswer(what, subject string) Answer {
+	return Answer{Envoy: true, Reason: "invalid_request", Status: 400, Subject: subject,
 		Body: `{"error":"the request's ` + what + ` is not a valid ID"}`, Headers: [2]Header{jsonType}, NHeaders: 1}
 }
 

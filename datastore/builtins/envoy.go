@@ -25,7 +25,8 @@ import (
 // (its "{id}" segment) and maybe its tenant (its "{tenant}" segment, else
 // the tenant header). No rule is a 403 "no_route"; no subject a 401
 // "no_subject"; a subject, tenant or resource ID that is not an ID the
-// store can hold a 400 "invalid_request". Otherwise the check is decided
+// store can hold a 400 "invalid_request". Those answers name the subject
+// ("subject") when the request named a valid one, as every other does. Otherwise the check is decided
 // as nexus.authz's decide does (tenant, ABAC conditions, RBAC, ReBAC): an
 // allow with the subject and the reason in headers, or a 403 with the
 // reason.
@@ -70,8 +71,16 @@ func envoyAnswer(r reader, t *Table, req *envoyRequest, path []string) (Answer, 
 	if err != nil {
 		return Answer{}, fmt.Errorf("nexus.envoy_decide: %w", err)
 	}
+	// The subject the request names, when it is a valid ID: the early
+	// denials name it too, for the decision log.
+	known := ""
+	if req.claimed && req.subjectOK && validID(req.subject) {
+		known = req.subject
+	}
 	if !ok {
-		return answerNoRule, nil
+		a := answerNoRule
+		a.Subject = known
+		return a, nil
 	}
 	if !req.claimed {
 		return answerNoSubject, nil
@@ -81,12 +90,12 @@ func envoyAnswer(r reader, t *Table, req *envoyRequest, path []string) (Answer, 
 		tenant = m.tenant.value
 	}
 	switch {
-	case !req.subjectOK || !validID(req.subject):
-		return invalidAnswer("subject"), nil
+	case known == "":
+		return invalidAnswer("subject", ""), nil
 	case tenant != "" && !validID(tenant):
-		return invalidAnswer("tenant"), nil
+		return invalidAnswer("tenant", known), nil
 	case m.id.found && !validID(m.id.value):
-		return invalidAnswer("resource"), nil
+		return invalidAnswer("resource", known), nil
 	}
 	allow, reason, err := decide(r, t, "user", req.subject, m.rule.Action, m.rule.Type, m.id.value, tenant)
 	if err != nil {

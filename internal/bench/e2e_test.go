@@ -110,7 +110,7 @@ func startInproc(t testing.TB, dataDir string, baseline bool) *inproc {
 	}
 	srv, err := extauthz.New(ctx, extauthz.Config{
 		Engine: eng, Store: store, Policy: b,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", AdminToken: "bench", AppAPIInsecure: true,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", AdminToken: "bench-admin-token-0123456789", AppAPIInsecure: true,
 		// generous: the test machine is shared and -race is slow
 		EvalTimeout: 5 * time.Second,
 	})

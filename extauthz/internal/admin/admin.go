@@ -102,10 +102,12 @@ func (s *API) auth(h http.HandlerFunc) http.Handler {
 	if s.Token == "" {
 		return h
 	}
-	want := []byte("Bearer " + s.Token)
+	want := []byte(s.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		// The scheme in any case (RFC 7235: auth-scheme is
+		// case-insensitive), then the token exactly.
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nexus-admin"`)
 			wire.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid admin bearer token is required", "reason": "unauthorized"})
 			return

@@ -145,18 +145,28 @@ authz := data.nexus.authz.decide(
 
 default result := {"allowed": false, "http_status": 403, "reason": "no_route", "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}}
 
+# The early denials name the subject too when the request named a valid one.
+default named_subject := {}
+
+named_subject := {"subject": subject_id} if subject_id
+
+result := {"allowed": false, "http_status": 403, "reason": "no_route", "subject": subject_id, "body": "{\"error\":\"no route rule matches this request\"}", "headers": {"content-type": "application/json"}} if {
+	not route
+	subject_id
+}
+
 result := {"allowed": false, "http_status": 401, "reason": "no_subject", "body": "{\"error\":\"no subject: a verified JWT is required\"}", "headers": {"content-type": "application/json", "www-authenticate": "Bearer realm=\"nexus\""}} if {
 	route
 	not claimed_subject
 }
 
-result := {
+result := object.union({
 	"allowed": false,
 	"http_status": 400,
 	"reason": "invalid_request",
 	"body": concat("", ["{\"error\":\"the request's ", invalid, " is not a valid ID\"}"]),
 	"headers": {"content-type": "application/json"},
-} if {
+}, named_subject) if {
 	route
 	claimed_subject
 	invalid
