@@ -157,7 +157,7 @@ func TestGRPCCheck(t *testing.T) {
 		{"rebac-no-write", "PUT", "/files/report.pdf", map[string]string{"x-user": "bob"}, false, 403, "no_grant"},
 		{"group-editor-writes", "PUT", "/folders/q3", map[string]string{"x-user": "frank"}, true, 0, "rebac"},
 		{"stranger", "GET", "/files/report.pdf", map[string]string{"x-user": "carol"}, false, 403, "no_grant"},
-		{"tenant-from-header", "GET", "/files/anything", map[string]string{"x-user": "erin", "x-tenant": "acme"}, true, 0, "rbac"},
+		{"tenant-from-header", "GET", "/files/report.pdf", map[string]string{"x-user": "erin", "x-tenant": "acme"}, true, 0, "rbac"},
 		{"no-subject", "GET", "/files/report.pdf", nil, false, 401, "no subject"},
 		{"no-route", "GET", "/admin", map[string]string{"x-user": "alice"}, false, 403, "no route"},
 	}
@@ -489,7 +489,7 @@ func TestAdminSchemaAndPolicy(t *testing.T) {
 		t.Fatal("the test's schema edit did not apply")
 	}
 	allowedErinWrite := func() bool {
-		_, _, body := post(t, ts.http+"/allowed", `{"user":"erin","action":"write","resource":{"type":"file","key":"x","tenant":"acme"}}`)
+		_, _, body := post(t, ts.http+"/allowed", `{"user":"erin","action":"write","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`)
 		return strings.Contains(body, `"allow":true`)
 	}
 	if allowedErinWrite() {

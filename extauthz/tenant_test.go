@@ -2,6 +2,7 @@ package extauthz_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -157,5 +159,52 @@ func TestInheritedTenant(t *testing.T) {
 	_, _, out := post(t, ts.http+"/access/v1/search/resource", `{"subject":{"type":"user","id":"alice"},"action":{"name":"delete"},"resource":{"type":"file"}}`)
 	if strings.Contains(out, "child.pdf") || strings.Contains(out, "deep.pdf") {
 		t.Errorf("resource search lists a globex file for alice: %s", out)
+	}
+}
+
+// TestEdgeSnapshotLeavesInheritingTypes: the edge filter reads a
+// request's tenant from the request, so a type whose resources inherit a
+// tenant (or must have one) is left out of its snapshot, as a type with
+// a stored tenant is: only the PDP can tell the claim false.
+func TestEdgeSnapshotLeavesInheritingTypes(t *testing.T) {
+	ts := newTestServer(t, nil)
+	ctx := context.Background()
+	src := strings.Replace(string(drive.Schema), "\nroles:", `
+  note:
+    relations:
+      parent: [folder]
+      viewer: [user]
+    permissions:
+      read: viewer
+    tenancy: {inherit: [parent]}
+  memo:
+    relations:
+      viewer: [user]
+    permissions:
+      read: viewer
+
+roles:`, 1)
+	src = strings.Replace(src, "admin: [file:*, folder:*]", "admin: [file:*, folder:*, note:*, memo:*]", 1)
+	sc, err := datastore.ParseSchema([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.store.WriteSchema(ctx, sc, false); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/edge/snapshot", nil)
+	status, _, body := do(t, req)
+	if status != 200 {
+		t.Fatalf("snapshot: %d %s", status, body)
+	}
+	var snap api.EdgeSnapshot
+	if err := json.Unmarshal([]byte(body), &snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := snap.ResourceTypes["note"]; ok {
+		t.Fatalf("a type that inherits a tenant is in the edge snapshot: %v", snap.ResourceTypes)
+	}
+	if _, ok := snap.ResourceTypes["memo"]; !ok {
+		t.Fatalf("a type without tenants is not in the edge snapshot: %v", snap.ResourceTypes)
 	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -151,6 +152,20 @@ const (
 // GateFile is the name of a profile's gate file.
 func GateFile(profile string) string { return "gate-" + profile + ".ndjson" }
 
+// Schema is the data sets' schema: the drive's without its tenancy keys.
+// The data sets hold no resource's tenant (a check names it, as Permit's
+// benchmark does), so files and folders are judged in the tenant a check
+// names rather than denied for having none.
+func Schema() []byte {
+	var out []byte
+	for _, line := range bytes.SplitAfter(drive.Schema, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("tenancy:")) {
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
 // GenConfig configures Generate.
 type GenConfig struct {
 	// Profile is the data set; its zero value is rejected.
@@ -175,7 +190,7 @@ func Generate(ctx context.Context, cfg GenConfig) (Manifest, error) {
 		"schema": SchemaFile, "tuples": TuplesFile,
 	}}
 	if err := writeFileAtomic(filepath.Join(cfg.Out, SchemaFile), func(w io.Writer) error {
-		_, err := w.Write(drive.Schema)
+		_, err := w.Write(Schema())
 		return err
 	}); err != nil {
 		return m, err

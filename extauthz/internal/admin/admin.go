@@ -541,7 +541,11 @@ func buildEdgeSnapshot(ctx context.Context, store datastore.Store) (*api.EdgeSna
 		// a type whose resources the store assigns to tenants, the
 		// store's tenant may differ from the claimed one, and only the
 		// PDP can tell: such a type is left out, so the edge passes it on.
+		// So is a type whose resources inherit a tenant or must have one.
 		if slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool { return st.Type == sc.TenantType() }) {
+			continue
+		}
+		if tn := sc.Tenancy(t); tn.Required || len(tn.Inherit) > 0 {
 			continue
 		}
 		mode := api.ModeRBAC
