@@ -349,7 +349,7 @@ func (s *Server) httpHandler() *http.ServeMux {
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&admin.API{
-		PDP: s.p, Store: s.cfg.Store, Writer: s.cfg.Writer, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
+		PDP: s.p, Store: s.cfg.Store, Writer: s.cfg.Writer, Saver: s.cfg.PolicySaver, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
 		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)

@@ -28,6 +28,7 @@ import (
 	"github.com/nexuspdp/nexus/internal/gctune"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/internal/savedpolicy"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -331,7 +332,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer ol.closeAfter(ctx)
-	bundle, err := cl.loadPolicy(ctx, c)
+	bundle, err := cl.loadPolicy(ctx, c, log)
 	if err != nil {
 		return err
 	}
@@ -369,6 +370,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic, WasmOnly: c.WasmOnly,
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: log,
+	}
+	if cl == nil {
+		cfg.PolicySaver = &savedpolicy.File{Path: savedPolicyPath(c)}
 	}
 	cl.configure(&cfg)
 	ol.apply(&cfg)
@@ -512,4 +516,44 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
 	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore})
+}
+
+// savedPolicyPath is where a single node keeps the policy loaded through
+// the admin API.
+func savedPolicyPath(c serveConfig) string { return filepath.Join(c.DataDir, savedpolicy.Name) }
+
+// singleNodePolicy is the policy a single node starts with, by
+// precedence: --policy, then a bundle service (which replaces the start
+// policy when its bundle arrives), then the policy last loaded through the
+// admin API (PUT /v1/policy), then the embedded default. It logs which one
+// and why. A saved admin policy that does not check out fails the start:
+// falling back to another policy would silently change decisions.
+func singleNodePolicy(ctx context.Context, c serveConfig, log *slog.Logger) (*bundle.Bundle, error) {
+	saved := &savedpolicy.File{Path: savedPolicyPath(c)}
+	ignored := func(why string) {
+		if _, err := os.Stat(saved.Path); err == nil {
+			log.Warn("the policy loaded through the admin API is not used: "+why, "file", saved.Path)
+		}
+	}
+	switch {
+	case c.Policy != "":
+		log.Info("starting with the policy of --policy (it takes precedence over a bundle service, the admin API's saved policy and the embedded one)", "policy", c.Policy)
+		ignored("--policy takes precedence")
+		return loadPolicy(ctx, c)
+	case c.opa.Config != nil && c.opa.Config.Bundles != nil:
+		log.Info("the policy comes from the bundle service; until a bundle is loaded the start policy decides", "await_bundle", c.opa.AwaitBundle)
+		ignored("a bundle service takes precedence")
+		return loadPolicy(ctx, c)
+	}
+	s, err := saved.Read()
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		log.Info("starting with the embedded default policy (no --policy, no bundle service, no policy loaded through the admin API)")
+		return loadPolicy(ctx, c)
+	}
+	log.Warn("starting with the policy last loaded through the admin API (PUT /v1/policy), not the embedded one; --policy or a bundle service would take precedence",
+		"policy_revision", s.Bundle.Manifest.Revision, "saved_at", s.SavedAt, "file", saved.Path)
+	return s.Bundle, nil
 }
