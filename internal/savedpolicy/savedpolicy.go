@@ -167,4 +167,3 @@ func (f *File) Read() (*Saved, error) {
 	}
 	return &Saved{Bundle: bu, Raw: raw, SavedAt: h.SavedAt}, nil
 }
-
