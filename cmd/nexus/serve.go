@@ -69,6 +69,8 @@ type serveConfig struct {
 	LogLevel             string        `yaml:"log_level"`
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
+	ScrubRate            int           `yaml:"scrub_rate"`
+	ScrubInterval        time.Duration `yaml:"scrub_interval"`
 	DecisionLogQueue     int           `yaml:"decision_log_queue"`
 	Cluster              clusterConfig `yaml:"cluster"`
 
@@ -171,6 +173,8 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
 	f.IntVar(&c.MaxInstances, "max-instances", 0, "policy instances (evaluations at once); 0 means GOMAXPROCS")
+	f.IntVar(&c.ScrubRate, "scrub-rate", defaultScrubRate, "index keys a second the background scrub of the data file checks (0 disables it)")
+	f.DurationVar(&c.ScrubInterval, "scrub-interval", defaultScrubInterval, "pause between two scrub passes over the data file (0 disables the scrub)")
 	addClusterFlags(f, &c)
 	return cmd
 }
@@ -269,6 +273,12 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	}
 	if !set("max-instances") && file.MaxInstances != 0 {
 		c.MaxInstances = file.MaxInstances
+	}
+	if !set("scrub-rate") && file.ScrubRate != 0 {
+		c.ScrubRate = file.ScrubRate
+	}
+	if !set("scrub-interval") && file.ScrubInterval != 0 {
+		c.ScrubInterval = file.ScrubInterval
 	}
 	if file.DecisionLogQueue != 0 {
 		c.DecisionLogQueue = file.DecisionLogQueue
@@ -375,6 +385,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		cfg.PolicySaver = &savedpolicy.File{Path: savedPolicyPath(c)}
 	}
 	cl.configure(&cfg)
+	if cfg.Registerer == nil {
+		reg := extauthz.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	defer startScrub(ctx, store, c.ScrubRate, c.ScrubInterval, cfg.Registerer, log)()
 	ol.apply(&cfg)
 	var awaited *awaitedBundle
 	if c.opa.AwaitBundle {
