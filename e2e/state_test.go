@@ -106,3 +106,132 @@ func TestAdminPolicySurvivesRestart(t *testing.T) {
 		t.Fatalf("the start failed without naming the damaged file: %v\n%s", err, outb)
 	}
 }
+
+// TestScrubFindsForgedUser runs the real nexus on a data file in which
+// one byte of a key was changed (user:u5 became user:u9 in the
+// object-first index): with the scrub off the forged user is allowed; with
+// a short scrub interval the scrub finds the damage, /readyz answers 503
+// with the reason, the corruption metric is 1, writes are refused and the
+// forged user is not allowed.
+func TestScrubFindsForgedUser(t *testing.T) {
+	dir := t.TempDir()
+	bin := nexusproc.Binary(t)
+	data := filepath.Join(dir, "data")
+	httpAddr, adminAddr := nexusproc.FreeAddr(t), nexusproc.FreeAddr(t)
+	args := []string{"serve", "--grpc-addr", "-", "--http-addr", httpAddr, "--admin-addr", adminAddr,
+		"--data-dir", data, "--admin-insecure", "--app-api-insecure"}
+	post := func(url, body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	allowed := func(user string) (int, string) {
+		t.Helper()
+		return post("http://"+httpAddr+"/access/v1/evaluation",
+			`{"subject":{"type":"user","id":"`+user+`"},"action":{"name":"read"},"resource":{"type":"folder","id":"vault"}}`)
+	}
+	stop := func(p *nexusproc.Proc) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			t.Fatalf("stop: %v\n%s", err, p.Output)
+		}
+	}
+
+	p := nexusproc.Start(t, dir, adminAddr, append(args, "--scrub-interval", "0")...)
+	if code, body := post("http://"+adminAddr+"/v1/relationships", `{"touches":["folder:vault#viewer@user:u5"]}`); code != http.StatusOK {
+		t.Fatalf("write: %d %s", code, body)
+	}
+	stop(p)
+
+	// Forge: change u5 to u9 in the object-first key of the tuple. The
+	// key ends "vault" 0x00, three one-byte varints, "u5"; a stale copy
+	// of its page may hold the same bytes, so the forged copy is the one
+	// after which the store (read offline) allows user:u9.
+	file := filepath.Join(data, "relations.db")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := false
+	for i := 0; !forged; i++ {
+		j := bytes.Index(b[i:], []byte("vault\x00"))
+		if j < 0 {
+			break
+		}
+		i += j
+		if i+11 > len(b) || string(b[i+9:i+11]) != "u5" {
+			continue
+		}
+		b[i+10] = '9'
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b[i+10] = '5'
+		out, _ := exec.Command(bin, "rel", "check", "--data-dir", data, "folder:vault", "read", "user:u9").CombinedOutput()
+		forged = strings.HasPrefix(strings.TrimSpace(string(out)), "allowed")
+	}
+	if !forged {
+		t.Fatal("no copy of the key forges user:u9")
+	}
+
+	// With the scrub off, the forged user is allowed: nothing else reads
+	// the key as anything but a valid tuple.
+	p = nexusproc.Start(t, dir, adminAddr, append(args, "--scrub-interval", "0")...)
+	if code, body := allowed("u9"); code != http.StatusOK || !strings.Contains(body, `"decision":true`) {
+		t.Fatalf("with the scrub off the forged user got %d %s; the test no longer forges a grant", code, body)
+	}
+	stop(p)
+
+	// With a short interval the scrub finds it.
+	cmd := exec.Command(bin, append(args, "--scrub-interval", "100ms")...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			var rb bytes.Buffer
+			_, _ = rb.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(rb.String(), "store_corrupt") {
+				t.Logf("readyz: %s", rb.String())
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not report the damage within 60s\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, u := range []string{"u9", "u5"} {
+		if code, body := allowed(u); strings.Contains(body, `"decision":true`) {
+			t.Errorf("after the scrub found the damage %s got %d %s", u, code, body)
+		}
+	}
+	if code, body := post("http://"+adminAddr+"/v1/relationships", `{"touches":["folder:vault#viewer@user:u7"]}`); code < 400 {
+		t.Errorf("a write after the damage was found answered %d %s", code, body)
+	}
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mb bytes.Buffer
+	_, _ = mb.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(mb.String(), "nexus_datastore_corrupt 1") {
+		t.Errorf("the metrics do not say the store is corrupt")
+	}
+}
