@@ -146,11 +146,13 @@ func TestScrubFindsForgedUser(t *testing.T) {
 	}
 
 	p := nexusproc.Start(t, dir, adminAddr, append(args, "--scrub-interval", "0")...)
-	if code, body := post("http://"+adminAddr+"/v1/relationships", `{"touches":["folder:vault#viewer@user:u5"]}`); code != http.StatusOK {
+	if code, body := post("http://"+adminAddr+"/v1/relationships", `{"touches":["folder:vault#viewer@user:u5","folder:other#viewer@user:u9"]}`); code != http.StatusOK {
 		t.Fatalf("write: %d %s", code, body)
 	}
 	stop(p)
 
+	// u9 holds a tuple of its own, so that a decision reads the object's
+	// tuples for it rather than finding at once that u9 holds nothing.
 	// Forge: change u5 to u9 in the object-first key of the tuple. The
 	// key ends "vault" 0x00, three one-byte varints, "u5"; a stale copy
 	// of its page may hold the same bytes, so the forged copy is the one
