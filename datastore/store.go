@@ -106,6 +106,9 @@ type BoltStore struct {
 
 	// corrupt is the first corruption a method met (see health.go).
 	corrupt atomic.Pointer[CorruptError]
+	// distrust is the damage the scrub found in the data (scrub.go): every
+	// read fails with it from then on.
+	distrust atomic.Pointer[CorruptError]
 
 	batchMu  sync.Mutex
 	batchCur *writeBatch // the batch of Writes gathering, if any (batch.go)
@@ -339,6 +342,9 @@ func loadState(tx *bolt.Tx) (*state, error) {
 func (s *BoltStore) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
+	}
+	if ce := s.distrust.Load(); ce != nil {
+		return ce
 	}
 	return ctx.Err()
 }

@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/nexuspdp/nexus/api"
 )
 
 // VerifyReport is what Verify found in a data file.
@@ -144,26 +146,9 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 				return err
 			}
 		}
-		t, err := decodeTuple(st.dict, k)
-		if err != nil {
-			if !rep.problem("obj: key %x does not decode to a tuple", k) {
-				return nil
-			}
-			continue
-		}
-		if st.schema != nil {
-			if err := st.schema.validateTuple(t); err != nil {
-				if !rep.problem("obj: %v", err) {
-					return nil
-				}
-			}
-		}
-		ids, _ := tupleIDs(st.dict, t)
-		sk = appendSubjKey(sk[:0], ids, t.Object.ID, t.Subject.ID)
-		if sb.Get(sk) == nil {
-			if !rep.problem("subj: the subject-first index lacks %s", t) {
-				return nil
-			}
+		var p string
+		if p, sk = checkObjEntry(st, sb, k, sk); p != "" && !rep.problem("%s", p) {
+			return nil
 		}
 	}
 	rep.Tuples = n
@@ -175,11 +160,8 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 				return err
 			}
 		}
-		ids, oid, sid, err := decodeSubjKey(k)
-		if err == nil {
-			_, err = tupleFromIDs(st.dict, ids, oid, sid)
-		}
-		if err != nil && !rep.problem("subj: key %x does not decode to a tuple", k) {
+		var p string
+		if p, sk = checkSubjEntry(st, ob, k, sk); p != "" && !rep.problem("%s", p) {
 			return nil
 		}
 	}
@@ -207,4 +189,46 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 		}
 	}
 	return nil
+}
+
+// checkObjEntry checks one key of the object-first index: it decodes to a
+// tuple, the schema allows that tuple, and the subject-first index holds
+// it. It returns the problem ("" when none) and scratch, grown, for the
+// next call. Verify and the scrub (scrub.go) share it.
+func checkObjEntry(st *state, sb *bolt.Bucket, k, scratch []byte) (string, []byte) {
+	t, err := decodeTuple(st.dict, k)
+	if err != nil {
+		return fmt.Sprintf("obj: key %x does not decode to a tuple", k), scratch
+	}
+	if st.schema != nil {
+		if err := st.schema.validateTuple(t); err != nil {
+			return fmt.Sprintf("obj: %v", err), scratch
+		}
+	}
+	ids, _ := tupleIDs(st.dict, t)
+	scratch = appendSubjKey(scratch[:0], ids, t.Object.ID, t.Subject.ID)
+	if sb.Get(scratch) == nil {
+		return fmt.Sprintf("subj: the subject-first index lacks %s", t), scratch
+	}
+	return "", scratch
+}
+
+// checkSubjEntry checks one key of the subject-first index: it decodes to
+// a tuple and the object-first index holds it (whose own check validates
+// it against the schema). Like checkObjEntry, it returns the problem and
+// scratch.
+func checkSubjEntry(st *state, ob *bolt.Bucket, k, scratch []byte) (string, []byte) {
+	n, oid, sid, err := decodeSubjKey(k)
+	var t api.Tuple
+	if err == nil {
+		t, err = tupleFromIDs(st.dict, n, oid, sid)
+	}
+	if err != nil {
+		return fmt.Sprintf("subj: key %x does not decode to a tuple", k), scratch
+	}
+	scratch = appendObjKey(scratch[:0], n, bstr(oid), bstr(sid))
+	if ob.Get(scratch) == nil {
+		return fmt.Sprintf("obj: the object-first index lacks %s", t), scratch
+	}
+	return "", scratch
 }

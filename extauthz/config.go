@@ -168,6 +168,14 @@ type Config struct {
 	// 200 (restarting would not help); /readyz is not affected.
 	Degraded func() (reason string, details map[string]any)
 
+	// PolicySaver, if set, keeps the policies PUT /v1/policy loads across
+	// restarts (a single node; a Writer that takes policy loads, a cluster
+	// replica, is used instead). Save writes the bundle aside, calls load,
+	// and makes the bundle the saved policy only when load succeeded.
+	PolicySaver interface {
+		Save(ctx context.Context, bundle []byte, revision string, load func() error) error
+	}
+
 	// Ready, if set, is one more readiness check: while it returns an
 	// error, /readyz and /health answer not ready with it (a policy that
 	// is still to come from a bundle server).

@@ -392,7 +392,7 @@ func (s *Server) httpHandler() *http.ServeMux {
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&admin.API{
-		PDP: s.p, Store: s.cfg.Store, Writer: s.cfg.Writer, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
+		PDP: s.p, Store: s.cfg.Store, Writer: s.cfg.Writer, Saver: s.cfg.PolicySaver, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
 		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes, BundleLimits: s.cfg.BundleLimits, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)

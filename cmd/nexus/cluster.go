@@ -270,7 +270,7 @@ func (n *clusterNode) policy(ctx context.Context) (*bundle.Bundle, bool, error) 
 
 // loadPolicy is the policy to start with: the cluster's, if its log loaded
 // one, else the configured one.
-func (n *clusterNode) loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
+func (n *clusterNode) loadPolicy(ctx context.Context, c serveConfig, log *slog.Logger) (*bundle.Bundle, error) {
 	if n != nil {
 		b, ok, err := n.policy(ctx)
 		if err != nil {
@@ -281,7 +281,13 @@ func (n *clusterNode) loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bu
 			return b, nil
 		}
 	}
-	b, err := loadPolicy(ctx, c)
+	var b *bundle.Bundle
+	var err error
+	if n != nil {
+		b, err = loadPolicy(ctx, c)
+	} else {
+		b, err = singleNodePolicy(ctx, c, log)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/nexuspdp/nexus/internal/gctune"
 	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/internal/savedpolicy"
 	"github.com/nexuspdp/nexus/internal/version"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -74,6 +75,8 @@ type serveConfig struct {
 	LogLevel             string        `yaml:"log_level"`
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
+	ScrubRate            int           `yaml:"scrub_rate"`
+	ScrubInterval        time.Duration `yaml:"scrub_interval"`
 	DecisionLogQueue     int           `yaml:"decision_log_queue"`
 	Cluster              clusterConfig `yaml:"cluster"`
 
@@ -183,6 +186,8 @@ An admin listener on an address other than loopback requires a token
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
 	f.IntVar(&c.MaxInstances, "max-instances", 0, "policy instances (evaluations at once); 0 means GOMAXPROCS")
+	f.IntVar(&c.ScrubRate, "scrub-rate", defaultScrubRate, "index keys a second the background scrub of the data file checks (0 disables it)")
+	f.DurationVar(&c.ScrubInterval, "scrub-interval", defaultScrubInterval, "pause between two scrub passes over the data file (0 disables the scrub)")
 	addClusterFlags(f, &c)
 	return cmd
 }
@@ -300,6 +305,12 @@ func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if !set("max-instances") && file.MaxInstances != 0 {
 		c.MaxInstances = file.MaxInstances
 	}
+	if !set("scrub-rate") && file.ScrubRate != 0 {
+		c.ScrubRate = file.ScrubRate
+	}
+	if !set("scrub-interval") && file.ScrubInterval != 0 {
+		c.ScrubInterval = file.ScrubInterval
+	}
 	if file.DecisionLogQueue != 0 {
 		c.DecisionLogQueue = file.DecisionLogQueue
 	}
@@ -365,7 +376,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer ol.closeAfter(ctx)
-	bundle, err := cl.loadPolicy(ctx, c)
+	bundle, err := cl.loadPolicy(ctx, c, log)
 	if err != nil {
 		return err
 	}
@@ -408,7 +419,15 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		},
 		Logger: log,
 	}
+	if cl == nil {
+		cfg.PolicySaver = &savedpolicy.File{Path: savedPolicyPath(c)}
+	}
 	cl.configure(&cfg)
+	if cfg.Registerer == nil {
+		reg := extauthz.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	defer startScrub(ctx, store, c.ScrubRate, c.ScrubInterval, cfg.Registerer, log)()
 	ol.apply(&cfg)
 	var awaited *awaitedBundle
 	if c.opa.AwaitBundle {
@@ -562,4 +581,44 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 // for data.json, bundle's defaults for the rest.
 func (c serveConfig) bundleLimits() bundle.Limits {
 	return bundle.Limits{Data: c.BundleDataLimit, File: max(bundle.MaxFileBytes, c.BundleDataLimit)}
+}
+
+// savedPolicyPath is where a single node keeps the policy loaded through
+// the admin API.
+func savedPolicyPath(c serveConfig) string { return filepath.Join(c.DataDir, savedpolicy.Name) }
+
+// singleNodePolicy is the policy a single node starts with, by
+// precedence: --policy, then a bundle service (which replaces the start
+// policy when its bundle arrives), then the policy last loaded through the
+// admin API (PUT /v1/policy), then the embedded default. It logs which one
+// and why. A saved admin policy that does not check out fails the start:
+// falling back to another policy would silently change decisions.
+func singleNodePolicy(ctx context.Context, c serveConfig, log *slog.Logger) (*bundle.Bundle, error) {
+	saved := &savedpolicy.File{Path: savedPolicyPath(c)}
+	ignored := func(why string) {
+		if _, err := os.Stat(saved.Path); err == nil {
+			log.Warn("the policy loaded through the admin API is not used: "+why, "file", saved.Path)
+		}
+	}
+	switch {
+	case c.Policy != "":
+		log.Info("starting with the policy of --policy (it takes precedence over a bundle service, the admin API's saved policy and the embedded one)", "policy", c.Policy)
+		ignored("--policy takes precedence")
+		return loadPolicy(ctx, c)
+	case c.opa.Config != nil && c.opa.Config.Bundles != nil:
+		log.Info("the policy comes from the bundle service; until a bundle is loaded the start policy decides", "await_bundle", c.opa.AwaitBundle)
+		ignored("a bundle service takes precedence")
+		return loadPolicy(ctx, c)
+	}
+	s, err := saved.Read()
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		log.Info("starting with the embedded default policy (no --policy, no bundle service, no policy loaded through the admin API)")
+		return loadPolicy(ctx, c)
+	}
+	log.Warn("starting with the policy last loaded through the admin API (PUT /v1/policy), not the embedded one; --policy or a bundle service would take precedence",
+		"policy_revision", s.Bundle.Manifest.Revision, "saved_at", s.SavedAt, "file", saved.Path)
+	return s.Bundle, nil
 }

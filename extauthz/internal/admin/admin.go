@@ -49,6 +49,13 @@ type PolicyWriter interface {
 	LoadPolicy(ctx context.Context, bundle []byte) (datastore.Revision, error)
 }
 
+// PolicySaver keeps the policies PUT /v1/policy loads on a single node
+// across restarts: Save writes bundle durably aside, calls load, and makes
+// it the saved policy only when load succeeded.
+type PolicySaver interface {
+	Save(ctx context.Context, bundle []byte, revision string, load func() error) error
+}
+
 // API serves the admin endpoints.
 type API struct {
 	PDP   *pdp.PDP
@@ -56,6 +63,9 @@ type API struct {
 	// Writer takes relationship and schema writes (and policy loads when
 	// it is a PolicyWriter); nil means Store.
 	Writer Writer
+	// Saver, if set, keeps what PUT /v1/policy loads on a single node (a
+	// cluster replica's policies go through the log instead).
+	Saver PolicySaver
 	// Token is the bearer token every endpoint but /metrics requires; ""
 	// leaves them open.
 	Token string
@@ -314,7 +324,7 @@ func (s *API) handleGetSchema(w http.ResponseWriter, r *http.Request) {
 // revision as "cluster_revision".
 func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
 	pw, clustered := s.writer().(PolicyWriter)
-	if !clustered {
+	if !clustered && s.Saver == nil {
 		b, err := bundle.ReadLimited(http.MaxBytesReader(w, r.Body, maxBundleBytes), s.BundleLimits)
 		if err != nil {
 			wire.WriteError(s.Log, w, err)
@@ -335,6 +345,28 @@ func (s *API) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
 	b, err := bundle.ReadLimited(bytes.NewReader(raw), s.BundleLimits)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
+		return
+	}
+	if !clustered {
+		loaded := false
+		err := s.Saver.Save(r.Context(), raw, b.Manifest.Revision, func() error {
+			if err := s.PDP.Load(r.Context(), b); err != nil {
+				return err
+			}
+			loaded = true
+			return nil
+		})
+		if err != nil {
+			if loaded {
+				s.Log.Error("the policy loaded through the admin API was not saved", "policy_revision", b.Manifest.Revision, "err", err)
+				wire.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": "the policy is in force but was not saved: a restart would not keep it", "reason": pdp.CodeInternal})
+				return
+			}
+			wire.WriteError(s.Log, w, err)
+			return
+		}
+		s.Log.Info("loaded and saved the policy from the admin API; it is kept across restarts unless --policy or a bundle service replaces it", "policy_revision", b.Manifest.Revision)
+		wire.WriteJSON(w, http.StatusOK, b.Manifest)
 		return
 	}
 	if err := s.PDP.CheckBundle(b); err != nil {
