@@ -260,7 +260,7 @@ func (n *clusterNode) policy(ctx context.Context) (*bundle.Bundle, bool, error) 
 	if err != nil {
 		return nil, false, err
 	}
-	b, err := bundle.Read(bytes.NewReader(p.Bundle))
+	b, err := bundle.ReadLimited(bytes.NewReader(p.Bundle), n.cfg.bundleLimits())
 	if err != nil {
 		return nil, false, fmt.Errorf("the cluster's policy (revision %d): %w", p.Revision, err)
 	}
@@ -357,7 +357,7 @@ func (n *clusterNode) onPolicy(ctx context.Context, p cluster.Policy) error {
 	if n.srv == nil {
 		return nil // attach loads it
 	}
-	b, err := bundle.Read(bytes.NewReader(p.Bundle))
+	b, err := bundle.ReadLimited(bytes.NewReader(p.Bundle), n.cfg.bundleLimits())
 	if err != nil {
 		return err
 	}

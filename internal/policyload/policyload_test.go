@@ -492,3 +492,29 @@ func TestLoadBundleDirectory(t *testing.T) {
 		t.Errorf("a package outside the roots: err = %v", err)
 	}
 }
+
+// TestFromTarGzLimits: a Rego bundle's data.json (at any depth) over
+// Options.Limits is refused from its header, naming the limit, as the
+// server's --bundle-data-limit sets it; a file over the file limit too.
+func TestFromTarGzLimits(t *testing.T) {
+	tests := []struct {
+		name      string
+		entries   []tarEntry
+		limits    bundle.Limits
+		wantLimit string
+	}{
+		{name: "data.json", entries: []tarEntry{{name: "/p.rego", body: "package p\nallow := true\n"}, {name: "/data.json", body: `{"a":"` + strings.Repeat("x", 100) + `"}`}}, limits: bundle.Limits{Data: 64}, wantLimit: "data.json"},
+		{name: "nested data.json", entries: []tarEntry{{name: "/p.rego", body: "package p\nallow := true\n"}, {name: "/x/y/data.json", body: `{"a":"` + strings.Repeat("x", 100) + `"}`}}, limits: bundle.Limits{Data: 64}, wantLimit: "data.json"},
+		{name: "a claimed size over the default data limit", entries: []tarEntry{{name: "/data.json", size: bundle.DefaultMaxDataBytes + 1}}, wantLimit: "data.json"},
+		{name: "another file", entries: []tarEntry{{name: "/p.rego", body: "package p\nallow := true\n" + strings.Repeat("#", 200)}}, limits: bundle.Limits{File: 128}, wantLimit: "file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := policyload.FromTarGz(context.Background(), bytes.NewReader(makeTarGz(t, tt.entries...)), policyload.Options{Entrypoints: []string{"p/allow"}, Limits: tt.limits})
+			var le *bundle.LimitError
+			if !errors.Is(err, bundle.ErrTooLarge) || !errors.As(err, &le) || le.Limit != tt.wantLimit {
+				t.Fatalf("FromTarGz: %v, want the %s limit", err, tt.wantLimit)
+			}
+		})
+	}
+}
