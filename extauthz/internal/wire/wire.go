@@ -1,6 +1,8 @@
 // Package wire holds what every transport shares: the one mapping from an
-// error's code to HTTP and gRPC statuses, and JSON request and response
-// helpers.
+// error's code to HTTP and gRPC statuses, the one error writer (WriteError:
+// a stable code and, for failures of nexus, a fixed description), and the
+// one reader of JSON request bodies (ReadJSON: a size limit, then Scan's
+// depth, duplicate-key and UTF-8 checks; DecodeJSON to decode).
 package wire
 
 import (
