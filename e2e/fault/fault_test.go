@@ -280,7 +280,7 @@ func TestFaultNemesis(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	var faultLog []string
 	for time.Now().Before(stopAt) {
-		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 		if !time.Now().Before(stopAt) {
 			break
 		}
