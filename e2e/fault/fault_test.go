@@ -232,7 +232,7 @@ func TestFaultNemesis(t *testing.T) {
 					}
 					h.AddNotSent()
 					r = s.replicas[rng.IntN(len(s.replicas))]
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(100 * time.Millisecond)
 				}
 				op.Replica = r.Name
 				if op.Answer.Outcome == faultcheck.Written && op.Answer.WriteID != "" {
@@ -258,8 +258,10 @@ func TestFaultNemesis(t *testing.T) {
 				op.End = time.Now()
 				h.AddOp(op)
 				if op.Answer.Outcome != faultcheck.Written {
-					// Its outcome decides the tuple's state: never touch it again.
+					// Its outcome decides the tuple's state: never touch it
+					// again. Pause: a refused write comes back at once.
 					active = slices.Delete(active, k, k+1)
+					time.Sleep(100 * time.Millisecond)
 					continue
 				}
 				sl.n++
@@ -327,6 +329,12 @@ func TestFaultNemesis(t *testing.T) {
 		time.Sleep(hold)
 		heal()
 		h.AddEvent(faultcheck.Event{Time: time.Now(), What: "heal " + what})
+		// One fault at a time: the next waits until this node is back.
+		if strings.Contains(what, "nats") {
+			if err := s.nats.WaitNode(i, 60*time.Second); err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		}
 	}
 	wg.Wait()
 	end := time.Now()

@@ -311,3 +311,26 @@ func Require(t testing.TB) string {
 	t.Skip(line)
 	return ""
 }
+
+// WaitNode waits up to d until node i's /healthz answers 200 (JetStream
+// up and current); unlike WaitHealthy it never ends the test, so any
+// goroutine may call it.
+func (c *Cluster) WaitNode(i int, d time.Duration) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", c.nodes[i].monitor)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := hc.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats-server %s not healthy after %v: %w", c.nodes[i].name, d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
