@@ -278,7 +278,8 @@ func TestFaultNemesis(t *testing.T) {
 		})
 	}
 
-	// The nemesis: one fault at a time, held 1-4s, then healed.
+	// The nemesis: one fault at a time, held 1-4s (a stall up to 8s), then
+	// healed.
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	var faultLog []string
 	for time.Now().Before(stopAt) {
@@ -289,6 +290,11 @@ func TestFaultNemesis(t *testing.T) {
 		i := rng.IntN(3)
 		hold := time.Duration(1000+rng.IntN(3000)) * time.Millisecond
 		kind := []string{"kill", "stall", "restart"}[rng.IntN(3)]
+		if kind == "stall" {
+			// Up to 8s: past a write's deadline and the log consumer's
+			// heartbeat, where a stalled node's buffered writes matter.
+			hold += time.Duration(rng.IntN(4000)) * time.Millisecond
+		}
 		var what string
 		var inject, heal func()
 		if rng.IntN(2) == 0 {
