@@ -85,7 +85,7 @@ func (s *setup) writeUntilAcked(t *testing.T, r *nexusproc.Replica, grant bool, 
 	t.Helper()
 	var a faultcheck.Answer
 	waitFor(t, d, fmt.Sprintf("%s %s acknowledged on %s", map[bool]string{true: "grant", false: "revoke"}[grant], tuple, r.Name), func() bool {
-		a = s.client.Write(context.Background(), r.Admin, grant, tuple, "")
+		a = s.client.Write(context.Background(), r.Admin, grant, tuple, "", "")
 		return a.Outcome == faultcheck.Written
 	})
 	return a
@@ -100,7 +100,7 @@ func (s *setup) converge(t *testing.T, marker string) map[string][]string {
 	var rev uint64
 	waitFor(t, 90*time.Second, "a write acknowledged after the faults", func() bool {
 		for _, r := range s.replicas {
-			if a := s.client.Write(ctx, r.Admin, true, marker, ""); a.Outcome == faultcheck.Written {
+			if a := s.client.Write(ctx, r.Admin, true, marker, "", ""); a.Outcome == faultcheck.Written {
 				rev = a.Revision
 				return true
 			}
@@ -193,10 +193,13 @@ func TestFaultNemesis(t *testing.T) {
 	}
 	t.Logf("NEXUS_FAULT_SEED=%d NEXUS_FAULT_DURATION=%v", seed, dur)
 	s := start(t, natsproc.Options{}, func(c *natsproc.Cluster, _ int) []string { return strings.Split(c.URLs(), ",") })
+	ctx := context.Background()
 	idempotent := false // whether the server names outcomes (and so honours Idempotency-Key)
+	// Conditional writes, where the admin API takes preconditions.
+	probe := "file:ft-probe#viewer@user:fu-probe"
+	conditional := s.client.Write(ctx, s.replicas[0].Admin, true, probe, "", "must_not_exist").Outcome == faultcheck.Written
 
 	var h faultcheck.History
-	ctx := context.Background()
 	begin := time.Now()
 	stopAt := begin.Add(dur)
 	var wg sync.WaitGroup
@@ -221,12 +224,16 @@ func TestFaultNemesis(t *testing.T) {
 				tuple := "file:" + sl.file + "#viewer@user:" + sl.user
 				grant := sl.n%2 == 0
 				key := fmt.Sprintf("fault-%d-%s-%d", seed, tuple, sl.n)
-				op := faultcheck.Op{Tuple: tuple, Grant: grant, Start: time.Now()}
+				pre := ""
+				if conditional && rng.IntN(2) == 0 {
+					pre = map[bool]string{true: "must_not_exist", false: "must_exist"}[grant]
+				}
+				op := faultcheck.Op{Tuple: tuple, Grant: grant, Conditional: pre != "", Start: time.Now()}
 				// A request refused at connect never left: send it to
 				// another replica.
 				r := s.replicas[rng.IntN(len(s.replicas))]
 				for {
-					op.Answer = s.client.Write(ctx, r.Admin, grant, tuple, key)
+					op.Answer = s.client.Write(ctx, r.Admin, grant, tuple, key, pre)
 					if op.Answer.Outcome != faultcheck.NotSent {
 						break
 					}
@@ -247,7 +254,7 @@ func TestFaultNemesis(t *testing.T) {
 					h.AddUnknown()
 					op.Retries++
 					time.Sleep(time.Second)
-					a := s.client.Write(ctx, r.Admin, grant, tuple, key)
+					a := s.client.Write(ctx, r.Admin, grant, tuple, key, pre)
 					if a.Outcome != faultcheck.NotSent {
 						op.Answer = a
 					}
@@ -353,19 +360,20 @@ func TestFaultNemesis(t *testing.T) {
 	idemMu.Lock()
 	named := idempotent
 	idemMu.Unlock()
-	t.Logf(`fault summary (seed %d, %v of faults, %d clients, server names outcomes: %v)
+	t.Logf(`fault summary (seed %d, %v of faults, %d clients, server names outcomes: %v, conditional writes: %v)
   faults:            %d: %s
-  writes:            %d sent, %d acknowledged, %d not written, %d unknown outcomes (%d answers; %d ops retried with their Idempotency-Key), %d unknown shown applied, %d refused at connect
+  writes:            %d sent (%d conditional), %d acknowledged, %d not written, %d unknown outcomes (%d answers; %d ops retried with their Idempotency-Key), %d unknown shown applied, %d refused at connect
   lost:              %d
   not written, applied: %d
+  conditional writes refused although their precondition held: %d
   checks with token: %d, %d right, %d wrong, %d failed closed (503), %d other
   write unavailability after a fault: P50 %v, max %v (%d faults with no acknowledged write before the end)
   time to converge after healing: %v (healing took %v)
   replicas diverged: %d`,
-		seed, dur, clients, named,
+		seed, dur, clients, named, conditional,
 		res.Faults, strings.Join(faultLog, "; "),
-		res.Writes, res.Acked, res.NotWritten, res.UnknownFinal, res.Unknown, res.Retried, res.UnknownApplied, res.NotSent,
-		len(res.Lost), len(res.NotWrittenApplied),
+		res.Writes, res.Conditional, res.Acked, res.NotWritten, res.UnknownFinal, res.Unknown, res.Retried, res.UnknownApplied, res.NotSent,
+		len(res.Lost), len(res.NotWrittenApplied), len(res.WrongPrecondition),
 		res.Checks, res.ChecksRight, len(res.WrongChecks), res.ChecksFailClose, res.ChecksOther,
 		faultcheck.Percentile(res.Unavail, 50).Round(time.Millisecond), faultcheck.Percentile(res.Unavail, 100).Round(time.Millisecond), res.Censored,
 		convergeTime.Round(time.Millisecond), healed.Sub(end).Round(time.Millisecond), len(res.Diverged))
@@ -381,6 +389,7 @@ func TestFaultNemesis(t *testing.T) {
 	report("acknowledged write lost", res.Lost)
 	report("write answered not written was applied", res.NotWrittenApplied)
 	report("check with a token answered older data", res.WrongChecks)
+	report("conditional write refused although its precondition held", res.WrongPrecondition)
 	report("replicas diverged", res.Diverged)
 	if res.Acked < 20 {
 		t.Errorf("only %d writes acknowledged: the run tested little", res.Acked)
@@ -410,7 +419,7 @@ func TestFaultRevokeAfterFailedGrant(t *testing.T) {
 			s.nats.Cont(0)
 		}
 	}()
-	grant := s.client.Write(ctx, a.Admin, true, tuple, "grant-"+file)
+	grant := s.client.Write(ctx, a.Admin, true, tuple, "grant-"+file, "")
 	t.Logf("grant on A with NATS n1 stopped: %v (%d %s)", grant.Outcome, grant.Status, strings.TrimSpace(grant.Body))
 	if grant.Outcome == faultcheck.Written {
 		t.Fatalf("grant on A acknowledged while its only NATS node was stopped: %+v", grant)

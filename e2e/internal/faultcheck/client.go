@@ -151,13 +151,19 @@ func (c *Client) do(ctx context.Context, method, url, key, body string, header m
 }
 
 // Write grants (touches) or revokes (deletes) one tuple through admin,
-// with an Idempotency-Key header unless key is empty.
-func (c *Client) Write(ctx context.Context, admin string, grant bool, tuple, key string) Answer {
+// with an Idempotency-Key header unless key is empty, and with a
+// precondition on the tuple unless pre is empty ("must_exist",
+// "must_not_exist").
+func (c *Client) Write(ctx context.Context, admin string, grant bool, tuple, key, pre string) Answer {
 	field := "deletes"
 	if grant {
 		field = "touches"
 	}
-	body, _ := json.Marshal(map[string][]string{field: {tuple}})
+	doc := map[string]any{field: []string{tuple}}
+	if pre != "" {
+		doc["preconditions"] = []map[string]string{{"op": pre, "tuple": tuple}}
+	}
+	body, _ := json.Marshal(doc)
 	h := map[string]string{}
 	if key != "" {
 		h["Idempotency-Key"] = key

@@ -56,6 +56,7 @@ func TestVerify(t *testing.T) {
 		wrong    int
 		diverged int
 		applied  int
+		precond  int
 	}{
 		{
 			name: "clean",
@@ -89,6 +90,12 @@ func TestVerify(t *testing.T) {
 			wrong:    1,
 		},
 		{
+			name:     "precondition-refused",
+			ops:      []Op{{Tuple: "a", Grant: true, Answer: w(1)}, {Tuple: "a", Grant: false, Conditional: true, Answer: Answer{Outcome: NotWritten, Status: 409, Body: `{"outcome":"not_written","reason":"precondition_failed"}`}}},
+			listings: map[string][]string{"A": {"a"}},
+			precond:  1,
+		},
+		{
 			name:     "diverged",
 			listings: map[string][]string{"A": {"x"}, "B": {"x", "y"}},
 			diverged: 1,
@@ -103,7 +110,7 @@ func TestVerify(t *testing.T) {
 				h.AddCheck(c)
 			}
 			r := h.Verify(tc.listings, t0)
-			if len(r.Lost) != tc.lost || len(r.NotWrittenApplied) != tc.nwa || len(r.WrongChecks) != tc.wrong || len(r.Diverged) != tc.diverged || r.UnknownApplied != tc.applied {
+			if len(r.Lost) != tc.lost || len(r.NotWrittenApplied) != tc.nwa || len(r.WrongChecks) != tc.wrong || len(r.Diverged) != tc.diverged || r.UnknownApplied != tc.applied || len(r.WrongPrecondition) != tc.precond {
 				t.Fatalf("lost %v, not-written applied %v, wrong %v, diverged %v, unknown applied %d", r.Lost, r.NotWrittenApplied, r.WrongChecks, r.Diverged, r.UnknownApplied)
 			}
 		})

@@ -18,6 +18,10 @@ type Op struct {
 	End     time.Time
 	Answer  Answer // the last answer (after retries with the same key)
 	Retries int    // retries with the same Idempotency-Key after unknown answers
+	// Conditional: the write carried a precondition the acknowledged
+	// history makes true (a grant that the tuple is absent, a revoke
+	// that it is present).
+	Conditional bool
 }
 
 // CheckRec is one check that carried a consistency token.
@@ -110,12 +114,14 @@ type Result struct {
 	Lost              []string // an acknowledged op's effect missing on a replica
 	NotWrittenApplied []string // an op answered not written whose effect a replica shows
 	WrongChecks       []string // a check with a token that answered older data
+	WrongPrecondition []string // a conditional write refused although its precondition held
+	Conditional       int      // conditional ops sent
 	Diverged          []string // replicas whose listing differs from the first's
 }
 
 // Violations counts everything that must be zero.
 func (r *Result) Violations() int {
-	return len(r.Lost) + len(r.NotWrittenApplied) + len(r.WrongChecks) + len(r.Diverged)
+	return len(r.Lost) + len(r.NotWrittenApplied) + len(r.WrongChecks) + len(r.WrongPrecondition) + len(r.Diverged)
 }
 
 // Verify checks the history against the final listings of every replica
@@ -151,6 +157,9 @@ func (h *History) Verify(listings map[string][]string, end time.Time) *Result {
 			order = append(order, op.Tuple)
 		}
 		r.Writes++
+		if op.Conditional {
+			r.Conditional++
+		}
 		if op.Retries > 0 {
 			r.Retried++
 		}
@@ -167,6 +176,10 @@ func (h *History) Verify(listings map[string][]string, end time.Time) *Result {
 		case NotWritten:
 			r.NotWritten++
 			st.frozen = op
+			if op.Conditional && strings.Contains(op.Answer.Body, `"precondition_failed"`) {
+				r.WrongPrecondition = append(r.WrongPrecondition, fmt.Sprintf("%s: %s on %s refused its precondition (%s), yet %s",
+					op.Tuple, verb(op.Grant), op.Replica, strings.TrimSpace(op.Answer.Body), orNone(st.last)))
+			}
 		default:
 			r.UnknownFinal++
 			st.frozen = op
