@@ -250,6 +250,7 @@ func TestFaultNemesis(t *testing.T) {
 				// A server that names outcomes takes the same key again and
 				// answers the first outcome: ask it a few times, on the
 				// same replica.
+				op.First = op.Answer
 				for op.Answer.Outcome == faultcheck.Unknown && op.Answer.WriteID != "" && op.Retries < 5 {
 					h.AddUnknown()
 					op.Retries++

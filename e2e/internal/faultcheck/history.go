@@ -18,6 +18,7 @@ type Op struct {
 	End     time.Time
 	Answer  Answer // the last answer (after retries with the same key)
 	Retries int    // retries with the same Idempotency-Key after unknown answers
+	First   Answer // the first answer, when there were retries
 	// Conditional: the write carried a precondition the acknowledged
 	// history makes true (a grant that the tuple is absent, a revoke
 	// that it is present).
@@ -199,8 +200,12 @@ func (h *History) Verify(listings map[string][]string, end time.Time) *Result {
 				continue
 			}
 			if st.frozen != nil {
-				r.NotWrittenApplied = append(r.NotWrittenApplied, fmt.Sprintf("%s on %s: %s answered not written (%d %s) at %s but applied; before it: %s",
-					tu, n, verb(st.frozen.Grant), st.frozen.Answer.Status, strings.TrimSpace(st.frozen.Answer.Body), st.frozen.End.Format("15:04:05.000"), orNone(st.last)))
+				retry := ""
+				if f := st.frozen; f.Retries > 0 {
+					retry = fmt.Sprintf(" after %d retries with its Idempotency-Key (first answer %v: %d %s)", f.Retries, f.First.Outcome, f.First.Status, strings.TrimSpace(f.First.Body))
+				}
+				r.NotWrittenApplied = append(r.NotWrittenApplied, fmt.Sprintf("%s on %s: %s sent to %s at %s answered not written (%d %s) at %s%s, but applied; before it: %s",
+					tu, n, verb(st.frozen.Grant), st.frozen.Replica, st.frozen.Start.Format("15:04:05.000"), st.frozen.Answer.Status, strings.TrimSpace(st.frozen.Answer.Body), st.frozen.End.Format("15:04:05.000"), retry, orNone(st.last)))
 				continue
 			}
 			r.Lost = append(r.Lost, fmt.Sprintf("%s on %s: present=%v, want %v (%s)", tu, n, have, st.present, orNone(st.last)))
