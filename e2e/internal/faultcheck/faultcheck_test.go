@@ -80,7 +80,7 @@ func TestVerify(t *testing.T) {
 			name:     "not-written-applied",
 			ops:      []Op{{Tuple: "a", Grant: true, Answer: Answer{Outcome: NotWritten, Status: 503}}},
 			listings: map[string][]string{"A": {"a"}, "B": {"a"}},
-			nwa:      2,
+			nwa:      1,
 		},
 		{
 			name:     "stale-check",

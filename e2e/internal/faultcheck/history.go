@@ -188,28 +188,34 @@ func (h *History) Verify(listings map[string][]string, end time.Time) *Result {
 	}
 	for _, tu := range order {
 		st := tuples[tu]
+		var wrong []string // replicas whose state differs from the history's
+		have := false
 		for _, n := range names {
-			_, have := slices.BinarySearch(listings[n], tu)
+			_, has := slices.BinarySearch(listings[n], tu)
 			if st.frozen != nil && st.frozen.Answer.Outcome != NotWritten {
-				if n == names[0] && have == st.frozen.Grant && have != st.present {
+				if n == names[0] && has == st.frozen.Grant && has != st.present {
 					r.UnknownApplied++
 				}
 				continue
 			}
-			if have == st.present {
-				continue
+			if has != st.present {
+				wrong, have = append(wrong, n), has
 			}
-			if st.frozen != nil {
-				retry := ""
-				if f := st.frozen; f.Retries > 0 {
-					retry = fmt.Sprintf(" after %d retries with its Idempotency-Key (first answer %v: %d %s)", f.Retries, f.First.Outcome, f.First.Status, strings.TrimSpace(f.First.Body))
-				}
-				r.NotWrittenApplied = append(r.NotWrittenApplied, fmt.Sprintf("%s on %s: %s sent to %s at %s answered not written (%d %s) at %s%s, but applied; before it: %s",
-					tu, n, verb(st.frozen.Grant), st.frozen.Replica, st.frozen.Start.Format("15:04:05.000"), st.frozen.Answer.Status, strings.TrimSpace(st.frozen.Answer.Body), st.frozen.End.Format("15:04:05.000"), retry, orNone(st.last)))
-				continue
-			}
-			r.Lost = append(r.Lost, fmt.Sprintf("%s on %s: present=%v, want %v (%s)", tu, n, have, st.present, orNone(st.last)))
 		}
+		if len(wrong) == 0 {
+			continue
+		}
+		on := strings.Join(wrong, ", ")
+		if f := st.frozen; f != nil {
+			retry := ""
+			if f.Retries > 0 {
+				retry = fmt.Sprintf(" after %d retries with its Idempotency-Key (first answer %v: %d %s)", f.Retries, f.First.Outcome, f.First.Status, strings.TrimSpace(f.First.Body))
+			}
+			r.NotWrittenApplied = append(r.NotWrittenApplied, fmt.Sprintf("%s on %s: %s sent to %s at %s answered not written (%d %s) at %s%s, but applied; before it: %s",
+				tu, on, verb(f.Grant), f.Replica, f.Start.Format("15:04:05.000"), f.Answer.Status, strings.TrimSpace(f.Answer.Body), f.End.Format("15:04:05.000"), retry, orNone(st.last)))
+			continue
+		}
+		r.Lost = append(r.Lost, fmt.Sprintf("%s on %s: present=%v, want %v (%s)", tu, on, have, st.present, orNone(st.last)))
 	}
 	for _, c := range h.checks {
 		r.Checks++
