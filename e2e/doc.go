@@ -17,6 +17,13 @@
 // internal/proxy starts nginx, Caddy and HAProxy from Debian in front of
 // nexus' forward-auth listener.
 //
+// The fault tests (package fault, `go test -run Fault ./...`) run three
+// NATS nodes and three nexus replicas under a nemesis that kills, stalls
+// and restarts them while clients write and check; internal/faultcheck
+// then verifies what the clients were told against what every replica
+// holds. NEXUS_FAULT_SEED and NEXUS_FAULT_DURATION replay or lengthen a
+// run.
+//
 // # Caveats
 //
 // The first build compiles several hundred generated protobuf packages and

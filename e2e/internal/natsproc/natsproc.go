@@ -6,6 +6,7 @@ package natsproc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,21 +26,37 @@ import (
 // NEXUS_REQUIRE_TOOLS=1 (make test).
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p, err := exec.LookPath("nats-server"); err == nil {
+	p, err := Find()
+	if err == nil {
 		return p
+	}
+	if os.Getenv("NEXUS_REQUIRE_TOOLS") == "1" {
+		t.Fatal(err)
+	}
+	t.Skip(err)
+	return ""
+}
+
+// Find returns the path of nats-server (on PATH or in $(go env
+// GOPATH)/bin), or an error whose text is a one-line reason to skip.
+func Find() (string, error) {
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p, nil
 	}
 	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
 		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "nats-server")
 		if _, err := os.Stat(p); err == nil {
-			return p
+			return p, nil
 		}
 	}
-	msg := "nats-server is not installed (make deps installs it with go install github.com/nats-io/nats-server/v2@v2.15.2)"
-	if os.Getenv("NEXUS_REQUIRE_TOOLS") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return "", errors.New("nats-server is not installed (make deps installs it with go install github.com/nats-io/nats-server/v2@v2.15.2)")
+}
+
+// Options change how Start configures the nodes.
+type Options struct {
+	// NoAdvertise keeps each node from telling its clients the other
+	// nodes' addresses: a client stays on the URLs it was given.
+	NoAdvertise bool
 }
 
 // Cluster is a running set of nats-server processes.
@@ -78,6 +95,12 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // them when the test ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartWith(t, n, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, n int, o Options) *Cluster {
+	t.Helper()
 	c := &Cluster{t: t, bin: Binary(t)}
 	dir := t.TempDir()
 	ports := nexusproc.FreePorts(t, 3*n)
@@ -97,7 +120,11 @@ jetstream {
 		if n > 1 {
 			// One node alone is no cluster: its JetStream would wait for
 			// a meta leader forever.
-			conf += fmt.Sprintf("cluster {\n  name: nexus-e2e\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", ports[3*i+1], strings.Join(routes, ", "))
+			adv := ""
+			if o.NoAdvertise {
+				adv = "  no_advertise: true\n"
+			}
+			conf += fmt.Sprintf("cluster {\n  name: nexus-e2e\n  listen: 127.0.0.1:%d\n  routes: [%s]\n%s}\n", ports[3*i+1], strings.Join(routes, ", "), adv)
 		}
 		path := filepath.Join(dir, name+".conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
@@ -159,7 +186,16 @@ func (c *Cluster) URLs() string {
 	return strings.Join(us, ",")
 }
 
+// URL is the client URL of node i.
+func (c *Cluster) URL(i int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", c.nodes[i].client)
+}
+
+// Len is the number of nodes.
+func (c *Cluster) Len() int { return len(c.nodes) }
+
 // Stop stops node i (SIGTERM, then SIGKILL after 10s); its storage stays.
+// A paused node is continued first.
 func (c *Cluster) Stop(i int) {
 	nd := c.nodes[i]
 	nd.mu.Lock()
@@ -167,6 +203,7 @@ func (c *Cluster) Stop(i int) {
 	if nd.cmd == nil {
 		return
 	}
+	_ = nd.cmd.Process.Signal(syscall.SIGCONT)
 	_ = nd.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-nd.done:
@@ -177,7 +214,46 @@ func (c *Cluster) Stop(i int) {
 	nd.cmd = nil
 }
 
-// Restart starts node i again on its ports and storage.
+// Kill kills node i with SIGKILL (no shutdown, no flush) and waits for
+// it to exit; its storage stays.
+func (c *Cluster) Kill(i int) {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		return
+	}
+	_ = nd.cmd.Process.Kill()
+	<-nd.done
+	nd.cmd = nil
+}
+
+// Pause stops node i with SIGSTOP: its sockets stay open and nothing
+// answers until Cont.
+func (c *Cluster) Pause(i int) { c.signal(i, syscall.SIGSTOP) }
+
+// Cont continues node i after Pause (SIGCONT).
+func (c *Cluster) Cont(i int) { c.signal(i, syscall.SIGCONT) }
+
+func (c *Cluster) signal(i int, sig syscall.Signal) {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd != nil {
+		_ = nd.cmd.Process.Signal(sig)
+	}
+}
+
+// Running reports whether node i has a process (paused or not).
+func (c *Cluster) Running(i int) bool {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.cmd != nil
+}
+
+// Restart starts node i again on its ports and storage (nothing if it
+// runs).
 func (c *Cluster) Restart(i int) { c.start(i) }
 
 // WaitHealthy waits until every running node's /healthz answers 200
@@ -208,5 +284,53 @@ func (c *Cluster) WaitHealthy(d time.Duration) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+}
+
+// Require returns nats-server's path. Without it the test fails when
+// NEXUS_REQUIRE_TOOLS=1 (make test) and otherwise skips with a one-line
+// reason, which also goes to the file $NEXUS_TEST_NOTES names (make test
+// prints it: go test shows a passing package's output only with -v).
+func Require(t testing.TB) string {
+	t.Helper()
+	p, err := Find()
+	if err == nil {
+		return p
+	}
+	if os.Getenv("NEXUS_REQUIRE_TOOLS") == "1" {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf("%s skipped: %v", t.Name(), err)
+	fmt.Fprintln(os.Stderr, line)
+	if path := os.Getenv("NEXUS_TEST_NOTES"); path != "" {
+		if f, ferr := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
+			fmt.Fprintln(f, line)
+			f.Close()
+		}
+	}
+	t.Skip(line)
+	return ""
+}
+
+// WaitNode waits up to d until node i's /healthz answers 200 (JetStream
+// up and current); unlike WaitHealthy it never ends the test, so any
+// goroutine may call it.
+func (c *Cluster) WaitNode(i int, d time.Duration) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", c.nodes[i].monitor)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := hc.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats-server %s not healthy after %v: %w", c.nodes[i].name, d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

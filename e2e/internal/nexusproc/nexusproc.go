@@ -116,42 +116,88 @@ func Start(t testing.TB, dir, adminAddr string, args ...string) *Proc {
 	if dir == "" {
 		dir = t.TempDir()
 	}
+	p, err := Launch(Binary(t), dir, adminAddr, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.kill)
+	if err := p.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Launch starts `bin args...` in dir and returns at once; WaitReady
+// waits for it. Unlike Start it never ends the test, so a goroutine other
+// than the test's may call it; the caller kills the process when done.
+func Launch(bin, dir, adminAddr string, args ...string) (*Proc, error) {
 	var out bytes.Buffer
-	cmd := exec.Command(Binary(t), args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = &lockedWriter{w: &out}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("start nexus: %w", err)
 	}
 	p := &Proc{Cmd: cmd, Dir: dir, AdminAddr: adminAddr, Output: &out, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
+	return p, nil
+}
+
+// WaitReady waits until the admin /readyz answers 200, the process exits,
+// or d passes.
+func (p *Proc) WaitReady(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	c := &http.Client{Timeout: 2 * time.Second}
 	for {
-		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		resp, err := c.Get("http://" + p.AdminAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p
+				return nil
 			}
 		}
 		select {
 		case err := <-p.done:
-			t.Fatalf("nexus exited before it was ready: %v\n%s", err, out.String())
+			p.done <- err
+			return fmt.Errorf("nexus exited before it was ready: %v\n%s", err, p.Out())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nexus not ready after 30s\n%s", out.String())
+			return fmt.Errorf("nexus not ready after %v\n%s", d, p.Out())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Out is what the process wrote so far.
+func (p *Proc) Out() string {
+	w := p.Cmd.Stdout.(*lockedWriter)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.String()
+}
+
+// Kill kills the process with SIGKILL (continuing it first if it was
+// stopped) and waits for it to exit.
+func (p *Proc) Kill() {
+	p.kill()
+}
+
+func (p *Proc) kill() {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return
+	default:
+	}
+	_ = p.Cmd.Process.Kill()
+	err := <-p.done
+	p.done <- err
+}
+
+// Signal sends sig to the process (SIGSTOP, SIGCONT).
+func (p *Proc) Signal(sig os.Signal) error { return p.Cmd.Process.Signal(sig) }
 
 // Stop sends SIGTERM and waits for the exit status.
 func (p *Proc) Stop(ctx context.Context) error {
@@ -160,9 +206,10 @@ func (p *Proc) Stop(ctx context.Context) error {
 	}
 	select {
 	case err := <-p.done:
+		p.done <- err
 		return err
 	case <-ctx.Done():
-		_ = p.Cmd.Process.Kill()
+		p.kill()
 		return fmt.Errorf("nexus did not exit after SIGTERM: %w", ctx.Err())
 	}
 }
