@@ -28,7 +28,11 @@
 //
 // # Caveats
 //
-//   - Read reads at most [MaxBytes], compressed and uncompressed.
+//   - Read reads at most [MaxBytes] compressed, and holds the archive to
+//     [Limits] as it decompresses it: [MaxBytes] in all, [MaxFileBytes] a
+//     file, [DefaultMaxDataBytes] for data.json ([ReadLimited] sets
+//     others). A file over a limit is refused from its tar header, before
+//     its bytes are read, with a [*LimitError] naming the limit.
 //   - Read checks the shape of the archive, not the module: that the Wasm
 //     module runs, and that it exports the manifest's entrypoints, is
 //     checked by the engine when it loads the bundle.
