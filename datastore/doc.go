@@ -141,10 +141,13 @@
 //     repaired file to clear it.
 //   - Verify checks every page and every key, for the damage Open does
 //     not read: the leaves of the indexes and the changelog.
+//   - Scrub makes the same page and key checks on an open store while it
+//     serves, in short read transactions at a bounded rate; damage it
+//     finds makes the store unhealthy and fails every read from then on.
 //
 // A flipped bit inside a key that still decodes changes a tuple: Verify
-// finds it (the two indexes no longer hold the same tuples), a check does
-// not.
+// and Scrub find it (the two indexes no longer hold the same tuples), a
+// check does not.
 //
 // # Caveats
 //
