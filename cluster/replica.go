@@ -54,9 +54,10 @@ type Replica struct {
 	obs       jetstream.ObjectStore // set once the bucket is known
 	logID     string                // the log's identity, once known
 	following bool
-	reason    string // why not following, or why JetStream is not answering
-	diverged  error  // set when the store cannot follow the log
-	pending   map[string]*pendingWrite
+	reason    string                   // why not following, or why JetStream is not answering
+	diverged  error                    // set when the store cannot follow the log
+	pending   map[string]*pendingWrite // by write ID
+	seen      *seenTable               // applied write IDs and fences (the apply goroutine writes it)
 	snapRev   datastore.Revision
 	snapTime  time.Time
 	rejected  uint64
@@ -108,6 +109,14 @@ const (
 	metaBundle = "cluster.policy.bundle"
 )
 
+// lookupTimeout bounds one question to JetStream (stream info, lookup);
+// pingInterval is how often the client pings its server (two unanswered
+// pings end the connection).
+const (
+	lookupTimeout = 4 * time.Second
+	pingInterval  = 2 * time.Second
+)
+
 // streamIDKey is the stream metadata key that identifies one incarnation
 // of the log: a stream deleted and created again gets another id.
 const streamIDKey = "nexus_log_id"
@@ -146,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 	r := &Replica{
 		cfg: cfg, log: cfg.Logger.With("cluster", cfg.Name), store: cfg.Store, id: nuid.Next(),
 		notify: make(chan struct{}), wake: make(chan struct{}, 1), condSem: make(chan struct{}, 1),
-		pending: map[string]*pendingWrite{}, reason: "connecting to NATS",
+		pending: map[string]*pendingWrite{}, seen: newSeenTable(), reason: "connecting to NATS",
 	}
 	r.applied.Store(uint64(rev))
 	r.streamLast.Store(uint64(rev))
@@ -160,6 +169,11 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 		// of waiting for a connection.
 		nats.ReconnectBufSize(-1),
 		nats.Timeout(2 * time.Second),
+		// A server that stops answering (stalled, partitioned) is left
+		// for another within seconds, not after the default 2 minutes of
+		// pings.
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(2),
 		// A server refusing the credentials is tried again like one that
 		// is down (the client gives up after two refusals by default):
 		// the account or user may be fixed on the server's side.
@@ -412,7 +426,7 @@ func (r *Replica) lastSequence(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	info, err := s.Info(ctx)
 	if err != nil {
