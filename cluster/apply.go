@@ -31,7 +31,12 @@ func (r *Replica) run() {
 	backoff := first
 	for r.ctx.Err() == nil {
 		started := time.Now()
-		err := r.follow(r.ctx)
+		actx, acancel := context.WithCancel(r.ctx)
+		r.mu.Lock()
+		r.attempt = acancel
+		r.mu.Unlock()
+		err := r.follow(actx)
+		acancel()
 		if r.ctx.Err() != nil {
 			r.setFollowing(false, nil, ErrClosed)
 			return
@@ -166,7 +171,7 @@ func (r *Replica) follow(ctx context.Context) error {
 // ensureAssets finds or creates the stream and the object store bucket,
 // and returns the stream with the id of this incarnation of the log.
 func (r *Replica) ensureAssets(ctx context.Context) (jetstream.Stream, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*lookupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	name := r.cfg.streamName()
 	s, err := r.js.Stream(ctx, name)

@@ -54,6 +54,7 @@ type Replica struct {
 	obs       jetstream.ObjectStore // set once the bucket is known
 	logID     string                // the log's identity, once known
 	following bool
+	attempt   context.CancelFunc // ends the follow loop's attempt under way
 	reason    string                   // why not following, or why JetStream is not answering
 	diverged  error                    // set when the store cannot follow the log
 	pending   map[string]*pendingWrite // by write ID
@@ -258,8 +259,15 @@ func joinURLs(us []string) string {
 	return s
 }
 
-// poke wakes the follow loop (after a reconnect).
+// poke wakes the follow loop (after a reconnect): an attempt to set up
+// that still waits for an answer on the old connection starts again on
+// the new one.
 func (r *Replica) poke() {
+	r.mu.Lock()
+	if !r.following && r.attempt != nil {
+		r.attempt()
+	}
+	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
 	default:

@@ -200,7 +200,7 @@ func (r *Replica) publish(pctx, ctx context.Context, p *pendingWrite, id, msgID 
 	// notSent: what to answer when the write never went out.
 	notSent := func(err error) (datastore.Revision, bool, error) {
 		if sent {
-			return 0, true, fmt.Errorf("%w: %w", errUnresolved, err)
+			return 0, true, fmt.Errorf("%w: %v", errUnresolved, err)
 		}
 		return 0, false, err
 	}
@@ -214,7 +214,7 @@ func (r *Replica) publish(pctx, ctx context.Context, p *pendingWrite, id, msgID 
 			if last == nil {
 				last = pctx.Err()
 			}
-			return notSent(fmt.Errorf("%w: write %s not acknowledged before its deadline: %w", ErrUnavailable, id, last))
+			return notSent(fmt.Errorf("%w: write %s not acknowledged before its deadline: %v", ErrUnavailable, id, last))
 		}
 		if _, err := r.currentStream(); err != nil {
 			return notSent(err)
@@ -306,7 +306,7 @@ func (r *Replica) publish(pctx, ctx context.Context, p *pendingWrite, id, msgID 
 // fence, or it never will.
 func (r *Replica) resolve(ctx context.Context, p *pendingWrite, id, msgID string, cause error) (datastore.Revision, error) {
 	unknown := func(err error) (datastore.Revision, error) {
-		return 0, fmt.Errorf("%w: write %s: %w (%w)", ErrOutcomeUnknown, id, err, cause)
+		return 0, fmt.Errorf("%w: write %s: %w (%v)", ErrOutcomeUnknown, id, err, cause)
 	}
 	fence, err := wire.Fence(r.id, msgID)
 	if err != nil {
@@ -345,7 +345,7 @@ func (r *Replica) resolve(ctx context.Context, p *pendingWrite, id, msgID string
 		return p.rev, p.err
 	default:
 	}
-	return 0, fmt.Errorf("%w: write %s was not written: fenced at revision %d (%w)", ErrUnavailable, id, seq, cause)
+	return 0, fmt.Errorf("%w: write %s was not written: fenced at revision %d (%v)", ErrUnavailable, id, seq, cause)
 }
 
 // register records a write waiting for its entry; owner is false when
