@@ -34,6 +34,8 @@ type Replica struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	// followed: the follow loop has set up once since New.
+	followed atomic.Bool
 
 	// applied is the store's revision: the last log sequence applied.
 	applied  atomic.Uint64
@@ -101,6 +103,11 @@ type Status struct {
 	SnapshotAge      time.Duration
 	// Rejected counts log entries applied without effect since New.
 	Rejected uint64
+	// Followed is true once the replica has read the log (found or
+	// created it, and set up to follow it) since New. A replica whose
+	// store is empty and that never read the log has nothing to answer
+	// from: it should not be ready.
+	Followed bool
 }
 
 // metaKey* are the replica metadata keys in the store (ReplicaMeta).
@@ -465,6 +472,7 @@ func (r *Replica) Status() Status {
 	applied, last := r.applied.Load(), r.streamLast.Load()
 	st := Status{
 		Connected:  r.nc.IsConnected(),
+		Followed:   r.followed.Load(),
 		Applied:    datastore.Revision(applied),
 		StreamLast: last,
 	}
@@ -574,6 +582,7 @@ func (r *Replica) setFollowing(on bool, s jetstream.Stream, why error) {
 	switch {
 	case on:
 		r.reason, r.diverged = "", nil
+		r.followed.Store(true)
 	case why != nil:
 		r.reason = why.Error()
 		if errors.Is(why, ErrDiverged) {

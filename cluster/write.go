@@ -200,6 +200,9 @@ func (r *Replica) publish(pctx, ctx context.Context, p *pendingWrite, id, msgID 
 	// notSent: what to answer when the write never went out.
 	notSent := func(err error) (datastore.Revision, bool, error) {
 		if sent {
+			if refusal(err) {
+				return 0, true, fmt.Errorf("%w: %w", errUnresolved, err)
+			}
 			return 0, true, fmt.Errorf("%w: %v", errUnresolved, err)
 		}
 		return 0, false, err
@@ -249,8 +252,10 @@ func (r *Replica) publish(pctx, ctx context.Context, p *pendingWrite, id, msgID 
 		actx, acancel := context.WithTimeout(pctx, publishTimeout)
 		ack, err := r.js.PublishMsg(actx, &nats.Msg{Subject: subject, Data: payload, Header: hdr}, opts...)
 		acancel()
-		if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) {
-			sent = true // it may have reached the log
+		if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) && !isConflict(err) && !permanent(err) {
+			// It may have reached the log. (A conflict, a refusal and no
+			// responder are answers that it did not.)
+			sent = true
 		}
 		switch {
 		case err == nil:
@@ -344,6 +349,9 @@ func (r *Replica) resolve(ctx context.Context, p *pendingWrite, id, msgID string
 	case <-p.done:
 		return p.rev, p.err
 	default:
+	}
+	if refusal(cause) {
+		return 0, cause // the newest state refuses it, and the earlier attempt is void
 	}
 	return 0, fmt.Errorf("%w: write %s was not written: fenced at revision %d (%v)", ErrUnavailable, id, seq, cause)
 }

@@ -505,8 +505,9 @@ func TestRelImportThroughCluster(t *testing.T) {
 }
 
 // TestClusterErrors: the cluster's write errors reach clients as the
-// server's codes: 413 for a write too large for the log, 503 for a log
-// that cannot take it now; anything else unchanged.
+// server's codes: 413 for a write too large for the log, 503 for a write
+// that was not written, 504 for one whose outcome is unknown (never 503,
+// which says not written); anything else unchanged.
 func TestClusterErrors(t *testing.T) {
 	tests := []struct {
 		err  error
@@ -515,9 +516,10 @@ func TestClusterErrors(t *testing.T) {
 		{fmt.Errorf("x: %w", cluster.ErrTooLarge), pdp.CodeTooLarge},
 		{fmt.Errorf("x: %w", cluster.ErrUnavailable), pdp.CodeUnavailable},
 		{fmt.Errorf("x: %w", cluster.ErrContention), pdp.CodeUnavailable},
-		{fmt.Errorf("x: %w", cluster.ErrNotApplied), pdp.CodeUnavailable},
+		{fmt.Errorf("x: %w: %w", cluster.ErrOutcomeUnknown, cluster.ErrNotApplied), pdp.CodeOutcomeUnknown},
+		{fmt.Errorf("x: %w: (%w)", cluster.ErrOutcomeUnknown, cluster.ErrUnavailable), pdp.CodeOutcomeUnknown},
 		{cluster.ErrClosed, pdp.CodeUnavailable},
-		{fmt.Errorf("x: %w", datastore.ErrPreconditionFailed), pdp.CodeConflict},
+		{fmt.Errorf("x: %w", datastore.ErrPreconditionFailed), pdp.CodePreconditionFailed},
 		{fmt.Errorf("x: %w", datastore.ErrInvalidTuple), pdp.CodeBadRequest},
 	}
 	for _, tt := range tests {
@@ -529,7 +531,7 @@ func TestClusterErrors(t *testing.T) {
 			t.Errorf("%v: the cause is lost: %v", tt.err, got)
 		}
 	}
-	if err := clusterError(7, fmt.Errorf("x: %w", cluster.ErrNotApplied)); !strings.Contains(err.Error(), "revision 7") {
+	if err := clusterError(7, fmt.Errorf("x: %w: %w", cluster.ErrOutcomeUnknown, cluster.ErrNotApplied)); !strings.Contains(err.Error(), "revision 7") {
 		t.Errorf("a write in the log but not applied here names no revision: %v", err)
 	}
 	if clusterError(7, nil) != nil {

@@ -370,13 +370,13 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
 		Logger: log,
 	}
-	cl.configure(&cfg)
-	ol.apply(&cfg)
 	var awaited *awaitedBundle
 	if c.opa.AwaitBundle {
 		awaited = &awaitedBundle{}
 		cfg.Ready = awaited.ready
 	}
+	cl.configure(&cfg)
+	ol.apply(&cfg)
 	srv, err := extauthz.New(ctx, cfg)
 	if err != nil {
 		return err
