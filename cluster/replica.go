@@ -56,7 +56,7 @@ type Replica struct {
 	obs       jetstream.ObjectStore // set once the bucket is known
 	logID     string                // the log's identity, once known
 	following bool
-	attempt   context.CancelFunc // ends the follow loop's attempt under way
+	attempt   context.CancelFunc       // ends the follow loop's attempt under way
 	reason    string                   // why not following, or why JetStream is not answering
 	diverged  error                    // set when the store cannot follow the log
 	pending   map[string]*pendingWrite // by write ID
