@@ -203,13 +203,17 @@ func (r *Replica) ensureAssets(ctx context.Context) (jetstream.Stream, string, e
 	haveObs := r.obs != nil
 	r.mu.Unlock()
 	if !haveObs {
+		replicas := r.cfg.StreamReplicas
+		if info := s.CachedInfo(); info != nil {
+			replicas = info.Config.Replicas // the bucket as the log
+		}
 		obs, err := r.js.ObjectStore(ctx, r.cfg.bucket())
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			obs, err = r.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
 				Bucket:      r.cfg.bucket(),
 				Description: "nexus cluster " + r.cfg.Name + ": snapshots and policy bundles",
 				Storage:     jetstream.FileStorage,
-				Replicas:    r.streamReplicas(),
+				Replicas:    max(replicas, 1),
 			})
 			if errors.Is(err, jetstream.ErrBucketExists) {
 				obs, err = r.js.ObjectStore(ctx, r.cfg.bucket())

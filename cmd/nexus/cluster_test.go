@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -324,8 +325,11 @@ func TestServeCluster(t *testing.T) {
 	if status, out := a.evaluate(t, "zed", ""); status != 200 || out["decision"] != true {
 		t.Fatalf("check without NATS: %d %v", status, out)
 	}
-	if resp, err := http.Get("http://" + a.admin + "/readyz"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/readyz without NATS: %v %v, want 200", resp, err)
+	if status, out := call(t, "GET", "http://"+a.admin+"/readyz", "", ""); status != 200 || out["checks"] != "ready" || out["writes"] != "unavailable" || out["writes_reason"] == "" {
+		t.Fatalf("/readyz without NATS: %d %v, want 200, checks ready, writes unavailable with a reason", status, out)
+	}
+	if status, out := a.write(t, "file:report.pdf#viewer@user:yan"); out["outcome"] != "not_written" || out["write_id"] == "" {
+		t.Fatalf("write without NATS: %d %v, want outcome not_written with its write ID", status, out)
 	}
 	nats.RestartAll(t)
 	var rev2 uint64
@@ -342,6 +346,29 @@ func TestServeCluster(t *testing.T) {
 	_, out = call(t, "GET", "http://"+a.admin+"/healthz", testAdminToken, "")
 	if out["status"] != "ok" {
 		t.Fatalf("/healthz after recovery: %v", out)
+	}
+}
+
+// TestServeClusterNoLogNotReady: a new replica (empty data directory)
+// that cannot reach its log is not ready: it has nothing to answer from.
+func TestServeClusterNoLogNotReady(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "nats://" + ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "nexus.yaml")
+	if err := os.WriteFile(cfg, []byte("cluster:\n  sync_timeout: 500ms\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, filepath.Join(dir, "data"), "--config", cfg, "--cluster", dead, "--cluster-name", "nolog")
+	eventually(t, 60*time.Second, "admin listener", func() bool { s.readAddrs(); return s.admin != "" })
+	time.Sleep(2 * time.Second) // well past the sync timeout
+	status, out := call(t, "GET", "http://"+s.admin+"/readyz", "", "")
+	if status != 503 || !strings.Contains(fmt.Sprint(out["reason"]), "not read the cluster log") || out["writes"] != "unavailable" {
+		t.Fatalf("/readyz of an empty replica without its log: %d %v, want 503", status, out)
 	}
 }
 
