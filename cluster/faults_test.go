@@ -272,3 +272,28 @@ func TestQuorumLost(t *testing.T) {
 		t.Fatalf("writes said available for %v after quorum loss", took)
 	}
 }
+
+// TestAutoStreamReplicas: with no stream replicas configured, a replica
+// creates the log on as many NATS servers as the cluster has (at most 3),
+// not on one.
+func TestAutoStreamReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	ns := natstest.Start(t, 3)
+	r := newReplica(t, cluster.Config{URLs: ns.URLs()[:1]}, "")
+	waitFollowing(t, r)
+	nc, err := nats.Connect(ns.URLs()[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctxT(t, 10*time.Second), "nexus-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Replicas; got != 3 {
+		t.Fatalf("the log has %d replicas on a 3-node NATS cluster, want 3", got)
+	}
+}
