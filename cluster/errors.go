@@ -28,10 +28,11 @@ var ErrRevisionTimeout = errors.New("cluster: revision not reached in time")
 // applied a second time. Servers answer 504.
 var ErrOutcomeUnknown = errors.New("cluster: the write's outcome is unknown")
 
-// ErrNotApplied is returned with a revision by a write that the log
-// accepted but that this replica did not apply before the write's
-// deadline. The write is durable and every replica will apply it; only
-// read-your-writes on this replica is not yet given.
+// ErrNotApplied is returned, with ErrOutcomeUnknown and the entry's
+// revision, by a write that the log acknowledged but that this replica
+// did not apply before the write timeout: the entry is in the log, and
+// whether it applies (it does unless the log took it after its deadline)
+// every replica decides alike; a retry with the same write ID learns it.
 var ErrNotApplied = errors.New("cluster: the write is in the log but not yet applied on this replica")
 
 // ErrContention is returned when a write met a conflicting write from

@@ -42,8 +42,9 @@ func (p *pendingWrite) finish(rev datastore.Revision, err error) {
 // the entry's revision once this replica applied it. Errors: those of
 // datastore.Write (ErrPreconditionFailed, ErrInvalidTuple, ErrNoSchema,
 // checked against the newest state this replica can reach),
-// ErrUnavailable, ErrContention, ErrTooLarge, ErrNotApplied (with the
-// revision), ErrClosed.
+// ErrUnavailable (not written, and never will be), ErrOutcomeUnknown
+// (perhaps written: retry with the same write ID, api.WithWriteID, to
+// learn it), ErrContention, ErrTooLarge, ErrClosed.
 func (r *Replica) Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error) {
 	payload, err := wire.Write(r.id, req)
 	if err != nil {
