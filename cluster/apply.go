@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,7 +31,12 @@ func (r *Replica) run() {
 	backoff := first
 	for r.ctx.Err() == nil {
 		started := time.Now()
-		err := r.follow(r.ctx)
+		actx, acancel := context.WithCancel(r.ctx)
+		r.mu.Lock()
+		r.attempt = acancel
+		r.mu.Unlock()
+		err := r.follow(actx)
+		acancel()
 		if r.ctx.Err() != nil {
 			r.setFollowing(false, nil, ErrClosed)
 			return
@@ -69,7 +76,7 @@ func (r *Replica) follow(ctx context.Context) error {
 	} else if uint64(rev) != r.applied.Load() {
 		return r.foreignWrites(ctx)
 	}
-	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ictx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	info, err := s.Info(ictx)
 	cancel()
 	if err != nil {
@@ -92,6 +99,13 @@ func (r *Replica) follow(ctx context.Context) error {
 	if applied+1 < first && last >= first {
 		return fmt.Errorf("%w: the store is at revision %d, the log keeps %d..%d and no snapshot reaches it", ErrDiverged, applied, first, last)
 	}
+	seen, err := loadSeen(ctx, r.store)
+	if err != nil {
+		return fmt.Errorf("seen writes: %w", err)
+	}
+	r.mu.Lock()
+	r.seen = seen
+	r.mu.Unlock()
 	// An ephemeral pull consumer from the next sequence, remade by this
 	// loop whenever it fails: the library's ordered consumer remakes
 	// itself too, but waits up to 10s for an answer while a new stream
@@ -157,11 +171,12 @@ func (r *Replica) follow(ctx context.Context) error {
 // ensureAssets finds or creates the stream and the object store bucket,
 // and returns the stream with the id of this incarnation of the log.
 func (r *Replica) ensureAssets(ctx context.Context) (jetstream.Stream, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	name := r.cfg.streamName()
 	s, err := r.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		replicas := r.streamReplicas()
 		s, err = r.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        name,
 			Description: "nexus cluster " + r.cfg.Name + ": relationship, schema and policy writes",
@@ -171,14 +186,14 @@ func (r *Replica) ensureAssets(ctx context.Context) (jetstream.Stream, string, e
 			MaxAge:      r.cfg.MaxAge,
 			MaxBytes:    r.cfg.MaxBytes,
 			Storage:     jetstream.FileStorage,
-			Replicas:    r.cfg.StreamReplicas,
+			Replicas:    replicas,
 			Duplicates:  2 * time.Minute,
 			Metadata:    map[string]string{streamIDKey: nuid.Next()},
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s, err = r.js.Stream(ctx, name) // another replica won the race
 		} else if err == nil {
-			r.log.Info("created the cluster log", "stream", name, "replicas", r.cfg.StreamReplicas, "max_age", r.cfg.MaxAge, "max_bytes", r.cfg.MaxBytes)
+			r.log.Info("created the cluster log", "stream", name, "replicas", replicas, "max_age", r.cfg.MaxAge, "max_bytes", r.cfg.MaxBytes)
 		}
 	}
 	if err != nil {
@@ -188,13 +203,17 @@ func (r *Replica) ensureAssets(ctx context.Context) (jetstream.Stream, string, e
 	haveObs := r.obs != nil
 	r.mu.Unlock()
 	if !haveObs {
+		replicas := r.cfg.StreamReplicas
+		if info := s.CachedInfo(); info != nil {
+			replicas = info.Config.Replicas // the bucket as the log
+		}
 		obs, err := r.js.ObjectStore(ctx, r.cfg.bucket())
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			obs, err = r.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
 				Bucket:      r.cfg.bucket(),
 				Description: "nexus cluster " + r.cfg.Name + ": snapshots and policy bundles",
 				Storage:     jetstream.FileStorage,
-				Replicas:    r.cfg.StreamReplicas,
+				Replicas:    max(replicas, 1),
 			})
 			if errors.Is(err, jetstream.ErrBucketExists) {
 				obs, err = r.js.ObjectStore(ctx, r.cfg.bucket())
@@ -212,6 +231,31 @@ func (r *Replica) ensureAssets(ctx context.Context) (jetstream.Stream, string, e
 		logID += "/" + info.Config.Metadata[streamIDKey]
 	}
 	return s, logID, nil
+}
+
+// streamReplicas is the R of the stream and bucket this replica creates:
+// Config.StreamReplicas, or as many as the NATS cluster has servers, at
+// most 3.
+func (r *Replica) streamReplicas() int {
+	n := r.cfg.StreamReplicas
+	if n == 0 {
+		n = 1
+		if r.nc.ConnectedClusterName() != "" {
+			seen := map[string]bool{}
+			for _, u := range r.nc.Servers() {
+				seen[u] = true
+			}
+			n = min(3, max(1, len(seen)))
+		}
+		if n == 1 {
+			r.log.Warn("the cluster log is kept on one NATS server: it is lost with that server's disk; run 3 NATS servers in a cluster (or set the stream replicas explicitly)")
+		}
+		return n
+	}
+	if n == 1 {
+		r.log.Warn("the cluster log is kept on one NATS server (stream replicas 1): it is lost with that server's disk")
+	}
+	return n
 }
 
 // checkIdentity refuses a store whose history is not from this log.
@@ -357,8 +401,11 @@ type entry struct {
 	seq   uint64
 	batch datastore.Batch
 	pol   *Policy
-	cause error // why it applies without effect
-	id    string
+	cause error  // why it applies without effect
+	id    string // write ID ("" for an entry without one)
+	msgID string
+	dup   *seenRecord // the first outcome of a write applied before
+	void  bool        // expired or fenced: only its own attempt hears of it
 }
 
 // applyRun applies consecutive log entries in one transaction.
@@ -381,7 +428,9 @@ func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID strin
 			return fmt.Errorf("%w: next entry %d, applied %d", errGap, seq, applied)
 		}
 		r.seeLast(seq + md.NumPending)
-		e := entry{seq: seq, id: msg.Headers().Get(jetstream.MsgIDHeader)}
+		e := entry{seq: seq}
+		var deadline int64
+		e.id, e.msgID, deadline = writeHeaders(msg.Headers())
 		if e.batch, e.pol, e.cause, err = r.decode(ctx, seq, msg.Data()); err != nil {
 			if len(es) > 0 {
 				break
@@ -389,6 +438,7 @@ func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID strin
 			return err
 		}
 		e.batch.Time = md.Timestamp
+		r.screen(&e, md.Timestamp.UnixNano(), deadline, msg.Data())
 		es = append(es, e)
 		applied = seq
 	}
@@ -423,6 +473,13 @@ func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID strin
 	for i := range es {
 		if results[i] != nil {
 			es[i].cause = results[i]
+			if es[i].id != "" && es[i].dup == nil && !es[i].void {
+				r.mu.Lock()
+				rec := r.seen.seen[es[i].id]
+				rec.Code, rec.Msg = rejectCode(results[i]), results[i].Error()
+				r.seen.seen[es[i].id] = rec
+				r.mu.Unlock()
+			}
 		}
 		if es[i].cause != nil {
 			r.m.rejected.Inc()
@@ -442,15 +499,90 @@ func (r *Replica) applyRun(ctx context.Context, run []jetstream.Msg, logID strin
 			r.policyChanged(ctx, *e.pol)
 		}
 	}
-	r.setApplied(applied)
+	// Writers hear of their entries before the revision is published, so
+	// that one that waits for a later revision (a fence) knows.
 	r.mu.Lock()
 	for _, e := range es {
-		if p := r.pending[e.id]; e.id != "" && p != nil {
+		p := r.pending[e.id]
+		switch {
+		case e.id == "" || p == nil:
+		case e.dup != nil:
+			p.finish(e.dup.outcome())
+		case e.void:
+			if p.msgID == e.msgID {
+				p.finish(0, fmt.Errorf("%w: write %s was not written: %w", ErrUnavailable, e.id, e.cause))
+			}
+		default:
 			p.finish(datastore.Revision(e.seq), e.cause)
 		}
 	}
 	r.mu.Unlock()
+	r.setApplied(applied)
 	return nil
+}
+
+// screen decides, from the log alone, whether a write entry applies: it is
+// void when the log took it after its deadline or after a fence for its
+// attempt, a duplicate when its write ID applied within SeenWindow;
+// otherwise its outcome is recorded in the seen table, in the same
+// transaction. A fence is recorded in the fence table. Records older than
+// SeenWindow before the entry's log time are dropped with it.
+func (r *Replica) screen(e *entry, now, deadline int64, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.seen
+	e.batch.Meta = t.prune(now, e.batch.Meta)
+	if e.id == "" && bytes.Contains(data, []byte(`"kind":"fence"`)) {
+		m, err := wire.Decode(data)
+		if err != nil || m.Kind != wire.KindFence {
+			return
+		}
+		if _, ok := t.fences[m.Fence]; !ok {
+			t.fences[m.Fence] = now
+			t.order = append(t.order, seenKey{metaFence + m.Fence, now})
+			if e.batch.Meta == nil {
+				e.batch.Meta = map[string][]byte{}
+			}
+			e.batch.Meta[metaFence+m.Fence] = []byte(strconv.FormatInt(now, 10))
+		}
+		return
+	}
+	if e.id == "" || e.cause != nil {
+		return
+	}
+	empty := func(cause error) {
+		e.batch = datastore.Batch{Meta: e.batch.Meta, Time: e.batch.Time}
+		e.pol, e.cause = nil, cause
+	}
+	if _, fenced := t.fences[e.msgID]; fenced {
+		e.void = true
+		empty(errFenced)
+		return
+	}
+	if deadline != 0 && now > deadline {
+		e.void = true
+		empty(errExpired)
+		return
+	}
+	if rec, ok := t.seen[e.id]; ok && now-rec.Time <= int64(SeenWindow) {
+		e.dup = &rec
+		empty(fmt.Errorf("write %s applied at revision %d already", e.id, rec.Rev))
+		return
+	}
+	rec := seenRecord{Rev: e.seq, Time: now}
+	t.seen[e.id] = rec
+	t.order = append(t.order, seenKey{metaSeen + e.id, now})
+	enc, _ := json.Marshal(rec)
+	if e.batch.Meta == nil {
+		e.batch.Meta = map[string][]byte{}
+	}
+	e.batch.Meta[metaSeen+e.id] = enc
+	e.batch.OnReject = func(rejected error) map[string][]byte {
+		rec := rec
+		rec.Code, rec.Msg = rejectCode(rejected), rejected.Error()
+		enc, _ := json.Marshal(rec)
+		return map[string][]byte{metaSeen + e.id: enc}
+	}
 }
 
 // decode turns a log entry into a batch. An entry that is malformed, or

@@ -233,8 +233,8 @@ func streamLeader(t *testing.T, ns *natstest.Cluster, stream string) int {
 	return ns.Index(info.Cluster.Leader)
 }
 
-// writeEventually retries a write that fails with ErrUnavailable (a new
-// stream leader being elected) for up to d.
+// writeEventually retries a write that fails with ErrUnavailable or
+// ErrOutcomeUnknown (a new stream leader being elected) for up to d.
 func writeEventually(t *testing.T, r *replica, req datastore.WriteRequest, d time.Duration) datastore.Revision {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -243,7 +243,7 @@ func writeEventually(t *testing.T, r *replica, req datastore.WriteRequest, d tim
 		if err == nil {
 			return rev
 		}
-		if !errors.Is(err, cluster.ErrUnavailable) || time.Now().After(deadline) {
+		if !errors.Is(err, cluster.ErrUnavailable) && !errors.Is(err, cluster.ErrOutcomeUnknown) || time.Now().After(deadline) {
 			t.Fatalf("write: %v (status %+v)", err, r.Status())
 		}
 		time.Sleep(100 * time.Millisecond)

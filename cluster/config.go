@@ -18,12 +18,11 @@ import (
 // Defaults of Config.
 const (
 	DefaultName             = "nexus"
-	DefaultStreamReplicas   = 1
 	DefaultMaxAge           = 7 * 24 * time.Hour
 	DefaultMaxBytes         = 1 << 30
 	DefaultSnapshotInterval = 5 * time.Minute
 	DefaultSnapshotsKept    = 3
-	DefaultWriteTimeout     = 10 * time.Second
+	DefaultWriteTimeout     = 5 * time.Second
 	DefaultMaxRetries       = 20
 	DefaultMaxWait          = 2 * time.Second
 )
@@ -50,7 +49,10 @@ type Config struct {
 
 	// StreamReplicas is how many NATS servers keep the stream and the
 	// object store (JetStream's R; 3 for a 3-node NATS cluster). It
-	// applies when this replica creates them. Zero means 1.
+	// applies when this replica creates them. Zero means as many as the
+	// NATS cluster has servers, at most 3 (1 on a lone server, with a
+	// warning: the log is then lost with that server's disk); 1 set
+	// explicitly is logged as a warning too.
 	StreamReplicas int
 	// MaxAge and MaxBytes bound the stream's retention; older entries are
 	// dropped, and a replica further behind restores a snapshot. They
@@ -69,8 +71,10 @@ type Config struct {
 	SnapshotsKept int
 
 	// WriteTimeout bounds one write, its retries included, when the
-	// caller's context has no earlier deadline. Zero means
-	// DefaultWriteTimeout (10s).
+	// caller's context has no earlier deadline. No replica applies a
+	// write the log took later than 3/5 of it after the write started
+	// (its deadline); the rest is left to learn the outcome. Zero means
+	// DefaultWriteTimeout (5s).
 	WriteTimeout time.Duration
 	// MaxRetries bounds how often one write is published again after a
 	// conflict with another replica's write. Zero means
@@ -135,8 +139,6 @@ func (c *Config) Validate() error {
 		return errors.New("cluster: Config.Store is required")
 	}
 	switch {
-	case c.StreamReplicas == 0:
-		c.StreamReplicas = DefaultStreamReplicas
 	case c.StreamReplicas < 0 || c.StreamReplicas > 5:
 		return fmt.Errorf("cluster: Config.StreamReplicas %d out of range 1..5", c.StreamReplicas)
 	}

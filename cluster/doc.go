@@ -6,7 +6,7 @@
 //	store, err := datastore.Open(ctx, datastore.Config{Path: "/var/lib/nexus/rel.db"})
 //	r, err := cluster.New(ctx, cluster.Config{
 //		URLs: []string{"nats://nats-0:4222", "nats://nats-1:4222", "nats://nats-2:4222"},
-//		Name: "prod", Store: store, StreamReplicas: 3,
+//		Name: "prod", Store: store,
 //		OnPolicy: func(ctx context.Context, p cluster.Policy) error { return server.LoadBundle(ctx, p.Bundle) },
 //	})
 //	defer store.Close()
@@ -53,10 +53,19 @@
 // reason. A write returns its revision once the local replica has applied
 // it, so a client reads its own writes on the replica it wrote to.
 //
-// Every attempt of one write carries the same message id, so that a
-// publish whose acknowledgement was lost is neither applied twice
-// (JetStream drops the copy) nor reported as failed (the writer recognises
-// its message when it applies it).
+// Every write has an ID (api.WithWriteID, or a new one) and a deadline,
+// 3/5 of Config.WriteTimeout after it started, carried as the headers
+// Nexus-Write-Id and Nexus-Deadline; every attempt has the message id
+// "<id>@<deadline>", so JetStream drops a copy it already has. Every
+// replica, deciding from the log alone, records without effect an entry
+// the log took after its deadline, an entry whose write ID it applied
+// within SeenWindow (the IDs and outcomes are kept in the store with the
+// apply), and an entry that a fence (below) voided. A write answers:
+// its revision (written, and applied here); ErrUnavailable (not written,
+// ever: it never left this replica, or the log took it late, or this
+// replica appended a fence for it and applied the fence without it); or
+// ErrOutcomeUnknown. A retry with the same write ID gets the first
+// outcome.
 //
 // # Consistency tokens
 //
@@ -93,7 +102,9 @@
 //
 // Without NATS (or without a JetStream quorum) a replica goes on answering
 // reads from its store; writes fail at once with ErrUnavailable; Status
-// and the nexus_cluster_degraded metric say why, with the lag. The NATS
+// and the nexus_cluster_degraded and nexus_cluster_writes_available
+// metrics say why, with the lag. The client pings its server every 2s and
+// leaves one that misses two pings for another. The NATS
 // client reconnects by itself and the replica catches up from its
 // revision. Nothing acknowledged is lost: a write is acknowledged only
 // once the log holds it (on Config.StreamReplicas servers) and this
@@ -108,7 +119,9 @@
 // nexus_cluster_snapshot_age_seconds, nexus_cluster_snapshot_revision,
 // nexus_cluster_conflicts_total, nexus_cluster_retries_total,
 // nexus_cluster_rejected_entries_total, nexus_cluster_snapshots_total,
-// nexus_cluster_policy_load_errors_total and nexus_cluster_degraded.
+// nexus_cluster_policy_load_errors_total, nexus_cluster_degraded,
+// nexus_cluster_writes_available and nexus_cluster_write_outcomes_total
+// (by outcome: written, refused, not_written, unknown).
 //
 // # Caveats
 //

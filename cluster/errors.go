@@ -7,11 +7,12 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 )
 
-// ErrUnavailable is returned (wrapped, with the cause) by writes while the
-// replica cannot reach the log: NATS is unreachable, JetStream has no
-// quorum, or the replica cannot follow the log (see Status). Nothing was
-// written. Servers answer 503: the client may retry, on this replica or
-// another.
+// ErrUnavailable is returned (wrapped, with the cause) by a write that was
+// not written and never will be: the replica could not reach the log
+// (NATS unreachable, no JetStream quorum, the store cannot follow the log:
+// see Status) and never sent it, or sent it and then fenced it in the log
+// before it landed, or the log took it after its deadline. Servers answer
+// 503: the client may retry, on this replica or another.
 var ErrUnavailable = errors.New("cluster: the cluster log is unavailable; writes are refused while reads go on from local data")
 
 // ErrRevisionTimeout is matched by *RevisionError: WaitRevision gave up
@@ -19,10 +20,19 @@ var ErrUnavailable = errors.New("cluster: the cluster log is unavailable; writes
 // for that revision must fail closed.
 var ErrRevisionTimeout = errors.New("cluster: revision not reached in time")
 
-// ErrNotApplied is returned with a revision by a write that the log
-// accepted but that this replica did not apply before the write's
-// deadline. The write is durable and every replica will apply it; only
-// read-your-writes on this replica is not yet given.
+// ErrOutcomeUnknown is returned by a write that may or may not be
+// written: it was sent to the log, and the replica could neither see it
+// applied nor fence it before the write timeout. Every replica decides the
+// same way from the log; a retry with the same write ID (api.WithWriteID,
+// an Idempotency-Key) gets the first attempt's outcome and is never
+// applied a second time. Servers answer 504.
+var ErrOutcomeUnknown = errors.New("cluster: the write's outcome is unknown")
+
+// ErrNotApplied is returned, with ErrOutcomeUnknown and the entry's
+// revision, by a write that the log acknowledged but that this replica
+// did not apply before the write timeout: the entry is in the log, and
+// whether it applies (it does unless the log took it after its deadline)
+// every replica decides alike; a retry with the same write ID learns it.
 var ErrNotApplied = errors.New("cluster: the write is in the log but not yet applied on this replica")
 
 // ErrContention is returned when a write met a conflicting write from

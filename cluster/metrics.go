@@ -14,6 +14,7 @@ type metrics struct {
 	rejected      prometheus.Counter
 	policyErrors  prometheus.Counter
 	snapshots     *prometheus.CounterVec
+	outcomes      *prometheus.CounterVec
 }
 
 func newMetrics(r *Replica, reg prometheus.Registerer) *metrics {
@@ -48,6 +49,13 @@ func newMetrics(r *Replica, reg prometheus.Registerer) *metrics {
 			Name: "nexus_cluster_snapshots_total",
 			Help: "Snapshots written to and restored from the object store, by operation and result.",
 		}, []string{"op", "result"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nexus_cluster_write_outcomes_total",
+			Help: "Writes through this replica by answer: written, refused (a precondition or the schema), not_written (never applied), unknown (may apply; a retry with the same write ID learns which).",
+		}, []string{"outcome"}),
+	}
+	for _, o := range []string{"written", "refused", "not_written", "unknown"} {
+		m.outcomes.WithLabelValues(o)
 	}
 	if reg == nil {
 		return m
@@ -56,7 +64,7 @@ func newMetrics(r *Replica, reg prometheus.Registerer) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	reg.MustRegister(
-		m.applyDuration, m.applyRun, m.conflicts, m.retries, m.rejected, m.policyErrors, m.snapshots,
+		m.applyDuration, m.applyRun, m.conflicts, m.retries, m.rejected, m.policyErrors, m.snapshots, m.outcomes,
 		gauge("nexus_cluster_applied_revision", "The last log sequence applied to the local store (the store's revision).",
 			func() float64 { return float64(r.applied.Load()) }),
 		gauge("nexus_cluster_stream_last_sequence", "The log's last sequence as last seen by this replica.",
@@ -69,6 +77,13 @@ func newMetrics(r *Replica, reg prometheus.Registerer) *metrics {
 			func() float64 { return r.Status().SnapshotAge.Seconds() }),
 		gauge("nexus_cluster_snapshot_revision", "Revision of the newest snapshot in the object store as last seen by this replica.",
 			func() float64 { return float64(r.Status().SnapshotRevision) }),
+		gauge("nexus_cluster_writes_available", "1 while this replica can write through the log (connected, following it, JetStream answering); checks are answered either way.",
+			func() float64 {
+				if r.Status().Degraded {
+					return 0
+				}
+				return 1
+			}),
 		gauge("nexus_cluster_degraded", "1 while this replica cannot write through the log (NATS unreachable, no JetStream quorum, or the store cannot follow the log).",
 			func() float64 {
 				if r.Status().Degraded {

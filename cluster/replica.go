@@ -34,6 +34,8 @@ type Replica struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	// followed: the follow loop has set up once since New.
+	followed atomic.Bool
 
 	// applied is the store's revision: the last log sequence applied.
 	applied  atomic.Uint64
@@ -54,9 +56,11 @@ type Replica struct {
 	obs       jetstream.ObjectStore // set once the bucket is known
 	logID     string                // the log's identity, once known
 	following bool
-	reason    string // why not following, or why JetStream is not answering
-	diverged  error  // set when the store cannot follow the log
-	pending   map[string]*pendingWrite
+	attempt   context.CancelFunc       // ends the follow loop's attempt under way
+	reason    string                   // why not following, or why JetStream is not answering
+	diverged  error                    // set when the store cannot follow the log
+	pending   map[string]*pendingWrite // by write ID
+	seen      *seenTable               // applied write IDs and fences (the apply goroutine writes it)
 	snapRev   datastore.Revision
 	snapTime  time.Time
 	rejected  uint64
@@ -99,6 +103,11 @@ type Status struct {
 	SnapshotAge      time.Duration
 	// Rejected counts log entries applied without effect since New.
 	Rejected uint64
+	// Followed is true once the replica has read the log (found or
+	// created it, and set up to follow it) since New. A replica whose
+	// store is empty and that never read the log has nothing to answer
+	// from: it should not be ready.
+	Followed bool
 }
 
 // metaKey* are the replica metadata keys in the store (ReplicaMeta).
@@ -106,6 +115,14 @@ const (
 	metaStream = "cluster.stream" // the log this store follows: stream name and id
 	metaPolicy = "cluster.policy" // JSON policyMeta of the policy in force
 	metaBundle = "cluster.policy.bundle"
+)
+
+// lookupTimeout bounds one question to JetStream (stream info, lookup);
+// pingInterval is how often the client pings its server (two unanswered
+// pings end the connection).
+const (
+	lookupTimeout = 4 * time.Second
+	pingInterval  = 2 * time.Second
 )
 
 // streamIDKey is the stream metadata key that identifies one incarnation
@@ -146,7 +163,7 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 	r := &Replica{
 		cfg: cfg, log: cfg.Logger.With("cluster", cfg.Name), store: cfg.Store, id: nuid.Next(),
 		notify: make(chan struct{}), wake: make(chan struct{}, 1), condSem: make(chan struct{}, 1),
-		pending: map[string]*pendingWrite{}, reason: "connecting to NATS",
+		pending: map[string]*pendingWrite{}, seen: newSeenTable(), reason: "connecting to NATS",
 	}
 	r.applied.Store(uint64(rev))
 	r.streamLast.Store(uint64(rev))
@@ -160,6 +177,11 @@ func New(ctx context.Context, cfg Config) (*Replica, error) {
 		// of waiting for a connection.
 		nats.ReconnectBufSize(-1),
 		nats.Timeout(2 * time.Second),
+		// A server that stops answering (stalled, partitioned) is left
+		// for another within seconds, not after the default 2 minutes of
+		// pings.
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(2),
 		// A server refusing the credentials is tried again like one that
 		// is down (the client gives up after two refusals by default):
 		// the account or user may be fixed on the server's side.
@@ -244,8 +266,15 @@ func joinURLs(us []string) string {
 	return s
 }
 
-// poke wakes the follow loop (after a reconnect).
+// poke wakes the follow loop (after a reconnect): an attempt to set up
+// that still waits for an answer on the old connection starts again on
+// the new one.
 func (r *Replica) poke() {
+	r.mu.Lock()
+	if !r.following && r.attempt != nil {
+		r.attempt()
+	}
+	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -412,7 +441,7 @@ func (r *Replica) lastSequence(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	info, err := s.Info(ctx)
 	if err != nil {
@@ -443,6 +472,7 @@ func (r *Replica) Status() Status {
 	applied, last := r.applied.Load(), r.streamLast.Load()
 	st := Status{
 		Connected:  r.nc.IsConnected(),
+		Followed:   r.followed.Load(),
 		Applied:    datastore.Revision(applied),
 		StreamLast: last,
 	}
@@ -552,6 +582,7 @@ func (r *Replica) setFollowing(on bool, s jetstream.Stream, why error) {
 	switch {
 	case on:
 		r.reason, r.diverged = "", nil
+		r.followed.Store(true)
 	case why != nil:
 		r.reason = why.Error()
 		if errors.Is(why, ErrDiverged) {

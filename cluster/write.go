@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/cluster/internal/wire"
 	"github.com/nexuspdp/nexus/datastore"
 )
@@ -22,10 +23,11 @@ import (
 // pendingWrite is a write of this replica waiting for its entry to be
 // applied; the apply loop finds it by the entry's message id.
 type pendingWrite struct {
-	done chan struct{}
-	once sync.Once
-	rev  datastore.Revision
-	err  error
+	msgID string // this attempt's message id
+	done  chan struct{}
+	once  sync.Once
+	rev   datastore.Revision
+	err   error
 }
 
 func (p *pendingWrite) finish(rev datastore.Revision, err error) {
@@ -40,8 +42,9 @@ func (p *pendingWrite) finish(rev datastore.Revision, err error) {
 // the entry's revision once this replica applied it. Errors: those of
 // datastore.Write (ErrPreconditionFailed, ErrInvalidTuple, ErrNoSchema,
 // checked against the newest state this replica can reach),
-// ErrUnavailable, ErrContention, ErrTooLarge, ErrNotApplied (with the
-// revision), ErrClosed.
+// ErrUnavailable (not written, and never will be), ErrOutcomeUnknown
+// (perhaps written: retry with the same write ID, api.WithWriteID, to
+// learn it), ErrContention, ErrTooLarge, ErrClosed.
 func (r *Replica) Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error) {
 	payload, err := wire.Write(r.id, req)
 	if err != nil {
@@ -100,8 +103,8 @@ func (r *Replica) LoadPolicy(ctx context.Context, bundle []byte) (datastore.Revi
 }
 
 // publishTimeout bounds one publish attempt; a write makes several within
-// its WriteTimeout while a JetStream leader is elected.
-const publishTimeout = 3 * time.Second
+// its deadline while a JetStream leader is elected.
+const publishTimeout = 2 * time.Second
 
 // submit appends payload to the log and waits until this replica applied
 // it. prepare checks the write against the local store; a conditional
@@ -111,33 +114,48 @@ const publishTimeout = 3 * time.Second
 // unconditional write (touches and deletes only, a policy load) depends
 // on nothing but the schema, which the apply checks again; it is
 // published without an expected sequence and never conflicts.
-func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, prepare func(context.Context) (datastore.Revision, error)) (datastore.Revision, error) {
+//
+// Every write has an ID (the caller's, api.WithWriteID, or a new one) and
+// a deadline, deadlineShare of its timeout after it starts; both travel as
+// headers. Every replica skips an entry the log took after its deadline,
+// an entry whose ID it applied within SeenWindow, and an entry fenced
+// before it landed. The answer is true by construction: written at a
+// revision (applied here); ErrUnavailable only when the write never went
+// out, or went out and was fenced or expired; ErrOutcomeUnknown otherwise.
+func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, prepare func(context.Context) (datastore.Revision, error)) (rev datastore.Revision, err error) {
 	if r.closed.Load() {
 		return 0, ErrClosed
 	}
+	defer func() { r.countOutcome(err) }()
 	if max := r.nc.MaxPayload(); max > 0 && int64(len(payload))+1024 > max {
 		return 0, fmt.Errorf("%w: %d bytes, the log takes at most %d", ErrTooLarge, len(payload), max-1024)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	start := time.Now()
+	timeout := r.cfg.WriteTimeout
+	if d, ok := ctx.Deadline(); ok && d.Sub(start) < timeout {
+		timeout = d.Sub(start)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if conditional {
-		// Conditional writes of one replica go one at a time: each would
-		// otherwise conflict with its neighbours on every round.
+	deadline := start.Add(time.Duration(float64(timeout) * deadlineShare))
+	id := api.WriteID(ctx)
+	if id == "" {
+		id = r.id + "." + strconv.FormatUint(r.msgSeq.Add(1), 10)
+	}
+	if rec, ok := r.seenRecord(id); ok {
+		return rec.outcome() // a retry: the first attempt's answer
+	}
+	msgID := id + "@" + strconv.FormatInt(deadline.UnixNano(), 10)
+	p, owner := r.register(id, msgID)
+	if !owner {
+		// The same write is under way on this replica: its answer.
 		select {
-		case r.condSem <- struct{}{}:
-			defer func() { <-r.condSem }()
+		case <-p.done:
+			return p.rev, p.err
 		case <-ctx.Done():
-			return 0, fmt.Errorf("%w: waiting for this replica's earlier conditional writes: %w", ErrUnavailable, ctx.Err())
+			return 0, fmt.Errorf("%w: write %s: the same write is still under way", ErrOutcomeUnknown, id)
 		}
 	}
-	// One message id for every attempt: JetStream drops a copy it already
-	// has, and the apply loop recognises the entry whichever attempt
-	// landed.
-	id := r.id + "." + strconv.FormatUint(r.msgSeq.Add(1), 10)
-	p := &pendingWrite{done: make(chan struct{})}
-	r.mu.Lock()
-	r.pending[id] = p
-	r.mu.Unlock()
 	// Its client waits for this replica to apply it.
 	r.gather.begin()
 	defer func() {
@@ -146,92 +164,236 @@ func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, 
 		delete(r.pending, id)
 		r.mu.Unlock()
 	}()
+	pctx, pcancel := context.WithDeadline(ctx, deadline)
+	defer pcancel()
+	rev, sent, err := r.publish(pctx, ctx, p, id, msgID, deadline, payload, conditional, prepare)
+	switch {
+	case err == nil || !sent:
+		return rev, err
+	case !errors.Is(err, errUnresolved):
+		return rev, err
+	}
+	return r.resolve(ctx, p, id, msgID, err)
+}
+
+// errUnresolved: the write went out and its outcome is still to learn.
+var errUnresolved = errors.New("cluster: the log did not acknowledge the write before its deadline")
+
+// publish publishes the write until its deadline (pctx): sent says
+// whether any attempt may have reached the log.
+func (r *Replica) publish(pctx, ctx context.Context, p *pendingWrite, id, msgID string, deadline time.Time, payload []byte, conditional bool, prepare func(context.Context) (datastore.Revision, error)) (rev datastore.Revision, sent bool, err error) {
+	if conditional {
+		// Conditional writes of one replica go one at a time: each would
+		// otherwise conflict with its neighbours on every round.
+		select {
+		case r.condSem <- struct{}{}:
+			defer func() { <-r.condSem }()
+		case <-pctx.Done():
+			return 0, false, fmt.Errorf("%w: waiting for this replica's earlier conditional writes: %w", ErrUnavailable, pctx.Err())
+		}
+	}
 	subject, stream := r.cfg.subject(), r.cfg.streamName()
+	hdr := nats.Header{}
+	hdr.Set(hdrWriteID, id)
+	hdr.Set(hdrDeadline, strconv.FormatInt(deadline.UnixNano(), 10))
 	verified, conflicts := false, 0
+	var last error
+	// notSent: what to answer when the write never went out.
+	notSent := func(err error) (datastore.Revision, bool, error) {
+		if sent {
+			if refusal(err) {
+				return 0, true, fmt.Errorf("%w: %w", errUnresolved, err)
+			}
+			return 0, true, fmt.Errorf("%w: %v", errUnresolved, err)
+		}
+		return 0, false, err
+	}
 	for {
 		select {
 		case <-p.done: // an earlier attempt landed after all
-			return p.rev, p.err
+			return p.rev, sent, p.err
 		default:
 		}
-		if _, err := r.currentStream(); err != nil {
-			return 0, err
+		if pctx.Err() != nil {
+			if last == nil {
+				last = pctx.Err()
+			}
+			return notSent(fmt.Errorf("%w: write %s not acknowledged before its deadline: %v", ErrUnavailable, id, last))
 		}
-		base, err := prepare(ctx)
+		if _, err := r.currentStream(); err != nil {
+			return notSent(err)
+		}
+		base, err := prepare(pctx)
 		if err != nil {
+			if ctx.Err() == nil && pctx.Err() != nil {
+				return notSent(fmt.Errorf("%w: %w", ErrUnavailable, err))
+			}
 			if verified || !refusal(err) {
-				return 0, err
+				return notSent(err)
 			}
 			// This replica may be behind the log: refuse only what the
 			// newest state refuses.
-			last, lerr := r.lastSequence(ctx)
+			lastSeq, lerr := r.lastSequence(pctx)
 			if lerr != nil {
-				return 0, lerr
+				return notSent(lerr)
 			}
 			verified = true
-			if uint64(base) >= last {
-				return 0, err
+			if uint64(base) >= lastSeq {
+				return notSent(err)
 			}
-			if werr := r.waitApplied(ctx, last); werr != nil {
-				return 0, fmt.Errorf("%w: catching up with the log: %w", ErrUnavailable, werr)
+			if werr := r.waitApplied(pctx, lastSeq); werr != nil {
+				return notSent(fmt.Errorf("%w: catching up with the log: %w", ErrUnavailable, werr))
 			}
 			continue
 		}
-		opts := []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithExpectStream(stream)}
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(msgID), jetstream.WithExpectStream(stream)}
 		if conditional {
 			opts = append(opts, jetstream.WithExpectLastSequence(uint64(base)))
 		}
-		actx, acancel := context.WithTimeout(ctx, publishTimeout)
-		ack, err := r.js.PublishMsg(actx, &nats.Msg{Subject: subject, Data: payload}, opts...)
+		actx, acancel := context.WithTimeout(pctx, publishTimeout)
+		ack, err := r.js.PublishMsg(actx, &nats.Msg{Subject: subject, Data: payload, Header: hdr}, opts...)
 		acancel()
+		if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) && !isConflict(err) && !permanent(err) {
+			// It may have reached the log. (A conflict, a refusal and no
+			// responder are answers that it did not.)
+			sent = true
+		}
 		switch {
 		case err == nil:
 			r.seeLast(ack.Sequence)
 			select {
 			case <-p.done:
-				return p.rev, p.err
+				return p.rev, true, p.err
 			case <-ctx.Done():
-				return datastore.Revision(ack.Sequence), fmt.Errorf("%w: revision %d (this replica is at %d)", ErrNotApplied, ack.Sequence, r.Revision())
+				return datastore.Revision(ack.Sequence), true, fmt.Errorf("%w: %w: revision %d (this replica is at %d)", ErrOutcomeUnknown, ErrNotApplied, ack.Sequence, r.Revision())
 			}
 		case isConflict(err):
+			// The log refused it: this attempt is not in the log.
 			r.m.conflicts.Inc()
 			conflicts++
 			if conflicts > r.cfg.MaxRetries {
-				return 0, fmt.Errorf("%w: %d conflicts", ErrContention, conflicts)
+				return notSent(fmt.Errorf("%w: %d conflicts", ErrContention, conflicts))
 			}
 			target := wrongLastSequence(err)
 			if target == 0 {
-				if target, err = r.lastSequence(ctx); err != nil {
-					return 0, err
+				if target, err = r.lastSequence(pctx); err != nil {
+					return notSent(err)
 				}
 			}
 			r.seeLast(target)
-			if werr := r.waitApplied(ctx, target); werr != nil {
-				return 0, fmt.Errorf("%w: catching up with the log: %w", ErrUnavailable, werr)
+			if werr := r.waitApplied(pctx, target); werr != nil {
+				return notSent(fmt.Errorf("%w: catching up with the log: %w", ErrUnavailable, werr))
 			}
 			r.m.retries.Inc()
 			verified = false
-		case ctx.Err() != nil:
-			select {
-			case <-p.done:
-				return p.rev, p.err
-			default:
-			}
-			return 0, fmt.Errorf("%w: the log did not acknowledge the write in time; it may still apply (%w)", ErrUnavailable, err)
 		case permanent(err):
-			return 0, fmt.Errorf("cluster: publish: %w", err)
+			return notSent(fmt.Errorf("cluster: publish: %w", err))
 		default:
 			// No answer (a leader election, a node going away): try again
 			// with the same message id.
+			last = err
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				last = fmt.Errorf("no JetStream leader answers for the log: %w", err)
+			}
 			r.m.retries.Inc()
 			r.log.Debug("publish not acknowledged; trying again", "err", err)
 			select {
-			case <-ctx.Done():
+			case <-pctx.Done():
 			case <-p.done:
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
 	}
+}
+
+// resolve learns the outcome of a write that went out but was not seen
+// applied before its deadline: it appends a fence for the write's message
+// id and applies the log up to the fence. The write applied before the
+// fence, or it never will.
+func (r *Replica) resolve(ctx context.Context, p *pendingWrite, id, msgID string, cause error) (datastore.Revision, error) {
+	unknown := func(err error) (datastore.Revision, error) {
+		return 0, fmt.Errorf("%w: write %s: %w (%v)", ErrOutcomeUnknown, id, err, cause)
+	}
+	fence, err := wire.Fence(r.id, msgID)
+	if err != nil {
+		return unknown(err)
+	}
+	var seq uint64
+	for {
+		select {
+		case <-p.done:
+			return p.rev, p.err
+		default:
+		}
+		if ctx.Err() != nil {
+			return unknown(errors.New("the log did not take its fence in time"))
+		}
+		actx, acancel := context.WithTimeout(ctx, publishTimeout)
+		ack, err := r.js.PublishMsg(actx, &nats.Msg{Subject: r.cfg.subject(), Data: fence},
+			jetstream.WithMsgID("fence:"+msgID), jetstream.WithExpectStream(r.cfg.streamName()))
+		acancel()
+		if err == nil {
+			seq = ack.Sequence
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-p.done:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	r.seeLast(seq)
+	if err := r.waitApplied(ctx, seq); err != nil {
+		return unknown(fmt.Errorf("fenced at revision %d, not applied here yet: %w", seq, err))
+	}
+	select {
+	case <-p.done:
+		return p.rev, p.err
+	default:
+	}
+	if refusal(cause) {
+		return 0, cause // the newest state refuses it, and the earlier attempt is void
+	}
+	return 0, fmt.Errorf("%w: write %s was not written: fenced at revision %d (%v)", ErrUnavailable, id, seq, cause)
+}
+
+// register records a write waiting for its entry; owner is false when
+// the same write ID is already under way here (p is then that write's).
+func (r *Replica) register(id, msgID string) (p *pendingWrite, owner bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.pending[id]; p != nil {
+		return p, false
+	}
+	p = &pendingWrite{done: make(chan struct{}), msgID: msgID}
+	r.pending[id] = p
+	return p, true
+}
+
+// seenRecord looks a write ID up in the applied table.
+func (r *Replica) seenRecord(id string) (seenRecord, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		return seenRecord{}, false
+	}
+	rec, ok := r.seen.seen[id]
+	return rec, ok
+}
+
+// countOutcome counts a write's answer.
+func (r *Replica) countOutcome(err error) {
+	o := "written"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrOutcomeUnknown):
+		o = "unknown"
+	case errors.Is(err, datastore.ErrBatchRejected), refusal(err):
+		o = "refused"
+	default:
+		o = "not_written"
+	}
+	r.m.outcomes.WithLabelValues(o).Inc()
 }
 
 // refusal reports whether err is the store refusing the write, which a

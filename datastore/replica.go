@@ -63,6 +63,10 @@ type Batch struct {
 	// transaction; a nil value deletes the key. It is written even when
 	// the batch is rejected.
 	Meta map[string][]byte
+	// OnReject, if set and the batch is rejected, returns metadata written
+	// after Meta in the same transaction (a replica records there why a
+	// write did not apply, so that a retry of it gets the same answer).
+	OnReject func(rejected error) map[string][]byte
 	// Time is when the log accepted the batch; it is the change set's time
 	// in the changelog. Zero means now.
 	Time time.Time
@@ -174,6 +178,11 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 			if err := putMeta(tx, b.Meta); err != nil {
 				return err
 			}
+			if rejected != nil && b.OnReject != nil {
+				if err := putMeta(tx, b.OnReject(results[i])); err != nil {
+					return err
+				}
+			}
 			enc, err := encodeChangeSet(st.dict, cs)
 			if err != nil {
 				return err
@@ -214,6 +223,10 @@ func runGrowth(bs []Batch) int64 {
 		for k, v := range b.Meta {
 			keys++
 			bytes += int64(len(k) + len(v))
+		}
+		if b.OnReject != nil {
+			keys++
+			bytes += 1024
 		}
 	}
 	return keys<<16 + 4*bytes
@@ -396,6 +409,27 @@ func (s *BoltStore) ReplicaMeta(ctx context.Context, key string) ([]byte, error)
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bReplica); b != nil {
 			out = bytes.Clone(b.Get([]byte(key)))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ReplicaMetaPrefix returns the replica metadata whose keys start with
+// prefix (read in one transaction).
+func (s *BoltStore) ReplicaMetaPrefix(ctx context.Context, prefix string) (map[string][]byte, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bReplica)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek([]byte(prefix)); k != nil && bytes.HasPrefix(k, []byte(prefix)); k, v = c.Next() {
+			out[string(k)] = bytes.Clone(v)
 		}
 		return nil
 	})

@@ -67,7 +67,7 @@ func TestAdminUnknownParams(t *testing.T) {
 		{"GET", "/v1/edge/snapshot?v=2", "", `unknown query parameter \"v\"`},
 		{"GET", "/v1/relationships?objecttype=file", "", `unknown query parameter \"objecttype\"`},
 		{"PUT", "/v1/schema?forse=true", "types: {user: {}}", `unknown query parameter \"forse\"`},
-		{"POST", "/v1/relationships", `{"touch":["folder:q3#viewer@user:carol"]}`, `unknown field \"touch\" (accepted: touches, deletes)`},
+		{"POST", "/v1/relationships", `{"touch":["folder:q3#viewer@user:carol"]}`, `unknown field \"touch\" (accepted: touches, deletes, preconditions)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+tt.path, func(t *testing.T) {

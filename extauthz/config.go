@@ -176,6 +176,11 @@ type Config struct {
 		Save(ctx context.Context, bundle []byte, revision string, load func() error) error
 	}
 
+	// Writes, if set, says whether writes are available now (a cluster
+	// replica: the log answers) and why not; /readyz reports it beside
+	// the checks' readiness, which it does not change.
+	Writes func() (available bool, reason string)
+
 	// Ready, if set, is one more readiness check: while it returns an
 	// error, /readyz and /health answer not ready with it (a policy that
 	// is still to come from a bundle server).

@@ -443,7 +443,7 @@ func (s *Server) probes(mux *http.ServeMux) {
 	if s.cfg.Ready != nil {
 		health = append(health, s.cfg.Ready)
 	}
-	mux.HandleFunc("GET /readyz", wire.Readyz(s.p, health...))
+	mux.HandleFunc("GET /readyz", wire.Readyz(s.p, s.cfg.Writes, health...))
 	// /health answers as OPA's does, for the probes opa-envoy-plugin
 	// deployments already have: 200 and {} when ready, 500 and an error
 	// otherwise. Its query parameters (plugins, bundles) ask nothing more

@@ -32,13 +32,19 @@ var ErrRevisionUnavailable = errors.New("revision unavailable")
 
 // ErrUnavailable reports a write refused because the replicated log
 // cannot take it now (unreachable, no quorum, too much contention). Nothing
-// was written; the client may retry.
+// was written, and nothing will be: the client may retry.
 var ErrUnavailable = errors.New("unavailable")
 
 // ErrBudgetExceeded reports a request whose evaluations used up its time
 // budget (Budget): the request is refused whole, and the client may retry
 // it, smaller.
 var ErrBudgetExceeded = errors.New("the request's evaluation budget is used up")
+
+// ErrOutcomeUnknown reports a write that may or may not have been written:
+// the replicated log did not say in time. A retry with the same
+// Idempotency-Key gets the first attempt's outcome and is never applied
+// twice.
+var ErrOutcomeUnknown = errors.New("outcome unknown")
 
 // errStale reports a policy load during a decision: its input was pruned
 // for another policy. Callers build the input again.
@@ -75,6 +81,8 @@ const (
 
 	CodeRevisionUnavailable = "revision_unavailable"
 	CodeUnavailable         = "unavailable"
+	CodeOutcomeUnknown      = "outcome_unknown"
+	CodePreconditionFailed  = "precondition_failed"
 )
 
 // IsRequestParse reports whether err is a request that could not be turned
@@ -112,6 +120,8 @@ func Code(err error) string {
 		// Before the context's codes: a wait cut short by the request's
 		// deadline is still a token not reached.
 		return CodeRevisionUnavailable
+	case errors.Is(err, ErrOutcomeUnknown):
+		return CodeOutcomeUnknown
 	case errors.Is(err, ErrUnavailable):
 		return CodeUnavailable
 	case errors.Is(err, ErrBadRequest), errors.Is(err, input.ErrInvalidUTF8),
@@ -142,7 +152,9 @@ func Code(err error) string {
 		errors.Is(err, datastore.ErrInvalidSchema), errors.Is(err, datastore.ErrUnknown),
 		errors.Is(err, bundle.ErrInvalid), errors.Is(err, ErrNoEntrypoint), errors.Is(err, ErrBadPolicyData):
 		return CodeBadRequest
-	case errors.Is(err, datastore.ErrPreconditionFailed), errors.Is(err, datastore.ErrSchemaOrphans):
+	case errors.Is(err, datastore.ErrPreconditionFailed):
+		return CodePreconditionFailed
+	case errors.Is(err, datastore.ErrSchemaOrphans):
 		return CodeConflict
 	case errors.Is(err, datastore.ErrDepthExceeded):
 		return CodeDepthExceeded

@@ -35,7 +35,7 @@ var knownReasons = map[string]bool{
 	CodeBadRequest: true, CodeTooLarge: true, CodeNotReady: true, CodePolicyResult: true,
 	CodeUndefined: true, CodeInternal: true, CodeUnknownType: true, CodeStoreError: true,
 	CodeCanceled: true, CodeDeadline: true, CodeConflict: true, CodeDepthExceeded: true,
-	CodeRevisionUnavailable: true, CodeUnavailable: true, CodeBudget: true,
+	CodeRevisionUnavailable: true, CodeUnavailable: true, CodeBudget: true, CodeOutcomeUnknown: true, CodePreconditionFailed: true,
 	"tenant_mismatch": true, "no_tenant": true, "invalid_subject": true,
 	engine.CodeMemory: true, engine.CodeAbort: true, engine.CodeBuiltin: true,
 	engine.CodeInvalidResult: true, engine.CodeTrap: true,

@@ -43,6 +43,9 @@ type clusterConfig struct {
 	// SyncTimeout bounds how long a starting replica waits to catch up
 	// with the log (default 30s).
 	SyncTimeout time.Duration `yaml:"sync_timeout"`
+	// WriteTimeout bounds one write (default 5s, at most 5s): a write the
+	// log takes later than 3/5 of it is applied by no replica.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 }
 
 // clusterTLS is TLS to the NATS servers. Any field set makes TLS
@@ -70,7 +73,13 @@ const defaultSyncTimeout = 30 * time.Second
 func addClusterFlags(f *pflag.FlagSet, c *serveConfig) {
 	f.StringSliceVar(&c.Cluster.NATSURLs, "cluster", nil, "run as a cluster replica: NATS servers (nats://host:4222,...) whose JetStream log takes every write (default: single node)")
 	f.StringVar(&c.Cluster.Name, "cluster-name", cluster.DefaultName, "cluster name: its stream is nexus-<name> (several clusters can share one NATS)")
+	f.IntVar(&c.Cluster.StreamReplicas, "stream-replicas", 0, "NATS servers that keep the cluster log when this replica creates it (0: as many as the NATS cluster has, at most 3)")
+	f.DurationVar(&c.Cluster.WriteTimeout, "write-timeout", cluster.DefaultWriteTimeout, "bound of one write through the cluster log (at most 5s); a write the log takes after 3/5 of it is never applied")
 }
+
+// maxWriteTimeout bounds --write-timeout: a client that gave up on a write
+// should not see it applied long after.
+const maxWriteTimeout = 5 * time.Second
 
 func mergeClusterFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
@@ -80,7 +89,12 @@ func mergeClusterFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
 	if !set("cluster-name") && file.Cluster.Name != "" {
 		c.Cluster.Name = file.Cluster.Name
 	}
-	c.Cluster.StreamReplicas = file.Cluster.StreamReplicas
+	if !set("stream-replicas") {
+		c.Cluster.StreamReplicas = file.Cluster.StreamReplicas
+	}
+	if !set("write-timeout") && file.Cluster.WriteTimeout != 0 {
+		c.Cluster.WriteTimeout = file.Cluster.WriteTimeout
+	}
 	c.Cluster.Credentials = file.Cluster.Credentials
 	c.Cluster.TLS = file.Cluster.TLS
 	c.Cluster.SyncTimeout = file.Cluster.SyncTimeout
@@ -165,9 +179,15 @@ func startCluster(ctx context.Context, c serveConfig, store *datastore.BoltStore
 	if err != nil {
 		return nil, err
 	}
+	if c.Cluster.WriteTimeout < 0 || c.Cluster.WriteTimeout > maxWriteTimeout {
+		return nil, fmt.Errorf("cluster write timeout %v: want more than 0 and at most %v", c.Cluster.WriteTimeout, maxWriteTimeout)
+	}
+	if c.Cluster.StreamReplicas < 0 || c.Cluster.StreamReplicas > 5 {
+		return nil, fmt.Errorf("cluster stream replicas %d: want 0 (as many as the NATS cluster has, at most 3) to 5", c.Cluster.StreamReplicas)
+	}
 	n := &clusterNode{store: store, reg: extauthz.NewRegistry(), log: log, cfg: c}
 	r, err := cluster.New(ctx, cluster.Config{
-		URLs: c.Cluster.NATSURLs, Name: c.Cluster.Name, Store: store,
+		URLs: c.Cluster.NATSURLs, Name: c.Cluster.Name, Store: store, WriteTimeout: c.Cluster.WriteTimeout,
 		StreamReplicas: c.Cluster.StreamReplicas, CredentialsFile: c.Cluster.Credentials, TLS: tc,
 		OnPolicy: n.onPolicy, Logger: log, Registerer: n.reg,
 	})
@@ -305,6 +325,41 @@ func (n *clusterNode) configure(cfg *extauthz.Config) {
 	cfg.Revisions = n.r
 	cfg.Registerer, cfg.Gatherer = n.reg, n.reg
 	cfg.Degraded = n.degraded
+	cfg.Writes = n.writes
+	ready := cfg.Ready
+	cfg.Ready = func() error {
+		if err := n.ready(); err != nil {
+			return err
+		}
+		if ready != nil {
+			return ready()
+		}
+		return nil
+	}
+}
+
+// writes says whether writes through the log are available now.
+func (n *clusterNode) writes() (bool, string) {
+	st := n.r.Status()
+	if !st.Degraded {
+		return true, ""
+	}
+	return false, st.Reason
+}
+
+// ready refuses a replica with nothing to answer from: its store is empty
+// and it never read the cluster's log (it could not find, create or read
+// it). A replica with data answers from it while the log is away.
+func (n *clusterNode) ready() error {
+	st := n.r.Status()
+	if st.Applied == 0 && !st.Followed {
+		reason := st.Reason
+		if reason == "" {
+			reason = "not yet read"
+		}
+		return fmt.Errorf("%w: this replica has not read the cluster log yet and its store is empty: %s", pdp.ErrNotReady, reason)
+	}
+	return nil
 }
 
 func (n *clusterNode) degraded() (string, map[string]any) {
@@ -439,6 +494,10 @@ func (w clusterWriter) LoadPolicy(ctx context.Context, b []byte) (datastore.Revi
 	return rev, clusterError(rev, err)
 }
 
+// RemembersWriteIDs tells the admin API that the cluster keeps write IDs
+// (Idempotency-Key) itself, in its log, for every replica.
+func (clusterWriter) RemembersWriteIDs() {}
+
 var _ extauthz.Writer = clusterWriter{}
 
 func clusterError(rev datastore.Revision, err error) error {
@@ -447,12 +506,16 @@ func clusterError(rev datastore.Revision, err error) error {
 		return nil
 	case errors.Is(err, cluster.ErrTooLarge):
 		return fmt.Errorf("%w: %w: split it into several writes", pdp.ErrTooLarge, err)
-	case errors.Is(err, cluster.ErrNotApplied):
-		return fmt.Errorf("%w: %w: it is durable at revision %d; use that revision as a consistency token", pdp.ErrUnavailable, err, rev)
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
+		// First: an unknown outcome may name what it could not rule out.
+		if errors.Is(err, cluster.ErrNotApplied) {
+			return fmt.Errorf("%w: %w: the log took it at revision %d; retry with the same Idempotency-Key to learn its outcome", pdp.ErrOutcomeUnknown, err, rev)
+		}
+		return fmt.Errorf("%w: %w: retry with the same Idempotency-Key to learn its outcome", pdp.ErrOutcomeUnknown, err)
 	case errors.Is(err, cluster.ErrContention):
 		return fmt.Errorf("%w: %w", pdp.ErrUnavailable, err)
 	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
-		return fmt.Errorf("%w: %w: nothing was written; retry later or on another replica", pdp.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", pdp.ErrUnavailable, err)
 	}
 	return err
 }

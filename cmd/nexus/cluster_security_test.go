@@ -108,7 +108,9 @@ func TestServeClusterTLSCredentials(t *testing.T) {
 				return strings.Replace(y, tc.drop, "", 1)
 			})
 			s := serve(t, t.TempDir(), "--config", cfg)
-			s.ready(t)
+			// A new replica that cannot read its log is not ready: it
+			// has nothing to answer from. /healthz says why.
+			eventually(t, 60*time.Second, "admin listener", func() bool { s.readAddrs(); return s.admin != "" })
 			var reason string
 			eventually(t, 20*time.Second, "/healthz says why", func() bool {
 				_, out := call(t, "GET", "http://"+s.admin+"/healthz", testAdminToken, "")
@@ -117,6 +119,9 @@ func TestServeClusterTLSCredentials(t *testing.T) {
 			})
 			if status, out := s.write(t, "file:report.pdf#viewer@user:yan"); status != 503 || out["reason"] != pdp.CodeUnavailable {
 				t.Fatalf("write: %d %v, want 503 %s", status, out, pdp.CodeUnavailable)
+			}
+			if status, out := call(t, "GET", "http://"+s.admin+"/readyz", "", ""); status != 503 || !strings.Contains(strings.ToLower(fmt.Sprint(out["reason"])), tc.want) {
+				t.Errorf("/readyz: %d %v, want 503 saying %q", status, out, tc.want)
 			}
 			if !strings.Contains(strings.ToLower(s.log.String()), tc.want) {
 				t.Errorf("the log does not say %q:\n%s", tc.want, s.log.String())

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -324,8 +325,11 @@ func TestServeCluster(t *testing.T) {
 	if status, out := a.evaluate(t, "zed", ""); status != 200 || out["decision"] != true {
 		t.Fatalf("check without NATS: %d %v", status, out)
 	}
-	if resp, err := http.Get("http://" + a.admin + "/readyz"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/readyz without NATS: %v %v, want 200", resp, err)
+	if status, out := call(t, "GET", "http://"+a.admin+"/readyz", "", ""); status != 200 || out["checks"] != "ready" || out["writes"] != "unavailable" || out["writes_reason"] == "" {
+		t.Fatalf("/readyz without NATS: %d %v, want 200, checks ready, writes unavailable with a reason", status, out)
+	}
+	if status, out := a.write(t, "file:report.pdf#viewer@user:yan"); out["outcome"] != "not_written" || out["write_id"] == "" {
+		t.Fatalf("write without NATS: %d %v, want outcome not_written with its write ID", status, out)
 	}
 	nats.RestartAll(t)
 	var rev2 uint64
@@ -342,6 +346,29 @@ func TestServeCluster(t *testing.T) {
 	_, out = call(t, "GET", "http://"+a.admin+"/healthz", testAdminToken, "")
 	if out["status"] != "ok" {
 		t.Fatalf("/healthz after recovery: %v", out)
+	}
+}
+
+// TestServeClusterNoLogNotReady: a new replica (empty data directory)
+// that cannot reach its log is not ready: it has nothing to answer from.
+func TestServeClusterNoLogNotReady(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "nats://" + ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "nexus.yaml")
+	if err := os.WriteFile(cfg, []byte("cluster:\n  sync_timeout: 500ms\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, filepath.Join(dir, "data"), "--config", cfg, "--cluster", dead, "--cluster-name", "nolog")
+	eventually(t, 60*time.Second, "admin listener", func() bool { s.readAddrs(); return s.admin != "" })
+	time.Sleep(2 * time.Second) // well past the sync timeout
+	status, out := call(t, "GET", "http://"+s.admin+"/readyz", "", "")
+	if status != 503 || !strings.Contains(fmt.Sprint(out["reason"]), "not read the cluster log") || out["writes"] != "unavailable" {
+		t.Fatalf("/readyz of an empty replica without its log: %d %v, want 503", status, out)
 	}
 }
 
@@ -505,8 +532,9 @@ func TestRelImportThroughCluster(t *testing.T) {
 }
 
 // TestClusterErrors: the cluster's write errors reach clients as the
-// server's codes: 413 for a write too large for the log, 503 for a log
-// that cannot take it now; anything else unchanged.
+// server's codes: 413 for a write too large for the log, 503 for a write
+// that was not written, 504 for one whose outcome is unknown (never 503,
+// which says not written); anything else unchanged.
 func TestClusterErrors(t *testing.T) {
 	tests := []struct {
 		err  error
@@ -515,9 +543,10 @@ func TestClusterErrors(t *testing.T) {
 		{fmt.Errorf("x: %w", cluster.ErrTooLarge), pdp.CodeTooLarge},
 		{fmt.Errorf("x: %w", cluster.ErrUnavailable), pdp.CodeUnavailable},
 		{fmt.Errorf("x: %w", cluster.ErrContention), pdp.CodeUnavailable},
-		{fmt.Errorf("x: %w", cluster.ErrNotApplied), pdp.CodeUnavailable},
+		{fmt.Errorf("x: %w: %w", cluster.ErrOutcomeUnknown, cluster.ErrNotApplied), pdp.CodeOutcomeUnknown},
+		{fmt.Errorf("x: %w: (%w)", cluster.ErrOutcomeUnknown, cluster.ErrUnavailable), pdp.CodeOutcomeUnknown},
 		{cluster.ErrClosed, pdp.CodeUnavailable},
-		{fmt.Errorf("x: %w", datastore.ErrPreconditionFailed), pdp.CodeConflict},
+		{fmt.Errorf("x: %w", datastore.ErrPreconditionFailed), pdp.CodePreconditionFailed},
 		{fmt.Errorf("x: %w", datastore.ErrInvalidTuple), pdp.CodeBadRequest},
 	}
 	for _, tt := range tests {
@@ -529,7 +558,7 @@ func TestClusterErrors(t *testing.T) {
 			t.Errorf("%v: the cause is lost: %v", tt.err, got)
 		}
 	}
-	if err := clusterError(7, fmt.Errorf("x: %w", cluster.ErrNotApplied)); !strings.Contains(err.Error(), "revision 7") {
+	if err := clusterError(7, fmt.Errorf("x: %w: %w", cluster.ErrOutcomeUnknown, cluster.ErrNotApplied)); !strings.Contains(err.Error(), "revision 7") {
 		t.Errorf("a write in the log but not applied here names no revision: %v", err)
 	}
 	if clusterError(7, nil) != nil {

@@ -422,6 +422,11 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if cl == nil {
 		cfg.PolicySaver = &savedpolicy.File{Path: savedPolicyPath(c)}
 	}
+	var awaited *awaitedBundle
+	if c.opa.AwaitBundle {
+		awaited = &awaitedBundle{}
+		cfg.Ready = awaited.ready
+	}
 	cl.configure(&cfg)
 	if cfg.Registerer == nil {
 		reg := extauthz.NewRegistry()
@@ -429,11 +434,6 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	}
 	defer startScrub(ctx, store, c.ScrubRate, c.ScrubInterval, cfg.Registerer, log)()
 	ol.apply(&cfg)
-	var awaited *awaitedBundle
-	if c.opa.AwaitBundle {
-		awaited = &awaitedBundle{}
-		cfg.Ready = awaited.ready
-	}
 	srv, err := extauthz.New(ctx, cfg)
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ const (
 	KindWrite  = "write"  // relationship touches and deletes with preconditions
 	KindSchema = "schema" // a schema write
 	KindPolicy = "policy" // a policy bundle load; the bundle is in the object store
+	KindFence  = "fence"  // voids an attempt of a write (its message id) that did not land before it
 )
 
 // ErrMalformed is wrapped by every Decode error.
@@ -46,6 +47,7 @@ type Message struct {
 	Schema        string         `json:"schema,omitempty"`
 	Force         bool           `json:"force,omitempty"`
 	Policy        *PolicyRef     `json:"policy,omitempty"`
+	Fence         string         `json:"fence,omitempty"` // the message id a fence voids
 
 	write *datastore.WriteRequest // a write's tuples, parsed by Decode
 }
@@ -103,6 +105,12 @@ func Policy(origin string, ref PolicyRef) ([]byte, error) {
 	return json.Marshal(Message{V: Version, Kind: KindPolicy, Origin: origin, Policy: &ref})
 }
 
+// Fence encodes a fence: every replica that applies it voids the write
+// attempt whose message id is msgID, if it comes later.
+func Fence(origin, msgID string) ([]byte, error) {
+	return json.Marshal(Message{V: Version, Kind: KindFence, Origin: origin, Fence: msgID})
+}
+
 // Decode parses a message and checks it completely: every tuple parses,
 // a schema parses, a policy reference is well formed.
 func Decode(b []byte) (Message, error) {
@@ -152,6 +160,10 @@ func decode(b []byte) (Message, error) {
 		}
 		if d, err := hex.DecodeString(m.Policy.SHA256); err != nil || len(d) != 32 {
 			return m, fmt.Errorf("%w: policy sha256 %q", ErrMalformed, m.Policy.SHA256)
+		}
+	case KindFence:
+		if len(m.Touches)+len(m.Deletes)+len(m.Preconditions) > 0 || m.Schema != "" || m.Force || m.Policy != nil || m.Fence == "" {
+			return m, fmt.Errorf("%w: a fence carries something else than a message id", ErrMalformed)
 		}
 	default:
 		return m, fmt.Errorf("%w: kind %q", ErrMalformed, m.Kind)

@@ -7,8 +7,11 @@ package admin
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -82,6 +85,7 @@ type API struct {
 	Log *slog.Logger
 
 	edge edgeCache
+	keys writeKeys
 }
 
 // Register adds the admin endpoints to mux.
@@ -138,8 +142,67 @@ func (s *API) validURL(h http.HandlerFunc) http.HandlerFunc {
 }
 
 type writeRelationshipsRequest struct {
-	Touches []string `json:"touches"`
-	Deletes []string `json:"deletes"`
+	Touches       []string          `json:"touches"`
+	Deletes       []string          `json:"deletes"`
+	Preconditions []preconditionDoc `json:"preconditions"`
+}
+
+// preconditionDoc is one precondition of a write: op "must_exist" or
+// "must_not_exist", on one tuple or on a filter (the fields of GET
+// /v1/relationships' query). A tuple is the filter of all its fields (a
+// subject without a relation matches that subject's usersets too).
+type preconditionDoc struct {
+	Op     string     `json:"op"`
+	Tuple  string     `json:"tuple"`
+	Filter *filterDoc `json:"filter"`
+}
+
+type filterDoc struct {
+	ObjectType      string `json:"object_type"`
+	ObjectID        string `json:"object_id"`
+	Relation        string `json:"relation"`
+	SubjectType     string `json:"subject_type"`
+	SubjectID       string `json:"subject_id"`
+	SubjectRelation string `json:"subject_relation"`
+}
+
+func parsePreconditions(docs []preconditionDoc) ([]datastore.Precondition, error) {
+	out := make([]datastore.Precondition, 0, len(docs))
+	for i, d := range docs {
+		var p datastore.Precondition
+		switch d.Op {
+		case "must_exist":
+			p.MustExist = true
+		case "must_not_exist":
+		default:
+			return nil, pdp.Errorf(pdp.ErrBadRequest, "preconditions[%d].op %q: want must_exist or must_not_exist", i, d.Op)
+		}
+		switch {
+		case (d.Tuple == "") == (d.Filter == nil):
+			return nil, pdp.Errorf(pdp.ErrBadRequest, "preconditions[%d]: give a tuple or a filter, one of them", i)
+		case d.Tuple != "":
+			t, err := api.ParseTuple(d.Tuple)
+			if err != nil {
+				return nil, pdp.Errorf(pdp.ErrBadRequest, "preconditions[%d].tuple: %v", i, err)
+			}
+			p.Filter = datastore.Filter{ObjectType: t.Object.Type, ObjectID: t.Object.ID, Relation: t.Relation,
+				SubjectType: t.Subject.Type, SubjectID: t.Subject.ID, SubjectRelation: t.Subject.Relation}
+		default:
+			f := d.Filter
+			if f.ObjectType == "" && f.SubjectType == "" {
+				return nil, pdp.Errorf(pdp.ErrBadRequest, "preconditions[%d].filter: name object_type or subject_type", i)
+			}
+			for _, dep := range [][3]string{{f.ObjectID, f.ObjectType, "object_id needs object_type"}, {f.SubjectID, f.SubjectType, "subject_id needs subject_type"}, {f.SubjectRelation, f.SubjectID, "subject_relation needs subject_id"}} {
+				if dep[0] != "" && dep[1] == "" {
+					return nil, pdp.Errorf(pdp.ErrBadRequest, "preconditions[%d].filter: %s", i, dep[2])
+				}
+			}
+			p.Filter = datastore.Filter{ObjectType: f.ObjectType, ObjectID: f.ObjectID, Relation: f.Relation,
+				SubjectType: f.SubjectType, SubjectID: f.SubjectID, SubjectRelation: f.SubjectRelation}
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func parseTuples(field string, ss []string) ([]api.Tuple, error) {
@@ -154,16 +217,27 @@ func parseTuples(field string, ss []string) ([]api.Tuple, error) {
 	return out, nil
 }
 
-// handleWriteRelationships applies touches and deletes atomically: all of
-// them or, on any invalid tuple, none.
+// handleWriteRelationships applies touches and deletes atomically, if
+// every precondition holds: all of them or, on any invalid tuple or failed
+// precondition, none. The answer says the write's outcome: "written" (200,
+// with its revision), "not_written" (4xx, 503: it never applies) or
+// "unknown" (504: a retry with the same Idempotency-Key learns which,
+// without applying it twice).
 func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	if _, given := r.Header["Idempotency-Key"]; given {
+		if err := api.ValidWriteID(key); err != nil {
+			wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "Idempotency-Key: %v", err))
+			return
+		}
+	}
 	body, err := wire.ReadJSON(w, r, s.MaxBodyBytes)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
 	var req writeRelationshipsRequest
-	if err := decodeStrict(body, &req, "touches", "deletes"); err != nil {
+	if err := decodeStrict(body, &req, "touches", "deletes", "preconditions"); err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
@@ -177,16 +251,101 @@ func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	if len(touches)+len(deletes) == 0 {
-		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "touches and deletes are both empty"))
-		return
-	}
-	rev, err := s.writer().Write(r.Context(), datastore.WriteRequest{Touches: touches, Deletes: deletes})
+	pre, err := parsePreconditions(req.Preconditions)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, map[string]any{"revision": uint64(rev)})
+	if len(touches)+len(deletes) == 0 {
+		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "touches and deletes are both empty"))
+		return
+	}
+	id := key
+	if id == "" {
+		id = newWriteID()
+	}
+	write := func() (datastore.Revision, error) {
+		return s.writer().Write(api.WithWriteID(r.Context(), id), datastore.WriteRequest{Touches: touches, Deletes: deletes, Preconditions: pre})
+	}
+	var rev datastore.Revision
+	if _, replicated := s.writer().(interface{ RemembersWriteIDs() }); key != "" && !replicated {
+		rev, err = s.keys.do(key, write)
+	} else {
+		rev, err = write()
+	}
+	if err != nil {
+		writeOutcome(s.Log, w, id, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"outcome": "written", "revision": uint64(rev), "write_id": id})
+}
+
+// writeOutcome answers a write that was not written, or whose outcome is
+// unknown, with the write's ID.
+func writeOutcome(log *slog.Logger, w http.ResponseWriter, id string, err error) {
+	code, status, _ := wire.Status(err)
+	if status >= 500 && log != nil {
+		log.Error("write failed", "reason", code, "write_id", id, "err", err)
+	}
+	outcome := "not_written"
+	switch code {
+	case pdp.CodeOutcomeUnknown, pdp.CodeDeadline, pdp.CodeCanceled, pdp.CodeInternal:
+		outcome = "unknown"
+	}
+	wire.WriteJSON(w, status, map[string]any{"outcome": outcome, "write_id": id, "error": wire.Describe(err), "reason": code})
+}
+
+func newWriteID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "w-" + hex.EncodeToString(b[:])
+}
+
+// writeKeys remembers the outcomes of the writes made with an
+// Idempotency-Key on a single node (a cluster keeps them in its log): a
+// retry gets the first outcome. At most maxKeys, for keyTTL.
+type writeKeys struct {
+	mu   sync.Mutex
+	m    map[string]keyOutcome
+	fifo []string
+}
+
+type keyOutcome struct {
+	rev datastore.Revision
+	err error
+	at  time.Time
+}
+
+const (
+	maxKeys = 10000
+	keyTTL  = 10 * time.Minute
+)
+
+// do runs write once per key: a write with a key seen within keyTTL gets
+// the first outcome. Writes with keys go one at a time (a single node's
+// writes are serialised by its store anyway).
+func (k *writeKeys) do(key string, write func() (datastore.Revision, error)) (datastore.Revision, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]keyOutcome{}
+	}
+	if o, ok := k.m[key]; ok && time.Since(o.at) < keyTTL {
+		return o.rev, o.err
+	}
+	rev, err := write()
+	if err == nil || errors.Is(err, datastore.ErrPreconditionFailed) || errors.Is(err, datastore.ErrInvalidTuple) || errors.Is(err, datastore.ErrNoSchema) {
+		// Outcomes that stand: a failure of the store may be retried.
+		for len(k.fifo) >= maxKeys || len(k.fifo) > 0 && time.Since(k.m[k.fifo[0]].at) >= keyTTL {
+			delete(k.m, k.fifo[0])
+			k.fifo = k.fifo[1:]
+		}
+		if _, ok := k.m[key]; !ok {
+			k.fifo = append(k.fifo, key)
+		}
+		k.m[key] = keyOutcome{rev: rev, err: err, at: time.Now()}
+	}
+	return rev, err
 }
 
 // readParams are the query parameters GET /v1/relationships accepts.

@@ -32,11 +32,11 @@ func Status(err error) (code string, httpStatus int, grpcCode codes.Code) {
 		return code, http.StatusServiceUnavailable, codes.ResourceExhausted
 	case pdp.CodeNotReady, pdp.CodeStoreError, pdp.CodeStoreCorrupt, pdp.CodeRevisionUnavailable, pdp.CodeUnavailable:
 		return code, http.StatusServiceUnavailable, codes.Unavailable
-	case pdp.CodeDeadline:
+	case pdp.CodeDeadline, pdp.CodeOutcomeUnknown:
 		return code, http.StatusGatewayTimeout, codes.DeadlineExceeded
 	case pdp.CodeCanceled:
 		return code, 499, codes.Canceled
-	case pdp.CodeConflict:
+	case pdp.CodeConflict, pdp.CodePreconditionFailed:
 		return code, http.StatusConflict, codes.FailedPrecondition
 	}
 	return code, http.StatusInternalServerError, codes.Internal
@@ -195,19 +195,33 @@ func HealthzDegraded(degraded func() (string, map[string]any)) http.HandlerFunc 
 
 // Readyz answers whether p can decide, with the loaded policy's revision.
 // Each health check (the store's Health) must also return nil; the first
-// error is the reason, described as Describe does, with its code.
-func Readyz(p *pdp.PDP, health ...func() error) http.HandlerFunc {
+// error is the reason, described as Describe does, with its code. When
+// writes is set (a cluster replica), the answer also says whether writes
+// are available ("writes": "available" or "unavailable", with
+// "writes_reason"): checks are answered either way, so readiness does not
+// depend on it.
+func Readyz(p *pdp.PDP, writes func() (bool, string), health ...func() error) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
+		body := map[string]string{}
+		if writes != nil {
+			body["writes"] = "available"
+			if ok, reason := writes(); !ok {
+				body["writes"], body["writes_reason"] = "unavailable", reason
+			}
+		}
 		if !p.Ready() {
-			WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "no policy loaded"})
+			body["status"], body["checks"], body["reason"] = "not ready", "not ready", "no policy loaded"
+			WriteJSON(w, http.StatusServiceUnavailable, body)
 			return
 		}
 		for _, h := range health {
 			if err := h(); err != nil {
-				WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": Describe(err), "code": pdp.Code(err)})
+				body["status"], body["checks"], body["reason"], body["code"] = "not ready", "not ready", Describe(err), pdp.Code(err)
+				WriteJSON(w, http.StatusServiceUnavailable, body)
 				return
 			}
 		}
-		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "policy_revision": p.PolicyRevision()})
+		body["status"], body["checks"], body["policy_revision"] = "ready", "ready", p.PolicyRevision()
+		WriteJSON(w, http.StatusOK, body)
 	}
 }
