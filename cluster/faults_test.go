@@ -297,3 +297,42 @@ func TestAutoStreamReplicas(t *testing.T) {
 		t.Fatalf("the log has %d replicas on a 3-node NATS cluster, want 3", got)
 	}
 }
+
+// TestRetryNotWrittenIsUnknown: a write made with a client's write ID (an
+// Idempotency-Key) may be a retry of an attempt still on its way to the
+// log, here or on another replica. When its own attempt does not go out,
+// its answer is unknown, never "not written"; a write with an ID the
+// server made up for it is answered not written.
+func TestRetryNotWrittenIsUnknown(t *testing.T) {
+	ns := natstest.Start(t, 1)
+	r := startReplicas(t, ns, 1, cluster.Config{WriteTimeout: 2 * time.Second})[0]
+	mustSchema(t, r, testSchema)
+	grant := datastore.WriteRequest{Touches: tuples(t, "doc:k#viewer@user:eve")}
+	ns.StopAll()
+	_, err := r.Write(api.WithWriteID(ctxT(t, 30*time.Second), "client-key-1"), grant)
+	if !errors.Is(err, cluster.ErrOutcomeUnknown) || errors.Is(err, cluster.ErrUnavailable) {
+		t.Fatalf("write with a client's ID while NATS is down = %v, want unknown only", err)
+	}
+	_, err = r.Write(api.WithNewWriteID(ctxT(t, 30*time.Second), "server-made-1"), grant)
+	if !errors.Is(err, cluster.ErrUnavailable) {
+		t.Fatalf("write with a new ID while NATS is down = %v, want not written", err)
+	}
+	ns.RestartAll(t)
+	waitFollowing(t, r)
+	var rev datastore.Revision
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rev, err = r.Write(api.WithWriteID(ctxT(t, 30*time.Second), "client-key-1"), grant)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("retry once NATS is back: %v", err)
+	}
+	again, err := r.Write(api.WithWriteID(ctxT(t, 30*time.Second), "client-key-1"), grant)
+	if err != nil || again != rev {
+		t.Fatalf("second retry = %d, %v; want the first outcome %d", again, err, rev)
+	}
+}

@@ -138,9 +138,9 @@ func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	deadline := start.Add(time.Duration(float64(timeout) * deadlineShare))
-	id := api.WriteID(ctx)
+	id, fresh := api.WriteID(ctx)
 	if id == "" {
-		id = r.id + "." + strconv.FormatUint(r.msgSeq.Add(1), 10)
+		id, fresh = r.id+"."+strconv.FormatUint(r.msgSeq.Add(1), 10), true
 	}
 	if rec, ok := r.seenRecord(id); ok {
 		return rec.outcome() // a retry: the first attempt's answer
@@ -168,12 +168,33 @@ func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, 
 	defer pcancel()
 	rev, sent, err := r.publish(pctx, ctx, p, id, msgID, deadline, payload, conditional, prepare)
 	switch {
-	case err == nil || !sent:
-		return rev, err
+	case err == nil:
+		return rev, nil
+	case !sent:
+		return r.earlierAttempt(id, fresh, err)
 	case !errors.Is(err, errUnresolved):
 		return rev, err
 	}
-	return r.resolve(ctx, p, id, msgID, err)
+	rev, err = r.resolve(ctx, p, id, msgID, err)
+	if err != nil && !errors.Is(err, ErrOutcomeUnknown) && !fresh {
+		return r.earlierAttempt(id, fresh, err)
+	}
+	return rev, err
+}
+
+// earlierAttempt answers a write whose own attempt is known not to be
+// written (err): with an ID a client gave (a retry), an earlier attempt
+// under the same ID, made here or on another replica, may have reached
+// the log and not yet been applied here. Unless that attempt's outcome is
+// known (applied here), the answer is then unknown, never "not written".
+func (r *Replica) earlierAttempt(id string, fresh bool, err error) (datastore.Revision, error) {
+	if fresh || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrClosed) {
+		return 0, err
+	}
+	if rec, ok := r.seenRecord(id); ok {
+		return rec.outcome()
+	}
+	return 0, fmt.Errorf("%w: write %s: this attempt was not written, and an earlier attempt with the same ID may still apply (%w)", ErrOutcomeUnknown, id, err)
 }
 
 // errUnresolved: the write went out and its outcome is still to learn.

@@ -260,12 +260,13 @@ func (s *API) handleWriteRelationships(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, pdp.Errorf(pdp.ErrBadRequest, "touches and deletes are both empty"))
 		return
 	}
-	id := key
+	id, ctx := key, api.WithWriteID(r.Context(), key)
 	if id == "" {
 		id = newWriteID()
+		ctx = api.WithNewWriteID(r.Context(), id)
 	}
 	write := func() (datastore.Revision, error) {
-		return s.writer().Write(api.WithWriteID(r.Context(), id), datastore.WriteRequest{Touches: touches, Deletes: deletes, Preconditions: pre})
+		return s.writer().Write(ctx, datastore.WriteRequest{Touches: touches, Deletes: deletes, Preconditions: pre})
 	}
 	var rev datastore.Revision
 	if _, replicated := s.writer().(interface{ RemembersWriteIDs() }); key != "" && !replicated {
