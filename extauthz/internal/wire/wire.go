@@ -133,7 +133,7 @@ var serverSide = map[string]string{
 	pdp.CodeDeadline:            "the evaluation exceeded its time limit",
 	pdp.CodeBudget:              "the request's evaluations exceeded its time budget: send fewer or simpler checks",
 	pdp.CodeRevisionUnavailable: "the data has not reached the consistency token's revision in time: retry",
-	pdp.CodeUnavailable:         "the write cannot be taken now: nothing was written, retry",
+	pdp.CodeUnavailable:         "the service cannot take this now: retry later",
 }
 
 // Describe is the message a client may see for err: the error itself
@@ -195,7 +195,9 @@ func HealthzDegraded(degraded func() (string, map[string]any)) http.HandlerFunc 
 
 // Readyz answers whether p can decide, with the loaded policy's revision.
 // Each health check (the store's Health) must also return nil; the first
-// error is the reason, described as Describe does, with its code. When
+// error is the reason, with its code: the server's own state (a stopped
+// listener, a damaged store, a replica that has not read its log) told to
+// the operator probing it, never a client's input. When
 // writes is set (a cluster replica), the answer also says whether writes
 // are available ("writes": "available" or "unavailable", with
 // "writes_reason"): checks are answered either way, so readiness does not
@@ -216,7 +218,7 @@ func Readyz(p *pdp.PDP, writes func() (bool, string), health ...func() error) ht
 		}
 		for _, h := range health {
 			if err := h(); err != nil {
-				body["status"], body["checks"], body["reason"], body["code"] = "not ready", "not ready", Describe(err), pdp.Code(err)
+				body["status"], body["checks"], body["reason"], body["code"] = "not ready", "not ready", err.Error(), pdp.Code(err)
 				WriteJSON(w, http.StatusServiceUnavailable, body)
 				return
 			}
