@@ -713,6 +713,36 @@ func (r *Replica) probe() {
 		}
 		return
 	}
+	if reason := quorumLost(info.Cluster); reason != "" {
+		r.setReason(reason)
+		return
+	}
 	r.setReason("")
 	r.seeLast(info.State.LastSeq)
+}
+
+// peerSilence is how long a copy of the log may go unseen by its leader
+// before it no longer counts toward a quorum.
+const peerSilence = 4 * time.Second
+
+// quorumLost says why the log cannot take writes when its leader sees
+// too few of its copies: a leader left alone may keep answering stream
+// info for a long time while every write waits for a quorum that is gone.
+func quorumLost(c *jetstream.ClusterInfo) string {
+	if c == nil || len(c.Replicas) == 0 {
+		return "" // a single copy: its leader is the quorum
+	}
+	if c.Leader == "" {
+		return "the log has no leader"
+	}
+	live, total := 1, 1+len(c.Replicas)
+	for _, p := range c.Replicas {
+		if p != nil && p.Current && !p.Offline && p.Active < peerSilence {
+			live++
+		}
+	}
+	if live < total/2+1 {
+		return fmt.Sprintf("no quorum: the log's leader sees %d of its %d copies", live, total)
+	}
+	return ""
 }

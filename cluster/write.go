@@ -194,7 +194,7 @@ func (r *Replica) earlierAttempt(id string, fresh bool, err error) (datastore.Re
 	if rec, ok := r.seenRecord(id); ok {
 		return rec.outcome()
 	}
-	return 0, fmt.Errorf("%w: write %s: this attempt was not written, and an earlier attempt with the same ID may still apply (%w)", ErrOutcomeUnknown, id, err)
+	return 0, fmt.Errorf("%w: write %s: this attempt was not written, and an earlier attempt with the same ID may still apply (%v)", ErrOutcomeUnknown, id, err)
 }
 
 // errUnresolved: the write went out and its outcome is still to learn.

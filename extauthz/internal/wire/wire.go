@@ -195,9 +195,9 @@ func HealthzDegraded(degraded func() (string, map[string]any)) http.HandlerFunc 
 
 // Readyz answers whether p can decide, with the loaded policy's revision.
 // Each health check (the store's Health) must also return nil; the first
-// error is the reason, with its code: the server's own state (a stopped
-// listener, a damaged store, a replica that has not read its log) told to
-// the operator probing it, never a client's input. When
+// error is the reason, with its code: what is not ready or unavailable (a
+// stopped listener, a replica that has not read its log) as nexus tells
+// it, other failures (a damaged store) described as Describe does. When
 // writes is set (a cluster replica), the answer also says whether writes
 // are available ("writes": "available" or "unavailable", with
 // "writes_reason"): checks are answered either way, so readiness does not
@@ -218,7 +218,11 @@ func Readyz(p *pdp.PDP, writes func() (bool, string), health ...func() error) ht
 		}
 		for _, h := range health {
 			if err := h(); err != nil {
-				body["status"], body["checks"], body["reason"], body["code"] = "not ready", "not ready", err.Error(), pdp.Code(err)
+				code, reason := pdp.Code(err), Describe(err)
+				if code == pdp.CodeNotReady || code == pdp.CodeUnavailable {
+					reason = err.Error() // nexus' own account of its state
+				}
+				body["status"], body["checks"], body["reason"], body["code"] = "not ready", "not ready", reason, code
 				WriteJSON(w, http.StatusServiceUnavailable, body)
 				return
 			}
