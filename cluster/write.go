@@ -194,6 +194,13 @@ func (r *Replica) earlierAttempt(id string, fresh bool, err error) (datastore.Re
 	if rec, ok := r.seenRecord(id); ok {
 		return rec.outcome()
 	}
+	if refusal(err) {
+		// Refused by the log's newest state, which this replica applied
+		// first: an earlier attempt of the same write never applies either.
+		// A conditional one expects a revision; at the newest it was
+		// refused alike, and an older one the log refuses.
+		return 0, err
+	}
 	return 0, fmt.Errorf("%w: write %s: this attempt was not written, and an earlier attempt with the same ID may still apply (%v)", ErrOutcomeUnknown, id, err)
 }
 

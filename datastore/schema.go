@@ -226,6 +226,21 @@ func mapPairs(n *yaml.Node) [][2]*yaml.Node {
 	return out
 }
 
+// listItems reads a list, or a single scalar as a list of one (null: an
+// empty list); ok is false for anything else.
+func listItems(n *yaml.Node) (items []*yaml.Node, ok bool) {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return n.Content, true
+	case yaml.ScalarNode:
+		if isNullNode(n) {
+			return nil, true
+		}
+		return []*yaml.Node{n}, true
+	}
+	return nil, false
+}
+
 func isNullNode(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
 func (p *schemaParser) parse(doc *yaml.Node) {
@@ -406,15 +421,8 @@ func (p *schemaParser) parseTenancy(t *typeDef, n *yaml.Node) {
 	for _, kv := range mapPairs(n) {
 		switch kv[0].Value {
 		case "inherit":
-			var items []*yaml.Node
-			switch kv[1].Kind {
-			case yaml.SequenceNode:
-				items = kv[1].Content
-			case yaml.ScalarNode:
-				if !isNullNode(kv[1]) {
-					items = []*yaml.Node{kv[1]}
-				}
-			default:
+			items, ok := listItems(kv[1])
+			if !ok {
 				p.errf(kv[1], t.name, "", "tenancy: inherit must be a list of relations such as [parent]")
 				continue
 			}
@@ -506,15 +514,8 @@ func (p *schemaParser) parseRoles(n *yaml.Node) {
 			p.errf(kv[0], p.s.tenant, role, "role is not a relation of tenant type %s", p.s.tenant)
 			continue
 		}
-		var items []*yaml.Node
-		switch kv[1].Kind {
-		case yaml.SequenceNode:
-			items = kv[1].Content
-		case yaml.ScalarNode:
-			if !isNullNode(kv[1]) {
-				items = []*yaml.Node{kv[1]}
-			}
-		default:
+		items, ok := listItems(kv[1])
+		if !ok {
 			p.errf(kv[1], p.s.tenant, role, "grants must be a list such as [file:read, folder:*]")
 			continue
 		}
