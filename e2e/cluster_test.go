@@ -268,9 +268,11 @@ func TestCluster(t *testing.T) {
 		var last uint64
 		for i, r := range all {
 			tu := fmt.Sprintf("file:one-down-%d#viewer@user:o%d", i, i)
+			// A file needs a tenant: this one inherits its folder's.
+			in := fmt.Sprintf("file:one-down-%d#parent@folder:root", i)
 			// The stream may elect a new leader first.
 			waitFor(t, 30*time.Second, "a write on "+r.name+" with one NATS node down", func() bool {
-				status, rev, _ := r.write(t, tu)
+				status, rev, _ := r.write(t, tu, in)
 				last = max(last, rev)
 				return status == 200
 			})

@@ -175,7 +175,7 @@ func TestServeDefaultREADME(t *testing.T) {
 func policyLoadedLine(t *testing.T, p *nexusproc.Proc) string {
 	t.Helper()
 	for _, l := range strings.Split(p.Output.String(), "\n") {
-		if strings.Contains(l, "policy loaded") {
+		if strings.Contains(l, `msg="policy loaded"`) {
 			return l
 		}
 	}

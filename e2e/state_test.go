@@ -146,7 +146,7 @@ func TestScrubFindsForgedUser(t *testing.T) {
 	}
 
 	p := nexusproc.Start(t, dir, adminAddr, append(args, "--scrub-interval", "0")...)
-	if code, body := post("http://"+adminAddr+"/v1/relationships", `{"touches":["folder:vault#viewer@user:u5","folder:other#viewer@user:u9"]}`); code != http.StatusOK {
+	if code, body := post("http://"+adminAddr+"/v1/relationships", `{"touches":["folder:vault#viewer@user:u5","folder:other#viewer@user:u9","folder:vault#tenant@tenant:acme","folder:other#tenant@tenant:acme"]}`); code != http.StatusOK {
 		t.Fatalf("write: %d %s", code, body)
 	}
 	stop(p)

@@ -150,6 +150,9 @@ func (c *Client) do(ctx context.Context, method, url, key, body string, header m
 	return resp.StatusCode, b, nil
 }
 
+// Tenant is the tenant a granted file is placed in.
+const Tenant = "acme"
+
 // Write grants (touches) or revokes (deletes) one tuple through admin,
 // with an Idempotency-Key header unless key is empty, and with a
 // precondition on the tuple unless pre is empty ("must_exist",
@@ -160,6 +163,12 @@ func (c *Client) Write(ctx context.Context, admin string, grant bool, tuple, key
 		field = "touches"
 	}
 	doc := map[string]any{field: []string{tuple}}
+	if obj, _, ok := strings.Cut(tuple, "#"); grant && ok && strings.HasPrefix(obj, "file:") {
+		// The default schema requires a file's tenant: each grant also
+		// places the file in a tenant (a touch that is a no-op when held),
+		// so a check is decided by the viewer tuple under test.
+		doc[field] = []string{tuple, obj + "#tenant@tenant:" + Tenant}
+	}
 	if pre != "" {
 		doc["preconditions"] = []map[string]string{{"op": pre, "tuple": tuple}}
 	}

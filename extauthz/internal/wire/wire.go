@@ -134,6 +134,7 @@ var serverSide = map[string]string{
 	pdp.CodeBudget:              "the request's evaluations exceeded its time budget: send fewer or simpler checks",
 	pdp.CodeRevisionUnavailable: "the data has not reached the consistency token's revision in time: retry",
 	pdp.CodeUnavailable:         "the service cannot take this now: retry later",
+	pdp.CodeOutcomeUnknown:      "the write's outcome is not known yet: retry with the same Idempotency-Key to learn it",
 }
 
 // Describe is the message a client may see for err: the error itself
