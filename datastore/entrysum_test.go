@@ -118,6 +118,11 @@ func TestCheckFindsForgedKey(t *testing.T) {
 	if !errors.Is(err, datastore.ErrCorrupt) || len(rep.Problems) == 0 || !strings.Contains(rep.Problems[0], "checksum") {
 		t.Fatalf("Verify = %+v, %v; want the checksum mismatch", rep, err)
 	}
+	// A listing of the object's tuples reads the key too.
+	s = openTemp(t, datastore.Config{Path: path})
+	if ts, err := s.Read(ctx, datastore.Filter{ObjectType: "folder", ObjectID: "vault"}); !errors.Is(err, datastore.ErrCorrupt) {
+		t.Fatalf("Read = %v, %v; want ErrCorrupt", ts, err)
+	}
 }
 
 // TestLegacyEmptyValues: a file whose index keys have empty values (as
