@@ -164,7 +164,7 @@ func (s *BoltStore) commitImport(st *state, b *importBatch) (Revision, error) {
 		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
 		ob.FillPercent, sb.FillPercent = 0.9, 0.9
 		for _, k := range b.objKeys {
-			if err := ob.Put(k, nil); err != nil {
+			if err := putEntry(ob, k); err != nil {
 				return nil, err
 			}
 			log = append(log, byte(OpTouch))
@@ -172,7 +172,7 @@ func (s *BoltStore) commitImport(st *state, b *importBatch) (Revision, error) {
 			log = append(log, k...)
 		}
 		for _, k := range b.subKeys {
-			if err := sb.Put(k, nil); err != nil {
+			if err := putEntry(sb, k); err != nil {
 				return nil, err
 			}
 		}

@@ -145,9 +145,16 @@
 //     serves, in short read transactions at a bounded rate; damage it
 //     finds makes the store unhealthy and fails every read from then on.
 //
-// A flipped bit inside a key that still decodes changes a tuple: Verify
-// and Scrub find it (the two indexes no longer hold the same tuples), a
-// check does not.
+// A flipped bit inside a key that still decodes changes a tuple. Each key
+// of the two indexes therefore holds the CRC-32C of the key as its value,
+// and every read of an index key (checks, role reads, Read, the lookups'
+// walks) compares them first: a key that does not match is a
+// *CorruptError, handled as above, never an answer. Verify and Scrub
+// check every key the same way (and find the change anyway: the two
+// indexes no longer hold the same tuples). Keys of files written before
+// the checksum have an empty value and are read unchecked (Verify and
+// Scrub count them as Unchecked); a key is checked once it is written
+// again.
 //
 // # Caveats
 //

@@ -18,9 +18,10 @@ import (
 //	subj bucket: uv(subjType) subjID 0x00 uv(subjRelation) uv(objType) objID 0x00 uv(relation)
 //	log  bucket: revision (8 bytes big endian) -> change set (see encodeChangeSet)
 //
-// Values in obj and subj are empty. The object-first order puts the direct
-// subjects of object#relation (subject relation 0) before its usersets, so a
-// check is one point read for the direct case and one prefix scan per
+// Values in obj and subj are the CRC-32C of their key (entry.go; empty in
+// files written before it). The object-first order puts the direct
+// subjects of object#relation (subject relation 0) before its usersets, so
+// a check is one point read for the direct case and one prefix scan per
 // userset type.
 
 // ids are the interned numbers of a tuple's names.

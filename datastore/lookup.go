@@ -141,7 +141,8 @@ func walk(ctx context.Context, cur *bolt.Cursor, start lookupNode, want uint64,
 		n := queue[0]
 		queue = queue[1:]
 		p := prefix(nil, n.t, n.id)
-		for k, _ := cur.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = cur.Next() {
+		for k, v := cur.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = cur.Next() {
+			mustEntry(k, v)
 			o, err := next(k)
 			if err != nil {
 				return nil, err

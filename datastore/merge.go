@@ -216,7 +216,7 @@ func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats
 					continue
 				}
 				prevObj = append(prevObj[:0], k...)
-				if err := ob.Put(k, nil); err != nil {
+				if err := putEntry(ob, k); err != nil {
 					return nil, err
 				}
 				log = append(log, byte(OpTouch))
@@ -237,7 +237,7 @@ func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats
 					continue
 				}
 				prevSubj = append(prevSubj[:0], k...)
-				if err := sb.Put(k, nil); err != nil {
+				if err := putEntry(sb, k); err != nil {
 					return nil, err
 				}
 			}

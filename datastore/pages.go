@@ -20,7 +20,9 @@ import (
 // independent ones, overlap instead of following one another. Every page
 // number, element and key is checked against the snapshot's size before
 // it is read; a page that fails is reported by a panic, as bbolt reports
-// one, which the store's guard turns into a *CorruptError.
+// one, which the store's guard turns into a *CorruptError. Every key
+// Seek and Next return is checked against its value, the key's checksum
+// (entry.go), the same way: a mismatch panics with badEntry.
 
 // maxCursorDepth bounds a descent: bbolt's trees are a few levels deep
 // (four hold tens of millions of keys); a deeper one is corrupt.
@@ -113,6 +115,21 @@ func (pg *page) key(i int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(e, pos)), n)
 }
 
+// entry is leaf element i's key, checked against its value (the value
+// as bbolt lays it out: right after the key, its size in the element's
+// last word); a value past the end of the page is a corrupt page, one
+// that does not match the key a badEntry panic.
+func (pg *page) entry(i int) []byte {
+	off := pageHeaderSize + uintptr(i)*pageElemSize
+	e := unsafe.Add(pg.p, off)
+	pos, n, vn := *(*uint32)(unsafe.Add(e, 4)), *(*uint32)(unsafe.Add(e, 8)), *(*uint32)(unsafe.Add(e, 12))
+	if off+uintptr(pos)+uintptr(n)+uintptr(vn) > pg.size {
+		panic(corruptPage{*(*uint64)(pg.p), "key or value past the end of the page"})
+	}
+	k := unsafe.Slice((*byte)(unsafe.Add(e, pos)), n)
+	return mustEntry(k, unsafe.Slice((*byte)(unsafe.Add(e, uintptr(pos)+uintptr(n))), vn))
+}
+
 // child is branch element i's page number.
 func (pg *page) child(i int) uint64 {
 	return *(*uint64)(unsafe.Add(pg.p, pageHeaderSize+uintptr(i)*pageElemSize+8))
@@ -149,8 +166,7 @@ func (c *cursor) use(b *bolt.Bucket, t tree) {
 // there is none.
 func (c *cursor) Seek(k []byte) []byte {
 	if c.bc != nil {
-		key, _ := c.bc.Seek(k)
-		return key
+		return mustEntry(c.bc.Seek(k))
 	}
 	d := descent{c: c, key: k}
 	d.start()
@@ -271,7 +287,7 @@ func (d *descent) step() {
 func (c *cursor) settle() []byte {
 	f := &c.path[c.depth-1]
 	if f.i < f.count {
-		return f.key(f.i)
+		return f.entry(f.i)
 	}
 	return c.advance()
 }
@@ -280,8 +296,7 @@ func (c *cursor) settle() []byte {
 // the end of the bucket.
 func (c *cursor) Next() []byte {
 	if c.bc != nil {
-		key, _ := c.bc.Next()
-		return key
+		return mustEntry(c.bc.Next())
 	}
 	if c.depth == 0 {
 		return nil
@@ -289,7 +304,7 @@ func (c *cursor) Next() []byte {
 	f := &c.path[c.depth-1]
 	if f.i+1 < f.count {
 		f.i++
-		return f.key(f.i)
+		return f.entry(f.i)
 	}
 	return c.advance()
 }
@@ -320,7 +335,7 @@ func (c *cursor) advance() []byte {
 			c.depth++
 		}
 		if f := &c.path[c.depth-1]; f.count > 0 {
-			return f.key(0)
+			return f.entry(0)
 		}
 	}
 }

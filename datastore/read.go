@@ -107,7 +107,8 @@ func (s *BoltStore) scan(tx *bolt.Tx, st *state, f Filter, fn func(api.Tuple) bo
 	}
 	c := tx.Bucket(bucket).Cursor()
 	n := 0
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		mustEntry(k, v)
 		ids, oid, sid, err := decode(k)
 		if err != nil {
 			return err

@@ -269,11 +269,11 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 		if present(oc, kb) {
 			continue
 		}
-		if err := ob.Put(kb, nil); err != nil {
+		if err := putEntry(ob, kb); err != nil {
 			return nil, err
 		}
 		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
-		if err := sb.Put(sk, nil); err != nil {
+		if err := putEntry(sb, sk); err != nil {
 			return nil, err
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})

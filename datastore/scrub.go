@@ -18,6 +18,9 @@ type ScrubReport struct {
 	Pages int
 	// Entries is how many keys of the two indexes were checked.
 	Entries int64
+	// Unchecked is how many of them have no checksum (written before the
+	// store kept one): their tuples were checked, their bytes could not be.
+	Unchecked int64
 }
 
 // scrubChunk is how many keys one read transaction of the scrub checks at
@@ -39,8 +42,8 @@ const scrubPageTries = 3
 //     beside writers, and on a write transaction it would block them for
 //     the whole walk;
 //   - then every key of both indexes, as Verify checks them (it decodes
-//     to a tuple the schema allows, and the other index holds the same
-//     tuple), and their order, in read transactions of at most 1,000 keys
+//     to a tuple the schema allows and matches its checksum, and the other
+//     index holds the same tuple), and their order, in read transactions of at most 1,000 keys
 //     each, paced to at most rate keys a second (rate <= 0: no pause).
 //
 // Writers are not blocked: each transaction is a reader, and bbolt keeps
@@ -86,7 +89,7 @@ func (s *BoltStore) Scrub(ctx context.Context, rate int) (rep ScrubReport, err e
 		var after []byte
 		for {
 			t0 := time.Now()
-			n, last, problem, err := s.scrubKeys(b, after)
+			n, last, problem, err := s.scrubKeys(b, after, &rep.Unchecked)
 			rep.Entries += int64(n)
 			if err != nil {
 				return rep, err
@@ -161,7 +164,7 @@ func (s *BoltStore) scrubPages() (pages int, problem string, err error) {
 // scrubKeys checks up to scrubChunk keys of bucket after the key after
 // (from the first when nil) in one read transaction. last is the last key
 // checked, nil when the bucket has no more.
-func (s *BoltStore) scrubKeys(bucket, after []byte) (n int, last []byte, problem string, err error) {
+func (s *BoltStore) scrubKeys(bucket, after []byte, unchecked *int64) (n int, last []byte, problem string, err error) {
 	defer s.guard("scrub", debug.SetPanicOnFault(true), &err)
 	err = s.db.View(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
@@ -177,21 +180,25 @@ func (s *BoltStore) scrubKeys(bucket, after []byte) (n int, last []byte, problem
 		}
 		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
 		c := tx.Bucket(bucket).Cursor()
-		var k []byte
+		var k, v []byte
 		if after == nil {
-			k, _ = c.First()
-		} else if k, _ = c.Seek(after); k != nil && bytes.Equal(k, after) {
-			k, _ = c.Next()
+			k, v = c.First()
+		} else if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
 		}
 		prev := after
 		var scratch []byte
-		for ; k != nil && n < scrubChunk; k, _ = c.Next() {
+		for ; k != nil && n < scrubChunk; k, v = c.Next() {
 			n++
 			if prev != nil && bytes.Compare(prev, k) >= 0 {
 				problem = fmt.Sprintf("%s: key %x is out of order", bucket, k)
 				return nil
 			}
-			var p string
+			p := checkSum(bucket, k, v, unchecked)
+			if p != "" {
+				problem = p
+				return nil
+			}
 			if bytes.Equal(bucket, bObj) {
 				p, scratch = checkObjEntry(st, sb, k, scratch)
 			} else {

@@ -19,7 +19,8 @@ import (
 // forgeSubject writes the drive data set and folder:vault#viewer@user:u5
 // into a new file, then changes u5 to u9 in the object-first index's key
 // of that tuple (a byte inside a well-formed leaf page) and returns the
-// file's path.
+// file's path. The key's checksum no longer matches it, so a check that
+// reads it fails with ErrCorrupt (TestCheckFindsForgedKey).
 func forgeSubject(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
@@ -43,8 +44,8 @@ func forgeSubject(t *testing.T) string {
 	// The object-first key ends "vault" 0x00 relation subject-relation
 	// subject-type "u5": three one-byte varints between the two IDs. A
 	// stale copy of the page (bbolt copies pages on write) or the
-	// changelog may hold the same bytes: the forged key is the one after
-	// which user:u9 reads as a viewer.
+	// changelog may hold the same bytes: the forged key is the one the
+	// check for user:u9 reads.
 	var at []int
 	for i := 0; ; i++ {
 		j := bytes.Index(b[i:], []byte("vault\x00"))
@@ -70,7 +71,7 @@ func forgeSubject(t *testing.T) string {
 		if cerr := s.Close(); cerr != nil {
 			t.Fatal(cerr)
 		}
-		if err == nil && ok {
+		if ok || errors.Is(err, datastore.ErrCorrupt) {
 			return path
 		}
 	}
@@ -78,10 +79,9 @@ func forgeSubject(t *testing.T) string {
 	return ""
 }
 
-// TestScrubFindsForgedSubject: one byte changed inside a key makes the
-// store allow a user nobody granted, and nothing but the scrub notices;
-// once the scrub found it the store is unhealthy, refuses writes and
-// answers no check.
+// TestScrubFindsForgedSubject: one byte changed inside a key is found by
+// the scrub before any read meets it; once the scrub found it the store is
+// unhealthy, refuses writes and answers no check.
 func TestScrubFindsForgedSubject(t *testing.T) {
 	ctx := context.Background()
 	path := forgeSubject(t)

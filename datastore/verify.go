@@ -20,7 +20,10 @@ type VerifyReport struct {
 	PageSize int
 	Pages    uint64 // pages in use or free (bbolt's high water mark)
 	Tuples   int64
-	Revision Revision
+	// Unchecked is how many keys of the two indexes have no checksum
+	// (written before the store kept one); the others were checked.
+	Unchecked int64
+	Revision  Revision
 	// Problems lists what is wrong, at most maxProblems of them; none
 	// when the file is sound.
 	Problems []string
@@ -46,8 +49,9 @@ func (r *VerifyReport) problem(format string, args ...any) bool {
 //     pages, every page either reachable or free;
 //   - then the store's data: its format, revision and changelog start, the
 //     name dictionary, the schema, that every key of both indexes decodes
-//     to a valid tuple the schema allows, that each index holds the other's
-//     tuples, and that the changelog decodes.
+//     to a valid tuple the schema allows and matches its checksum (keys
+//     without one are counted in Unchecked), that each index holds the
+//     other's tuples, and that the changelog decodes.
 //
 // It returns a *CorruptError naming the first problem when there is one;
 // the report lists them all (up to 100). A damaged page stops the check
@@ -140,13 +144,16 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 	var sk []byte
 	var n int64
 	c := ob.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if n++; n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
 		var p string
+		if p = checkSum(bObj, k, v, &rep.Unchecked); p != "" && !rep.problem("%s", p) {
+			return nil
+		}
 		if p, sk = checkObjEntry(st, sb, k, sk); p != "" && !rep.problem("%s", p) {
 			return nil
 		}
@@ -154,13 +161,16 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 	rep.Tuples = n
 	var ns int64
 	c = sb.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if ns++; ns%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
 		var p string
+		if p = checkSum(bSubj, k, v, &rep.Unchecked); p != "" && !rep.problem("%s", p) {
+			return nil
+		}
 		if p, sk = checkSubjEntry(st, ob, k, sk); p != "" && !rep.problem("%s", p) {
 			return nil
 		}
@@ -189,6 +199,19 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 		}
 	}
 	return nil
+}
+
+// checkSum checks index key k of bucket against its value v, the key's
+// checksum, counting a key without one in *unchecked. It returns the
+// problem, "" when none. Verify and the scrub share it.
+func checkSum(bucket, k, v []byte, unchecked *int64) string {
+	switch checkEntry(k, v) {
+	case entryUnchecked:
+		*unchecked++
+	case entryBad:
+		return fmt.Sprintf("%s: key %x does not match its checksum %x", bucket, k, v)
+	}
+	return ""
 }
 
 // checkObjEntry checks one key of the object-first index: it decodes to a

@@ -105,11 +105,11 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 			if present(oc, kb) {
 				continue
 			}
-			if err := ob.Put(kb, nil); err != nil {
+			if err := putEntry(ob, kb); err != nil {
 				return err
 			}
 			sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
-			if err := sb.Put(sk, nil); err != nil {
+			if err := putEntry(sb, sk); err != nil {
 				return err
 			}
 			cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})

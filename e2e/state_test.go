@@ -109,10 +109,11 @@ func TestAdminPolicySurvivesRestart(t *testing.T) {
 
 // TestScrubFindsForgedUser runs the real nexus on a data file in which
 // one byte of a key was changed (user:u5 became user:u9 in the
-// object-first index): with the scrub off the forged user is allowed; with
-// a short scrub interval the scrub finds the damage, /readyz answers 503
-// with the reason, the corruption metric is 1, writes are refused and the
-// forged user is not allowed.
+// object-first index): with the scrub off the decision that reads the key
+// finds that it no longer matches its checksum; with a short scrub interval
+// the scrub finds the damage before any decision reads it. Either way
+// /readyz answers 503 with the reason, the corruption metric is 1, writes
+// are refused and the forged user is not allowed.
 func TestScrubFindsForgedUser(t *testing.T) {
 	dir := t.TempDir()
 	bin := nexusproc.Binary(t)
@@ -156,7 +157,7 @@ func TestScrubFindsForgedUser(t *testing.T) {
 	// Forge: change u5 to u9 in the object-first key of the tuple. The
 	// key ends "vault" 0x00, three one-byte varints, "u5"; a stale copy
 	// of its page may hold the same bytes, so the forged copy is the one
-	// after which the store (read offline) allows user:u9.
+	// the store (read offline) reads for user:u9.
 	file := filepath.Join(data, "relations.db")
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -178,17 +179,42 @@ func TestScrubFindsForgedUser(t *testing.T) {
 		}
 		b[i+10] = '5'
 		out, _ := exec.Command(bin, "rel", "check", "--data-dir", data, "folder:vault", "read", "user:u9").CombinedOutput()
-		forged = strings.HasPrefix(strings.TrimSpace(string(out)), "allowed")
+		forged = strings.HasPrefix(strings.TrimSpace(string(out)), "allowed") || strings.Contains(string(out), "does not match its checksum")
 	}
 	if !forged {
 		t.Fatal("no copy of the key forges user:u9")
 	}
 
-	// With the scrub off, the forged user is allowed: nothing else reads
-	// the key as anything but a valid tuple.
+	waitDamage := func(what string, out func() string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			resp, err := http.Get("http://" + adminAddr + "/readyz")
+			if err == nil {
+				var rb bytes.Buffer
+				_, _ = rb.ReadFrom(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(rb.String(), "store_corrupt") {
+					t.Logf("readyz (%s): %s", what, rb.String())
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz did not report the damage (%s) within 60s\n%s", what, out())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// With the scrub off, the decision that reads the forged key finds it:
+	// u9 is not allowed and the server is no longer ready.
 	p = nexusproc.Start(t, dir, adminAddr, append(args, "--scrub-interval", "0")...)
-	if code, body := allowed("u9"); code != http.StatusOK || !strings.Contains(body, `"decision":true`) {
-		t.Fatalf("with the scrub off the forged user got %d %s; the test no longer forges a grant", code, body)
+	if code, body := allowed("u9"); strings.Contains(body, `"decision":true`) {
+		t.Fatalf("with the scrub off the forged user got %d %s", code, body)
+	}
+	waitDamage("read", p.Output.String)
+	if code, body := post("http://"+adminAddr+"/v1/relationships", `{"touches":["folder:vault#viewer@user:u7"]}`); code < 400 {
+		t.Errorf("a write after a read found the damage answered %d %s", code, body)
 	}
 	stop(p)
 
@@ -201,23 +227,7 @@ func TestScrubFindsForgedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + adminAddr + "/readyz")
-		if err == nil {
-			var rb bytes.Buffer
-			_, _ = rb.ReadFrom(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(rb.String(), "store_corrupt") {
-				t.Logf("readyz: %s", rb.String())
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz did not report the damage within 60s\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitDamage("scrub", out.String)
 	for _, u := range []string{"u9", "u5"} {
 		if code, body := allowed(u); strings.Contains(body, `"decision":true`) {
 			t.Errorf("after the scrub found the damage %s got %d %s", u, code, body)

@@ -605,8 +605,8 @@ The store is locked while it runs: stop a running server first.`,
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: no damage found: %d tuples, revision %d, %d pages of %d bytes (%v)\n",
-					rep.Path, rep.Tuples, rep.Revision, rep.Pages, rep.PageSize, time.Since(start).Round(time.Millisecond))
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: no damage found: %d tuples, revision %d, %d pages of %d bytes, %d index keys without a checksum (written before nexus kept one) (%v)\n",
+					rep.Path, rep.Tuples, rep.Revision, rep.Pages, rep.PageSize, rep.Unchecked, time.Since(start).Round(time.Millisecond))
 				return err
 			}
 			out := cmd.OutOrStdout()

@@ -77,7 +77,7 @@ func startScrub(ctx context.Context, store *datastore.BoltStore, rate int, inter
 				log.Warn("the scrub pass failed", "err", err)
 			default:
 				passes.WithLabelValues("ok").Inc()
-				log.Debug("scrubbed the data file", "pages", rep.Pages, "entries", rep.Entries, "took", time.Since(start).Round(time.Millisecond))
+				log.Debug("scrubbed the data file", "pages", rep.Pages, "entries", rep.Entries, "unchecked", rep.Unchecked, "took", time.Since(start).Round(time.Millisecond))
 			}
 			t.Reset(interval)
 		}
