@@ -18,23 +18,45 @@ import (
 // readmeExample is one command of the README's quick start with the output
 // the README promises for it.
 type readmeExample struct {
+	file string
 	line int
 	cmd  string
 	want string
 }
 
-// readmeExamples collects the README's shell examples that have an
-// expected output: a curl or checkclient command followed by a "# ..."
-// line, or with a trailing "# 200" comment.
+// readmePages are the README and its guides, in the order a reader meets
+// their examples: the examples run in this order against one server.
+var readmePages = []string{
+	"README.md",
+	"docs/security.md",
+	"docs/application-api.md",
+	"docs/policies-and-models.md",
+	"docs/operations.md",
+	"docs/migrating-from-opa-envoy-plugin.md",
+}
+
+// readmeExamples collects the shell examples of the README and its
+// guides that have an expected output: a curl or checkclient command
+// followed by a "# ..." line, or with a trailing "# 200" comment.
 func readmeExamples(t *testing.T) []readmeExample {
 	t.Helper()
-	f, err := os.Open(filepath.Join(nexusproc.RepoRoot(), "README.md"))
+	var out []readmeExample
+	for _, page := range readmePages {
+		out = append(out, pageExamples(t, page)...)
+	}
+	return out
+}
+
+// pageExamples collects one page's examples.
+func pageExamples(t *testing.T, page string) []readmeExample {
+	t.Helper()
+	f, err := os.Open(filepath.Join(nexusproc.RepoRoot(), page))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	var out []readmeExample
-	var pending *readmeExample
+	pending := -1
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -48,20 +70,16 @@ func readmeExamples(t *testing.T) []readmeExample {
 		switch {
 		case isCmd:
 			cmd, comment, _ := strings.Cut(line, "  # ")
-			ex := readmeExample{line: start, cmd: strings.TrimSpace(cmd)}
-			if comment != "" {
-				ex.want = strings.TrimSpace(comment)
-				out = append(out, ex)
-				pending = nil
-				continue
+			out = append(out, readmeExample{file: page, line: start, cmd: strings.TrimSpace(cmd), want: strings.TrimSpace(comment)})
+			pending = -1
+			if comment == "" {
+				pending = len(out) - 1
 			}
-			out = append(out, ex)
-			pending = &out[len(out)-1]
-		case pending != nil && strings.HasPrefix(line, "# "):
-			pending.want = strings.TrimPrefix(line, "# ")
-			pending = nil
+		case pending >= 0 && strings.HasPrefix(line, "# "):
+			out[pending].want = strings.TrimPrefix(line, "# ")
+			pending = -1
 		default:
-			pending = nil
+			pending = -1
 		}
 	}
 	return out
@@ -125,7 +143,7 @@ func TestServeDefaultREADME(t *testing.T) {
 			}
 			outb, err := cmd.CombinedOutput()
 			if err != nil {
-				t.Fatalf("README line %d: %s: %v\n%s", ex.line, ex.cmd, err, outb)
+				t.Fatalf("%s line %d: %s: %v\n%s", ex.file, ex.line, ex.cmd, err, outb)
 			}
 			out := strings.TrimSpace(string(outb))
 			if ex.want == "" {
@@ -135,22 +153,22 @@ func TestServeDefaultREADME(t *testing.T) {
 			case strings.HasPrefix(ex.want, "{"):
 				var got, want any
 				if err := json.Unmarshal([]byte(out), &got); err != nil {
-					t.Fatalf("README line %d: output is not JSON: %s", ex.line, out)
+					t.Fatalf("%s line %d: output is not JSON: %s", ex.file, ex.line, out)
 				}
 				if err := json.Unmarshal([]byte(ex.want), &want); err != nil {
-					t.Fatalf("README line %d: the README's expected output is not JSON: %s", ex.line, ex.want)
+					t.Fatalf("%s line %d: the expected output is not JSON: %s", ex.file, ex.line, ex.want)
 				}
 				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("README line %d: %s\n got %s\nwant %s", ex.line, ex.cmd, out, ex.want)
+					t.Fatalf("%s line %d: %s\n got %s\nwant %s", ex.file, ex.line, ex.cmd, out, ex.want)
 				}
 			case len(ex.want) == 3 && ex.want[0] >= '1' && ex.want[0] <= '5':
 				first, _, _ := strings.Cut(out, "\n")
 				if !strings.Contains(first, " "+ex.want) {
-					t.Fatalf("README line %d: status line %q, want %s", ex.line, first, ex.want)
+					t.Fatalf("%s line %d: status line %q, want %s", ex.file, ex.line, first, ex.want)
 				}
 			default:
 				if out != ex.want {
-					t.Fatalf("README line %d: %s\n got %q\nwant %q", ex.line, ex.cmd, out, ex.want)
+					t.Fatalf("%s line %d: %s\n got %q\nwant %q", ex.file, ex.line, ex.cmd, out, ex.want)
 				}
 			}
 		})
