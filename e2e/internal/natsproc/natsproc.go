@@ -21,22 +21,6 @@ import (
 	"github.com/nexuspdp/nexus/e2e/internal/nexusproc"
 )
 
-// Binary finds nats-server on PATH or in $(go env GOPATH)/bin (where
-// make deps installs it). Without it the test is skipped, or fails when
-// NEXUS_REQUIRE_TOOLS=1 (make test).
-func Binary(t testing.TB) string {
-	t.Helper()
-	p, err := Find()
-	if err == nil {
-		return p
-	}
-	if os.Getenv("NEXUS_REQUIRE_TOOLS") == "1" {
-		t.Fatal(err)
-	}
-	t.Skip(err)
-	return ""
-}
-
 // Find returns the path of nats-server (on PATH or in $(go env
 // GOPATH)/bin), or an error whose text is a one-line reason to skip.
 func Find() (string, error) {
@@ -101,7 +85,7 @@ func Start(t testing.TB, n int) *Cluster {
 // StartWith is Start with options.
 func StartWith(t testing.TB, n int, o Options) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, bin: Binary(t)}
+	c := &Cluster{t: t, bin: Require(t)}
 	dir := t.TempDir()
 	ports := nexusproc.FreePorts(t, 3*n)
 	var routes []string
