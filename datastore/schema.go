@@ -45,6 +45,9 @@ type typeDef struct {
 	members map[string]*member // relations and permissions by name
 	order   []*member
 	tenancy Tenancy
+	// tenanted: the type has a "tenant" relation to the tenant type
+	// (Schema.Tenanted), known once the schema is resolved.
+	tenanted bool
 	// tenancyNode is the tenancy key's YAML (nil without one), for errors
 	// found once the whole schema is read.
 	tenancyNode *yaml.Node
@@ -476,7 +479,7 @@ func (p *schemaParser) resolveTenancy(t *typeDef) {
 			}
 		}
 	}
-	if t.tenancy.Required && len(t.tenancy.Inherit) == 0 && !p.s.Tenanted(t.name) {
+	if t.tenancy.Required && len(t.tenancy.Inherit) == 0 && !t.tenanted {
 		p.errf(n, t.name, "", "tenancy: required, but type %s has no tenant relation to %s and inherits none", t.name, p.s.tenant)
 	}
 }
@@ -573,6 +576,7 @@ func (p *schemaParser) resolve() {
 				p.resolveExpr(t, m, m.expr)
 			}
 		}
+		t.tenanted = p.s.hasTenantRelation(t.name)
 		p.resolveTenancy(t)
 	}
 }
@@ -693,6 +697,12 @@ func (s *Schema) TenantType() string { return s.tenant }
 // Tenanted reports whether typ's resources can be assigned to a tenant:
 // typ has a "tenant" relation whose subjects are of the tenant type.
 func (s *Schema) Tenanted(typ string) bool {
+	t := s.types[typ]
+	return t != nil && t.tenanted
+}
+
+// hasTenantRelation is Tenanted worked out from the resolved relations.
+func (s *Schema) hasTenantRelation(typ string) bool {
 	return s.tenant != "" && slices.Contains(s.Relations(typ), "tenant") &&
 		slices.ContainsFunc(s.AllowedSubjects(typ, "tenant"), func(st SubjectType) bool {
 			return st.Type == s.tenant && st.Relation == ""
@@ -707,6 +717,15 @@ func (s *Schema) Tenancy(typ string) Tenancy {
 		return Tenancy{}
 	}
 	return Tenancy{Inherit: slices.Clone(t.tenancy.Inherit), Required: t.tenancy.Required}
+}
+
+// TenancyOf is Tenancy without the copy, for the decision path: Inherit
+// is the schema's own slice, which the caller must not change.
+func (s *Schema) TenancyOf(typ string) Tenancy {
+	if t := s.types[typ]; t != nil {
+		return t.tenancy
+	}
+	return Tenancy{}
 }
 
 // RoleGrants returns the grants of a tenant role, such as "file:read" or

@@ -463,27 +463,9 @@ type typeTenancy struct {
 
 // tenancyOf is typ's typeTenancy in sc (the zero one for an unknown type).
 func tenancyOf(sc *datastore.Schema, typ string) typeTenancy {
-	c := lastTenancy.Load()
-	if c == nil || c.schema != sc {
-		c = &schemaTenancy{schema: sc, types: map[string]typeTenancy{}}
-		for _, t := range sc.Types() {
-			tn := sc.Tenancy(t)
-			c.types[t] = typeTenancy{tenanted: sc.Tenanted(t), inherit: tn.Inherit, required: tn.Required}
-		}
-		lastTenancy.Store(c)
-	}
-	return c.types[typ]
+	tn := sc.TenancyOf(typ)
+	return typeTenancy{tenanted: sc.Tenanted(typ), inherit: tn.Inherit, required: tn.Required}
 }
-
-// schemaTenancy is every type's typeTenancy, kept for the last schema
-// asked about (a store's schema is immutable: a schema write makes a new
-// one).
-type schemaTenancy struct {
-	schema *datastore.Schema
-	types  map[string]typeTenancy
-}
-
-var lastTenancy atomic.Pointer[schemaTenancy]
 
 // Grant is nexus.grant(subject, action, object, tenant): why subject may
 // do action on object ("type:id"), as ["rbac"] when one of its roles in
