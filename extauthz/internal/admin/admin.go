@@ -306,9 +306,10 @@ func newWriteID() string {
 // Idempotency-Key on a single node (a cluster keeps them in its log): a
 // retry gets the first outcome. At most maxKeys, for keyTTL.
 type writeKeys struct {
-	mu   sync.Mutex
-	m    map[string]keyOutcome
-	fifo []string
+	mu       sync.Mutex
+	m        map[string]keyOutcome
+	fifo     []string
+	inflight map[string]chan struct{} // keys whose first write is under way
 }
 
 type keyOutcome struct {
@@ -323,18 +324,35 @@ const (
 )
 
 // do runs write once per key: a write with a key seen within keyTTL gets
-// the first outcome. Writes with keys go one at a time (a single node's
-// writes are serialised by its store anyway).
+// the first outcome, and one whose key is being written waits for it.
+// Writes with different keys run side by side.
 func (k *writeKeys) do(key string, write func() (datastore.Revision, error)) (datastore.Revision, error) {
+	for {
+		k.mu.Lock()
+		if o, ok := k.m[key]; ok && time.Since(o.at) < keyTTL {
+			k.mu.Unlock()
+			return o.rev, o.err
+		}
+		busy, ok := k.inflight[key]
+		if !ok {
+			break // k.mu held
+		}
+		k.mu.Unlock()
+		<-busy
+	}
+	if k.m == nil {
+		k.m, k.inflight = map[string]keyOutcome{}, map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	k.inflight[key] = done
+	k.mu.Unlock()
+
+	rev, err := write()
+
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.m == nil {
-		k.m = map[string]keyOutcome{}
-	}
-	if o, ok := k.m[key]; ok && time.Since(o.at) < keyTTL {
-		return o.rev, o.err
-	}
-	rev, err := write()
+	delete(k.inflight, key)
+	close(done)
 	if err == nil || errors.Is(err, datastore.ErrPreconditionFailed) || errors.Is(err, datastore.ErrInvalidTuple) || errors.Is(err, datastore.ErrNoSchema) {
 		// Outcomes that stand: a failure of the store may be retried.
 		for len(k.fifo) >= maxKeys || len(k.fifo) > 0 && time.Since(k.m[k.fifo[0]].at) >= keyTTL {
