@@ -127,6 +127,14 @@ func (r *Replica) submit(ctx context.Context, payload []byte, conditional bool, 
 		return 0, ErrClosed
 	}
 	defer func() { r.countOutcome(err) }()
+	defer func() {
+		// The apply loop tells writers of their entries just before it
+		// publishes the revision: a written answer waits for that, so that
+		// Revision() on this replica is never behind a write it answered.
+		if err == nil && rev > 0 {
+			_ = r.waitApplied(r.ctx, uint64(rev)) // only ErrClosed: the write stands
+		}
+	}()
 	if max := r.nc.MaxPayload(); max > 0 && int64(len(payload))+1024 > max {
 		return 0, fmt.Errorf("%w: %d bytes, the log takes at most %d", ErrTooLarge, len(payload), max-1024)
 	}
