@@ -36,10 +36,12 @@ var build = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "nexus")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/nexus")
+	// The tags `make build` uses: the binary the e2e tests drive is the
+	// one shipped (vtprotobuf: go-control-plane's generated encoder).
+	cmd := exec.Command("go", "build", "-tags", "vtprotobuf", "-o", bin, "./cmd/nexus")
 	cmd.Dir = RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/nexus: %v\n%s", err, out)
+		return "", fmt.Errorf("go build -tags vtprotobuf ./cmd/nexus: %v\n%s", err, out)
 	}
 	return bin, nil
 })

@@ -87,36 +87,46 @@ func encodedResponses(tb testing.TB) map[string]*authv3.CheckResponse {
 }
 
 // TestEncodeCheckResponse: every response nexus answers with is encoded
-// by hand, to exactly proto.Size's length, and decodes to a message equal
-// to the one encoded.
+// by the generated encoder when built with the vtprotobuf tag (by
+// protobuf-go without it), to exactly proto.Size's length, and decodes to
+// a message equal to the one encoded.
 func TestEncodeCheckResponse(t *testing.T) {
 	for name, r := range encodedResponses(t) {
-		b, ok := appendCheckResponse(nil, r)
-		if !ok {
-			t.Errorf("%s: left to gRPC's codec", name)
-			continue
+		bs, ok, err := marshalCheckResponse(r)
+		if ok != generatedEncoder {
+			t.Errorf("%s: marshalCheckResponse took it: %v, want %v", name, ok, generatedEncoder)
 		}
-		n := len(b)
-		if want := proto.Size(r); n != want {
-			t.Errorf("%s: size %d, proto.Size %d", name, n, want)
+		if ok {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			n := bs.Len()
+			bs.Free()
+			if want := proto.Size(r); n != want {
+				t.Errorf("%s: size %d, proto.Size %d", name, n, want)
+			}
 		}
 		assertEncodes(t, name, r)
 	}
 }
 
-// TestEncodeCheckResponseFallback: a response with a field the encoder
-// does not write goes to gRPC's codec, and still encodes whole.
+// TestEncodeCheckResponseFallback: a response with fields nexus never
+// sets, or a string that is not UTF-8 (which protobuf-go refuses and the
+// generated encoder does not check), encodes as protobuf-go encodes it,
+// or is refused as protobuf-go refuses it.
 func TestEncodeCheckResponseFallback(t *testing.T) {
 	detail, err := anypb.New(&rpcstatus.Status{Code: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	const depth = 20
 	deep := structpb.NewStringValue("leaf")
-	for range maxStructDepth + 3 {
+	for range depth {
 		deep = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"d": deep}})
 	}
 	deepList := structpb.NewStringValue("leaf")
-	for range maxStructDepth + 3 {
+	for range depth {
 		deepList = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{deepList}})
 	}
 	hv := &corev3.HeaderValue{Key: "k", Value: "v"}
@@ -130,7 +140,7 @@ func TestEncodeCheckResponseFallback(t *testing.T) {
 		"append action":  ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: hv, AppendAction: corev3.HeaderValueOption_ADD_IF_ABSENT}}}),
 		"keep empty":     ok(&authv3.OkHttpResponse{ResponseHeadersToAdd: []*corev3.HeaderValueOption{{Header: hv, KeepEmptyValue: true}}}),
 		"raw value":      ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "k", RawValue: []byte("v")}}}}),
-		//lint:ignore SA1019 the deprecated field must go to gRPC's codec
+		//lint:ignore SA1019 the deprecated field must encode too
 		"ok metadata":       ok(&authv3.OkHttpResponse{DynamicMetadata: &structpb.Struct{}}),
 		"deep struct":       {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"d": deep}}},
 		"deep list":         {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"d": deepList}}},
@@ -138,10 +148,12 @@ func TestEncodeCheckResponseFallback(t *testing.T) {
 		"not utf-8 key":     {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"\xc3": structpb.NewNullValue()}}},
 		"not utf-8 header":  ok(&authv3.OkHttpResponse{Headers: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "k", Value: "\xe2\x82"}}}}),
 		"not utf-8 removed": ok(&authv3.OkHttpResponse{QueryParametersToRemove: []string{"\x80"}}),
+		"not utf-8 status":  {Status: &rpcstatus.Status{Code: 7, Message: "\xff"}},
+		"not utf-8 deep": {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"l": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+			structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"s": structpb.NewStringValue("\xfe")}})}})}}},
+		"not utf-8 error response": {HttpResponse: &authv3.CheckResponse_ErrorResponse{ErrorResponse: &authv3.DeniedHttpResponse{Body: "\xff"}}},
+		"not utf-8 query set":      ok(&authv3.OkHttpResponse{QueryParametersToSet: []*corev3.QueryParameter{{Key: "\xff"}}}),
 	} {
-		if _, ok := appendCheckResponse(nil, r); ok {
-			t.Errorf("%s: the encoder took a response it does not write whole", name)
-		}
 		assertEncodes(t, name, r)
 	}
 }
@@ -195,16 +207,18 @@ func FuzzEncodeCheckResponse(f *testing.F) {
 			d.QueryParametersToRemove = []string{value}
 			d.HTTPStatus, d.Body, d.DynamicMetadata = status, body, md
 		}))
-		b, ok := appendCheckResponse(nil, r)
-		if !ok {
-			if _, err := proto.Marshal(r); err == nil {
-				t.Fatal("left to gRPC's codec a response protobuf-go encodes")
-			}
+		if _, err := proto.Marshal(r); err != nil {
 			assertEncodes(t, "fuzzed, not UTF-8", r)
 			return
 		}
-		if want := proto.Size(r); len(b) != want {
-			t.Fatalf("size %d, proto.Size %d", len(b), want)
+		bs, err := NewCodec().Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := bs.Len()
+		bs.Free()
+		if want := proto.Size(r); n != want {
+			t.Fatalf("size %d, proto.Size %d", n, want)
 		}
 		// proto.Equal compares NaNs as unequal; the bytes are what is
 		// compared then.
