@@ -128,7 +128,6 @@ type checker struct {
 	tups  []tupEnt
 	subj  subjTuples
 	kb    []byte
-	kb2   []byte // preload's second key
 	lists [][]target
 
 	// view is the View this checker serves, when it serves one.
@@ -151,7 +150,7 @@ const (
 const linearNodes = 32
 
 func newChecker() any {
-	return &checker{nodes: make([]node, 0, linearNodes), kb: make([]byte, 0, 256), kb2: make([]byte, 0, 256)}
+	return &checker{nodes: make([]node, 0, linearNodes), kb: make([]byte, 0, 256)}
 }
 
 // find returns the index of (m, id) in c.nodes or -1.
@@ -659,28 +658,6 @@ func (c *checker) readSubject(stID uint64, id string, prefix, k []byte) (bool, e
 	}
 	c.subj.state = subjKept
 	return true, nil
-}
-
-// preload reads the tuples of object otID:oid and those naming subject
-// stID:sid, as object and subject do, with the two searches interleaved
-// (seekPair); either alone when the other was read before.
-func (c *checker) preload(otID uint64, oid string, stID uint64, sid string) error {
-	if _, done := c.keptObject(otID, oid); done {
-		_, err := c.subject(stID, sid)
-		return err
-	}
-	if c.keptSubject(stID, sid) {
-		_, err := c.object(otID, oid)
-		return err
-	}
-	c.kb = appendObjPrefix(c.kb[:0], otID, oid)
-	c.kb2 = appendSubjPrefix(c.kb2[:0], stID, sid)
-	ko, ks := seekPair(&c.cur, c.kb, &c.rolesCur, c.kb2)
-	if _, err := c.readObject(otID, oid, c.kb, ko); err != nil {
-		return err
-	}
-	_, err := c.readSubject(stID, sid, c.kb2, ks)
-	return err
 }
 
 // begin sets the state and the subject of a check (reset ends it). The

@@ -75,16 +75,8 @@
 // ErrDepthExceeded. This is how the default policy asks: the subject's
 // roles first, then the relationship check.
 //
-// View.Preload(object, subject) reads the object's tuples and the tuples
-// naming the subject, as the View's later calls would, with the two
-// searches' memory reads interleaved; the default policy calls it first
-// when it will read both (a resource's tenant, then the subject's roles).
-// Checks and role reads walk the two indexes' B+trees straight from
-// bbolt's memory map in its page format (a bucket bbolt keeps inline is
-// read through bbolt's cursor), checking every page number, element and
-// key against the file before reading it. In a file of 64 MiB or more a
-// search reads each page below the tree's top two levels whole before
-// searching it, so that its memory reads overlap.
+// Checks and role reads go through bbolt's cursor, and every index key
+// they read is checked against its checksum before it is used.
 //
 // # Storage
 //
@@ -132,8 +124,7 @@
 //     the newer meta page is invalid, bbolt reads the file as of the
 //     transaction before it, as after a crash during a commit, and Open
 //     logs a warning: that last write may be lost.
-//   - Every method recovers a panic of bbolt (or of the checks' own reader
-//     of its pages), and a fault on the memory map
+//   - Every method recovers a panic of bbolt, and a fault on the memory map
 //     (debug.SetPanicOnFault), as a *CorruptError; a key that does not
 //     decode is one too. The first one makes the store unhealthy: Health
 //     reports it, writes are refused (a damaged free list could hand out

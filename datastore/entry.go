@@ -11,10 +11,9 @@ import (
 // Each key of the two indexes (the obj and subj buckets) holds as its
 // value the CRC-32C (Castagnoli) of the key, 4 bytes big endian, written
 // by putEntry, the only way a key enters an index. Every read of an index
-// key through the checks' cursor (pages.go, or bolt.Cursor where it
-// falls back) compares the two before the key is used: a byte changed
-// inside a key of an otherwise well-formed page (one tuple turned into
-// another) is then found by the read itself, as a *CorruptError, rather
+// key through the checks' cursor (cursor.go, over bolt.Cursor) compares
+// the two before the key is used: a byte changed inside a key of an
+// otherwise well-formed page (one tuple turned into another) is then found by the read itself, as a *CorruptError, rather
 // than answered from. A key with an empty value was written before the
 // checksum existed and is accepted unchecked; it is checked once it is
 // written again. Verify and the scrub check every key the same way and

@@ -39,13 +39,14 @@ func SetAfterSchemaCommit(f func()) func() {
 	return func() { afterSchemaCommit = old }
 }
 
-// ReadsPages reports whether the store's current snapshot reads its
-// indexes from their pages (cursor) rather than through bbolt's cursor.
+// ReadsPages reports whether both indexes of the store's current
+// snapshot are trees of more than one level (neither inline nor a
+// single leaf), so that a search goes down from a branch page.
 func (s *BoltStore) ReadsPages() bool {
 	sn, own, err := s.acquire()
 	if err != nil {
 		return false
 	}
 	defer s.releaseSnap(sn, own)
-	return sn.objT.root != 0 && sn.subjT.root != 0
+	return sn.obj != nil && sn.subj != nil && sn.obj.Stats().Depth > 1 && sn.subj.Stats().Depth > 1
 }

@@ -29,8 +29,6 @@ type snapshot struct {
 	tx      *bolt.Tx
 	obj     *bolt.Bucket
 	subj    *bolt.Bucket
-	objT    tree // obj's and subj's trees, read by cursor
-	subjT   tree
 	refs    atomic.Int64
 	retired atomic.Bool
 	closed  atomic.Bool
@@ -38,9 +36,7 @@ type snapshot struct {
 
 // newSnapshot is the snapshot of tx, a read-only transaction.
 func newSnapshot(tx *bolt.Tx) *snapshot {
-	sn := &snapshot{tx: tx, obj: tx.Bucket(bObj), subj: tx.Bucket(bSubj)}
-	sn.objT, sn.subjT = newTree(tx, sn.obj), newTree(tx, sn.subj)
-	return sn
+	return &snapshot{tx: tx, obj: tx.Bucket(bObj), subj: tx.Bucket(bSubj)}
 }
 
 func (sn *snapshot) tryClose() {

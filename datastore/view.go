@@ -86,26 +86,11 @@ func (v *View) AppendRoles(dst []string, subject api.Subject, tenant string) (_ 
 	return v.appendRoles(dst, subject, tenant)
 }
 
-// Preload reads the tuples of object and the tuples naming subject and
-// keeps them for the View's later calls, as AppendSubjects (of the
-// object) and AppendRoles (of the subject) would, with the two searches
-// interleaved so that their memory reads overlap. A decision that will
-// ask for a resource's tenant and then for the subject's roles or a check
-// calls it first; it changes no answer. Names the store has never seen,
-// and IDs no tuple can hold, are not read.
-func (v *View) Preload(object api.Object, subject api.Subject) (err error) {
-	defer v.s.guard("read", debug.SetPanicOnFault(true), &err)
-	st := v.st
-	otID, ok1 := st.dict.id(object.Type)
-	stID, ok2 := st.dict.id(subject.Type)
-	if !ok1 || !ok2 || !api.ValidID(object.ID) || !api.ValidID(subject.ID) {
-		return nil
-	}
-	c := v.c
-	c.cur.use(v.sn.obj, v.sn.objT)
-	c.rolesCur.use(v.sn.subj, v.sn.subjT)
-	return c.preload(otID, object.ID, stID, subject.ID)
-}
+// Preload does nothing and returns nil: the View's later calls read the
+// tuples of object and those naming subject when they need them, and
+// keep them for the rest of the View. It stays for the callers that
+// still call it.
+func (v *View) Preload(object api.Object, subject api.Subject) error { return nil }
 
 // AppendSubjects appends the subjects of object's tuples of relation to
 // dst, as BoltStore.AppendSubjects lists them, without their strings:
@@ -145,7 +130,7 @@ func (v *View) check(objType, objID, perm string, sub api.Subject, trace bool) (
 	defer c.reset()
 	c.begin(st, sub)
 	c.maxDepth = v.s.cfg.MaxDepth
-	c.cur.use(v.sn.obj, v.sn.objT)
+	c.cur.use(v.sn.obj)
 	var root *Trace
 	if trace {
 		root = &Trace{Kind: "check"}
@@ -184,7 +169,7 @@ func (v *View) appendRoles(dst []string, subject api.Subject, tenant string) ([]
 		return dst, nil
 	}
 	c := v.c
-	c.rolesCur.use(v.sn.subj, v.sn.subjT)
+	c.rolesCur.use(v.sn.subj)
 	// The subject's tuples are read whole and kept for the View's later
 	// calls: a check of the same subject that follows can then see that
 	// no tuple could hold it and skip the walk.
@@ -233,7 +218,7 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 		return nil // a name never seen matches nothing
 	}
 	c := v.c
-	c.cur.use(v.sn.obj, v.sn.objT)
+	c.cur.use(v.sn.obj)
 	// emit passes on one stored subject, as tupleFromIDs reads it,
 	// without building the tuple.
 	emit := func(stID, srID uint64, sid string) error {
