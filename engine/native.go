@@ -295,7 +295,37 @@ func (a *arena) object(kv []entry) entry {
 		h += k.hash + v.hash
 	}
 	a.u32(p+12, count)
+	if want := bucketsFor(int(count)); want != nb {
+		a.rebucket(p, 8, want) // duplicate keys: the runtime grew less
+	}
 	return entry{p, h}
+}
+
+// rebucket moves the entries of the object or set at p (next links at
+// offset next in an entry) into nb buckets, as the runtime's table would
+// have them had it grown only for the distinct entries.
+func (a *arena) rebucket(p, next, nb uint32) {
+	old, on := a.get32(p+4), a.get32(p+8)
+	var elems []uint32
+	for b := uint32(0); b < on; b++ {
+		for e := a.get32(old + 4*b); e != 0; e = a.get32(e + next) {
+			elems = append(elems, e)
+		}
+	}
+	bk := a.alloc(4 * nb)
+	a.ptr(p+4, bk)
+	a.u32(p+8, nb)
+	for _, el := range elems {
+		k := a.get32(el)
+		prev := bk + 4*(a.hashOf(k)%nb)
+		cur := a.get32(prev)
+		for cur != 0 && a.compare(k, a.get32(cur)) > 0 {
+			prev = cur + next
+			cur = a.get32(cur + next)
+		}
+		a.ptr(el+next, cur)
+		a.ptr(prev, el)
+	}
 }
 
 // set writes a set of the given elements, dropping duplicates.
@@ -336,6 +366,9 @@ func (a *arena) set(elems []entry) entry {
 		h += e.hash
 	}
 	a.u32(p+12, count)
+	if want := bucketsFor(int(count)); want != nb {
+		a.rebucket(p, 4, want) // duplicate elements: the runtime grew less
+	}
 	return entry{p, h}
 }
 
@@ -581,7 +614,7 @@ func atof64(s string) float64 {
 	}
 	d := 0.0
 	for ; i < n && isDigit(s[i]); i++ {
-		d = (10.0 * d) + float64(s[i]-'0')
+		d = float64(10.0*d) + float64(s[i]-'0') // float64(): no fused multiply-add
 	}
 	d *= sign
 	if i == n {
@@ -592,10 +625,10 @@ func atof64(s string) float64 {
 		b := 0.1
 		frac := 0.0
 		for ; i < n && isDigit(s[i]); i++ {
-			frac += b * float64(s[i]-'0')
+			frac += float64(b * float64(s[i]-'0'))
 			b /= 10.0
 		}
-		d += frac * sign
+		d += float64(frac * sign)
 		if i == n {
 			return d
 		}
