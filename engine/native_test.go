@@ -521,3 +521,27 @@ func canon(v any) any {
 	}
 	return v
 }
+
+// TestEvalUnpairedSurrogate: input JSON is read as OPA's evaluator (and
+// encoding/json) reads it: an unpaired surrogate escape is U+FFFD, a
+// pair is one character.
+func TestEvalUnpairedSurrogate(t *testing.T) {
+	e := nvEngine(t)
+	for in, want := range map[string]string{
+		`"a\ud800b"`:          "\"a\uFFFDb\"",
+		`"\udc00\ud800"`:      "\"\uFFFD\uFFFD\"",
+		`"\ud800\u0041"`:      "\"\uFFFDA\"",
+		`"\ud83d\ude00"`:      "\"😀\"",
+		`{"\ud800":"\ud800"}`: "{\"\uFFFD\":\"\uFFFD\"}",
+	} {
+		var s any
+		if err := json.Unmarshal([]byte(in), &s); err != nil {
+			t.Fatal(err)
+		}
+		fromGo, _ := json.Marshal(s)
+		got, err := e.Eval(context.Background(), "nv/out", []byte(in), nil)
+		if err != nil || string(got) != want || !bytes.Equal(got, fromGo) {
+			t.Errorf("%s: %s %v, want %s (encoding/json: %s)", in, got, err, want, fromGo)
+		}
+	}
+}
