@@ -6,9 +6,15 @@
 // bounded pool of instances; an instance is used by one evaluation at a
 // time. The bundle's data is parsed once, into the heap of a first
 // instance; its memory is then snapshot and copied into every new instance,
-// so no instance parses data again. Evaluation uses the single-call
-// opa_eval export of OPA's Wasm ABI and resets the heap pointer each time,
-// so an instance's memory does not grow from one evaluation to the next. In
+// so no instance parses data again. The input is read in Go (JSON, or
+// written by the caller through a ValueWriter with EvalWrite) and written
+// into the instance's heap directly as the values of OPA's Wasm runtime:
+// its structs, its hash tables with its hash function and bucket order,
+// its allocator's block headers. Evaluation then runs the module's eval
+// export on an eval context written the same way, and the result is
+// serialised in Go from the runtime's values in memory; no JSON is parsed
+// or printed inside the module. The heap pointer is reset each time, so
+// an instance's memory does not grow from one evaluation to the next. In
 // steady state an evaluation allocates nothing on the Go heap.
 //
 // Host builtins: every builtin OPA's Wasm runtime leaves to the host
@@ -16,7 +22,8 @@
 // implementation; other packages add builtins through a Registry, with a
 // fast path for functions of strings returning a boolean or strings
 // (nexus.check, nexus.roles) that reads the arguments straight from the
-// instance's memory. Package datastore/builtins registers nexus'
+// instance's memory. Arguments are read from the runtime's values in
+// memory and results written back as such values, without JSON. Package datastore/builtins registers nexus'
 // relationship builtins over a store (builtins.NewEngine).
 //
 // Example:
@@ -60,13 +67,16 @@
 //     undefined, as in OPA.
 //   - OPA's Wasm runtime, not this package, computes most values: where it
 //     differs from OPA's evaluator (set order in JSON, float formatting) the
-//     engine differs too; the differential corpus lists those cases. Its
-//     JSON parser also aborts on, or misreads, a string with an unpaired
-//     surrogate escape ("\ud800"), which is valid JSON that OPA's
-//     evaluator reads as U+FFFD.
+//     engine differs too; the differential corpus lists those cases. Input
+//     JSON is read in Go, as OPA's evaluator reads it: a string with an
+//     unpaired surrogate escape ("\ud800") holds U+FFFD (the runtime's own
+//     parser, which EvalTrusted still uses for text that is not JSON,
+//     aborts on it or misreads it).
 //   - Input must be UTF-8 JSON; Eval rejects anything else with an
 //     *EvalError of code CodeInvalidInput. EvalTrusted, for input the
-//     caller's own encoder wrote, checks only that it is UTF-8: input that
-//     is not JSON reaches the policy as OPA's Wasm runtime parses it (a
-//     parse failure is no input at all).
+//     caller's own encoder wrote, hands UTF-8 input that is not JSON to
+//     OPA's Wasm runtime's parser (a parse failure is no input at all).
+//   - The value layout is that of the OPA Wasm runtime the compiler in
+//     go.mod emits (ABI 1.2 and later of OPA v1); the writer's tests
+//     compare it with that runtime's own parser, value by value.
 package engine

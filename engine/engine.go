@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -131,36 +130,48 @@ func (e *Engine) Stats() Stats {
 // builtin error). With a dst of sufficient capacity and builtins that do
 // not allocate, a steady-state evaluation allocates nothing.
 //
-// Input that is not valid UTF-8 JSON is rejected with an *EvalError of
-// code CodeInvalidInput (matching ErrInvalidInput) before it reaches the
-// policy. A caller whose own encoder wrote the input may skip the JSON
-// scan with EvalTrusted.
+// The input is read in Go and written into the policy instance's memory
+// as the values of OPA's Wasm runtime (see EvalWrite); input that is not
+// valid UTF-8 JSON is rejected with an *EvalError of code
+// CodeInvalidInput (matching ErrInvalidInput) before it reaches the
+// policy.
 func (e *Engine) Eval(ctx context.Context, entrypoint string, input []byte, dst []byte) ([]byte, error) {
-	if len(input) > 0 && !json.Valid(input) {
+	if !utf8.Valid(input) {
 		return dst, invalidInput(entrypoint)
 	}
-	return e.EvalTrusted(ctx, entrypoint, input, dst)
+	return e.eval(ctx, entrypoint, inputSource{json: input}, dst)
 }
 
 // EvalTrusted is Eval for input that is JSON by construction, because the
-// caller's own encoder wrote it (a server's input document): it skips the
-// scan of the JSON syntax, which is most of what Eval adds and, for a small
-// policy, a good part of the whole evaluation. It still rejects input that
-// is not UTF-8: that check costs a twentieth of the scan, and it is the
-// one encoders miss, since encoding/json's own scanner (json.Valid,
-// json.Compact) lets invalid UTF-8 inside strings through when bytes of a
-// request are copied into the document.
-//
-// Input that is UTF-8 but not JSON does not harm the engine or later
-// evaluations, but the policy sees whatever OPA's Wasm runtime makes of
+// caller's own encoder wrote it (a server's input document). JSON input is
+// read exactly as by Eval, which no longer costs a separate scan: the two
+// differ only for input that is UTF-8 but not JSON, which EvalTrusted
+// hands to OPA's Wasm runtime's own lenient parser instead of rejecting
 // it: a parse failure makes input undefined (a rule written with `not`
-// may then hold), and its lenient parser accepts values JSON cannot
-// express (sets). Input that comes from outside the process goes through
-// Eval.
+// may then hold), and the parser accepts values JSON cannot express
+// (sets). Input that is not UTF-8 is rejected as by Eval. Input that
+// comes from outside the process goes through Eval.
 func (e *Engine) EvalTrusted(ctx context.Context, entrypoint string, input []byte, dst []byte) ([]byte, error) {
 	if !utf8.Valid(input) {
 		return dst, invalidInput(entrypoint)
 	}
+	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true}, dst)
+}
+
+// EvalWrite is Eval for a caller that builds its input with a value
+// builder rather than as JSON: write is called once, with a ValueWriter
+// that writes the input straight into the policy instance's memory, and
+// must write exactly one value (writing none means no input). The writer
+// is valid only during the call. A misuse of the writer fails the
+// evaluation with an *EvalError of code CodeInvalidInput.
+func (e *Engine) EvalWrite(ctx context.Context, entrypoint string, write func(w *ValueWriter), dst []byte) ([]byte, error) {
+	if write == nil {
+		return e.eval(ctx, entrypoint, inputSource{}, dst)
+	}
+	return e.eval(ctx, entrypoint, inputSource{write: write}, dst)
+}
+
+func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, dst []byte) ([]byte, error) {
 	for {
 		p := e.cur.Load()
 		if p == nil {
@@ -186,8 +197,8 @@ func (e *Engine) EvalTrusted(ctx context.Context, entrypoint string, input []byt
 			}
 			return dst, err
 		}
-		out, err := in.eval(ctx, entrypoint, id, input, dst)
-		if err != nil && err != ErrUndefined {
+		out, err := in.eval(ctx, entrypoint, id, src, dst)
+		if ee, ok := err.(*EvalError); err != nil && err != ErrUndefined && (!ok || ee.Code != CodeInvalidInput) {
 			p.discard(in)
 			return out, err
 		}

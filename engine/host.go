@@ -16,8 +16,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown/builtins"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 	"github.com/tetratelabs/wazero/api"
-
-	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
 var i32 = api.ValueTypeI32
@@ -142,7 +140,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 			if len(raw) == 0 {
 				return 0
 			}
-			return in.parseJSON(ctx, raw)
+			return in.jsonValue(ctx, raw)
 		}
 		switch hb.kind {
 		case kindPred2:
@@ -184,7 +182,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		if in.bstate == nil {
 			in.bstate = &builtinState{}
 		}
-		bctx := in.bstate.context(ctx, p.printHook)
+		bctx := in.bstate.context(ctx, in, p.printHook)
 		var out *ast.Term
 		err := p.topdown[id](*bctx, terms, func(t *ast.Term) error {
 			out = t
@@ -230,7 +228,13 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 	return terms
 }
 
+// termValue writes t's value into the heap as the runtime's values.
+// Values that are not data (never the result of a builtin) go through
+// the runtime's parser of OPA's value syntax, as before.
 func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term) uint32 {
+	if addr, ok := in.writeValue(ctx, func(w *ValueWriter) { writeAST(w, t.Value) }); ok {
+		return addr
+	}
 	raw, err := appendValue(in.buf[:0], t.Value)
 	if err != nil {
 		raw = append(in.buf[:0], t.String()...)
@@ -248,17 +252,81 @@ func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term)
 	return v
 }
 
+// writeAST writes an OPA value; anything but data fails the writer.
+func writeAST(w *ValueWriter, v ast.Value) {
+	switch x := v.(type) {
+	case ast.Null:
+		w.Null()
+	case ast.Boolean:
+		w.Bool(bool(x))
+	case ast.Number:
+		w.Number(string(x))
+	case ast.String:
+		w.String(string(x))
+	case *ast.Array:
+		w.BeginArray()
+		for i := 0; i < x.Len(); i++ {
+			writeAST(w, x.Elem(i).Value)
+		}
+		w.End()
+	case ast.Object:
+		w.BeginObject()
+		x.Foreach(func(k, v *ast.Term) {
+			writeAST(w, k.Value)
+			writeAST(w, v.Value)
+		})
+		w.End()
+	case ast.Set:
+		w.BeginSet()
+		x.Foreach(func(e *ast.Term) { writeAST(w, e.Value) })
+		w.End()
+	default:
+		w.fail(errValueLayout)
+	}
+}
+
+// writeValue writes the value write produces into one block the module's
+// opa_malloc hands out, laid out as blocks of its own heap, and returns
+// its address; false if write failed.
+func (in *instance) writeValue(ctx context.Context, write func(w *ValueWriter)) (uint32, bool) {
+	a := &in.barena
+	a.reset()
+	w := &in.vw
+	w.reset(a)
+	write(w)
+	root, has, err := w.result()
+	if err != nil || !has {
+		return 0, false
+	}
+	base, err := in.malloc(ctx, uint32(len(a.b)))
+	if err != nil {
+		panic(err)
+	}
+	a.relocate(base)
+	if !in.mem.Write(base, a.b) {
+		panic(&abortPanic{msg: "opa_malloc: out of memory"})
+	}
+	return base + root.addr, true
+}
+
 // stringArray writes list as an array value into the heap.
 func (in *instance) stringArray(ctx context.Context, list []string) uint32 {
-	b := append(in.buf[:0], '[')
-	for i, s := range list {
-		if i > 0 {
-			b = append(b, ',')
+	addr, _ := in.writeValue(ctx, func(w *ValueWriter) {
+		w.BeginArray()
+		for _, s := range list {
+			w.String(s)
 		}
-		b = jsonw.String(b, s)
+		w.End()
+	})
+	return addr
+}
+
+// jsonValue writes the JSON text b as a value into the heap; text that is
+// not JSON goes to the runtime's parser, as before.
+func (in *instance) jsonValue(ctx context.Context, b []byte) uint32 {
+	if addr, ok := in.writeValue(ctx, func(w *ValueWriter) { w.JSON(b) }); ok {
+		return addr
 	}
-	b = append(b, ']')
-	in.buf = b
 	return in.parseJSON(ctx, b)
 }
 
@@ -287,10 +355,12 @@ var builtinCapabilities = &ast.Capabilities{}
 type builtinState struct {
 	bctx   *topdown.BuiltinContext
 	cancel topdown.Cancel
-	stop   func() bool // stops the cancellation of cancel
 }
 
-func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.BuiltinContext {
+// context returns the evaluation's builtin context. Its Cancel is raised
+// by the engine's watchdog, as the instance's interrupt flag is, when the
+// evaluation's context is done: no timer per evaluation.
+func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hook) *topdown.BuiltinContext {
 	if s.bctx != nil {
 		return s.bctx
 	}
@@ -306,15 +376,22 @@ func (s *builtinState) context(ctx context.Context, hook print.Hook) *topdown.Bu
 		Capabilities: builtinCapabilities,
 	}
 	if ctx.Done() != nil {
-		s.stop = context.AfterFunc(ctx, s.cancel.Cancel)
+		in.wmu.Lock()
+		in.tdCancel = s.cancel
+		if in.fired || ctx.Err() != nil {
+			s.cancel.Cancel()
+		}
+		in.wmu.Unlock()
 	}
 	return s.bctx
 }
 
 // done ends the evaluation's builtin state.
-func (s *builtinState) done() {
-	if s.stop != nil {
-		s.stop()
+func (s *builtinState) done(in *instance) {
+	if s.cancel != nil {
+		in.wmu.Lock()
+		in.tdCancel = nil
+		in.wmu.Unlock()
 	}
 	*s = builtinState{}
 }

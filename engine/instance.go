@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -21,7 +22,7 @@ type instance struct {
 	mod  api.Module
 	mem  api.Memory
 
-	fEval, fMalloc, fJSONParse, fJSONDump, fValueDump, fValueParse api.Function
+	fEvalCtx, fHeapSet, fMalloc, fJSONParse, fJSONDump, fValueDump, fValueParse api.Function
 
 	// interrupt is the module's interrupt flag; the watchdog sets it when
 	// the context of the evaluation in progress (wctx) is done.
@@ -29,55 +30,156 @@ type instance struct {
 	wmu       sync.Mutex
 	wctx      context.Context
 	fired     bool
+	tdCancel  topdown.Cancel // of OPA builtins in the evaluation, if any ran
 
-	stack [8]uint64 // opa_eval parameters and result
+	stack [8]uint64 // eval parameters and result
 	inner [4]uint64 // nested calls from host functions
 
 	// per-evaluation builtin state
 	bstate *builtinState
 	strs   []string
 	buf    []byte
+
+	arena  arena       // input written into the heap
+	barena arena       // builtin results
+	vw     ValueWriter // writes into arena or barena
 }
 
-var (
-	resultPrefix = []byte(`[{"result":`)
-	resultSuffix = []byte(`}]`)
-)
+// inputSource is where an evaluation's input comes from: JSON text
+// (none when empty) or a function writing it through a ValueWriter.
+type inputSource struct {
+	json []byte
+	// lenient: JSON text that does not parse is handed to the runtime's
+	// own parser (EvalTrusted), instead of being rejected.
+	lenient bool
+	write   func(*ValueWriter)
+	// runtimeParse hands JSON text (or OPA's value syntax) to the
+	// runtime's own parser, as every evaluation did before: the
+	// reference the tests compare the Go writer with.
+	runtimeParse bool
+}
 
-// eval runs the entrypoint and appends its result JSON to dst.
-func (in *instance) eval(ctx context.Context, entrypoint string, id int32, input, dst []byte) ([]byte, error) {
+// eval runs the entrypoint and appends its result JSON to dst. The input
+// is written into the heap as the runtime's values (no JSON parsing in
+// the module), after an eval context whose input, data and entrypoint
+// are set; the module's eval export then runs the policy.
+func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src inputSource, dst []byte) ([]byte, error) {
 	p := in.p
-	inputAddr := p.evalHeapPtr
-	end := uint64(inputAddr) + uint64(len(input))
+	a := &in.arena
+	a.reset()
+	ctxp := a.alloc(sizeCtx)
+	w := &in.vw
+	w.reset(a)
+	switch {
+	case src.write != nil:
+		src.write(w)
+	case src.runtimeParse && len(src.json) > 0:
+		w.fail(errSyntax)
+	case len(src.json) > 0:
+		jp := jsonParser{w: w, b: src.json}
+		if err := jp.document(); err != nil {
+			w.fail(err)
+		}
+	}
+	root, has, werr := w.result()
+	var text uint32 // input text for the runtime's parser
+	if werr != nil {
+		if src.write != nil {
+			return dst, &EvalError{Code: CodeInvalidInput, Entrypoint: entrypoint, Message: "invalid input: " + werr.Error()}
+		}
+		if !src.lenient && !src.runtimeParse {
+			return dst, invalidInput(entrypoint)
+		}
+		a.reset()
+		ctxp = a.alloc(sizeCtx)
+		text = a.alloc(uint32(len(src.json)))
+		copy(a.b[text:], src.json)
+		has = false
+	}
+	if has {
+		a.ptr(ctxp, root.addr)
+	}
+	a.u32(ctxp+4, p.dataAddr) // an address in the snapshot: not relocated
+	a.u32(ctxp+12, uint32(id))
+	base := p.evalHeapPtr
+	a.relocate(base)
+	end := uint64(base) + uint64(len(a.b))
 	if size := uint64(in.mem.Size()); end > size {
 		need := (end - size + pageSize - 1) / pageSize
 		if _, ok := in.mem.Grow(uint32(need)); !ok {
-			return dst, &EvalError{Code: CodeMemory, Entrypoint: entrypoint, Message: fmt.Sprintf("input of %d bytes exceeds the memory limit", len(input))}
+			return dst, &EvalError{Code: CodeMemory, Entrypoint: entrypoint, Message: fmt.Sprintf("input of %d bytes exceeds the memory limit", len(a.b))}
 		}
 	}
-	if len(input) > 0 && !in.mem.Write(inputAddr, input) {
+	if !in.mem.Write(base, a.b) {
 		return dst, &EvalError{Code: CodeMemory, Entrypoint: entrypoint, Message: "input does not fit in memory"}
 	}
-	var inputPtr uint64
-	if len(input) > 0 {
-		inputPtr = uint64(inputAddr)
+	ctxAddr := base + ctxp
+	s := in.stack[:1]
+	s[0] = end
+	err := in.fHeapSet.CallWithStack(ctx, s)
+	if err == nil && text != 0 {
+		var v uint32
+		v, err = in.call1(ctx, in.fValueParse, uint64(base+text), uint64(len(src.json)))
+		if err == nil {
+			in.mem.WriteUint32Le(ctxAddr, v)
+		}
 	}
-	s := in.stack[:7]
-	s[0] = 0 // reserved
-	s[1] = uint64(uint32(id))
-	s[2] = uint64(p.dataAddr)
-	s[3] = inputPtr
-	s[4] = uint64(len(input))
-	s[5] = end // heap starts after the input
-	s[6] = 0   // JSON output
+	if err == nil {
+		s[0] = uint64(ctxAddr)
+		err = in.run(ctx, in.fEvalCtx, s)
+		if err == nil && uint32(s[0]) != 0 {
+			err = &abortPanic{msg: "eval failed"}
+		}
+	}
+	if in.bstate != nil {
+		in.bstate.done(in)
+	}
+	if err != nil {
+		return dst, classify(ctx, entrypoint, err)
+	}
+	res, ok := in.mem.ReadUint32Le(ctxAddr + 8)
+	size := in.mem.Size()
+	if !ok || res == 0 || res >= size {
+		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Err: errNoResult}
+	}
+	m, _ := in.mem.Read(0, size)
+	return dumpResult(m, res, entrypoint, dst)
+}
+
+// dumpResult appends the JSON of the value in the result set at res.
+func dumpResult(m []byte, res uint32, entrypoint string, dst []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unreadable result"}
+		}
+	}()
+	v, n, ok := resultValue(m, res)
+	switch {
+	case ok && n == 0:
+		return dst, ErrUndefined
+	case ok && n > 1:
+		return dst, &EvalError{Code: CodeInvalidResult, Entrypoint: entrypoint, Message: "policy result is not valid JSON"}
+	case !ok:
+		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unexpected result shape"}
+	}
+	start := len(dst)
+	dst = appendJSON(dst, m, v, 0)
+	if !validResult(dst[start:]) {
+		return dst[:start], &EvalError{Code: CodeInvalidResult, Entrypoint: entrypoint, Message: "policy result is not valid JSON"}
+	}
+	return dst, nil
+}
+
+// run calls f with the watchdog watching ctx (when it can be done).
+func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
 	watched := ctx.Done() != nil
 	if watched {
 		in.wmu.Lock()
 		in.wctx = ctx
 		in.wmu.Unlock()
-		p.wd.started()
+		in.p.wd.started()
 	}
-	err := in.fEval.CallWithStack(ctx, s)
+	err := f.CallWithStack(ctx, s)
 	if watched {
 		in.wmu.Lock()
 		in.wctx = nil
@@ -91,32 +193,7 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, input
 			}
 		}
 	}
-	if in.bstate != nil {
-		in.bstate.done()
-	}
-	if err != nil {
-		return dst, classify(ctx, entrypoint, err)
-	}
-	res := uint32(s[0])
-	size := in.mem.Size()
-	if res == 0 || res >= size {
-		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Err: errNoResult}
-	}
-	b, ok := in.cstring(res)
-	if !ok {
-		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unterminated result"}
-	}
-	if len(b) == 2 && b[0] == '[' && b[1] == ']' {
-		return dst, ErrUndefined
-	}
-	if !bytes.HasPrefix(b, resultPrefix) || !bytes.HasSuffix(b, resultSuffix) || len(b) < len(resultPrefix)+len(resultSuffix) {
-		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unexpected result shape"}
-	}
-	val := b[len(resultPrefix) : len(b)-len(resultSuffix)]
-	if !validResult(val) {
-		return dst, &EvalError{Code: CodeInvalidResult, Entrypoint: entrypoint, Message: "policy result is not valid JSON"}
-	}
-	return append(dst, val...), nil
+	return err
 }
 
 // validResult checks the result JSON; the common results skip the scan.
@@ -157,6 +234,9 @@ func (in *instance) watch() bool {
 	if in.wctx != nil && !in.fired && in.wctx.Err() != nil {
 		in.interrupt.Set(1)
 		in.fired = true
+		if in.tdCancel != nil {
+			in.tdCancel.Cancel()
+		}
 	}
 	return in.wctx != nil
 }

@@ -105,7 +105,7 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle)
 	if major.Get() != 1 || minor.Get() < 2 {
 		return fmt.Errorf("%w: OPA Wasm ABI %d.%d, need 1.2 or later", ErrInvalidBundle, major.Get(), minor.Get())
 	}
-	for _, name := range []string{"opa_eval", "opa_malloc", "opa_json_parse", "opa_json_dump", "opa_value_dump", "opa_value_parse", "opa_heap_ptr_get", "entrypoints", "builtins"} {
+	for _, name := range []string{"eval", "opa_heap_ptr_set", "opa_malloc", "opa_json_parse", "opa_json_dump", "opa_value_dump", "opa_value_parse", "opa_heap_ptr_get", "entrypoints", "builtins"} {
 		if inst.mod.ExportedFunction(name) == nil {
 			return fmt.Errorf("%w: module does not export %s", ErrInvalidBundle, name)
 		}
@@ -225,7 +225,8 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 		_ = mod.Close(ctx)
 		return nil, fmt.Errorf("%w: module has no memory", ErrInvalidBundle)
 	}
-	inst.fEval = mod.ExportedFunction("opa_eval")
+	inst.fEvalCtx = mod.ExportedFunction("eval")
+	inst.fHeapSet = mod.ExportedFunction("opa_heap_ptr_set")
 	inst.fMalloc = mod.ExportedFunction("opa_malloc")
 	inst.fJSONParse = mod.ExportedFunction("opa_json_parse")
 	inst.fJSONDump = mod.ExportedFunction("opa_json_dump")
