@@ -221,3 +221,43 @@ func BenchmarkJWTDecodeVerify(b *testing.B) {
 		})
 	}
 }
+
+// TestJWTCacheConcurrent: evaluations share a cached header and payload;
+// reading them at once is safe (run with -race).
+func TestJWTCacheConcurrent(t *testing.T) {
+	f := jwtCached(ast.JWTDecodeVerify.Name, topdown.GetBuiltin(ast.JWTDecodeVerify.Name))
+	secret := uniqueSecret(t)
+	now := time.Unix(1_800_000_000, 0)
+	tok := ast.StringTerm(hs256(fmt.Sprintf(`{"sub":"alice","roles":{"b":1,"a":[2,3]},"exp":%d}`, now.Unix()+60), secret))
+	c := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm("secret"), ast.StringTerm(secret))))
+	want := callBuiltin(t, f, now, tok, c).String()
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			bctx := topdown.BuiltinContext{Time: ast.NumberTerm(jsonNumber(now.UnixNano()))}
+			for range 200 {
+				var got string
+				if err := f(bctx, []*ast.Term{tok, c}, func(r *ast.Term) error {
+					if _, err := ast.JSON(r.Value); err != nil {
+						return err
+					}
+					got = r.String()
+					return nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+				if got != want {
+					errs <- fmt.Errorf("got %s, want %s", got, want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
