@@ -12,6 +12,13 @@ import (
 // at data.a.b (input.headers[data.nexus.subject_header]).
 const MetadataInputPaths = "nexus_input_paths"
 
+// MetadataEntrypointInputPaths is the manifest metadata key under which
+// the compiler records, for each entrypoint, the paths of input that the
+// rules it can reach read (see [Manifest.InputPathsFor]): an object from
+// entrypoint to a list of paths as under [MetadataInputPaths]. An
+// entrypoint it leaves out reads unknown paths.
+const MetadataEntrypointInputPaths = "nexus_entrypoint_input_paths"
+
 // InputPaths returns the paths under input that the policy reads, as
 // recorded at compile time, and whether they are known. A path means the
 // whole subtree under it may be read; unknown (false) means the policy may
@@ -27,6 +34,29 @@ func (m *Manifest) InputPaths(data []byte) ([][]string, bool) {
 	if !ok {
 		return nil, false
 	}
+	return resolvePaths(raw, data)
+}
+
+// InputPathsFor is InputPaths for one entrypoint: the paths the rules it
+// can reach read (a rule no evaluation of it reaches does not count). A
+// manifest without the per-entrypoint record (a bundle compiled before it
+// was written) answers InputPaths; one that records other entrypoints but
+// not this one answers unknown.
+func (m *Manifest) InputPathsFor(entrypoint string, data []byte) ([][]string, bool) {
+	byEP, ok := m.Metadata[MetadataEntrypointInputPaths].(map[string]any)
+	if !ok {
+		return m.InputPaths(data)
+	}
+	raw, ok := byEP[entrypoint].([]any)
+	if !ok {
+		return nil, false
+	}
+	return resolvePaths(raw, data)
+}
+
+// resolvePaths reads a recorded list of paths, resolving its data keys
+// against data.
+func resolvePaths(raw []any, data []byte) ([][]string, bool) {
 	var doc any
 	decoded := false
 	out := make([][]string, 0, len(raw))

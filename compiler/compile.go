@@ -123,7 +123,8 @@ func Compile(ctx context.Context, opts Options) (b *bundle.Bundle, err error) {
 }
 
 // metadata is what the manifest records of the analyses: the paths of
-// input the policy reads, and the non-deterministic builtins each
+// input the policy reads (all its rules, and those each entrypoint can
+// reach), and the non-deterministic builtins each
 // entrypoint can reach; neither when the modules did not compile on their
 // own (ac is nil), so that both are unknown. Values are JSON-shaped so
 // that they survive Write and Read unchanged. It returns nil when there is
@@ -136,6 +137,19 @@ func metadata(ac *ast.Compiler, caps *ast.Capabilities, eps []string) map[string
 			list[i] = p
 		}
 		md[bundle.MetadataInputPaths] = list
+	}
+	byEP := map[string]any{}
+	for _, ep := range eps {
+		if paths, ok := inputPathsFor(ac, ep); ok {
+			list := make([]any, len(paths))
+			for i, p := range paths {
+				list[i] = p
+			}
+			byEP[ep] = list
+		}
+	}
+	if len(byEP) > 0 {
+		md[bundle.MetadataEntrypointInputPaths] = byEP
 	}
 	if ac != nil {
 		nd := map[string]any{}

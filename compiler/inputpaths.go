@@ -35,6 +35,35 @@ func inputPaths(c *ast.Compiler) ([][]any, bool) {
 	if c == nil {
 		return nil, false
 	}
+	nodes := make([]any, 0, len(c.Modules))
+	for _, m := range c.Modules {
+		nodes = append(nodes, m)
+	}
+	return inputPathsIn(c, nodes)
+}
+
+// inputPathsFor is inputPaths for the rules entrypoint ep can reach
+// (reachable): what the other rules read does not count. It returns
+// ok=false when ep is not a data path.
+func inputPathsFor(c *ast.Compiler, ep string) ([][]any, bool) {
+	if c == nil {
+		return nil, false
+	}
+	ref, ok := dataPath(ep)
+	if !ok {
+		return nil, false
+	}
+	rules := reachable(c, ref)
+	nodes := make([]any, len(rules))
+	for i, r := range rules {
+		nodes[i] = r
+	}
+	return inputPathsIn(c, nodes)
+}
+
+// inputPathsIn is inputPaths for the references inside nodes (modules or
+// rules of c).
+func inputPathsIn(c *ast.Compiler, nodes []any) ([][]any, bool) {
 	keys := dataKeys(c)
 	var paths [][]any
 	all := false
@@ -58,7 +87,7 @@ func inputPaths(c *ast.Compiler) ([][]any, bool) {
 		}
 		return p
 	}
-	for _, m := range c.Modules {
+	for _, m := range nodes {
 		vis := ast.NewGenericVisitor(func(x any) bool {
 			switch x := x.(type) {
 			case *ast.With:
@@ -97,7 +126,58 @@ func inputPaths(c *ast.Compiler) ([][]any, bool) {
 	if all {
 		return nil, false
 	}
+	if paths == nil {
+		paths = [][]any{} // known: no input at all
+	}
 	return paths, true
+}
+
+// reachable returns the rules ref can refer to and those they refer to in
+// turn, in a stable order: rules of other packages, functions, rules
+// named in a `with` (target or value), and every rule when a reference is
+// dynamic (data[x]) or names data as a whole. Like nondeterministic's
+// walk it is conservative: a rule counts wherever it is referred to, even
+// in a branch that can never be taken.
+func reachable(c *ast.Compiler, ref ast.Ref) []*ast.Rule {
+	all := ast.RulesOptions{IncludeHiddenModules: true}
+	seen := map[*ast.Rule]bool{}
+	var queue []*ast.Rule
+	add := func(rules []*ast.Rule) {
+		for _, r := range rules {
+			if !seen[r] {
+				seen[r] = true
+				queue = append(queue, r)
+			}
+		}
+	}
+	add(c.GetRulesDynamicWithOpts(ref, all))
+	var vis *ast.GenericVisitor
+	vis = ast.NewGenericVisitor(func(x any) bool {
+		switch x := x.(type) {
+		case ast.Ref:
+			if x[0].Equal(ast.DefaultRootDocument) {
+				add(c.GetRulesDynamicWithOpts(x, all))
+			}
+			// The head is not a bare use of data; terms inside the ref
+			// (data.a[data.b], input[data.k]) are references of their own.
+			if _, ok := x[0].Value.(ast.Var); !ok {
+				vis.Walk(x[0])
+			}
+			for _, t := range x[1:] {
+				vis.Walk(t)
+			}
+			return true
+		case ast.Var:
+			if x.Equal(ast.DefaultRootDocument.Value) {
+				add(c.GetRulesDynamicWithOpts(ast.DefaultRootRef, all))
+			}
+		}
+		return false
+	})
+	for i := 0; i < len(queue); i++ {
+		vis.Walk(queue[i])
+	}
+	return queue
 }
 
 // dataKeys finds the compiler's local variables bound to a constant path

@@ -64,3 +64,65 @@ func TestInputPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestInputPathsPerEntrypoint: only the rules an entrypoint can reach
+// decide what of input it reads; a rule nothing reaches does not keep the
+// body, one reached through a function, another package, a `with` or a
+// dynamic reference does.
+func TestInputPathsPerEntrypoint(t *testing.T) {
+	const lib = "package lib\nimport rego.v1\nbody_ok if input.attributes.request.http.body == \"x\"\nf(x) := input.attributes.request.http.body if x\n"
+	tests := []struct {
+		name   string
+		module string
+		want   []string // joined with "."; nil with known=false
+		known  bool
+	}{
+		{"unused-rule", "package p\nimport rego.v1\nallow if input.attributes.request.http.method == \"GET\"\nunused if input.attributes.request.http.body == \"x\"\n",
+			[]string{"attributes.request.http.method"}, true},
+		{"unused-whole-input", "package p\nimport rego.v1\nallow if input.user == \"a\"\nunused if count(input) > 0\n", []string{"user"}, true},
+		{"other-package", "package p\nimport rego.v1\nallow if data.lib.body_ok\n", []string{"attributes.request.http.body"}, true},
+		{"function", "package p\nimport rego.v1\nallow if data.lib.f(true) == \"x\"\n", []string{"attributes.request.http.body"}, true},
+		{"local-function", "package p\nimport rego.v1\ng(x) := input.a[x]\nallow if g(\"b\")\n", []string{"a"}, true},
+		{"with-target", "package p\nimport rego.v1\nallow if data.p.q with data.lib.body_ok as true\nq if input.user\n", []string{"attributes.request.http.body", "user"}, true},
+		{"dynamic-ref", "package p\nimport rego.v1\nallow if { some k; data.lib[k] }\n", []string{"attributes.request.http.body"}, true},
+		{"reached-whole-input", "package p\nimport rego.v1\nallow if data.p.q\nq if count(input) > 0\n", nil, false},
+		{"input-argument", "package p\nimport rego.v1\nallow if data.lib.f(input)\n", nil, false},
+		{"reads-nothing", "package p\nimport rego.v1\nallow := true\nunused if input.a\n", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := compiler.Compile(context.Background(), compiler.Options{Modules: map[string]string{"p.rego": tt.module, "lib.rego": lib}, Entrypoints: []string{"p/allow"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := b.Write(&buf); err != nil {
+				t.Fatal(err)
+			}
+			rb, err := bundle.Read(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paths, known := rb.Manifest.InputPathsFor("p/allow", rb.Data)
+			if known != tt.known {
+				t.Fatalf("known = %v, want %v (%v)", known, tt.known, paths)
+			}
+			var got []string
+			for _, p := range paths {
+				got = append(got, strings.Join(p, "."))
+			}
+			slices.Sort(got)
+			got = slices.Compact(got)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("paths = %v, want %v", got, tt.want)
+			}
+			// The policy's paths as a whole still count every rule.
+			if all, ok := rb.Manifest.InputPaths(rb.Data); ok && known && len(all) < len(paths) {
+				t.Fatalf("all rules read %v, fewer than the entrypoint's %v", all, paths)
+			}
+			if _, ok := rb.Manifest.InputPathsFor("p/other", rb.Data); ok {
+				t.Fatal("an entrypoint the manifest does not record has known paths")
+			}
+		})
+	}
+}

@@ -141,7 +141,7 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle)
 		}
 		if f := topdown.GetBuiltin(opaName); f != nil {
 			p.builtins[id] = &hostBuiltin{name: opaName, kind: kindTopdown}
-			p.topdown[id] = f
+			p.topdown[id] = jwtCached(opaName, f)
 			continue
 		}
 		missing = append(missing, name)

@@ -207,11 +207,6 @@ func TestGRPCBadInputDeniesWithReason(t *testing.T) {
 		name string
 		req  *authv3.CheckRequest
 	}{
-		{"bad-json-body", func() *authv3.CheckRequest {
-			r := fixture.EnvoyRequest("POST", "/files/report.pdf", map[string]string{"x-user": "bob", "content-type": "application/json"})
-			r.Attributes.Request.Http.Body = "{not json"
-			return r
-		}()},
 		{"bad-path", fixture.EnvoyRequest("GET", "/files/%zz", map[string]string{"x-user": "bob"})},
 		{"semicolon-query", fixture.EnvoyRequest("GET", "/files/report.pdf?a=1;b=2", map[string]string{"x-user": "bob"})},
 		{"bad-query-escape", fixture.EnvoyRequest("GET", "/files/report.pdf?a=%zz", map[string]string{"x-user": "bob"})},
@@ -231,6 +226,32 @@ func TestGRPCBadInputDeniesWithReason(t *testing.T) {
 				t.Fatalf("denial %v, want 400 with the request_parse_error body", den)
 			}
 		})
+	}
+}
+
+// TestGRPCUnreadBadBodyDecided: the default policy never reads the body
+// (parsed_body), so a body that is not JSON is never parsed and the
+// request gets the policy's decision, where a policy that reads it
+// answers request_parse_error (TestSkipRequestBodyParse).
+func TestGRPCUnreadBadBodyDecided(t *testing.T) {
+	ts := newTestServer(t, nil)
+	r := fixture.EnvoyRequest("POST", "/files/report.pdf", map[string]string{"x-user": "bob", "content-type": "application/json"})
+	r.Attributes.Request.Http.Body = "{not json"
+	resp, err := ts.grpc.Check(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Check returned a transport error %v", err)
+	}
+	if strings.HasPrefix(resp.GetStatus().GetMessage(), "request_parse_error") || resp.GetDeniedResponse().GetStatus().GetCode() == 400 {
+		t.Fatalf("status %v, denial %v: the unread body was parsed", resp.GetStatus(), resp.GetDeniedResponse())
+	}
+	good := fixture.EnvoyRequest("POST", "/files/report.pdf", map[string]string{"x-user": "bob", "content-type": "application/json"})
+	good.Attributes.Request.Http.Body = `{"ok": true}`
+	want, err := ts.grpc.Check(context.Background(), good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetStatus().GetCode() != want.GetStatus().GetCode() {
+		t.Fatalf("bad body decided %v, a good one %v: want the same decision", resp.GetStatus(), want.GetStatus())
 	}
 }
 

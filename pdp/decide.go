@@ -318,7 +318,7 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 		v := p.view.Load()
 		var keep *prune.Tree
 		if v != nil {
-			keep = v.keep
+			keep = v.keep[entrypoint]
 		}
 		var err error
 		if buf, err = build(buf[:0], keep); err != nil {

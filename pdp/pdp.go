@@ -70,7 +70,10 @@ type PDP struct {
 // view is still the loaded one after evaluation was evaluated by the
 // policy its input was pruned for.
 type inputView struct {
-	keep *prune.Tree // nil: the whole input
+	// keep is, for each entrypoint the checks evaluate, the part of the
+	// input the rules it reaches read; an entrypoint without one (or a
+	// nil tree) gets the whole input.
+	keep map[string]*prune.Tree
 	// uncached lists the entrypoints whose decisions bypass the decision
 	// cache: their policy can call a non-deterministic builtin.
 	uncached []string
@@ -171,8 +174,13 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 			v.logRules = append(v.logRules, ep)
 		}
 	}
-	if paths, ok := b.Manifest.InputPaths(nb.Data); ok {
-		v.keep = prune.New(paths)
+	for _, ep := range []string{p.cfg.EnvoyEntrypoint, p.cfg.AuthzEntrypoint} {
+		if paths, ok := b.Manifest.InputPathsFor(ep, nb.Data); ok && ep != Disabled {
+			if v.keep == nil {
+				v.keep = map[string]*prune.Tree{}
+			}
+			v.keep[ep] = prune.New(paths)
+		}
 	}
 	if p.cfg.Relations != nil && ld.headersOK && isDefaultPolicy(b.Wasm) {
 		v.native = builtins.NewDefaultPolicy(p.cfg.Relations, ld.table, ld.subjectHeader, ld.tenantHeader)

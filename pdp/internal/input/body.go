@@ -22,8 +22,9 @@ import (
 const partialBodyHeader = "x-envoy-auth-partial-body"
 
 // appendBody appends parsed_body's value to dst when write (nothing when
-// it is null), or only checks the body, and reports truncated_body, as
-// opa-envoy-plugin computes them:
+// it is null), and reports truncated_body, as opa-envoy-plugin computes
+// them; without write it only reports truncated_body, and never parses
+// the body:
 //
 //   - a body Envoy marked partial is truncated, whatever its type;
 //   - only a JSON, form or multipart body (by its content-type) is parsed;
@@ -76,6 +77,9 @@ func appendBody(dst []byte, headers map[string]string, body string, rawBody []by
 		if n > int64(len(payload)) { // -1, unknown, is never larger
 			return dst, true, nil
 		}
+	}
+	if !write {
+		return dst, false, nil
 	}
 	var err error
 	switch kind {

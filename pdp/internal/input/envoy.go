@@ -15,7 +15,8 @@
 //	source_principal  attributes.source.principal, when there is one
 //
 // With Options.SkipBody (the plugin's skip-request-body-parse) the body is
-// not read at all, and parsed_body and truncated_body are absent.
+// not read at all, and parsed_body and truncated_body are absent. With
+// Options.Keep the body is parsed only when the policy reads parsed_body.
 package input
 
 import (
@@ -77,7 +78,10 @@ type Options struct {
 	// Keep, if not nil, is the part of the document the policy reads: the
 	// document is written already pruned, the same bytes as Keep.Append
 	// of the whole document, without writing what would be dropped.
-	// Validation (UTF-8, path, body) is the same either way.
+	// Validation (UTF-8, path, query) is the same either way, but for the
+	// body: one the policy does not read (parsed_body) is not parsed, so
+	// a malformed one is no error; the content-length is still checked
+	// when it reads truncated_body.
 	Keep *prune.Tree
 	// UTF8Checked says that every string of the CheckRequest is known to
 	// be UTF-8: it was decoded from protobuf's wire format, whose proto3
@@ -236,8 +240,9 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 		o.buf = appendValues(o.buf, query)
 	}
 	if !opts.SkipBody {
-		// A kept body is written in place, after its key; one the
-		// policy does not read is only checked.
+		// A kept body is written in place, after its key. One the policy
+		// does not read is never parsed, so it cannot be refused: only
+		// truncated_body, if read, is worked out (from the headers).
 		var truncated bool
 		if _, ok := o.member("parsed_body"); ok {
 			mark := len(o.buf)
@@ -247,8 +252,10 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 			if len(o.buf) == mark {
 				o.buf = append(o.buf, "null"...)
 			}
-		} else if _, truncated, err = appendBody(nil, headers, body, rawBody, false); err != nil {
-			return o.buf, err
+		} else if _, ok := o.sel.Child("truncated_body"); ok {
+			if _, truncated, err = appendBody(nil, headers, body, rawBody, false); err != nil {
+				return o.buf, err
+			}
 		}
 		if _, ok := o.member("truncated_body"); ok {
 			o.buf = strconv.AppendBool(o.buf, truncated)

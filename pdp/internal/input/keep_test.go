@@ -100,7 +100,6 @@ func TestKeepValidatesWhatItDrops(t *testing.T) {
 	}{
 		{"bad-utf8-header", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"x": "\xff"}}), ErrInvalidUTF8},
 		{"bad-path", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/a%zz"}), ErrInvalidPath},
-		{"bad-json-body", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json"}, Body: "{"}), ErrInvalidBody},
 		{"bad-utf8-principal", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Principal: "\xfe"}}}, ErrInvalidUTF8},
 		{"bad-utf8-label", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Destination: &authv3.AttributeContext_Peer{Labels: map[string]string{"app": "\xfe"}}}}, ErrInvalidUTF8},
 		{"bad-utf8-address", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "\xfe"}}}}}}, ErrInvalidUTF8},
@@ -113,8 +112,6 @@ func TestKeepValidatesWhatItDrops(t *testing.T) {
 		}}}}, ErrInvalidUTF8},
 		{"bad-utf8-header-map", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "\xfe"}}}}), ErrInvalidUTF8},
 		{"bad-utf8-pipe", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "\xfe"}}}}}}, ErrInvalidUTF8},
-		{"bad-multipart", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "multipart/form-data; boundary=b"}, Body: "--b\r\nContent-Disposition: form-data; name=a\r\nContent-Type: application/json\r\n\r\n{\r\n--b--"}), ErrInvalidBody},
-		{"bad-form", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: "a=%zz"}), ErrInvalidBody},
 	} {
 		_, whole := AppendEnvoy(nil, tt.req, Options{})
 		_, kept := AppendEnvoy(nil, tt.req, Options{Keep: nothing})
@@ -142,8 +139,50 @@ func TestKeepValidatesWhatItDrops(t *testing.T) {
 	}
 }
 
+// TestKeepSkipsUnreadBody: a body the policy does not read (no
+// parsed_body) is never parsed, so a malformed one is no error; one it
+// reads is refused as in the whole document. A content-length that is not
+// a number is still refused when the policy reads truncated_body.
+func TestKeepSkipsUnreadBody(t *testing.T) {
+	nothing := prune.New(nil)
+	body := prune.New([][]string{{"parsed_body"}})
+	truncated := prune.New([][]string{{"truncated_body"}})
+	for _, tt := range []struct {
+		name string
+		req  *authv3.CheckRequest
+	}{
+		{"bad-json-body", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json"}, Body: "{"})},
+		{"bad-multipart", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "multipart/form-data; boundary=b"}, Body: "--b\r\nContent-Disposition: form-data; name=a\r\nContent-Type: application/json\r\n\r\n{\r\n--b--"})},
+		{"bad-form", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: "a=%zz"})},
+	} {
+		if _, err := AppendEnvoy(nil, tt.req, Options{}); !errors.Is(err, ErrInvalidBody) {
+			t.Errorf("%s: whole document err = %v, want %v", tt.name, err, ErrInvalidBody)
+		}
+		if _, err := AppendEnvoy(nil, tt.req, Options{Keep: body}); !errors.Is(err, ErrInvalidBody) {
+			t.Errorf("%s: parsed_body kept: err = %v, want %v", tt.name, err, ErrInvalidBody)
+		}
+		for name, keep := range map[string]*prune.Tree{"nothing": nothing, "truncated_body": truncated} {
+			doc, err := AppendEnvoy(nil, tt.req, Options{Keep: keep})
+			if err != nil {
+				t.Errorf("%s: %s kept: err = %v, want none (the body is not read)", tt.name, name, err)
+			}
+			if name == "truncated_body" && string(doc) != `{"truncated_body":false}` {
+				t.Errorf("%s: %s kept: %s", tt.name, name, doc)
+			}
+		}
+	}
+	badLength := withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json", "content-length": "x"}, Body: "{}"})
+	if _, err := AppendEnvoy(nil, badLength, Options{Keep: truncated}); !errors.Is(err, ErrInvalidBody) {
+		t.Errorf("bad content-length, truncated_body kept: err = %v, want %v", err, ErrInvalidBody)
+	}
+	if doc, err := AppendEnvoy(nil, badLength, Options{Keep: nothing}); err != nil || string(doc) != "{}" {
+		t.Errorf("bad content-length, nothing kept: %s, %v; want {} and no error", doc, err)
+	}
+}
+
 // FuzzKeep: for random requests the kept document equals the pruned whole
-// one, and both succeed or fail together.
+// one, and both succeed or fail together, but for a malformed body that
+// the kept document does not read (not parsed, so no error).
 func FuzzKeep(f *testing.F) {
 	f.Add("/folders/d1?x=1", "GET", "x-user", "alice", `{"a":1}`, "application/json", "spiffe://a")
 	f.Add("/", "POST", "x-tenant", "\xff", "a=b&c", "application/x-www-form-urlencoded", "")
@@ -158,6 +197,13 @@ func FuzzKeep(f *testing.F) {
 		for tn, paths := range keepTrees {
 			tree := prune.New(paths)
 			got, err := AppendEnvoy(nil, req, Options{Keep: tree})
+			if err == nil && errors.Is(werr, ErrInvalidBody) {
+				// A body the policy does not read is not parsed.
+				if _, read := tree.Child("parsed_body"); read {
+					t.Fatalf("%s: parsed_body kept, whole err = %v, with Keep none", tn, werr)
+				}
+				continue
+			}
 			if (err == nil) != (werr == nil) {
 				t.Fatalf("%s: with Keep err = %v, whole err = %v", tn, err, werr)
 			}

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/maypok86/otter/v2"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/topdown"
+)
+
+// jwtCacheWeight bounds the JWT cache: the estimated bytes its entries
+// hold (jwtWeight), about 7,000 entries of 1 KiB tokens.
+const jwtCacheWeight = 32 << 20
+
+// jwtMaxToken is the longest token the cache keeps; a longer one is
+// verified on every call.
+const jwtMaxToken = 64 << 10
+
+// jwtEntry is a token a JWT builtin found valid for one key and set of
+// constraints. For io.jwt.decode_verify it holds the decoded header and
+// payload and the payload's exp and nbf, checked again at each use; for
+// io.jwt.verify_* the entry alone says the signature verifies.
+type jwtEntry struct {
+	header, payload *ast.Term
+	size            uint32 // the token's length, for the weight
+}
+
+// jwtKey is a SHA-256 of the builtin's name and of its arguments (the
+// token, and the key or the constraints without "time"), each prefixed
+// by its length: two calls share an entry only if their material is the
+// same, short of a SHA-256 collision.
+type jwtKey [sha256.Size]byte
+
+var (
+	jwtCacheOnce sync.Once
+	jwtCache     *otter.Cache[jwtKey, jwtEntry]
+)
+
+func jwtWeight(_ jwtKey, e jwtEntry) uint32 { return 3*e.size + 512 }
+
+func jwtCacheGet() *otter.Cache[jwtKey, jwtEntry] {
+	jwtCacheOnce.Do(func() {
+		jwtCache = otter.Must(&otter.Options[jwtKey, jwtEntry]{MaximumWeight: jwtCacheWeight, Weigher: jwtWeight})
+	})
+	return jwtCache
+}
+
+// jwtCached returns f, OPA's builtin name, wrapped in the process-wide
+// cache of verified tokens if it is io.jwt.decode_verify or one of the
+// io.jwt.verify_* builtins, else f itself.
+//
+// Only successes are cached: a token whose signature or constraints fail
+// (a forged token, a wrong key) is verified again on every call, and so
+// is any call that fails with an error. A cached decode_verify result is
+// checked again against the evaluation's time (the constraints' "time",
+// else the evaluation's clock) on every use, as OPA checks it: exp must
+// be after it, nbf not after it; otherwise the answer is [false, {}, {}].
+func jwtCached(name string, f topdown.BuiltinFunc) topdown.BuiltinFunc {
+	switch {
+	case name == ast.JWTDecodeVerify.Name:
+		return func(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error) error {
+			return decodeVerifyCached(bctx, ops, iter, f)
+		}
+	case strings.HasPrefix(name, "io.jwt.verify_"):
+		return func(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error) error {
+			return verifyCached(name, bctx, ops, iter, f)
+		}
+	}
+	return f
+}
+
+// jwtKeyOf hashes parts (the builtin's name, the token and the other
+// argument's material), each prefixed by its length.
+func jwtKeyOf(parts ...string) jwtKey {
+	h := sha256.New()
+	var n [8]byte
+	for _, s := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	var k jwtKey
+	h.Sum(k[:0])
+	return k
+}
+
+func verifyCached(name string, bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error, f topdown.BuiltinFunc) error {
+	if len(ops) != 2 {
+		return f(bctx, ops, iter)
+	}
+	token, ok1 := ops[0].Value.(ast.String)
+	key, ok2 := ops[1].Value.(ast.String)
+	if !ok1 || !ok2 || len(token) > jwtMaxToken {
+		return f(bctx, ops, iter)
+	}
+	k := jwtKeyOf(name, string(token), string(key))
+	c := jwtCacheGet()
+	if _, ok := c.GetIfPresent(k); ok {
+		return iter(ast.InternedTerm(true))
+	}
+	return f(bctx, ops, func(t *ast.Term) error {
+		if b, ok := t.Value.(ast.Boolean); ok && bool(b) {
+			c.Set(k, jwtEntry{size: uint32(len(token))})
+		}
+		return iter(t)
+	})
+}
+
+func decodeVerifyCached(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error, f topdown.BuiltinFunc) error {
+	if len(ops) != 2 {
+		return f(bctx, ops, iter)
+	}
+	token, ok1 := ops[0].Value.(ast.String)
+	cons, ok2 := ops[1].Value.(ast.Object)
+	if !ok1 || !ok2 || len(token) > jwtMaxToken {
+		return f(bctx, ops, iter)
+	}
+	// The evaluation's time, as OPA reads it; anything it would refuse
+	// goes to OPA's builtin for its error.
+	timeVal := bctx.Time
+	if t := cons.Get(ast.InternedTerm("time")); t != nil {
+		timeVal = t
+	}
+	now, ok := jwtTime(timeVal)
+	if !ok {
+		return f(bctx, ops, iter)
+	}
+	// The constraints but "time", each key and value in Rego's syntax:
+	// the same material writes the same text, and the text reads back
+	// as the material.
+	parts := []string{ast.JWTDecodeVerify.Name, string(token)}
+	for _, ck := range cons.Keys() {
+		if s, ok := ck.Value.(ast.String); ok && s == "time" {
+			continue
+		}
+		parts = append(parts, ck.String(), cons.Get(ck).String())
+	}
+	k := jwtKeyOf(parts...)
+	c := jwtCacheGet()
+	if e, ok := c.GetIfPresent(k); ok {
+		if !jwtCurrent(e.payload.Value.(ast.Object), now) {
+			return iter(ast.ArrayTerm(ast.InternedTerm(false), ast.InternedEmptyObject, ast.InternedEmptyObject))
+		}
+		return iter(ast.ArrayTerm(ast.InternedTerm(true), e.header, e.payload))
+	}
+	return f(bctx, ops, func(t *ast.Term) error {
+		if a, ok := t.Value.(*ast.Array); ok && a.Len() == 3 {
+			if b, ok := a.Elem(0).Value.(ast.Boolean); ok && bool(b) {
+				if _, ok := a.Elem(2).Value.(ast.Object); ok {
+					c.Set(k, jwtEntry{header: a.Elem(1), payload: a.Elem(2), size: uint32(len(token))})
+				}
+			}
+		}
+		return iter(t)
+	})
+}
+
+// jwtTime reads a time in nanoseconds as OPA's decode_verify does: a
+// non-negative number.
+func jwtTime(t *ast.Term) (float64, bool) {
+	if t == nil {
+		return 0, false
+	}
+	n, ok := t.Value.(ast.Number)
+	if !ok {
+		return 0, false
+	}
+	f, ok := n.Float64()
+	if !ok || f < 0 {
+		return 0, false
+	}
+	return f, true
+}
+
+// jwtCurrent checks a verified payload's exp and nbf against now (in
+// nanoseconds) with OPA's comparisons: valid while now is before exp, and
+// from nbf on. A payload cached was valid once, so both are numbers if
+// present.
+func jwtCurrent(payload ast.Object, now float64) bool {
+	if exp := payload.Get(ast.InternedTerm("exp")); exp != nil {
+		v, ok := exp.Value.(ast.Number)
+		if !ok || ast.Compare(ast.FloatNumberTerm(now/1e9), v) != -1 {
+			return false
+		}
+	}
+	if nbf := payload.Get(ast.InternedTerm("nbf")); nbf != nil {
+		v, ok := nbf.Value.(ast.Number)
+		if !ok || ast.Number(strconv.FormatFloat(now/1e9, 'g', -1, 64)).Compare(v) == -1 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/topdown"
+)
+
+// hs256 signs claims (JSON) with secret.
+func hs256(claims, secret string) string {
+	enc := base64.RawURLEncoding
+	signed := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString([]byte(claims))
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(signed))
+	return signed + "." + enc.EncodeToString(m.Sum(nil))
+}
+
+// countingBuiltin is OPA's builtin name, wrapped in the cache, over a
+// count of the calls that reach OPA's builtin (the cache's misses).
+func countingBuiltin(t *testing.T, name string) (topdown.BuiltinFunc, *int) {
+	t.Helper()
+	f := topdown.GetBuiltin(name)
+	if f == nil {
+		t.Fatalf("no builtin %s", name)
+	}
+	calls := new(int)
+	return jwtCached(name, func(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error) error {
+		*calls++
+		return f(bctx, ops, iter)
+	}), calls
+}
+
+func callBuiltin(t *testing.T, f topdown.BuiltinFunc, now time.Time, args ...*ast.Term) *ast.Term {
+	t.Helper()
+	bctx := topdown.BuiltinContext{Time: ast.NumberTerm(jsonNumber(now.UnixNano()))}
+	var out *ast.Term
+	if err := f(bctx, args, func(r *ast.Term) error { out = r; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// uniqueSecret keeps the tests' entries apart in the process-wide cache.
+func uniqueSecret(t *testing.T) string {
+	return fmt.Sprintf("secret-%s-%d", t.Name(), time.Now().UnixNano())
+}
+
+// TestJWTCacheVerify: io.jwt.verify_hs256 verifies a token once per key;
+// another key, or a forged token, is verified again, and a forged one is
+// never cached.
+func TestJWTCacheVerify(t *testing.T) {
+	f, calls := countingBuiltin(t, "io.jwt.verify_hs256")
+	secret := uniqueSecret(t)
+	tok := hs256(`{"sub":"alice"}`, secret)
+	now := time.Now()
+	for i := range 3 {
+		if got := callBuiltin(t, f, now, ast.StringTerm(tok), ast.StringTerm(secret)); got.String() != "true" {
+			t.Fatalf("call %d: %v, want true", i, got)
+		}
+	}
+	if *calls != 1 {
+		t.Fatalf("OPA's builtin ran %d times for one token and key, want 1", *calls)
+	}
+	if got := callBuiltin(t, f, now, ast.StringTerm(tok), ast.StringTerm(secret+"x")); got.String() != "false" {
+		t.Fatalf("another key: %v, want false", got)
+	}
+	if *calls != 2 {
+		t.Fatalf("another key was a hit (%d calls)", *calls)
+	}
+	forged := tok[:strings.LastIndexByte(tok, '.')] + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 32))
+	for range 2 {
+		if got := callBuiltin(t, f, now, ast.StringTerm(forged), ast.StringTerm(secret)); got.String() != "false" {
+			t.Fatalf("forged token: %v, want false", got)
+		}
+	}
+	if *calls != 4 {
+		t.Fatalf("a forged token was a hit (%d calls, want 4)", *calls)
+	}
+}
+
+// TestJWTCacheDecodeVerify: a repeated token costs one verification; a
+// token cached while valid is refused once expired or before its nbf, by
+// the constraint's time or the evaluation's clock; other constraints or
+// keys are not hits; a forged token is never a hit.
+func TestJWTCacheDecodeVerify(t *testing.T) {
+	f, calls := countingBuiltin(t, ast.JWTDecodeVerify.Name)
+	secret := uniqueSecret(t)
+	now := time.Unix(1_800_000_000, 0)
+	tok := hs256(fmt.Sprintf(`{"sub":"alice","iss":"me","nbf":%d,"exp":%d}`, now.Unix()-60, now.Unix()+60), secret)
+	cons := func(kv ...string) *ast.Term {
+		o := ast.NewObject(ast.Item(ast.StringTerm("secret"), ast.StringTerm(secret)))
+		for i := 0; i < len(kv); i += 2 {
+			o.Insert(ast.StringTerm(kv[i]), ast.MustParseTerm(kv[i+1]))
+		}
+		return ast.NewTerm(o)
+	}
+	valid := func(out *ast.Term) bool {
+		return out.Value.(*ast.Array).Elem(0).String() == "true"
+	}
+	direct := topdown.GetBuiltin(ast.JWTDecodeVerify.Name)
+	want := func(at time.Time, c *ast.Term) string {
+		t.Helper()
+		return callBuiltin(t, direct, at, ast.StringTerm(tok), c).String()
+	}
+
+	first := callBuiltin(t, f, now, ast.StringTerm(tok), cons())
+	if !valid(first) || first.String() != want(now, cons()) {
+		t.Fatalf("first call %v, want OPA's %s", first, want(now, cons()))
+	}
+	for range 3 {
+		if got := callBuiltin(t, f, now.Add(time.Second), ast.StringTerm(tok), cons()); got.String() != first.String() {
+			t.Fatalf("repeated call %v, want %v", got, first)
+		}
+	}
+	if *calls != 1 {
+		t.Fatalf("OPA's builtin ran %d times for one token, want 1", *calls)
+	}
+
+	// Hits, each checked against its own time: the evaluation's clock or
+	// the constraint's.
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		c    *ast.Term
+	}{
+		{"expired-clock", now.Add(2 * time.Minute), cons()},
+		{"expired-exactly", now.Add(60 * time.Second), cons()},
+		{"not-yet-clock", now.Add(-2 * time.Minute), cons()},
+		{"expired-constraint", now, cons("time", fmt.Sprint(now.Add(time.Hour).UnixNano()))},
+		{"valid-constraint", now.Add(time.Hour), cons("time", fmt.Sprint(now.UnixNano()))},
+		{"nbf-exactly", now.Add(-60 * time.Second), cons()},
+	} {
+		before := *calls
+		got := callBuiltin(t, f, tc.at, ast.StringTerm(tok), tc.c)
+		if w := want(tc.at, tc.c); got.String() != w {
+			t.Fatalf("%s: %v, want OPA's %s", tc.name, got, w)
+		}
+		if *calls != before {
+			t.Fatalf("%s: not a hit", tc.name)
+		}
+	}
+
+	// Other material: misses, answered as OPA answers.
+	for _, tc := range []struct {
+		name string
+		c    *ast.Term
+	}{
+		{"iss", cons("iss", `"me"`)},
+		{"other-iss", cons("iss", `"you"`)},
+		{"aud", cons("aud", `"x"`)},
+		{"alg", cons("alg", `"HS256"`)},
+		{"other-secret", ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm("secret"), ast.StringTerm(secret+"x"))))},
+	} {
+		before := *calls
+		got := callBuiltin(t, f, now, ast.StringTerm(tok), tc.c)
+		if w := want(now, tc.c); got.String() != w {
+			t.Fatalf("%s: %v, want OPA's %s", tc.name, got, w)
+		}
+		if *calls != before+1 {
+			t.Fatalf("%s: a hit for other constraints", tc.name)
+		}
+	}
+
+	// A forged token (another payload, the old signature) is never a hit.
+	forgedClaims := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"sub":"root","iss":"me","exp":%d}`, now.Unix()+60))
+	parts := strings.Split(tok, ".")
+	forged := parts[0] + "." + forgedClaims + "." + parts[2]
+	for range 2 {
+		before := *calls
+		if got := callBuiltin(t, f, now, ast.StringTerm(forged), cons()); valid(got) || *calls != before+1 {
+			t.Fatalf("forged token: %v (calls %d -> %d), want refused by OPA's builtin", got, before, *calls)
+		}
+	}
+}
+
+// TestJWTCacheExpiredWhenCached: a token that was never valid is not
+// cached: it becomes valid later only through OPA's own check.
+func TestJWTCacheExpiredWhenCached(t *testing.T) {
+	f, calls := countingBuiltin(t, ast.JWTDecodeVerify.Name)
+	secret := uniqueSecret(t)
+	now := time.Unix(1_800_000_000, 0)
+	tok := hs256(fmt.Sprintf(`{"nbf":%d}`, now.Unix()+60), secret)
+	c := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm("secret"), ast.StringTerm(secret))))
+	if got := callBuiltin(t, f, now, ast.StringTerm(tok), c); got.Value.(*ast.Array).Elem(0).String() != "false" {
+		t.Fatalf("before nbf: %v", got)
+	}
+	if got := callBuiltin(t, f, now.Add(2*time.Minute), ast.StringTerm(tok), c); got.Value.(*ast.Array).Elem(0).String() != "true" {
+		t.Fatalf("after nbf: %v", got)
+	}
+	if *calls != 2 {
+		t.Fatalf("calls = %d, want 2 (an invalid answer is not cached)", *calls)
+	}
+}
+
+func BenchmarkJWTDecodeVerify(b *testing.B) {
+	secret := "bench-secret"
+	now := time.Unix(1_800_000_000, 0)
+	tok := ast.StringTerm(hs256(fmt.Sprintf(`{"sub":"alice","iss":"me","exp":%d}`, now.Unix()+3600), secret))
+	c := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm("secret"), ast.StringTerm(secret)), ast.Item(ast.StringTerm("iss"), ast.StringTerm("me"))))
+	bctx := topdown.BuiltinContext{Time: ast.NumberTerm(jsonNumber(now.UnixNano()))}
+	direct := topdown.GetBuiltin(ast.JWTDecodeVerify.Name)
+	for _, bc := range []struct {
+		name string
+		f    topdown.BuiltinFunc
+	}{{"uncached", direct}, {"cached", jwtCached(ast.JWTDecodeVerify.Name, direct)}} {
+		f := bc.f
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := f(bctx, []*ast.Term{tok, c}, func(*ast.Term) error { return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestJWTCacheConcurrent: evaluations share a cached header and payload;
+// reading them at once is safe (run with -race).
+func TestJWTCacheConcurrent(t *testing.T) {
+	f := jwtCached(ast.JWTDecodeVerify.Name, topdown.GetBuiltin(ast.JWTDecodeVerify.Name))
+	secret := uniqueSecret(t)
+	now := time.Unix(1_800_000_000, 0)
+	tok := ast.StringTerm(hs256(fmt.Sprintf(`{"sub":"alice","roles":{"b":1,"a":[2,3]},"exp":%d}`, now.Unix()+60), secret))
+	c := ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm("secret"), ast.StringTerm(secret))))
+	want := callBuiltin(t, f, now, tok, c).String()
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			bctx := topdown.BuiltinContext{Time: ast.NumberTerm(jsonNumber(now.UnixNano()))}
+			for range 200 {
+				var got string
+				if err := f(bctx, []*ast.Term{tok, c}, func(r *ast.Term) error {
+					if _, err := ast.JSON(r.Value); err != nil {
+						return err
+					}
+					got = r.String()
+					return nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+				if got != want {
+					errs <- fmt.Errorf("got %s, want %s", got, want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
