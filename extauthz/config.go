@@ -20,7 +20,9 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/pdp/decider"
 )
 
 // Default listener addresses and limits. The decision core's defaults
@@ -456,11 +458,13 @@ func peakRSS() float64 {
 // pdpConfig is the decision core's part of c.
 func (c *Config) pdpConfig() pdp.Config {
 	var relations builtins.Store
+	var deciders []decider.Factory
 	if !c.WasmOnly {
 		relations = c.Store
+		deciders = []decider.Factory{policy.Decider(c.Store)}
 	}
 	return pdp.Config{
-		Engine: c.Engine, Store: c.Store, Relations: relations, Policy: c.Policy,
+		Engine: c.Engine, Store: c.Store, Relations: relations, Deciders: deciders, Policy: c.Policy,
 		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
 		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
 		SkipRequestBodyParse: c.SkipRequestBodyParse, DryRun: c.DryRun,

@@ -15,7 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/pdp/decider"
 )
 
 // Defaults of Config.
@@ -25,10 +25,10 @@ const (
 	DefaultEvalTimeout  = 500 * time.Millisecond
 )
 
-// Default entrypoints, those of the embedded default policy.
+// Default entrypoints, those of nexus' default policy.
 const (
-	DefaultEnvoyEntrypoint = policy.EnvoyEntrypoint
-	DefaultAuthzEntrypoint = policy.AuthzEntrypoint
+	DefaultEnvoyEntrypoint = "nexus/envoy/result"
+	DefaultAuthzEntrypoint = "nexus/authz/decision"
 )
 
 // Default paths of the decision log's mask and drop rules, OPA's.
@@ -57,12 +57,16 @@ type Config struct {
 	Engine *engine.Engine
 	// Store is the relationship store.
 	Store Store
-	// Relations is the store the engine's relationship builtins read.
-	// With it, when the loaded policy is nexus' default policy as nexus
-	// compiles it (recognised by its Wasm's digest), the core decides
-	// its two entrypoints in Go, exactly as the Wasm would, several times
-	// faster; with nil (or any other policy) the Wasm decides.
+	// Relations is the store the engine's relationship builtins read; it
+	// answers ResourceTenant ("" for every resource when nil).
 	Relations builtins.Store
+	// Deciders are offered each policy as it loads (decider.Factory):
+	// the first that accepts it decides its checks in Go, exactly as its
+	// Wasm would, several times faster, declining what it is not sure
+	// of; when none accepts (or there are none), the Wasm decides. Nexus'
+	// default policy brings its own (policy.Decider in
+	// internal/defaults/policy).
+	Deciders []decider.Factory
 	// Policy is the compiled policy. The core adds the schema's tenant
 	// roles (data.nexus.roles: role to grants) and each type's permissions
 	// (data.nexus.permissions) to its data before loading it, and again

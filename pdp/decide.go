@@ -13,8 +13,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/pdp/decider"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
@@ -63,42 +63,37 @@ type meta struct {
 	fields fieldsCheck
 }
 
-// fieldsCheck is a check the default policy's native decision reads from
-// its fields.
+// fieldsCheck is a check the loaded policy's Go decider reads from its
+// fields.
 type fieldsCheck interface {
-	// decide is n's answer; ok false sends the check back to the
-	// caller, to decide on its input document.
-	decide(ctx context.Context, n *builtins.DefaultPolicy) (a builtins.Answer, ok bool)
+	// decide is d's answer; ok false when d declines: the caller then
+	// builds the input document and decides on it.
+	decide(ctx context.Context, d decider.Decider) (a decider.Answer, ok bool)
 	// key appends what decide reads, the decision cache's key in place of
 	// the document.
-	key(n *builtins.DefaultPolicy, dst []byte) []byte
+	key(d decider.Decider, dst []byte) []byte
 }
 
 // envoyCheck is a proxied request's fields (Envoy's or forward auth's).
 type envoyCheck input.Fields
 
-func (c *envoyCheck) decide(ctx context.Context, n *builtins.DefaultPolicy) (builtins.Answer, bool) {
-	return n.EnvoyFields(ctx, c.Method, c.Path, c.Headers, c.JWT)
+func (c *envoyCheck) decide(ctx context.Context, d decider.Decider) (decider.Answer, bool) {
+	return d.Envoy(ctx, (*decider.Request)(c))
 }
 
-func (c *envoyCheck) key(n *builtins.DefaultPolicy, dst []byte) []byte {
-	return n.EnvoyKey(dst, c.Method, c.Path, c.Headers, c.JWT)
+func (c *envoyCheck) key(d decider.Decider, dst []byte) []byte {
+	return d.EnvoyKey(dst, (*decider.Request)(c))
 }
 
-// authzCheck is an application check's subject type and id, action,
-// resource type, id and tenant, and whether its resource's attributes are
-// {"tenant": the tenant}.
-type authzCheck struct {
-	f          [6]string
-	tenantAttr bool
+// authzCheck is an application check's fields.
+type authzCheck decider.Check
+
+func (c *authzCheck) decide(ctx context.Context, d decider.Decider) (decider.Answer, bool) {
+	return d.Authz(ctx, (*decider.Check)(c))
 }
 
-func (c *authzCheck) decide(ctx context.Context, n *builtins.DefaultPolicy) (builtins.Answer, bool) {
-	return n.AuthzFields(ctx, &c.f, c.tenantAttr)
-}
-
-func (c *authzCheck) key(_ *builtins.DefaultPolicy, dst []byte) []byte {
-	return builtins.AuthzKey(dst, &c.f, c.tenantAttr)
+func (c *authzCheck) key(d decider.Decider, dst []byte) []byte {
+	return d.AuthzKey(dst, (*decider.Check)(c))
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -148,7 +143,7 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 // not).
 func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields func([]byte, *input.Fields) ([]byte, error)) (_ Decision, _ error, ok bool) {
 	ep := p.cfg.EnvoyEntrypoint
-	v := p.fieldsView(ep, DefaultEnvoyEntrypoint)
+	v := p.fieldsView(ep)
 	if v == nil {
 		return Decision{}, nil, false
 	}
@@ -168,13 +163,13 @@ func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields fun
 }
 
 // fieldsView is the loaded view if a check on entrypoint ep may be decided
-// from its fields (envoyFields, checkFields), nil if not: ep is the
-// default policy's entrypoint want, the default policy is loaded and
-// decided natively, and no decision sink takes the input document. The
-// decision cache keys such a check by the fields the decision reads.
-func (p *PDP) fieldsView(ep, want string) *inputView {
+// from its fields (envoyFields, checkFields), nil if not: the loaded
+// policy's Go decider decides ep, and no decision sink takes the input
+// document. The decision cache keys such a check by the fields the
+// decision reads.
+func (p *PDP) fieldsView(ep string) *inputView {
 	v := p.view.Load()
-	if v == nil || v.native == nil || ep != want || p.cfg.DecisionSink != nil {
+	if !v.decides(ep) || p.cfg.DecisionSink != nil {
 		return nil
 	}
 	return v
@@ -186,7 +181,7 @@ func (p *PDP) fieldsView(ep, want string) *inputView {
 func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *inputView, fc fieldsCheck) (_ Decision, _ error, ok bool) {
 	md.view, md.fields = v, fc
 	d, err := p.decide(ctx, iface, ep, nil, md)
-	if err == errStale || err == errNotNative {
+	if err == errStale || err == errDeclined {
 		return Decision{}, nil, false
 	}
 	return d, err, true
@@ -203,7 +198,7 @@ func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *in
 // reads as the document's.
 func (p *PDP) checkFields(ctx context.Context, iface string, md meta, c *Check) (_ Decision, _ error, ok bool) {
 	ep := p.cfg.AuthzEntrypoint
-	v := p.fieldsView(ep, DefaultAuthzEntrypoint)
+	v := p.fieldsView(ep)
 	if v == nil || len(c.Subject.Attributes)+len(c.ActionAttributes)+len(c.Context) > 0 {
 		return Decision{}, nil, false
 	}
@@ -214,8 +209,8 @@ func (p *PDP) checkFields(ctx context.Context, iface string, md meta, c *Check) 
 			return Decision{}, nil, false
 		}
 	}
-	f := authzCheck{[6]string{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}, tenantAttr}
-	for _, s := range f.f {
+	f := authzCheck{Fields: [6]string{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}, TenantAttribute: tenantAttr}
+	for _, s := range f.Fields {
 		if !utf8.ValidString(s) {
 			return Decision{}, nil, false
 		}
@@ -347,7 +342,7 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (Decision, error) {
 	start := time.Now()
 	d, err := p.decideUncounted(ctx, entrypoint, input, &md)
-	if err == errStale || err == errNotNative {
+	if err == errStale || err == errDeclined {
 		return d, err // the caller builds the input (again)
 	}
 	elapsed := time.Since(start)
@@ -468,8 +463,8 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 // decideUncounted decides input, written for view md.view (nil before a
 // policy is loaded), reading the result as opa-envoy-plugin does if
 // md.envoy. It returns errStale if the view is no longer the loaded one
-// when the decision is made, and errNotNative if the native decision on
-// md.fields did not decide.
+// when the decision is made, and errDeclined if the Go decider declined
+// md.fields.
 func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, md *meta) (d Decision, err error) {
 	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
@@ -497,7 +492,7 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		kb = append(kb, '/')
 		kb = append(kb, entrypoint...)
 		if md.fields != nil {
-			kb = md.fields.key(v.native, append(kb, resultKind(envoy), 1))
+			kb = md.fields.key(v.decider, append(kb, resultKind(envoy), 1))
 		} else {
 			kb = append(kb, resultKind(envoy), 0)
 			kb = append(kb, input...)
@@ -515,11 +510,12 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		}
 	}
 	if md.fields != nil {
-		// The native answer's fields are the decision: no result
-		// document to write and parse again.
-		a, ok := md.fields.decide(ctx, v.native)
+		// The Go decider's answer is the decision: no result document
+		// to write and parse again. When it declines, the caller builds
+		// the input document, which the Wasm decides.
+		a, ok := md.fields.decide(ctx, v.decider)
 		if !ok {
-			return d, errNotNative
+			return d, errDeclined
 		}
 		d.Decision = answerDecision(&a)
 	} else {
@@ -542,19 +538,11 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	return d, nil
 }
 
-// eval evaluates entrypoint on input, natively when view v has the
-// default policy's native decisions and they can answer.
+// eval evaluates entrypoint on input: the Go decider of view v answers
+// when it decides entrypoint and does not decline, else the Wasm.
 func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v *inputView) ([]byte, error) {
-	if v != nil && v.native != nil {
-		var out []byte
-		ok := false
-		switch entrypoint {
-		case DefaultEnvoyEntrypoint:
-			out, ok = v.native.Envoy(ctx, input, dst)
-		case DefaultAuthzEntrypoint:
-			out, ok = v.native.Authz(ctx, input, dst)
-		}
-		if ok {
+	if v.decides(entrypoint) {
+		if out, ok := v.decider.Eval(ctx, entrypoint, input, dst); ok {
 			return out, nil
 		}
 	}
@@ -566,10 +554,10 @@ func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v 
 	return p.eng.EvalTrusted(ctx, entrypoint, input, dst)
 }
 
-// answerDecision is the decision a native answer's result document
+// answerDecision is the decision a Go decider's answer's result document
 // parses as (a.AppendJSON read by result.ParseEnvoy for an Envoy answer,
 // result.Parse otherwise), without the document.
-func answerDecision(a *builtins.Answer) result.Decision {
+func answerDecision(a *decider.Answer) result.Decision {
 	d := result.Decision{Object: true, Allowed: a.Allowed, Reason: a.Reason, Subject: a.Subject}
 	if !a.Envoy {
 		return d

@@ -13,16 +13,10 @@ import (
 // evaluation defers to the Wasm (or the policy is not the default one).
 func (p *PDP) EvalNative(ctx context.Context, entrypoint string, input []byte) ([]byte, bool) {
 	v := p.view.Load()
-	if v == nil || v.native == nil {
+	if !v.decides(entrypoint) {
 		return nil, false
 	}
-	switch entrypoint {
-	case DefaultEnvoyEntrypoint:
-		return v.native.Envoy(ctx, input, nil)
-	case DefaultAuthzEntrypoint:
-		return v.native.Authz(ctx, input, nil)
-	}
-	return nil, false
+	return v.decider.Eval(ctx, entrypoint, input, nil)
 }
 
 // EnvoyFieldsPath decides req as Envoy does, on the path that reads its

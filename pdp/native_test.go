@@ -32,7 +32,7 @@ func FuzzDefaultPolicyNative(f *testing.F) {
 	ctx := context.Background()
 	store := fixture.DemoStore(f)
 	b := fixture.Bundle(f)
-	p, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Policy: b, CacheDisabled: true})
+	p, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(f, store), Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b, CacheDisabled: true})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestEnvoyFieldsDecides(t *testing.T) {
 		sink  pdp.DecisionSink
 		want  bool
 	}{{"cache off", false, nil, true}, {"cache on", true, nil, true}, {"decision sink", true, discardSink{}, false}} {
-		p, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b, CacheDisabled: !tc.cache, DecisionSink: tc.sink})
+		p, err := pdp.New(ctx, pdp.Config{Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b, CacheDisabled: !tc.cache, DecisionSink: tc.sink})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +438,7 @@ func newPDP(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, native,
 	tb.Helper()
 	cfg := pdp.Config{Engine: fixture.StoreEngine(tb, store), Store: store, Policy: b, CacheDisabled: !cache}
 	if native {
-		cfg.Relations = store
+		cfg.Relations, cfg.Deciders = store, fixture.Deciders(store)
 	}
 	p, err := pdp.New(context.Background(), cfg)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/pdp/decider"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
@@ -80,9 +80,15 @@ type inputView struct {
 	// logRules lists the decision log's mask and drop entrypoints the
 	// bundle has.
 	logRules []string
-	// native decides the default policy's entrypoints without the Wasm
-	// when the bundle is the default policy (nil otherwise).
-	native *builtins.DefaultPolicy
+	// decider is the Go decider a configured factory returned for the
+	// bundle (Config.Deciders), nil when none accepted it.
+	decider decider.Decider
+}
+
+// decides reports whether the view has a Go decider that decides
+// entrypoint.
+func (v *inputView) decides(entrypoint string) bool {
+	return v != nil && v.decider != nil && v.decider.Decides(entrypoint)
 }
 
 // has reports whether the view's bundle has the log rule entrypoint.
@@ -182,11 +188,9 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 			v.keep[ep] = prune.New(paths)
 		}
 	}
-	if p.cfg.Relations != nil && ld.headersOK && isDefaultPolicy(b.Wasm) {
-		v.native = builtins.NewDefaultPolicy(p.cfg.Relations, ld.table, ld.subjectHeader, ld.tenantHeader)
-	}
+	v.decider = p.chooseDecider(&nb)
 	if fresh {
-		p.cfg.Logger.Info("policy loaded", "revision", b.Manifest.Revision, "native", v.native != nil)
+		p.cfg.Logger.Info("policy loaded", "revision", b.Manifest.Revision, "native", v.decider != nil)
 	}
 	p.view.Store(v)
 	rev := b.Manifest.Revision
@@ -199,18 +203,31 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	return nil
 }
 
-// isDefaultPolicy reports whether wasm is the default policy as nexus
-// compiles it: the policy whose decisions builtins.DefaultPolicy makes.
-func isDefaultPolicy(wasm []byte) bool {
-	sum := sha256.Sum256(wasm)
-	return hex.EncodeToString(sum[:]) == policy.WasmSHA256
+// chooseDecider offers the bundle b, as loaded, to the configured
+// decider factories: the first that accepts it decides its checks in Go;
+// nil when none does (the Wasm decides).
+func (p *PDP) chooseDecider(b *bundle.Bundle) decider.Decider {
+	if len(p.cfg.Deciders) == 0 {
+		return nil
+	}
+	sum := sha256.Sum256(b.Wasm)
+	pol := &decider.Policy{
+		WasmSHA256: hex.EncodeToString(sum[:]), Data: b.Data,
+		EnvoyEntrypoint: p.cfg.EnvoyEntrypoint, AuthzEntrypoint: p.cfg.AuthzEntrypoint,
+	}
+	for _, f := range p.cfg.Deciders {
+		if d := f(pol); d != nil {
+			return d
+		}
+	}
+	return nil
 }
 
-// Native reports whether the loaded policy is the default policy, whose
-// decisions the core makes without entering its Wasm (Config.Relations).
+// Native reports whether a Go decider (Config.Deciders) decides the
+// loaded policy's checks, rather than its Wasm alone.
 func (p *PDP) Native() bool {
 	v := p.view.Load()
-	return v != nil && v.native != nil
+	return v != nil && v.decider != nil
 }
 
 // CheckBundle reports whether b could be loaded as far as can be told

@@ -115,7 +115,7 @@ func nativeEvaluator(t *testing.T, store datastore.Store, b *bundle.Bundle, raw,
 	t.Helper()
 	ctx := context.Background()
 	p, err := pdp.New(ctx, pdp.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, CacheDisabled: true,
+		Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Deciders: fixture.Deciders(store), CacheDisabled: true,
 		Policy: &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: raw},
 	})
 	if err != nil {

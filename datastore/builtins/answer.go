@@ -1,75 +1,22 @@
 package builtins
 
-import (
-	"strconv"
+import "github.com/nexuspdp/nexus/pdp/decider"
 
-	"github.com/nexuspdp/nexus/internal/jsonw"
-)
-
-// Answer is a native decision's result as fields rather than as the JSON
-// document the default policy's Wasm writes: AppendJSON writes that
-// document, so a caller that would parse it again can read the fields
-// instead.
-type Answer struct {
-	// Envoy marks nexus/envoy/result's object (allowed, headers, and on
-	// a denial its status and body); otherwise the answer is
-	// nexus/authz/decision's {"allow", "reason"}.
-	Envoy   bool
-	Allowed bool
-	Reason  string
-	// Subject is who an Envoy answer names, "" when it names nobody.
-	Subject string
-	// Status and Body are an Envoy denial's HTTP status and body.
-	Status int
-	Body   string
-	// Headers[:NHeaders] are an Envoy answer's headers, sorted by key.
-	Headers  [2]Header
-	NHeaders int
-}
+// Answer is nexus.envoy_decide's answer as fields (decider.Answer):
+// AppendJSON writes its result document.
+type Answer = decider.Answer
 
 // Header is one header of an Envoy answer.
-type Header struct{ Key, Value string }
-
-// AppendJSON appends the answer's result document as the default
-// policy's Wasm writes it, canonical (keys sorted, compact).
-func (a *Answer) AppendJSON(dst []byte) []byte {
-	if !a.Envoy {
-		dst = append(dst, `{"allow":`...)
-		dst = strconv.AppendBool(dst, a.Allowed)
-		dst = append(dst, `,"reason":`...)
-		return append(jsonw.String(dst, a.Reason), '}')
-	}
-	dst = append(dst, `{"allowed":`...)
-	dst = strconv.AppendBool(dst, a.Allowed)
-	if !a.Allowed {
-		dst = jsonw.String(append(dst, `,"body":`...), a.Body)
-	}
-	dst = append(dst, `,"headers":{`...)
-	for i, h := range a.Headers[:a.NHeaders] {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = jsonw.String(append(jsonw.String(dst, h.Key), ':'), h.Value)
-	}
-	dst = append(dst, '}')
-	if !a.Allowed {
-		dst = strconv.AppendInt(append(dst, `,"http_status":`...), int64(a.Status), 10)
-	}
-	dst = jsonw.String(append(dst, `,"reason":`...), a.Reason)
-	if a.Subject != "" {
-		dst = jsonw.String(append(dst, `,"subject":`...), a.Subject)
-	}
-	return append(dst, '}')
-}
+type Header = decider.Header
 
 // The Envoy answers that do not depend on the store.
 var (
-	jsonType     = Header{"content-type", "application/json"}
+	jsonType     = Header{Key: "content-type", Value: "application/json"}
 	answerNoRule = Answer{Envoy: true, Reason: "no_route", Status: 403,
 		Body: `{"error":"no route rule matches this request"}`, Headers: [2]Header{jsonType}, NHeaders: 1}
 	answerNoSubject = Answer{Envoy: true, Reason: "no_subject", Status: 401,
 		Body:    `{"error":"no subject: a verified JWT is required"}`,
-		Headers: [2]Header{jsonType, {"www-authenticate", `Bearer realm="nexus"`}}, NHeaders: 2}
+		Headers: [2]Header{jsonType, {Key: "www-authenticate", Value: `Bearer realm="nexus"`}}, NHeaders: 2}
 )
 
 // invalidAnswer is the 400 answer to a request of subject ("" when not
@@ -82,13 +29,13 @@ func invalidAnswer(what, subject string) Answer {
 // envoyAllow is the Envoy answer allowing subject, for reason.
 func envoyAllow(reason, subject string) Answer {
 	return Answer{Envoy: true, Allowed: true, Reason: reason, Subject: subject,
-		Headers: [2]Header{{"x-nexus-decision", reason}, {"x-nexus-subject", subject}}, NHeaders: 2}
+		Headers: [2]Header{{Key: "x-nexus-decision", Value: reason}, {Key: "x-nexus-subject", Value: subject}}, NHeaders: 2}
 }
 
 // envoyDeny is the Envoy answer denying subject, for reason.
 func envoyDeny(reason, subject string) Answer {
 	return Answer{Envoy: true, Reason: reason, Subject: subject, Status: 403, Body: forbiddenBody(reason),
-		Headers: [2]Header{jsonType, {"x-nexus-decision", reason}}, NHeaders: 2}
+		Headers: [2]Header{jsonType, {Key: "x-nexus-decision", Value: reason}}, NHeaders: 2}
 }
 
 // forbiddenBody is the body of a 403 for reason; the common ones are not

@@ -44,9 +44,9 @@ type Condition struct {
 	Reason    string   `json:"reason"`
 }
 
-// appliesTo reports whether the condition applies to action on a resource
+// AppliesTo reports whether the condition applies to action on a resource
 // of type typ.
-func (c *Condition) appliesTo(typ, action string) bool {
+func (c *Condition) AppliesTo(typ, action string) bool {
 	return c.Type == typ && slices.Contains(c.Actions, action)
 }
 

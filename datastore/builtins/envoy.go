@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/internal/jsonscan"
 )
 
 // EnvoyDecide is nexus.envoy_decide(table, request): the default policy's
@@ -122,36 +122,36 @@ func (r *envoyRequest) parse(request string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("nexus.envoy_decide: the request is not [method, path, JWT payloads, subject header, tenant header]: %s", why)
 	}
-	sc := scanner{s: request}
-	if !sc.next('[') {
+	sc := jsonscan.NewScanner(request)
+	if !sc.Next('[') {
 		return bad("not an array")
 	}
 	var ok bool
-	if r.method, ok = sc.str(); !ok || !sc.next(',') || !sc.next('[') {
+	if r.method, ok = sc.Str(); !ok || !sc.Next(',') || !sc.Next('[') {
 		return bad("method")
 	}
-	for first := true; !sc.next(']'); first = false {
-		if !first && !sc.next(',') {
+	for first := true; !sc.Next(']'); first = false {
+		if !first && !sc.Next(',') {
 			return bad("path")
 		}
-		seg, ok := sc.str()
+		seg, ok := sc.Str()
 		if !ok {
 			return bad("path")
 		}
 		r.path = append(r.path, seg)
 	}
-	if !sc.next(',') {
+	if !sc.Next(',') {
 		return bad("JWT payloads")
 	}
-	jwt, ok := sc.value()
-	if !ok || !sc.next(',') {
+	jwt, ok := sc.Value()
+	if !ok || !sc.Next(',') {
 		return bad("JWT payloads")
 	}
-	header, ok := sc.value()
-	if !ok || !sc.next(',') {
+	header, ok := sc.Value()
+	if !ok || !sc.Next(',') {
 		return bad("subject header")
 	}
-	if r.tenant, ok = sc.str(); !ok || !sc.next(']') || sc.i != len(sc.s) {
+	if r.tenant, ok = sc.Str(); !ok || !sc.Next(']') || !sc.Done() {
 		return bad("tenant header")
 	}
 	if err := r.identify(jwt, header); err != nil {
@@ -185,7 +185,7 @@ func (r *envoyRequest) identify(jwt, header string) error {
 	}
 	r.claimed = true
 	if claim[0] == '"' {
-		r.subject, r.subjectOK = unquote(claim)
+		r.subject, r.subjectOK = jsonscan.Unquote(claim)
 	}
 	return nil
 }
@@ -240,99 +240,6 @@ func canonical(v any) any {
 	return v
 }
 
-// scanner reads the JSON text nexus.envoy_decide's request is: OPA's
-// json.marshal writes it compactly.
-type scanner struct {
-	s string
-	i int
-}
-
-func (sc *scanner) skipSpace() {
-	for sc.i < len(sc.s) && (sc.s[sc.i] == ' ' || sc.s[sc.i] == '\t' || sc.s[sc.i] == '\n' || sc.s[sc.i] == '\r') {
-		sc.i++
-	}
-}
-
-// next consumes c if it comes next.
-func (sc *scanner) next(c byte) bool {
-	sc.skipSpace()
-	if sc.i < len(sc.s) && sc.s[sc.i] == c {
-		sc.i++
-		return true
-	}
-	return false
-}
-
-// str consumes a string and returns its value.
-func (sc *scanner) str() (string, bool) {
-	raw, ok := sc.value()
-	if !ok || raw[0] != '"' {
-		return "", false
-	}
-	return unquote(raw)
-}
-
-// unquote decodes a JSON string.
-func unquote(raw string) (string, bool) {
-	if inner := raw[1 : len(raw)-1]; !strings.ContainsAny(inner, "\\\"") && utf8.ValidString(inner) {
-		return inner, true
-	}
-	var s string
-	err := json.Unmarshal([]byte(raw), &s)
-	return s, err == nil
-}
-
-// value consumes any JSON value and returns its text.
-func (sc *scanner) value() (string, bool) {
-	sc.skipSpace()
-	start := sc.i
-	depth := 0
-	for sc.i < len(sc.s) {
-		switch c := sc.s[sc.i]; c {
-		case '"':
-			sc.i++
-			for sc.i < len(sc.s) && sc.s[sc.i] != '"' {
-				if sc.s[sc.i] == '\\' {
-					sc.i++
-				}
-				sc.i++
-			}
-			if sc.i >= len(sc.s) {
-				return "", false
-			}
-			sc.i++
-		case '[', '{':
-			depth++
-			sc.i++
-		case ']', '}':
-			if depth == 0 {
-				return sc.end(start)
-			}
-			depth--
-			sc.i++
-		case ',':
-			if depth == 0 {
-				return sc.end(start)
-			}
-			sc.i++
-		default:
-			sc.i++
-		}
-		if depth == 0 && sc.i > start && (sc.s[sc.i-1] == '"' || sc.s[sc.i-1] == ']' || sc.s[sc.i-1] == '}') {
-			return sc.end(start)
-		}
-	}
-	return sc.end(start)
-}
-
-// end returns the value consumed since start. It is not validated: a
-// string is when it is decoded, the JWT payloads when they are parsed, and
-// any other subject is not a string, so not a valid one.
-func (sc *scanner) end(start int) (string, bool) {
-	raw := strings.TrimSpace(sc.s[start:sc.i])
-	return raw, raw != ""
-}
-
 // validID reports whether s is an ID a request may name: not empty, not a
 // dot segment a server may resolve, and one the store can hold.
 func validID(s string) bool {
@@ -355,7 +262,7 @@ func decide(r reader, t *Table, subType, subID, action, typ, id, tenant string) 
 	denial, denied := "", false
 	for _, c := range t.Conditions {
 		// Without attributes, every attribute is null.
-		if c.appliesTo(typ, action) && c.Value == nil && (!denied || c.Reason < denial) {
+		if c.AppliesTo(typ, action) && c.Value == nil && (!denied || c.Reason < denial) {
 			denial, denied = c.Reason, true
 		}
 	}

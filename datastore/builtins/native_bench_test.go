@@ -31,7 +31,7 @@ func benchTable() *builtins.Table {
 // each entrypoint.
 func BenchmarkDefaultPolicy(b *testing.B) {
 	s := openDrive(b)
-	d := builtins.NewDefaultPolicy(s, benchTable(), "x-user", "x-tenant")
+	d := newDefaultPolicy(s, benchTable(), "x-user", "x-tenant")
 	if d == nil {
 		b.Fatal("no native decisions")
 	}

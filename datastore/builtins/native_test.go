@@ -51,8 +51,8 @@ func TestDefaultPolicyView(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := benchTable()
-	view := builtins.NewDefaultPolicy(s, table, "x-user", "x-tenant")
-	calls := builtins.NewDefaultPolicy(perCall{s}, table, "x-user", "x-tenant")
+	view := newDefaultPolicy(s, table, "x-user", "x-tenant")
+	calls := newDefaultPolicy(perCall{s}, table, "x-user", "x-tenant")
 	envoy := func(method, user, tenant string, path string) string {
 		h := `"x-user":"` + user + `"`
 		if tenant != "" {

@@ -106,7 +106,7 @@ func TestResourceTenantInherited(t *testing.T) {
 	}
 	// The native decision denies it, and the check on the inherited
 	// wrong tenant.
-	d := builtins.NewDefaultPolicy(s, benchTable(), "x-user", "x-tenant")
+	d := newDefaultPolicy(s, benchTable(), "x-user", "x-tenant")
 	for _, tc := range []struct{ input, want string }{
 		{`{"subject":{"type":"user","id":"alice"},"action":"delete","resource":{"type":"file","id":"child.pdf","tenant":"acme"}}`, `"reason":"tenant_mismatch"`},
 		{`{"subject":{"type":"user","id":"alice"},"action":"delete","resource":{"type":"file","id":"SECRET.pdf","tenant":"acme"}}`, `"reason":"no_tenant"`},
@@ -167,7 +167,7 @@ roles:
 		t.Fatal(err)
 	}
 	writeTuples(t, s, "tenant:acme#admin@user:alice", "folder:g#tenant@tenant:globex", "doc:in-g#parent@folder:g")
-	d := builtins.NewDefaultPolicy(s, benchTable(), "x-user", "x-tenant")
+	d := newDefaultPolicy(s, benchTable(), "x-user", "x-tenant")
 	for _, tc := range []struct{ id, want string }{
 		{"anything", `"allow":true,"reason":"rbac"`},
 		{"in-g", `"reason":"tenant_mismatch"`},

@@ -38,6 +38,7 @@ var rules = []rule{
 	{name: "the decision core links no NATS", from: "pdp/...", not: []string{"cluster/..."}, deep: true},
 	{name: "the server links no NATS", from: "extauthz/...", not: []string{"cluster/..."}, deep: true},
 	{name: "the decision core knows no transport", from: "pdp/...", not: []string{"extauthz/...", "cmd/..."}, deep: true},
+	{name: "the decision core names no policy", from: "pdp/...", not: []string{"internal/defaults/..."}, deep: true},
 	{name: "transports do not import each other: envoygrpc", from: "extauthz/internal/envoygrpc", not: transportsBut("envoygrpc")},
 	{name: "transports do not import each other: forwardauth", from: "extauthz/internal/forwardauth", not: transportsBut("forwardauth")},
 	{name: "transports do not import each other: appapi", from: "extauthz/internal/appapi", not: transportsBut("appapi")},
