@@ -1,4 +1,4 @@
-// Package opaconfig reads an OPA configuration file, as opa run and
+// Package config reads an OPA configuration file, as opa run and
 // opa-envoy-plugin read it, for nexus: Parse (and Load, with opa run's
 // --set and --set-file) reads the whole file, substituting ${VAR} from
 // the environment as OPA does; the envoy_ext_authz_grpc plugin's settings
@@ -17,4 +17,4 @@
 // read as a Rego reference; opa-envoy-plugin would look up one key with
 // dots in its name. An unset ${VAR} is left as written, as OPA leaves it;
 // Config.MissingEnv lists them so that the caller can warn.
-package opaconfig
+package config
