@@ -3,17 +3,20 @@ package config
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/open-policy-agent/opa/v1/logging"
+	"github.com/open-policy-agent/opa/v1/plugins/rest"
 )
 
 // DefaultResponseHeaderTimeout is how long a service may take to send
@@ -22,7 +25,9 @@ const DefaultResponseHeaderTimeout = 10 * time.Second
 
 // Service is one entry of the configuration's services: a base URL, the
 // headers and credentials every request to it carries, and an HTTP client
-// with its TLS settings.
+// with its TLS settings. The credentials are OPA's own (package
+// plugins/rest): bearer, client_tls, oauth2, s3_signing, gcp_metadata and
+// azure_managed_identity behave as they do in OPA.
 type Service struct {
 	// Name is the service's name, which bundles, decision_logs and
 	// status refer to.
@@ -30,21 +35,57 @@ type Service struct {
 	// URL is the base URL, without a trailing slash.
 	URL string
 
-	headers   map[string]string
-	token     string
-	tokenPath string
-	scheme    string
-	client    *http.Client
+	headers map[string]string
+	client  *http.Client
+
+	// auth is OPA's credentials plugin for the service. Its Prepare is
+	// not safe for concurrent use (oauth2 caches its token unguarded), so
+	// calls are serialised by authMu.
+	authMu sync.Mutex
+	auth   rest.HTTPAuthPlugin
 
 	waitOnce   sync.Once
 	waitClient *http.Client
 }
 
-var (
-	serviceKeys     = []string{"name", "url", "headers", "allow_insecure_tls", "response_header_timeout_seconds", "tls", "credentials", "type"}
-	credentialKeys  = []string{"bearer", "client_tls"}
-	credentialNever = []string{"oauth2", "s3_signing", "gcp_metadata", "azure_managed_identity", "plugin"}
-)
+var serviceKeys = []string{"name", "url", "headers", "allow_insecure_tls", "response_header_timeout_seconds", "tls", "credentials", "type"}
+
+// credentialKinds maps each credential kind OPA's rest package reads to
+// the settings it knows, taken from the package's own types so that the
+// two cannot drift apart. "plugin" (a credentials plugin registered in an
+// OPA build) is absent: nexus has no plugin registry.
+var credentialKinds = func() map[string][]string {
+	out := map[string][]string{}
+	f, _ := reflect.TypeFor[rest.Config]().FieldByName("Credentials")
+	for i := range f.Type.NumField() {
+		kf := f.Type.Field(i)
+		kind := jsonName(kf)
+		t := kf.Type
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			continue // plugin: a name, not settings
+		}
+		var keys []string
+		for j := range t.NumField() {
+			if n := jsonName(t.Field(j)); n != "" && t.Field(j).IsExported() {
+				keys = append(keys, n)
+			}
+		}
+		sort.Strings(keys)
+		out[kind] = keys
+	}
+	return out
+}()
+
+func jsonName(f reflect.StructField) string {
+	n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if n == "-" {
+		return ""
+	}
+	return n
+}
 
 // ParseServices reads the services section: either an object of name to
 // service, or a list of services each with a name (OPA accepts both).
@@ -93,19 +134,21 @@ func ParseServices(raw json.RawMessage) (map[string]*Service, error) {
 	return out, nil
 }
 
+// parseService checks the service's settings by name (OPA's rest package
+// ignores what it does not know), then builds OPA's client for it: the
+// credentials plugin and its HTTP client are made here, so that a
+// credential OPA would refuse at its first request is refused at start.
 func parseService(where, name string, raw json.RawMessage) (*Service, error) {
 	m, err := Object(where, raw, serviceKeys)
 	if err != nil {
 		return nil, err
 	}
 	var (
-		u        string
-		typ      string
-		insecure bool
-		timeout  *int64
-		headers  map[string]string
+		u, typ  string
+		timeout *int64
+		headers map[string]string
 	)
-	for key, dst := range map[string]any{"url": &u, "type": &typ, "allow_insecure_tls": &insecure, "response_header_timeout_seconds": &timeout, "headers": &headers} {
+	for key, dst := range map[string]any{"url": &u, "type": &typ, "response_header_timeout_seconds": &timeout, "headers": &headers} {
 		if err := Decode(where, m, key, dst); err != nil {
 			return nil, err
 		}
@@ -122,139 +165,119 @@ func parseService(where, name string, raw json.RawMessage) (*Service, error) {
 			return nil, fmt.Errorf("%s.headers: %q is not a valid header", where, k)
 		}
 	}
-	s := &Service{Name: name, URL: strings.TrimRight(u, "/"), headers: headers, scheme: "Bearer"}
-
-	tlsc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure} //nolint:gosec // only when the configuration asks, as OPA allows
-	if err := s.credentials(where, m, tlsc); err != nil {
+	if timeout != nil && *timeout < 0 {
+		return nil, fmt.Errorf("%s.response_header_timeout_seconds: must not be negative", where)
+	}
+	if _, err := Object(where+".tls", m["tls"], []string{"ca_cert", "system_ca_required"}); err != nil {
 		return nil, err
 	}
-	if err := serverTLS(where, m, tlsc); err != nil {
+	kind, err := checkCredentials(where+".credentials", m["credentials"])
+	if err != nil {
 		return nil, err
 	}
-	rht := DefaultResponseHeaderTimeout
-	if timeout != nil {
-		if *timeout < 0 {
-			return nil, fmt.Errorf("%s.response_header_timeout_seconds: must not be negative", where)
-		}
-		rht = time.Duration(*timeout) * time.Second // 0: no timeout, as in OPA
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tlsc
-	tr.ResponseHeaderTimeout = rht
-	s.client = &http.Client{Transport: tr}
-	return s, nil
-}
 
-func (s *Service) credentials(where string, m map[string]json.RawMessage, tlsc *tls.Config) error {
-	where += ".credentials"
-	cm, err := Object(where, m["credentials"], credentialKeys, credentialNever...)
+	// rest.New fills in OPA's defaults (the response header timeout, the
+	// URL without its trailing slash) and the logger its plugins need.
+	c, err := rest.New(raw, nil, rest.Logger(logging.NewNoOpLogger()))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	if len(cm) > 1 {
-		return fmt.Errorf("%s: give one kind of credentials", where)
+	cfg := c.Config()
+	// Every credentials plugin starts from OPA's TLS settings: read them
+	// first so that a bad tls.ca_cert is named as such.
+	if _, err := rest.DefaultTLSConfig(*cfg); err != nil {
+		return nil, fmt.Errorf("%s.tls.ca_cert: %w", where, err)
 	}
-	if raw, ok := cm["bearer"]; ok {
-		bm, err := Object(where+".bearer", raw, []string{"token", "token_path", "scheme"})
-		if err != nil {
-			return err
-		}
-		for key, dst := range map[string]*string{"token": &s.token, "token_path": &s.tokenPath, "scheme": &s.scheme} {
-			if err := Decode(where+".bearer", bm, key, dst); err != nil {
-				return err
-			}
-		}
-		if s.scheme == "" {
-			s.scheme = "Bearer"
-		}
-		if s.tokenPath != "" {
-			if _, err := s.bearerToken(); err != nil {
-				return fmt.Errorf("%s.bearer.token_path: %w", where, err)
-			}
-		}
-	}
-	if raw, ok := cm["client_tls"]; ok {
-		cm, err := Object(where+".client_tls", raw, []string{"cert", "private_key", "ca_cert", "system_ca_required"}, "private_key_passphrase", "cert_reread_interval_seconds")
-		if err != nil {
-			return err
-		}
-		var cert, key string
-		for k, dst := range map[string]*string{"cert": &cert, "private_key": &key} {
-			if err := Decode(where+".client_tls", cm, k, dst); err != nil {
-				return err
-			}
-		}
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return fmt.Errorf("%s.client_tls: %w", where, err)
-		}
-		tlsc.Certificates = []tls.Certificate{pair}
-		// The CA settings here are OPA's older spelling of the service's tls.
-		return serverTLS(where+".client_tls", cm, tlsc)
-	}
-	return nil
-}
-
-// serverTLS reads tls.ca_cert and tls.system_ca_required (or, for
-// client_tls, the same keys at its own level).
-func serverTLS(where string, m map[string]json.RawMessage, tlsc *tls.Config) error {
-	tm := m
-	if raw, ok := m["tls"]; ok {
-		where += ".tls"
-		var err error
-		if tm, err = Object(where, raw, []string{"ca_cert", "system_ca_required"}); err != nil {
-			return err
-		}
-	} else if _, ok := m["ca_cert"]; !ok {
-		return nil
-	}
-	var ca string
-	var system bool
-	if err := Decode(where, tm, "ca_cert", &ca); err != nil {
-		return err
-	}
-	if err := Decode(where, tm, "system_ca_required", &system); err != nil {
-		return err
-	}
-	if ca == "" {
-		return nil
-	}
-	pem, err := os.ReadFile(ca)
+	auth, err := cfg.AuthPlugin(nil)
 	if err != nil {
-		return fmt.Errorf("%s.ca_cert: %w", where, err)
+		return nil, fmt.Errorf("%s: %w", kind, err)
 	}
-	pool := x509.NewCertPool()
-	if system {
-		if sys, err := x509.SystemCertPool(); err == nil {
-			pool = sys
-		}
+	hc, err := auth.NewClient(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", kind, err)
 	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("%s.ca_cert: %s holds no PEM certificate", where, ca)
-	}
-	tlsc.RootCAs = pool
-	return nil
+	return &Service{Name: name, URL: cfg.URL, headers: headers, client: hc, auth: auth}, nil
 }
 
-// bearerToken is the configured token, read from token_path on every
-// request when one is given (so a rotated token is picked up).
-func (s *Service) bearerToken() (string, error) {
-	if s.tokenPath == "" {
-		return s.token, nil
+// checkCredentials refuses an unknown credential kind, more than one
+// kind, or a setting the kind does not know, by name. It returns the
+// setting that names the kind given (where itself when none is).
+func checkCredentials(where string, raw json.RawMessage) (string, error) {
+	kinds := make([]string, 0, len(credentialKinds))
+	for k := range credentialKinds {
+		kinds = append(kinds, k)
 	}
-	b, err := os.ReadFile(s.tokenPath)
+	sort.Strings(kinds)
+	cm, err := Object(where, raw, kinds, "plugin")
 	if err != nil {
 		return "", err
 	}
-	t := strings.TrimSpace(string(b))
-	if strings.ContainsAny(t, "\r\n") {
-		return "", fmt.Errorf("%s holds more than one line", s.tokenPath)
+	if len(cm) > 1 {
+		return "", fmt.Errorf("%s: give one kind of credentials", where)
 	}
-	return t, nil
+	for kind, r := range cm {
+		where += "." + kind
+		km, err := Object(where, r, credentialKinds[kind])
+		if err != nil {
+			return "", err
+		}
+		if kind == "client_tls" {
+			if err := checkClientCert(where, km); err != nil {
+				return "", err
+			}
+		}
+		if kind == "bearer" {
+			var path string
+			if err := Decode(where, km, "token_path", &path); err != nil {
+				return "", err
+			}
+			if path != "" {
+				if err := checkTokenFile(path); err != nil {
+					return "", fmt.Errorf("%s.token_path: %w", where, err)
+				}
+			}
+		}
+	}
+	return where, nil
+}
+
+// checkClientCert loads client_tls' certificate and key once at start
+// (OPA loads them at the first handshake), so that a wrong path or a key
+// that does not match is refused before the first request. A key with a
+// passphrase is left to OPA.
+func checkClientCert(where string, m map[string]json.RawMessage) error {
+	var cert, key, pass string
+	for k, dst := range map[string]*string{"cert": &cert, "private_key": &key, "private_key_passphrase": &pass} {
+		if err := Decode(where, m, k, dst); err != nil {
+			return err
+		}
+	}
+	if cert == "" || key == "" || pass != "" {
+		return nil // OPA names a missing cert or key
+	}
+	if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return nil
+}
+
+// checkTokenFile reads a bearer token_path once at start, so that a
+// missing file or a file of several lines is refused before the first
+// request (OPA reads it again on every request, and so does nexus).
+func checkTokenFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if strings.ContainsAny(strings.TrimSpace(string(b)), "\r\n") {
+		return fmt.Errorf("%s holds more than one line", path)
+	}
+	return nil
 }
 
 // NewRequest builds a request to the service's URL joined with path,
-// with the service's headers and credentials.
+// with the service's headers and credentials (a token fetched or a
+// signature computed now, by OPA's credentials plugin).
 func (s *Service) NewRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, method, s.URL+"/"+strings.TrimLeft(path, "/"), body)
 	if err != nil {
@@ -263,12 +286,11 @@ func (s *Service) NewRequest(ctx context.Context, method, path string, body io.R
 	for k, v := range s.headers {
 		req.Header.Set(k, v)
 	}
-	if s.token != "" || s.tokenPath != "" {
-		t, err := s.bearerToken()
-		if err != nil {
-			return nil, fmt.Errorf("service %s: bearer token: %w", s.Name, err)
-		}
-		req.Header.Set("Authorization", s.scheme+" "+t)
+	s.authMu.Lock()
+	err = s.auth.Prepare(req)
+	s.authMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("service %s: credentials: %w", s.Name, err)
 	}
 	return req, nil
 }
@@ -288,9 +310,14 @@ func (s *Service) Do(req *http.Request) (*http.Response, error) {
 // context (OPA lifts the timeout for long polls the same way).
 func (s *Service) DoWait(req *http.Request) (*http.Response, error) {
 	s.waitOnce.Do(func() {
-		tr := s.client.Transport.(*http.Transport).Clone()
-		tr.ResponseHeaderTimeout = 0
-		s.waitClient = &http.Client{Transport: tr}
+		s.waitClient = s.client
+		if tr, ok := s.client.Transport.(*http.Transport); ok {
+			tr = tr.Clone()
+			tr.ResponseHeaderTimeout = 0
+			c := *s.client
+			c.Transport = tr
+			s.waitClient = &c
+		}
 	})
 	resp, err := s.waitClient.Do(req)
 	if err != nil {
