@@ -13,8 +13,8 @@ import (
 
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
-	"github.com/nexuspdp/nexus/internal/opalog"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
+	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/internal/bundlesync"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/policyload"
+	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

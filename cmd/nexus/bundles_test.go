@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/nexuspdp/nexus/bundle"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 )
 
 // TestCompileSignedVerifiedByOPA signs with `nexus compile --signing-key`

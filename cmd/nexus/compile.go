@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/internal/bundlesync"
+	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
 )
 
 func newCompileCmd() *cobra.Command {

@@ -15,10 +15,10 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/extauthz"
-	"github.com/nexuspdp/nexus/internal/bundlesync"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
-	"github.com/nexuspdp/nexus/internal/opalog"
 	"github.com/nexuspdp/nexus/internal/version"
+	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
+	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/nexuspdp/nexus/extauthz"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
-	"github.com/nexuspdp/nexus/internal/opalog"
 	"github.com/nexuspdp/nexus/internal/version"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
+	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
 )
 
 // TestOPALogging: the decision_logs and status sections of an OPA

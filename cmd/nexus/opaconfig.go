@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

@@ -26,10 +26,10 @@ import (
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/gctune"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
 	"github.com/nexuspdp/nexus/internal/policyload"
 	"github.com/nexuspdp/nexus/internal/savedpolicy"
 	"github.com/nexuspdp/nexus/internal/version"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

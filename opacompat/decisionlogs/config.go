@@ -1,4 +1,4 @@
-package opalog
+package decisionlogs
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

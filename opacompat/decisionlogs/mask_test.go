@@ -1,4 +1,4 @@
-package opalog
+package decisionlogs
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package bundlesync
+package bundles
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	opabundle "github.com/open-policy-agent/opa/v1/bundle"
 	opakeys "github.com/open-policy-agent/opa/v1/keys"
 
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 )
 
 const manualBundle = `{"authz":{"service":"bundles","resource":"bundles/authz","trigger":"manual"}}`

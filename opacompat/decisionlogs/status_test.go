@@ -1,4 +1,4 @@
-package opalog_test
+package decisionlogs_test
 
 import (
 	"encoding/json"
@@ -15,8 +15,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/status"
 
-	"github.com/nexuspdp/nexus/internal/opaconfig"
-	"github.com/nexuspdp/nexus/internal/opalog"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
+	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

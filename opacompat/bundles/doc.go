@@ -1,4 +1,4 @@
-// Package bundlesync fetches policy bundles from a bundle server the way
+// Package bundles fetches policy bundles from a bundle server the way
 // OPA's bundle plugin does, so that a deployment that already publishes
 // bundles for OPA (and opa-envoy-plugin) points nexus at the same server.
 //
@@ -47,4 +47,4 @@
 //     files (OPA bounds each file).
 //   - Archives holding links, devices, or paths that leave the bundle
 //     (".." or absolute) are refused.
-package bundlesync
+package bundles

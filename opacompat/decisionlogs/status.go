@@ -1,4 +1,4 @@
-package opalog
+package decisionlogs
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 )
 
 // DefaultStatusInterval is how often a Reporter reports when nothing

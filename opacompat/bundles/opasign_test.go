@@ -1,4 +1,4 @@
-package bundlesync
+package bundles
 
 import (
 	"bytes"

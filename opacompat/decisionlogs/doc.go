@@ -1,4 +1,4 @@
-// Package opalog writes nexus' decisions as OPA writes its decision logs
+// Package decisionlogs writes nexus' decisions as OPA writes its decision logs
 // and reports nexus' status as OPA's status plugin does, so that a log
 // pipeline and a control plane built for OPA (and opa-envoy-plugin) take
 // nexus' output unchanged.
@@ -32,4 +32,4 @@
 // it (enc_log_exceeded_upload_size_limit_bytes and
 // decision_logs_encoding_failure). OPA drops it when it is buffered, and
 // first tries without its ND builtin cache; nexus' events have none.
-package opalog
+package decisionlogs

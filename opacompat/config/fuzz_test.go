@@ -1,4 +1,4 @@
-package opaconfig
+package config
 
 import (
 	"errors"

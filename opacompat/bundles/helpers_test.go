@@ -1,4 +1,4 @@
-package bundlesync
+package bundles
 
 import (
 	"archive/tar"
@@ -28,7 +28,7 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 )
 
 // The policy every test bundle holds: the user named in data is allowed.

@@ -1,4 +1,4 @@
-package bundlesync
+package bundles
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/bundle"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 )
 
 func TestParseConfig(t *testing.T) {

@@ -1,4 +1,4 @@
-package opaconfig
+package config
 
 import (
 	"context"
@@ -32,7 +32,12 @@ func TestParseServicesForms(t *testing.T) {
 func TestParseServicesRefuses(t *testing.T) {
 	for _, tc := range []struct{ raw, want string }{
 		{`{"a": {"url": "https://x", "retries": 3}}`, `services.a.retries: unknown setting`},
-		{`{"a": {"url": "https://x", "credentials": {"oauth2": {}}}}`, `services.a.credentials.oauth2: not supported by nexus`},
+		{`{"a": {"url": "https://x", "credentials": {"plugin": "vault"}}}`, `services.a.credentials.plugin: not supported by nexus`},
+		{`{"a": {"url": "https://x", "credentials": {"oauth2": {}}}}`, `services.a.credentials.oauth2: token_url required to use https scheme`},
+		{`{"a": {"url": "https://x", "credentials": {"oauth2": {"tokn_url": "https://t"}}}}`, `services.a.credentials.oauth2.tokn_url: unknown setting`},
+		{`{"a": {"url": "https://x", "credentials": {"s3_signing": {}}}}`, `services.a.credentials.s3_signing: a AWS credential service must be specified`},
+		{`{"a": {"url": "https://x", "credentials": {"bearer": {"token": "t"}, "oauth2": {}}}}`, `services.a.credentials: give one kind of credentials`},
+		{`{"a": {"url": "https://x", "credentials": {"client_tls": {"cert": "/nonexistent", "private_key": "/nonexistent"}}}}`, `services.a.credentials.client_tls: open /nonexistent`},
 		{`{"a": {"url": "https://x", "credentials": {"bearer": {"token": "t", "tokn": "u"}}}}`, `services.a.credentials.bearer.tokn: unknown setting`},
 		{`{"a": {"url": "https://x", "type": "oci"}}`, `services.a.type "oci": not supported by nexus`},
 		{`{"a": {"url": "ftp://x"}}`, `services.a.url: want an http or https URL`},
@@ -49,9 +54,9 @@ func TestParseServicesRefuses(t *testing.T) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.raw, err, tc.want)
 		}
 	}
-	_, err := ParseServices(json.RawMessage(`{"a": {"url": "https://x", "credentials": {"s3_signing": {}}}}`))
+	_, err := ParseServices(json.RawMessage(`{"a": {"url": "https://x", "credentials": {"plugin": "vault"}}}`))
 	if !errors.Is(err, ErrUnsupported) {
-		t.Errorf("s3_signing: %v does not wrap ErrUnsupported", err)
+		t.Errorf("plugin: %v does not wrap ErrUnsupported", err)
 	}
 }
 

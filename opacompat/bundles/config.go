@@ -1,4 +1,4 @@
-package bundlesync
+package bundles
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 	opakeys "github.com/open-policy-agent/opa/v1/keys"
 
 	"github.com/nexuspdp/nexus/bundle"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 )
 
 // OPA's defaults for a bundle's polling.

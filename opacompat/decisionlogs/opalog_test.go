@@ -1,4 +1,4 @@
-package opalog_test
+package decisionlogs_test
 
 import (
 	"bytes"
@@ -28,8 +28,8 @@ import (
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
-	"github.com/nexuspdp/nexus/internal/opaconfig"
-	"github.com/nexuspdp/nexus/internal/opalog"
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
+	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

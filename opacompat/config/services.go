@@ -1,0 +1,346 @@
+package config
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/logging"
+	"github.com/open-policy-agent/opa/v1/plugins/rest"
+)
+
+// DefaultResponseHeaderTimeout is how long a service may take to send
+// response headers when the configuration does not say (OPA's default).
+const DefaultResponseHeaderTimeout = 10 * time.Second
+
+// Service is one entry of the configuration's services: a base URL, the
+// headers and credentials every request to it carries, and an HTTP client
+// with its TLS settings. The credentials are OPA's own (package
+// plugins/rest): bearer, client_tls, oauth2, s3_signing, gcp_metadata and
+// azure_managed_identity behave as they do in OPA.
+type Service struct {
+	// Name is the service's name, which bundles, decision_logs and
+	// status refer to.
+	Name string
+	// URL is the base URL, without a trailing slash.
+	URL string
+
+	headers map[string]string
+	client  *http.Client
+
+	// auth is OPA's credentials plugin for the service. Its Prepare is
+	// not safe for concurrent use (oauth2 caches its token unguarded), so
+	// calls are serialised by authMu.
+	authMu sync.Mutex
+	auth   rest.HTTPAuthPlugin
+
+	waitOnce   sync.Once
+	waitClient *http.Client
+}
+
+var serviceKeys = []string{"name", "url", "headers", "allow_insecure_tls", "response_header_timeout_seconds", "tls", "credentials", "type"}
+
+// credentialKinds maps each credential kind OPA's rest package reads to
+// the settings it knows, taken from the package's own types so that the
+// two cannot drift apart. "plugin" (a credentials plugin registered in an
+// OPA build) is absent: nexus has no plugin registry.
+var credentialKinds = func() map[string][]string {
+	out := map[string][]string{}
+	f, _ := reflect.TypeFor[rest.Config]().FieldByName("Credentials")
+	for i := range f.Type.NumField() {
+		kf := f.Type.Field(i)
+		kind := jsonName(kf)
+		t := kf.Type
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			continue // plugin: a name, not settings
+		}
+		var keys []string
+		for j := range t.NumField() {
+			if n := jsonName(t.Field(j)); n != "" && t.Field(j).IsExported() {
+				keys = append(keys, n)
+			}
+		}
+		sort.Strings(keys)
+		out[kind] = keys
+	}
+	return out
+}()
+
+func jsonName(f reflect.StructField) string {
+	n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if n == "-" {
+		return ""
+	}
+	return n
+}
+
+// ParseServices reads the services section: either an object of name to
+// service, or a list of services each with a name (OPA accepts both).
+func ParseServices(raw json.RawMessage) (map[string]*Service, error) {
+	out := map[string]*Service{}
+	raw = json.RawMessage(strings.TrimSpace(string(raw)))
+	if len(raw) == 0 || string(raw) == "null" {
+		return out, nil
+	}
+	entries := map[string]json.RawMessage{}
+	if raw[0] == '[' {
+		var list []json.RawMessage
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("services: %w", err)
+		}
+		for i, r := range list {
+			var named struct {
+				Name string `json:"name"`
+			}
+			if err := json.Unmarshal(r, &named); err != nil {
+				return nil, fmt.Errorf("services[%d]: %w", i, err)
+			}
+			if named.Name == "" {
+				return nil, fmt.Errorf("services[%d]: a service in a list needs a name", i)
+			}
+			if _, dup := entries[named.Name]; dup {
+				return nil, fmt.Errorf("services: %q is named twice", named.Name)
+			}
+			entries[named.Name] = r
+		}
+	} else if err := json.Unmarshal(raw, &entries); err != nil {
+		return nil, fmt.Errorf("services: want an object or a list: %w", err)
+	}
+	names := make([]string, 0, len(entries))
+	for n := range entries {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s, err := parseService("services."+n, n, entries[n])
+		if err != nil {
+			return nil, err
+		}
+		out[n] = s
+	}
+	return out, nil
+}
+
+// parseService checks the service's settings by name (OPA's rest package
+// ignores what it does not know), then builds OPA's client for it: the
+// credentials plugin and its HTTP client are made here, so that a
+// credential OPA would refuse at its first request is refused at start.
+func parseService(where, name string, raw json.RawMessage) (*Service, error) {
+	m, err := Object(where, raw, serviceKeys)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		u, typ  string
+		timeout *int64
+		headers map[string]string
+	)
+	for key, dst := range map[string]any{"url": &u, "type": &typ, "response_header_timeout_seconds": &timeout, "headers": &headers} {
+		if err := Decode(where, m, key, dst); err != nil {
+			return nil, err
+		}
+	}
+	if typ != "" {
+		return nil, fmt.Errorf("%s.type %q: %w (nexus reads bundles over HTTP from a bundle server)", where, typ, ErrUnsupported)
+	}
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return nil, fmt.Errorf("%s.url: want an http or https URL, got %q", where, u)
+	}
+	for k, v := range headers {
+		if k == "" || strings.ContainsAny(k, "\r\n: ") || strings.ContainsAny(v, "\r\n") {
+			return nil, fmt.Errorf("%s.headers: %q is not a valid header", where, k)
+		}
+	}
+	if timeout != nil && *timeout < 0 {
+		return nil, fmt.Errorf("%s.response_header_timeout_seconds: must not be negative", where)
+	}
+	if _, err := Object(where+".tls", m["tls"], []string{"ca_cert", "system_ca_required"}); err != nil {
+		return nil, err
+	}
+	kind, err := checkCredentials(where+".credentials", m["credentials"])
+	if err != nil {
+		return nil, err
+	}
+
+	// rest.New fills in OPA's defaults (the response header timeout, the
+	// URL without its trailing slash) and the logger its plugins need.
+	c, err := rest.New(raw, nil, rest.Logger(logging.NewNoOpLogger()))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	cfg := c.Config()
+	// Every credentials plugin starts from OPA's TLS settings: read them
+	// first so that a bad tls.ca_cert is named as such.
+	if _, err := rest.DefaultTLSConfig(*cfg); err != nil {
+		return nil, fmt.Errorf("%s.tls.ca_cert: %w", where, err)
+	}
+	auth, err := cfg.AuthPlugin(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", kind, err)
+	}
+	hc, err := auth.NewClient(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", kind, err)
+	}
+	return &Service{Name: name, URL: cfg.URL, headers: headers, client: hc, auth: auth}, nil
+}
+
+// checkCredentials refuses an unknown credential kind, more than one
+// kind, or a setting the kind does not know, by name. It returns the
+// setting that names the kind given (where itself when none is).
+func checkCredentials(where string, raw json.RawMessage) (string, error) {
+	kinds := make([]string, 0, len(credentialKinds))
+	for k := range credentialKinds {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	cm, err := Object(where, raw, kinds, "plugin")
+	if err != nil {
+		return "", err
+	}
+	if len(cm) > 1 {
+		return "", fmt.Errorf("%s: give one kind of credentials", where)
+	}
+	for kind, r := range cm {
+		where += "." + kind
+		km, err := Object(where, r, credentialKinds[kind])
+		if err != nil {
+			return "", err
+		}
+		if kind == "client_tls" {
+			if err := checkClientCert(where, km); err != nil {
+				return "", err
+			}
+		}
+		if kind == "bearer" {
+			var path string
+			if err := Decode(where, km, "token_path", &path); err != nil {
+				return "", err
+			}
+			if path != "" {
+				if err := checkTokenFile(path); err != nil {
+					return "", fmt.Errorf("%s.token_path: %w", where, err)
+				}
+			}
+		}
+	}
+	return where, nil
+}
+
+// checkClientCert loads client_tls' certificate and key once at start
+// (OPA loads them at the first handshake), so that a wrong path or a key
+// that does not match is refused before the first request. A key with a
+// passphrase is left to OPA.
+func checkClientCert(where string, m map[string]json.RawMessage) error {
+	var cert, key, pass string
+	for k, dst := range map[string]*string{"cert": &cert, "private_key": &key, "private_key_passphrase": &pass} {
+		if err := Decode(where, m, k, dst); err != nil {
+			return err
+		}
+	}
+	if cert == "" || key == "" || pass != "" {
+		return nil // OPA names a missing cert or key
+	}
+	if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return nil
+}
+
+// checkTokenFile reads a bearer token_path once at start, so that a
+// missing file or a file of several lines is refused before the first
+// request (OPA reads it again on every request, and so does nexus).
+func checkTokenFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if strings.ContainsAny(strings.TrimSpace(string(b)), "\r\n") {
+		return fmt.Errorf("%s holds more than one line", path)
+	}
+	return nil
+}
+
+// NewRequest builds a request to the service's URL joined with path,
+// with the service's headers and credentials (a token fetched or a
+// signature computed now, by OPA's credentials plugin).
+func (s *Service) NewRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+"/"+strings.TrimLeft(path, "/"), body)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	for k, v := range s.headers {
+		req.Header.Set(k, v)
+	}
+	s.authMu.Lock()
+	err = s.auth.Prepare(req)
+	s.authMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("service %s: credentials: %w", s.Name, err)
+	}
+	return req, nil
+}
+
+// Do sends a request built by NewRequest.
+func (s *Service) Do(req *http.Request) (*http.Response, error) {
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	return resp, nil
+}
+
+// DoWait sends a request built by NewRequest without the response header
+// timeout, for long polls: the server holds such a request until it has
+// something new, and the caller bounds the wait with the request's
+// context (OPA lifts the timeout for long polls the same way).
+func (s *Service) DoWait(req *http.Request) (*http.Response, error) {
+	s.waitOnce.Do(func() {
+		s.waitClient = s.client
+		if tr, ok := s.client.Transport.(*http.Transport); ok {
+			tr = tr.Clone()
+			tr.ResponseHeaderTimeout = 0
+			c := *s.client
+			c.Transport = tr
+			s.waitClient = &c
+		}
+	})
+	resp, err := s.waitClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	return resp, nil
+}
+
+// Lookup returns the named service, or the only one when name is empty
+// (OPA's rule when a section names no service). where names the setting
+// that refers to it.
+func Lookup(services map[string]*Service, where, name string) (*Service, error) {
+	if name == "" {
+		if len(services) == 1 {
+			for _, s := range services {
+				return s, nil
+			}
+		}
+		return nil, fmt.Errorf("%s: name a service (%d are configured)", where, len(services))
+	}
+	s, ok := services[name]
+	if !ok {
+		return nil, fmt.Errorf("%s: no service named %q", where, name)
+	}
+	return s, nil
+}
