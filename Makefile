@@ -6,6 +6,7 @@
 
 GO        ?= go
 BIN       ?= bin/nexus
+BENCH_BIN ?= bin/nexus-bench
 PKGS      ?= ./...
 # TAGS are the build tags of the binary and of the tests. vtprotobuf
 # compiles go-control-plane's generated protobuf encoders, which the
@@ -15,12 +16,16 @@ TAGS      ?= vtprotobuf
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/nexuspdp/nexus/internal/version.Version=$(VERSION)
 
-.PHONY: all build test test-go deps check bench bench-large bench-peers bench-go plugin clean
+.PHONY: all build build-bench test test-go deps check bench bench-large bench-peers bench-go plugin clean
 
 all: build
 
 build:
 	$(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nexus
+
+# build-bench builds the benchmark lab, a module of its own (bench/).
+build-bench:
+	cd bench && $(GO) build -tags '$(TAGS)' -trimpath -o $(CURDIR)/$(BENCH_BIN) ./cmd/nexus-bench
 
 # deps installs the third-party programs the end-to-end tests drive.
 deps:
@@ -37,6 +42,7 @@ test: deps build check
 	$(GO) test -tags '$(TAGS)' -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -tags '$(TAGS)' -count=1 -run 'TestDefaultPolicyMatchesReference' ./pdp/
 	$(GO) test -race -count=1 ./extauthz/internal/envoygrpc/
+	cd bench && $(GO) test -tags '$(TAGS)' -race -count=1 -timeout 15m ./...
 	@rm -f $(E2E_NOTES)
 	cd e2e && NEXUS_REQUIRE_TOOLS=1 NEXUS_TEST_NOTES=$(E2E_NOTES) $(GO) test -tags '$(TAGS)' -count=1 -timeout 30m ./...; s=$$?; cat $(E2E_NOTES) 2>/dev/null; rm -f $(E2E_NOTES); exit $$s
 
@@ -47,7 +53,8 @@ check:
 	$(GO) tool staticcheck -tags '$(TAGS)' $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) mod tidy
-	@git diff --exit-code -- go.mod go.sum || (echo "go mod tidy changed go.mod/go.sum"; exit 1)
+	cd bench && $(GO) vet -tags '$(TAGS)' ./... && $(GO) tool staticcheck -tags '$(TAGS)' ./... && $(GO) mod tidy
+	@git diff --exit-code -- go.mod go.sum bench/go.mod bench/go.sum || (echo "go mod tidy changed go.mod/go.sum"; exit 1)
 
 # bench-go runs the Go benchmarks beside the code.
 bench-go:
@@ -67,24 +74,24 @@ BENCH_FLAGS     ?= --warmup 3s --duration 20s --step 3s --start-rate 1000
 GATEWAY_FLAGS   ?=
 PEERS_FLAGS     ?=
 
-bench: build
-	$(BIN) bench run --profile small --seed 1 --out $(BENCH_OUT) $(BENCH_FLAGS)
-	$(BIN) bench gateway --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/gateway $(GATEWAY_FLAGS)
+bench: build build-bench
+	$(BENCH_BIN) run --nexus $(BIN) --profile small --seed 1 --out $(BENCH_OUT) $(BENCH_FLAGS)
+	$(BENCH_BIN) gateway --nexus $(BIN) --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/gateway $(GATEWAY_FLAGS)
 
 # bench-peers installs OPA and OpenFGA (scripts/bench-peers.sh), runs nexus
 # (cache on and off, /allowed and gRPC), OPA, OpenFGA, the allow-only nexus
 # and the transport floor side by side on the Zipf, RBAC and ReBAC depth 3
 # workloads in three interleaved rounds, then the gateway run, and prints
 # the tables BENCHMARKS.md shows: about 40 minutes on 2 cores.
-bench-peers: build
+bench-peers: build build-bench
 	./scripts/bench-peers.sh
-	$(BIN) bench peers --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/peers $(PEERS_FLAGS)
-	$(BIN) bench gateway --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/gateway $(GATEWAY_FLAGS)
+	$(BENCH_BIN) peers --nexus $(BIN) --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/peers $(PEERS_FLAGS)
+	$(BENCH_BIN) gateway --nexus $(BIN) --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/gateway $(GATEWAY_FLAGS)
 
 # bench-large does the same on the 20-million-tuple data set (generated
 # and imported once into $(BENCH_LARGE_OUT); about 1 GB of disk).
-bench-large: build
-	$(BIN) bench run --profile large --seed 1 --out $(BENCH_LARGE_OUT) $(BENCH_FLAGS)
+bench-large: build build-bench
+	$(BENCH_BIN) run --nexus $(BIN) --profile large --seed 1 --out $(BENCH_LARGE_OUT) $(BENCH_FLAGS)
 
 # plugin builds the proxy-wasm edge filter with the standard Go toolchain as a
 # WASI reactor (no TinyGo); its tests build their own copy.

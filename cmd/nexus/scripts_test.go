@@ -1,16 +1,10 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/nexuspdp/nexus/extauthz"
-	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // exitOf runs nexus and returns its output and exit status.
@@ -35,7 +29,6 @@ func TestWrongInvocationExits2(t *testing.T) {
 		{"unknown-command", []string{"serv"}, `unknown command "serv" for "nexus"`},
 		{"unknown-subcommand", []string{"rel", "chek"}, `unknown command "chek" for "nexus rel"`},
 		{"unknown-sub-subcommand", []string{"rel", "schema", "show"}, `unknown command "show" for "nexus rel schema"`},
-		{"unknown-bench-command", []string{"bench", "go"}, `unknown command "go"`},
 		{"unknown-flag", []string{"serve", "--grpc-adr", "x"}, "unknown flag: --grpc-adr"},
 		{"unknown-root-flag", []string{"--verbose"}, "unknown flag: --verbose"},
 		{"bad-flag-value", []string{"serve", "--cache-size", "many"}, `invalid argument "many"`},
@@ -53,10 +46,6 @@ func TestWrongInvocationExits2(t *testing.T) {
 		{"write-no-tuple", []string{"rel", "write", dd}, "requires at least 1 arg(s)"},
 		{"import-bad-format", []string{"rel", "import", "--format", "xml", "-", dd}, `"xml"`},
 		{"export-bad-format", []string{"rel", "export", "--format", "xml", dd}, `"xml"`},
-		{"gate-no-file", []string{"gate"}, `required flag(s) "file" not set`},
-		{"gate-bad-interface", []string{"gate", "--interface", "smtp", "--file", "x"}, `--interface "smtp"`},
-		{"gate-bad-format", []string{"gate", "--file", "x", "--format", "csv"}, `--format "csv"`},
-		{"bench-bad-profile", []string{"bench", "gen", "--profile", "huge", "--out", t.TempDir()}, `profile "huge"`},
 		{"convert-no-file", []string{"rel", "schema", "convert"}, "accepts 1 arg(s)"},
 	}
 	for _, tt := range tests {
@@ -163,88 +152,6 @@ number := 7
 			}
 			if code != tt.code || out != tt.want {
 				t.Fatalf("exit %d, output %q; want %d, %q (err %v)", code, out, tt.code, tt.want, err)
-			}
-		})
-	}
-}
-
-// TestGateForScripts runs nexus gate against a real server: --format
-// json, the exit status, and --api-key for the application interfaces.
-func TestGateForScripts(t *testing.T) {
-	ctx := context.Background()
-	store := fixture.DemoStore(t)
-	srv, err := extauthz.New(ctx, extauthz.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Policy: fixture.Bundle(t),
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIKey: "gate-app-key-0123456789",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
-	dir := t.TempDir()
-	right := filepath.Join(dir, "right.ndjson")
-	wrong := filepath.Join(dir, "wrong.ndjson")
-	const alice = `{"user":"alice","action":"read","type":"file","id":"report.pdf","tenant":"acme","allow":true}` + "\n"
-	const carol = `{"user":"carol","action":"read","type":"file","id":"report.pdf","tenant":"acme","allow":false}` + "\n"
-	const carolWrong = `{"user":"carol","action":"read","type":"file","id":"report.pdf","tenant":"acme","allow":true}` + "\n"
-	if err := os.WriteFile(right, []byte(alice+carol), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(wrong, []byte(alice+carolWrong), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr, httpAddr := srv.Addr("grpc").String(), srv.Addr("http").String()
-	type answer struct {
-		File      string `json:"file"`
-		Interface string `json:"interface"`
-		Passed    bool   `json:"passed"`
-		Checks    int    `json:"checks"`
-		Right     int    `json:"right"`
-		Wrong     []struct {
-			Line  int    `json:"line"`
-			Got   bool   `json:"got"`
-			Error string `json:"error"`
-		} `json:"wrong"`
-	}
-	tests := []struct {
-		name      string
-		args      []string
-		env       string
-		code      int
-		right     int
-		wrongLine int
-		wrongErr  string
-	}{
-		{"grpc", []string{"--target", grpcAddr, "--file", right}, "", exitOK, 2, 0, ""},
-		{"grpc-wrong", []string{"--target", grpcAddr, "--file", wrong}, "", exitFailure, 1, 2, ""},
-		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-app-key-0123456789", "--file", right}, "", exitOK, 2, 0, ""},
-		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-app-key-0123456789", exitOK, 2, 0, ""},
-		{"allowed-no-key", []string{"--target", httpAddr, "--interface", "allowed", "--file", right}, "", exitFailure, 0, 1, "401"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv("NEXUS_APP_API_KEY", tt.env)
-			out, code := exitOf(t, "", append([]string{"gate", "--format", "json"}, tt.args...)...)
-			if code != tt.code {
-				t.Fatalf("exit %d, want %d:\n%s", code, tt.code, out)
-			}
-			line, _, _ := strings.Cut(out, "\n")
-			var a answer
-			if err := json.Unmarshal([]byte(line), &a); err != nil {
-				t.Fatalf("not one line of JSON: %v\n%s", err, out)
-			}
-			if a.Checks != 2 || a.Right != tt.right || a.Passed != (tt.code == exitOK) || a.File == "" || a.Interface == "" || a.Wrong == nil {
-				t.Fatalf("answer %+v", a)
-			}
-			if tt.wrongLine != 0 && (a.Wrong[0].Line != tt.wrongLine || !strings.Contains(a.Wrong[0].Error, tt.wrongErr)) {
-				t.Fatalf("wrong %+v, want line %d with error %q", a.Wrong, tt.wrongLine, tt.wrongErr)
 			}
 		})
 	}

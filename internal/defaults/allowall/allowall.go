@@ -1,7 +1,7 @@
 // Package allowall embeds an allow-only policy: its envoy and authz
 // entrypoints (nexus/envoy/result, nexus/authz/decision) allow every
-// request. `nexus bench` runs it as the baseline, so the cost of nexus'
-// real policy shows as the difference.
+// request. nexus-bench (the lab in bench/) runs it as the baseline, so
+// the cost of nexus' real policy shows as the difference.
 //
 //	nexus serve --policy internal/defaults/allowall
 //

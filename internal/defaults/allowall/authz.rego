@@ -1,5 +1,5 @@
 # An allow-only policy for application checks (AuthZEN, /allowed): the
-# baseline of `nexus bench`.
+# baseline of nexus-bench.
 package nexus.authz
 
 import rego.v1
