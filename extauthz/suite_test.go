@@ -487,3 +487,35 @@ func BenchmarkSuite(b *testing.B) {
 		})
 	}
 }
+
+// TestSuiteDump writes, when NEXUS_SUITE_DUMP names a directory, each
+// policy's benchmark request twice: POLICY.request.json, the CheckRequest
+// in protojson (what Envoy sends nexus), and POLICY.input.json, {"input":
+// the document opa-envoy-plugin builds from it} (what a client of OPA's
+// REST API sends). scripts/bench-suite-served.sh serves both.
+func TestSuiteDump(t *testing.T) {
+	dir := os.Getenv("NEXUS_SUITE_DUMP")
+	if dir == "" {
+		t.Skip("NEXUS_SUITE_DUMP is not set")
+	}
+	for _, p := range loadSuite(t) {
+		in, err := pluginInput(p.bench.req)
+		if err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		doc, err := json.Marshal(map[string]any{"input": in})
+		if err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		req, err := protojson.Marshal(p.bench.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p.name+".input.json"), doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p.name+".request.json"), req, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
