@@ -16,7 +16,7 @@ TAGS      ?= vtprotobuf
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/nexuspdp/nexus/internal/version.Version=$(VERSION)
 
-.PHONY: all build build-bench test test-go deps check bench bench-large bench-peers bench-go plugin clean
+.PHONY: all build build-bench test test-go deps check bench bench-large bench-peers bench-go bench-suite plugin clean
 
 all: build
 
@@ -59,6 +59,14 @@ check:
 # bench-go runs the Go benchmarks beside the code.
 bench-go:
 	$(GO) test -tags '$(TAGS)' -run '^$$' -bench . -benchmem $(PKGS)
+
+# bench-suite runs BenchmarkSuite (extauthz) on every policy of
+# bench/suite/policies: nexus in process with the cache off, OPA on
+# pre-parsed input and OPA on input converted as opa-envoy-plugin does,
+# three interleaved rounds; the table of medians lands in
+# $(BENCH_OUT)/suite/suite.md (see docs/bench/suite.md). About 4 minutes.
+bench-suite:
+	BENCH_SUITE_OUT=$(BENCH_OUT)/suite ./scripts/bench-suite.sh
 
 # bench runs Permit's published Nexus PDP method on the small data set
 # (gen, gate, latency and capacity for RBAC and ReBAC depth 0-3 over gRPC,

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The policy suite served: for each policy of bench/suite/policies (but
+# nexus' default policy, whose builtins OPA does not have), nexus serve
+# (ext_authz gRPC, decision cache off) and opa run --server (its REST data
+# API, with the input opa-envoy-plugin would build from the same
+# CheckRequest) are loaded with the policy and driven one after the other
+# by scripts/suite-served.go (C clients, a WINDOW each, ROUNDS rounds);
+# the table gives the medians of the rounds' median latency and of the
+# server's CPU per check. OPA is installed as scripts/bench-peers.sh
+# installs it (pinned version) when it is missing.
+#
+#   scripts/bench-suite-served.sh            # writes bench-out/suite/served.md
+#   ROUNDS=3 WINDOW=5s C=4 BENCH_SUITE_RUN='jwt' scripts/bench-suite-served.sh
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+out="${BENCH_SUITE_OUT:-bench-out/suite}"
+rounds="${ROUNDS:-3}"
+window="${WINDOW:-3s}"
+conns="${C:-4}"
+run="${BENCH_SUITE_RUN:-.}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+OPA_VERSION=v1.22.3
+opa="$(go env GOPATH)/bin/opa"
+if ! go version -m "$opa" 2>/dev/null | grep -qE "mod[[:space:]]+github.com/open-policy-agent/opa[[:space:]]+$OPA_VERSION"; then
+	echo "bench-suite-served: installing opa $OPA_VERSION" >&2
+	go install "github.com/open-policy-agent/opa@$OPA_VERSION"
+fi
+go build -o "$work/nexus" ./cmd/nexus
+go build -o "$work/driver" scripts/suite-served.go
+mkdir -p "$work/inputs"
+NEXUS_SUITE_DUMP="$work/inputs" go test -count=1 -run '^TestSuiteDump$' ./extauthz >/dev/null
+
+# wait_for URL: until it answers (a server's health endpoint).
+wait_for() {
+	for _ in $(seq 1 100); do
+		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "bench-suite-served: $1 did not come up" >&2
+	return 1
+}
+
+: > "$out/served.txt"
+for m in bench/suite/policies/*/suite.json; do
+	dir="$(dirname "$m")"
+	name="$(basename "$dir")"
+	[[ "$name" =~ $run ]] || continue
+	grep -q '"default": true' "$m" && continue
+	from="$(sed -n 's/.*"from": *"\([^"]*\)".*/\1/p' "$m")"
+	src="${from:-$dir}"
+	pol="$work/policy-$name"
+	mkdir -p "$pol"
+	cp "$src"/*.rego "$pol/"
+	[ -f "$src/data.json" ] && cp "$src/data.json" "$pol/"
+
+	"$work/nexus" serve --policy "$pol" -e envoy/authz/allow --envoy-entrypoint envoy/authz/allow \
+		--authz-entrypoint - --no-cache --data-dir "$work/data-$name" --grpc-addr 127.0.0.1:19191 \
+		--http-addr 127.0.0.1:19181 --admin-addr - --log-level error >"$work/nexus-$name.log" 2>&1 &
+	npid=$!; pids+=("$npid")
+	args=(run --server --addr 127.0.0.1:18181 --log-level error "$pol"/*.rego)
+	[ -f "$pol/data.json" ] && args+=("$pol/data.json")
+	"$opa" "${args[@]}" >"$work/opa-$name.log" 2>&1 &
+	opid=$!; pids+=("$opid")
+	wait_for http://127.0.0.1:19181/healthz
+	wait_for http://127.0.0.1:18181/health
+
+	for i in $(seq 1 "$rounds"); do
+		"$work/driver" -name "$name nexus" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json" \
+			-pid "$npid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
+		"$work/driver" -name "$name opa" -rest http://127.0.0.1:18181/v1/data/envoy/authz/allow \
+			-body "$work/inputs/$name.input.json" -pid "$opid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
+	done
+	kill "$npid" "$opid"; wait "$npid" "$opid" 2>/dev/null || true
+	pids=()
+done
+
+{
+	echo "| policy | nexus p50 µs | OPA p50 µs | nexus CPU µs/check | OPA CPU µs/check | nexus checks/s | OPA checks/s |"
+	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+	awk '
+	function median(key,   n, i, j, t, v) {
+		n = cnt[key]
+		for (i = 1; i <= n; i++) v[i] = vals[key, i]
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+		if (n % 2) return v[(n + 1) / 2]
+		return (v[n / 2] + v[n / 2 + 1]) / 2
+	}
+	{
+		if (!($1 in seen)) { seen[$1] = 1; order[++np] = $1 }
+		for (f = 3; f <= NF; f++) {
+			split($f, kv, "=")
+			key = $1 SUBSEP $2 SUBSEP kv[1]
+			vals[key, ++cnt[key]] = kv[2]
+		}
+	}
+	END {
+		for (i = 1; i <= np; i++) {
+			p = order[i]
+			printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", p,
+				median(p SUBSEP "nexus" SUBSEP "p50"), median(p SUBSEP "opa" SUBSEP "p50"),
+				median(p SUBSEP "nexus" SUBSEP "cpu"), median(p SUBSEP "opa" SUBSEP "cpu"),
+				median(p SUBSEP "nexus" SUBSEP "rps"), median(p SUBSEP "opa" SUBSEP "rps")
+		}
+	}' "$out/served.txt"
+	echo
+	echo "Medians of $rounds rounds of $window with $conns clients at once on loopback, the client on the same machine ($(nproc) CPUs, $(git rev-parse --short HEAD)); CPU per check from /proc (10 ms ticks)."
+} > "$out/served.md"
+cat "$out/served.md"
