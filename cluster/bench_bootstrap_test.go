@@ -21,7 +21,6 @@ import (
 
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/internal/bench"
 	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
@@ -36,10 +35,10 @@ import (
 // setup stay in this process.
 //
 // It is opt-in, for its time, memory and disk (several GB under
-// $TMPDIR): NEXUS_BENCH_BOOTSTRAP=1 runs it, with -benchtime=1x.
-// NEXUS_BENCH_BOOTSTRAP_DATA names a data set directory made by
-// `nexus bench gen` (default: generate the large one, seed 1);
-// NEXUS_BENCH_BOOTSTRAP_TUPLES imports only that many of its tuples.
+// $TMPDIR): NEXUS_BENCH_BOOTSTRAP_DATA names a data set directory made by
+// the benchmark lab (`nexus-bench gen --profile large`, in bench/), with
+// -benchtime=1x; NEXUS_BENCH_BOOTSTRAP_TUPLES imports only that many of
+// its tuples.
 //
 // The store is built by a direct import (the log would take hours), then
 // made a replica's snapshot: the revision after the import's records the
@@ -48,18 +47,12 @@ import (
 // so the new replica sees a snapshot that reaches the log, as it would in
 // production.
 func BenchmarkBootstrap(b *testing.B) {
-	if os.Getenv("NEXUS_BENCH_BOOTSTRAP") == "" {
-		b.Skip("set NEXUS_BENCH_BOOTSTRAP=1 to bootstrap a replica from a snapshot of the 20M-tuple data set")
+	data := os.Getenv("NEXUS_BENCH_BOOTSTRAP_DATA")
+	if data == "" {
+		b.Skip("set NEXUS_BENCH_BOOTSTRAP_DATA to a data set made by nexus-bench gen --profile large to bootstrap a replica from its snapshot")
 	}
 	ctx := context.Background()
 	tmp := b.TempDir()
-	data := os.Getenv("NEXUS_BENCH_BOOTSTRAP_DATA")
-	if data == "" {
-		data = filepath.Join(tmp, "data")
-		if _, err := bench.Generate(ctx, bench.GenConfig{Profile: bench.Profiles["large"], Seed: 1, Out: data}); err != nil {
-			b.Fatal(err)
-		}
-	}
 	limit, _ := strconv.ParseInt(os.Getenv("NEXUS_BENCH_BOOTSTRAP_TUPLES"), 10, 64)
 
 	// The store, imported directly.
@@ -69,7 +62,7 @@ func BenchmarkBootstrap(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	schemaSrc, err := os.ReadFile(filepath.Join(data, bench.SchemaFile))
+	schemaSrc, err := os.ReadFile(filepath.Join(data, "schema.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,7 +73,7 @@ func BenchmarkBootstrap(b *testing.B) {
 	if _, err := src.WriteSchema(ctx, sc, false); err != nil {
 		b.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(data, bench.TuplesFile))
+	f, err := os.Open(filepath.Join(data, "tuples.txt"))
 	if err != nil {
 		b.Fatal(err)
 	}
