@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the peers `nexus bench peers` compares nexus with, when they
+# Installs the peers `nexus-bench peers` compares nexus with, when they
 # are missing: OPA and OpenFGA, built from source with the Go toolchain
 # into $(go env GOPATH)/bin. The versions are pinned here.
 set -euo pipefail

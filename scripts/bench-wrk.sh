@@ -12,7 +12,7 @@
 #   nexus allow-only POST /allowed and AuthZEN's evaluation, a policy
 #                    that allows everything
 #   opa              POST /v1/data/nexusbench/allow (same data, the
-#                    equivalent Rego policy `nexus bench peers` uses)
+#                    equivalent Rego policy `nexus-bench peers` uses)
 #   ...-rbac, ...-rebac3
 #                    nexus --no-cache and OPA on the rbac and rebac3 gate
 #                    files (1,000 checks each), when the data set has them
@@ -24,7 +24,7 @@
 # `make bench-peers` in bench-out/ (data/, peers/opa, peers/nexus-data,
 # peers/allowall), opa on PATH or in $(go env GOPATH)/bin, wrk and taskset.
 # BENCH_DATA and BENCH_NEXUS_DATA point at another data set (its
-# directory from `nexus bench gen`, with a Zipf workload, and a nexus
+# directory from `nexus-bench gen`, with a Zipf workload, and a nexus
 # data directory holding its tuples); BENCH_PEERS= leaves OPA out.
 #
 #   scripts/bench-wrk.sh [N] [DURATION] [ROUNDS]
