@@ -79,7 +79,9 @@ var NexusBuiltins = []HostBuiltin{
 // OPA's evaluator: json.marshal writes an object's keys in its hash
 // table's order and does not escape <, > and &; concat joins a set's
 // elements in its hash order; json.unmarshal and json.is_valid stop after
-// the first JSON value ("10KiB" is 10). The compiler calls these names in place
+// the first JSON value ("10KiB" is 10); glob.match answers as OPA does but
+// costs some 30 µs a call there, about ten times the host's call of OPA's
+// implementation, which keeps compiled patterns. The compiler calls these names in place
 // of the builtins; the engine runs each alias as the OPA builtin it
 // names.
 var OPAHostAliases = map[string]string{
@@ -87,4 +89,5 @@ var OPAHostAliases = map[string]string{
 	"nexus.internal.concat":         "concat",
 	"nexus.internal.json_unmarshal": "json.unmarshal",
 	"nexus.internal.json_is_valid":  "json.is_valid",
+	"nexus.internal.glob_match":     "glob.match",
 }
