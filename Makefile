@@ -73,9 +73,10 @@ bench-suite:
 # RBAC and depth 3 over /allowed and AuthZEN, each next to an allow-only
 # baseline) with short windows, then the gateway run (real nginx and
 # Caddy in front of nexus, the Zipf workload at 100 requests/s, three
-# rounds of 20 s against an allow-only nexus): about 20 minutes on 2
-# cores. Reports land in $(BENCH_OUT)/report.md and report.json and in
-# $(BENCH_OUT)/gateway/ (see BENCHMARKS.md).
+# rounds of 20 s against an allow-only nexus), then the policy suite
+# (bench-suite): about 25 minutes on 2 cores. Reports land in
+# $(BENCH_OUT)/report.md and report.json, $(BENCH_OUT)/gateway/ and
+# $(BENCH_OUT)/suite/ (see BENCHMARKS.md).
 BENCH_OUT       ?= bench-out
 BENCH_LARGE_OUT ?= bench-out-large
 BENCH_FLAGS     ?= --warmup 3s --duration 20s --step 3s --start-rate 1000
@@ -85,6 +86,7 @@ PEERS_FLAGS     ?=
 bench: build build-bench
 	$(BENCH_BIN) run --nexus $(BIN) --profile small --seed 1 --out $(BENCH_OUT) $(BENCH_FLAGS)
 	$(BENCH_BIN) gateway --nexus $(BIN) --profile small --seed 1 --data $(BENCH_OUT)/data --out $(BENCH_OUT)/gateway $(GATEWAY_FLAGS)
+	BENCH_SUITE_OUT=$(BENCH_OUT)/suite ./scripts/bench-suite.sh
 
 # bench-peers installs OPA and OpenFGA (scripts/bench-peers.sh), runs nexus
 # (cache on and off, /allowed and gRPC), OPA, OpenFGA, the allow-only nexus
