@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp"
 )
 

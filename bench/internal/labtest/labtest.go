@@ -73,14 +73,14 @@ func Compile(fsys fs.FS, files []string, data string, rev string) (*bundle.Bundl
 }
 
 // DefaultBundle is the product's default policy
-// (internal/defaults/policy), compiled once by Compile.
+// (defaults/policy), compiled once by Compile.
 var DefaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 	dir := filepath.Join(ProductDir(), "internal", "defaults", "policy")
 	return Compile(os.DirFS(dir), []string{"authz.rego", "envoy.rego", "data.json"}, "data.json", "default")
 })
 
 // DemoStore opens a store in a temporary directory holding the product's
-// drive schema and demo tuples (internal/defaults/drive), as nexus serve
+// drive schema and demo tuples (defaults/drive), as nexus serve
 // writes them on first start. Start closes it.
 func DemoStore(tb testing.TB) *datastore.BoltStore {
 	tb.Helper()
