@@ -46,6 +46,10 @@ type Service struct {
 
 	waitOnce   sync.Once
 	waitClient *http.Client
+
+	// raw and cfg are the service's settings, for Client.
+	raw json.RawMessage
+	cfg rest.Config
 }
 
 var serviceKeys = []string{"name", "url", "headers", "allow_insecure_tls", "response_header_timeout_seconds", "tls", "credentials", "type"}
@@ -196,7 +200,7 @@ func parseService(where, name string, raw json.RawMessage) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", kind, err)
 	}
-	return &Service{Name: name, URL: cfg.URL, headers: headers, client: hc, auth: auth}, nil
+	return &Service{Name: name, URL: cfg.URL, headers: headers, client: hc, auth: auth, raw: raw, cfg: *cfg}, nil
 }
 
 // checkCredentials refuses an unknown credential kind, more than one
@@ -324,6 +328,57 @@ func (s *Service) DoWait(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	return resp, nil
+}
+
+// Client returns OPA's REST client for the service, as OPA's bundle
+// downloader takes it. It shares the service's credentials (prepared under
+// the same lock as NewRequest's); wrap, when not nil, wraps the transport of
+// each HTTP client it makes.
+func (s *Service) Client(wrap func(http.RoundTripper) http.RoundTripper) (rest.Client, error) {
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(s.raw, &m); err != nil {
+		return rest.Client{}, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	// The credentials become a plugin that hands over to the service's
+	// own, so that both clients share one token and one lock.
+	m["credentials"] = json.RawMessage(`{"plugin":"nexus"}`)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return rest.Client{}, fmt.Errorf("service %s: %w", s.Name, err)
+	}
+	shared := &sharedAuth{s: s, wrap: wrap}
+	return rest.New(raw, nil, rest.Logger(logging.NewNoOpLogger()),
+		rest.AuthPluginLookup(func(string) rest.HTTPAuthPlugin { return shared }))
+}
+
+// sharedAuth is the credentials plugin of the clients Client returns.
+type sharedAuth struct {
+	s    *Service
+	wrap func(http.RoundTripper) http.RoundTripper
+}
+
+var _ rest.HTTPAuthPlugin = (*sharedAuth)(nil)
+
+func (a *sharedAuth) NewClient(c rest.Config) (*http.Client, error) {
+	c.Credentials = a.s.cfg.Credentials // the service's, not the plugin
+	a.s.authMu.Lock()
+	hc, err := a.s.auth.NewClient(c)
+	a.s.authMu.Unlock()
+	if err != nil || a.wrap == nil {
+		return hc, err
+	}
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	hc.Transport = a.wrap(next)
+	return hc, nil
+}
+
+func (a *sharedAuth) Prepare(req *http.Request) error {
+	a.s.authMu.Lock()
+	defer a.s.authMu.Unlock()
+	return a.s.auth.Prepare(req)
 }
 
 // Lookup returns the named service, or the only one when name is empty
