@@ -17,11 +17,11 @@ import (
 // unpacked files must fit in limit bytes together, each entry must be a
 // regular file or a directory, and no name may climb out of the bundle
 // or name the same file twice (so that every reader of the archive sees
-// the same files). signed reports whether it holds a .signatures.json.
-func checkArchive(raw []byte, limit int64) (signed bool, err error) {
+// the same files).
+func checkArchive(raw []byte, limit int64) error {
 	gz, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
-		return false, fmt.Errorf("bundle archive: gzip: %w", err)
+		return fmt.Errorf("bundle archive: gzip: %w", err)
 	}
 	defer gz.Close()
 	tr := tar.NewReader(gz)
@@ -30,14 +30,14 @@ func checkArchive(raw []byte, limit int64) (signed bool, err error) {
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return signed, nil
+			return nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("bundle archive: tar: %w", err)
+			return fmt.Errorf("bundle archive: tar: %w", err)
 		}
 		for _, elem := range strings.FieldsFunc(hdr.Name, func(r rune) bool { return r == '/' || r == '\\' }) {
 			if elem == ".." {
-				return false, fmt.Errorf("%w: %q leaves the bundle", ErrUnsafeArchive, hdr.Name)
+				return fmt.Errorf("%w: %q leaves the bundle", ErrUnsafeArchive, hdr.Name)
 			}
 		}
 		switch hdr.Typeflag {
@@ -45,46 +45,51 @@ func checkArchive(raw []byte, limit int64) (signed bool, err error) {
 			continue
 		case tar.TypeReg:
 		default:
-			return false, fmt.Errorf("%w: %q is not a regular file (tar type %q)", ErrUnsafeArchive, hdr.Name, hdr.Typeflag)
+			return fmt.Errorf("%w: %q is not a regular file (tar type %q)", ErrUnsafeArchive, hdr.Name, hdr.Typeflag)
 		}
 		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
 		if seen[name] {
-			return false, fmt.Errorf("%w: %q appears twice", ErrUnsafeArchive, name)
+			return fmt.Errorf("%w: %q appears twice", ErrUnsafeArchive, name)
 		}
 		seen[name] = true
-		signed = signed || strings.HasSuffix(name, signaturesFile)
 		n, err := io.Copy(io.Discard, io.LimitReader(tr, limit-total+1))
 		if err != nil {
-			return false, fmt.Errorf("bundle archive: %s: %w", name, err)
+			return fmt.Errorf("bundle archive: %s: %w", name, err)
 		}
 		if total += n; total > limit {
-			return false, fmt.Errorf("%w: more than %d bytes unpacked", ErrTooLarge, limit)
+			return fmt.Errorf("%w: more than %d bytes unpacked", ErrTooLarge, limit)
 		}
 	}
 }
 
-// readOPA reads the archive with OPA's bundle reader, which checks the
-// bundle as OPA would load it and, when vc is set, verifies its
-// signatures (a bundle without one is refused). A signed bundle is
-// refused when no verification is configured, as OPA refuses it.
-func readOPA(raw []byte, name string, limit int64, vc *opabundle.VerificationConfig, signed bool) (*opabundle.Bundle, error) {
-	reader := func() *opabundle.Reader {
-		return opabundle.NewReader(bytes.NewReader(raw)).WithBundleName(name).WithSizeLimitBytes(limit)
-	}
-	// Read once without verification to tell a malformed bundle from one
-	// whose signature fails.
-	b, err := reader().WithSkipBundleVerification(true).Read()
+// readArchive reads an archive with OPA's bundle reader, as the downloader
+// does: the bundle is checked as OPA would load it and, when the source is
+// signed, its signatures verified (a bundle without one is refused); a
+// signed bundle is refused when no verification is configured.
+func readArchive(raw []byte, src *Source) (*opabundle.Bundle, error) {
+	b, err := opabundle.NewReader(bytes.NewReader(raw)).WithBundleName(src.Name).
+		WithSizeLimitBytes(src.SizeLimit).WithBundleVerificationConfig(src.verify).Read()
 	if err != nil {
-		return nil, fmt.Errorf("bundle: %w", err)
-	}
-	if b.Type() == opabundle.DeltaBundleType {
-		return nil, ErrDelta
-	}
-	if vc == nil && !signed {
-		return &b, nil
-	}
-	if _, err := reader().WithBundleVerificationConfig(vc).Read(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrVerification, err)
+		return nil, explain(err, raw, src)
 	}
 	return &b, nil
+}
+
+// explain says why OPA's reader refused an archive, which its error does
+// not tell apart: an unsafe or too large archive (checkArchive), a bundle
+// that does not read even unverified (OPA's error as it is), a delta
+// bundle, or else its signature.
+func explain(err error, raw []byte, src *Source) error {
+	if cerr := checkArchive(raw, src.SizeLimit); cerr != nil {
+		return cerr
+	}
+	b, rerr := opabundle.NewReader(bytes.NewReader(raw)).WithBundleName(src.Name).
+		WithSizeLimitBytes(src.SizeLimit).WithSkipBundleVerification(true).Read()
+	switch {
+	case rerr != nil:
+		return fmt.Errorf("bundle: %w", err)
+	case b.Type() == opabundle.DeltaBundleType:
+		return ErrDelta
+	}
+	return fmt.Errorf("%w: %w", ErrVerification, err)
 }

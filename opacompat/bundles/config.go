@@ -40,7 +40,8 @@ type Source struct {
 	// bundles/<name>).
 	Resource string
 	// MinDelay and MaxDelay bound the wait between polls; after an error
-	// the back-off grows up to MaxDelay.
+	// the back-off grows up to MaxDelay. The polling settings are whole
+	// seconds.
 	MinDelay, MaxDelay time.Duration
 	// LongPollTimeout, when not zero, asks the server to hold each request
 	// up to this long until a new revision exists.

@@ -3,17 +3,21 @@
 // bundles for OPA (and opa-envoy-plugin) points nexus at the same server.
 //
 // [ParseConfig] reads the bundles and keys sections of an OPA
-// configuration. A [Syncer] then polls each bundle's resource on its
-// service: with ETags (If-None-Match; 304 means unchanged), with long
-// polling when configured and the server supports it (OPA's
-// "Prefer: wait=N" request header and the
-// application/vnd.openpolicyagent.bundles response content type), and
-// with exponential back-off and jitter after errors. Each new bundle is
-// checked (size, archive paths, signatures when signing is configured, as
-// OPA verifies them), turned into a nexus bundle and handed to
-// Options.OnBundle. Whatever fails, the last good bundle keeps serving and
-// the error is kept for [Syncer.Status], in the shape of OPA's bundle
-// status.
+// configuration. A [Syncer] then fetches each bundle with OPA's own
+// downloader (package download of OPA): ETags (If-None-Match; 304 means
+// unchanged), long polling when configured and the server supports it
+// (OPA's "Prefer: wait=N" request header and the
+// application/vnd.openpolicyagent.bundles response content type),
+// exponential back-off and jitter after errors, and OPA's bundle reader,
+// which verifies signatures when signing is configured. What this package
+// adds is what nexus does differently: it asks for snapshot bundles only,
+// bounds the whole download and the unpacked archive, refuses unsafe
+// archives, turns each new bundle into a nexus bundle (Options.Compile)
+// and hands it to Options.OnBundle, persists the last good archive, and
+// says why a bundle was refused (ErrTooLarge, ErrUnsafeArchive,
+// ErrVerification, ErrDelta). Whatever fails, the last good bundle keeps
+// serving and the error is kept for [Syncer.Status], in the shape of OPA's
+// bundle status.
 //
 // Example:
 //
@@ -47,4 +51,8 @@
 //     files (OPA bounds each file).
 //   - Archives holding links, devices, or paths that leave the bundle
 //     (".." or absolute) are refused.
+//   - Run polls the periodic bundles; Trigger leaves those alone while
+//     Run polls them (OPA's downloader fetches one request at a time).
+//   - The back-off after an error is OPA's: from 100ms, growing by 1.6
+//     per error up to max_delay_seconds, with 20% jitter.
 package bundles

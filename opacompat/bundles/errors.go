@@ -1,9 +1,6 @@
 package bundles
 
-import (
-	"errors"
-	"strconv"
-)
+import "errors"
 
 var (
 	// ErrTooLarge marks a bundle larger than its size limit, compressed
@@ -18,13 +15,3 @@ var (
 	// ErrDelta marks a delta bundle, which nexus does not apply.
 	ErrDelta = errors.New("delta bundles are not supported by nexus")
 )
-
-// HTTPError is a bundle server's answer other than 200 or 304.
-type HTTPError struct {
-	// StatusCode is the HTTP status the server answered.
-	StatusCode int
-}
-
-func (e HTTPError) Error() string {
-	return "bundle server answered HTTP " + strconv.Itoa(e.StatusCode)
-}

@@ -207,7 +207,7 @@ func (s *bundleServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wait := s.longPoll && strings.Contains(r.Header.Get("Prefer"), "wait=")
-	if r.Header.Get("If-None-Match") == s.etag && wait {
+	if s.matches(r) && wait {
 		ch := s.changed
 		s.mu.Unlock()
 		select {
@@ -224,7 +224,7 @@ func (s *bundleServer) serve(w http.ResponseWriter, r *http.Request) {
 	} else {
 		w.Header().Set("Content-Type", "application/gzip")
 	}
-	if r.Header.Get("If-None-Match") == s.etag {
+	if s.matches(r) {
 		w.Header().Set("ETag", s.etag)
 		s.answer(w, http.StatusNotModified)
 		return
@@ -232,6 +232,17 @@ func (s *bundleServer) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("ETag", s.etag)
 	s.codes = append(s.codes, http.StatusOK)
 	_, _ = w.Write(s.body)
+}
+
+// matches reports whether the request's If-None-Match (a list of ETags)
+// names the current archive.
+func (s *bundleServer) matches(r *http.Request) bool {
+	for _, e := range strings.Split(r.Header.Get("If-None-Match"), ",") {
+		if strings.TrimSpace(e) == s.etag {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *bundleServer) snapshot() ([]http.Header, []int) {
@@ -258,7 +269,7 @@ func newSyncer(t *testing.T, svcs map[string]*opaconfig.Service, bundles, keys, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Sources: srcs, Dir: dir, Compile: compileTarball, OnBundle: l.OnBundle, RetryDelay: time.Millisecond})
+	s, err := New(Options{Sources: srcs, Dir: dir, Compile: compileTarball, OnBundle: l.OnBundle})
 	if err != nil {
 		t.Fatal(err)
 	}

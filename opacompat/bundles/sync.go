@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,17 +15,13 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	opabundle "github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/download"
+	"github.com/open-policy-agent/opa/v1/plugins"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 )
-
-// DefaultRetryDelay is the first back-off after an error (OPA's).
-const DefaultRetryDelay = 100 * time.Millisecond
-
-// longPollType is the response content type by which a bundle server says
-// it supports long polling.
-const longPollType = "application/vnd.openpolicyagent.bundles"
 
 // Options configures a Syncer.
 type Options struct {
@@ -45,10 +39,6 @@ type Options struct {
 	OnBundle func(ctx context.Context, b *bundle.Bundle) error
 	// Logger receives downloads, activations and errors. Nil discards.
 	Logger *slog.Logger
-	// RetryDelay is the first back-off after an error; it grows by 1.6
-	// per error up to the source's MaxDelay, with 20% jitter. Zero means
-	// DefaultRetryDelay.
-	RetryDelay time.Duration
 }
 
 // Validate fills defaults and rejects nonsense.
@@ -58,9 +48,6 @@ func (o *Options) Validate() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.RetryDelay <= 0 {
-		o.RetryDelay = DefaultRetryDelay
 	}
 	for _, s := range o.Sources {
 		if s == nil || s.Service == nil {
@@ -103,12 +90,16 @@ type Syncer struct {
 
 type state struct {
 	src *Source
+	dl  *download.Downloader
+	tr  *transport
 
-	fetch    sync.Mutex // one download at a time per bundle
-	etag     string
-	longPoll bool
-	active   [32]byte // sha256 of the active archive
-	fromDisk bool     // the persisted bundle was tried
+	trigger sync.Mutex // one Trigger at a time per bundle
+	polled  bool       // Run polls it: Trigger leaves it alone
+
+	act      sync.Mutex // one activation at a time; guards what follows
+	active   [32]byte   // sha256 of the active archive
+	fromDisk bool       // the persisted bundle was tried
+	last     error      // the last attempt's error
 
 	mu     sync.Mutex
 	status Status
@@ -121,11 +112,39 @@ func New(opts Options) (*Syncer, error) {
 	}
 	s := &Syncer{opts: opts, log: opts.Logger}
 	for _, src := range opts.Sources {
-		st := &state{src: src, longPoll: src.LongPollTimeout > 0}
+		st := &state{src: src, tr: &transport{src: src}}
 		st.status = Status{Name: src.Name, Type: "snapshot"}
+		client, err := src.Service.Client(st.tr.wrap)
+		if err != nil {
+			return nil, fmt.Errorf("bundlesync: bundle %s: %w", src.Name, err)
+		}
+		cfg, err := downloadConfig(src)
+		if err != nil {
+			return nil, fmt.Errorf("bundlesync: bundle %s: %w", src.Name, err)
+		}
+		st.dl = download.New(cfg, client, src.Resource).
+			WithBundleName(src.Name).
+			WithSizeLimitBytes(src.SizeLimit).
+			WithBundleVerificationConfig(src.verify).
+			WithBundleParserOpts(ast.ParserOptions{RegoVersion: ast.DefaultRegoVersion}).
+			WithCallback(func(ctx context.Context, u download.Update) error { return s.update(ctx, st, u) })
 		s.state = append(s.state, st)
 	}
 	return s, nil
+}
+
+// downloadConfig is the source's polling as OPA's downloader takes it.
+func downloadConfig(src *Source) (download.Config, error) {
+	secs := func(d time.Duration) *int64 { n := int64(d / time.Second); return &n }
+	trigger := plugins.TriggerMode(src.Trigger)
+	cfg := download.Config{Trigger: &trigger, Polling: download.PollingConfig{
+		MinDelaySeconds: secs(src.MinDelay),
+		MaxDelaySeconds: secs(src.MaxDelay),
+	}}
+	if src.LongPollTimeout > 0 {
+		cfg.Polling.LongPollingTimeoutSeconds = secs(src.LongPollTimeout)
+	}
+	return cfg, cfg.ValidateAndInjectDefaults()
 }
 
 // Status returns each bundle's status, in the order of the sources.
@@ -159,201 +178,121 @@ func (s *Syncer) LoadPersisted(ctx context.Context) error {
 }
 
 // Run loads persisted bundles (unless LoadPersisted did), then polls each
-// periodic bundle until ctx ends. It returns when every poller has
-// stopped.
+// periodic bundle with OPA's downloader until ctx ends. It returns when
+// every downloader has stopped.
 func (s *Syncer) Run(ctx context.Context) {
 	_ = s.LoadPersisted(ctx) // logged; the downloads go on
-	var wg sync.WaitGroup
+	var polled []*state
 	for _, st := range s.state {
 		if st.src.Trigger != TriggerPeriodic {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.poll(ctx, st)
-		}()
+		st.trigger.Lock()
+		st.polled = true
+		st.trigger.Unlock()
+		st.dl.Start(ctx)
+		polled = append(polled, st)
 	}
-	wg.Wait()
+	<-ctx.Done()
+	for _, st := range polled {
+		st.dl.Stop(context.Background())
+	}
 }
 
-// Trigger downloads every bundle once (the way to update bundles whose
-// trigger is manual) and returns the errors met.
+// Trigger downloads once each bundle that Run does not poll (the way to
+// update bundles whose trigger is manual) and returns the errors met.
 func (s *Syncer) Trigger(ctx context.Context) error {
 	var errs []error
 	for _, st := range s.state {
-		if err := s.once(ctx, st); err != nil {
+		if err := s.trigger(ctx, st); err != nil {
 			errs = append(errs, fmt.Errorf("bundle %s: %w", st.src.Name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (s *Syncer) poll(ctx context.Context, st *state) {
-	retry := 0
-	for {
-		err := s.once(ctx, st)
-		if ctx.Err() != nil {
-			return
-		}
-		var delay time.Duration
-		switch {
-		case err != nil:
-			retry++
-			delay = backoff(s.opts.RetryDelay, st.src.MaxDelay, retry)
-		case st.longPolling():
-			retry = 0 // the server held the request: ask again at once
-		default:
-			retry = 0
-			delay = st.src.MinDelay + rand.N(st.src.MaxDelay-st.src.MinDelay+1)
-		}
-		if delay == 0 {
-			continue
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
+func (s *Syncer) trigger(ctx context.Context, st *state) error {
+	st.trigger.Lock()
+	defer st.trigger.Unlock()
+	if st.polled {
+		return nil
 	}
-}
-
-func (st *state) longPolling() bool {
-	st.fetch.Lock()
-	defer st.fetch.Unlock()
-	return st.src.LongPollTimeout > 0 && st.longPoll
-}
-
-// backoff is the delay before retry number n (n >= 1): base grown by 1.6
-// per retry, capped at maxDelay, with 20% jitter either way.
-func backoff(base, maxDelay time.Duration, n int) time.Duration {
-	d := float64(base)
-	for i := 1; i < n && d < float64(maxDelay); i++ {
-		d *= 1.6
-	}
-	if maxDelay > 0 && d > float64(maxDelay) {
-		d = float64(maxDelay)
-	}
-	return time.Duration(d * (0.8 + 0.4*rand.Float64()))
-}
-
-// once makes one request for the bundle and activates what it brings.
-func (s *Syncer) once(ctx context.Context, st *state) error {
-	st.fetch.Lock()
-	defer st.fetch.Unlock()
-	src := st.src
-	start := time.Now().UTC()
-	st.setStatus(func(ss *Status) { ss.LastRequest = start })
-
-	raw, etag, longPoll, err := s.download(ctx, st)
-	if err != nil {
+	if err := st.dl.Trigger(ctx); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
-		st.etag = ""
-		s.fail(st, err)
+		// The downloader joins the download's error with update's; update
+		// recorded the one that says what went wrong.
+		st.act.Lock()
+		defer st.act.Unlock()
+		if st.last != nil {
+			return st.last
+		}
 		return err
 	}
-	st.longPoll = longPoll
-	st.setStatus(func(ss *Status) { ss.LastSuccessfulRequest = start })
-	if raw == nil { // 304: unchanged
-		if etag != "" {
-			st.etag = etag
-		}
-		st.setStatus(func(ss *Status) { ss.setError(nil) })
-		return nil
+	return nil
+}
+
+// update is the downloader's callback: it records the attempt and
+// activates a new bundle. An error makes the downloader back off.
+func (s *Syncer) update(ctx context.Context, st *state, u download.Update) error {
+	st.act.Lock()
+	defer st.act.Unlock()
+	raw := st.tr.take()
+	now := time.Now().UTC()
+	st.setStatus(func(ss *Status) { ss.LastRequest = now })
+	err := s.apply(ctx, st, u, raw, now)
+	if err != nil && u.Error != nil && ctx.Err() != nil {
+		return err // stopping: not a failure of the bundle
 	}
-	st.setStatus(func(ss *Status) { ss.LastSuccessfulDownload = start; ss.Size = len(raw) })
-	sum := sha256.Sum256(raw)
-	if sum == st.active {
-		st.etag = etag
-		st.setStatus(func(ss *Status) { ss.setError(nil) })
-		return nil
-	}
-	if err := s.activate(ctx, st, raw); err != nil {
+	st.last = err
+	if err != nil {
 		// Forget the ETag so that the next request fetches the bundle
 		// again rather than being told it is unchanged.
-		st.etag = ""
-		s.fail(st, err)
+		st.dl.SetCache("")
+		s.log.Error("bundle update failed; the last good bundle keeps serving", "bundle", st.src.Name, "err", err)
+	}
+	st.setStatus(func(ss *Status) { ss.setError(err) })
+	return err
+}
+
+func (s *Syncer) apply(ctx context.Context, st *state, u download.Update, raw []byte, now time.Time) error {
+	if u.Error != nil {
+		if raw == nil { // no bundle came: the request failed
+			return u.Error
+		}
+		return explain(u.Error, raw, st.src)
+	}
+	st.setStatus(func(ss *Status) { ss.LastSuccessfulRequest = now })
+	if u.Bundle == nil { // 304: unchanged
+		return nil
+	}
+	if raw == nil {
+		return errors.New("bundle: the download was not kept") // cannot happen: transport keeps each 200
+	}
+	st.setStatus(func(ss *Status) { ss.LastSuccessfulDownload = now; ss.Size = len(raw) })
+	if sha256.Sum256(raw) == st.active {
+		return nil
+	}
+	if err := s.activate(ctx, st, raw, u.Bundle); err != nil {
 		return err
 	}
-	st.etag = etag
-	if src.Persist {
-		if err := s.persist(src, raw); err != nil {
-			s.log.Error("bundle not persisted", "bundle", src.Name, "err", err)
+	if st.src.Persist {
+		if err := s.persist(st.src, raw); err != nil {
+			s.log.Error("bundle not persisted", "bundle", st.src.Name, "err", err)
 		}
 	}
 	return nil
 }
 
-func (s *Syncer) fail(st *state, err error) {
-	s.log.Error("bundle update failed; the last good bundle keeps serving", "bundle", st.src.Name, "err", err)
-	st.setStatus(func(ss *Status) { ss.setError(err) })
-}
-
-// download requests the bundle; raw is nil when the server answers 304.
-func (s *Syncer) download(ctx context.Context, st *state) (raw []byte, etag string, longPoll bool, err error) {
-	src := st.src
-	wait := src.LongPollTimeout > 0 && st.longPoll
-	if wait {
-		// The server holds the request up to the timeout; allow it that
-		// long and a margin for the answer.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, src.LongPollTimeout+30*time.Second)
-		defer cancel()
-	}
-	req, err := src.Service.NewRequest(ctx, http.MethodGet, src.Resource, nil)
-	if err != nil {
-		return nil, "", false, err
-	}
-	if st.etag != "" {
-		req.Header.Set("If-None-Match", st.etag)
-	}
-	prefer := "modes=snapshot"
-	if wait {
-		prefer += ";wait=" + strconv.FormatInt(int64(src.LongPollTimeout/time.Second), 10)
-	}
-	req.Header.Set("Prefer", prefer)
-	var resp *http.Response
-	if wait {
-		resp, err = src.Service.DoWait(req)
-	} else {
-		resp, err = src.Service.Do(req)
-	}
-	if err != nil {
-		return nil, "", false, fmt.Errorf("request failed: %w", err)
-	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		raw, err := io.ReadAll(io.LimitReader(resp.Body, src.SizeLimit+1))
-		if err != nil {
-			return nil, "", false, fmt.Errorf("reading the bundle: %w", err)
-		}
-		if int64(len(raw)) > src.SizeLimit {
-			return nil, "", false, fmt.Errorf("%w: the download exceeds %d bytes", ErrTooLarge, src.SizeLimit)
-		}
-		return raw, resp.Header.Get("ETag"), resp.Header.Get("Content-Type") == longPollType, nil
-	case http.StatusNotModified:
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		return nil, resp.Header.Get("ETag"), st.longPoll, nil
-	default:
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		return nil, "", false, HTTPError{StatusCode: resp.StatusCode}
-	}
-}
-
-// activate checks an archive, turns it into a bundle and hands it over.
-func (s *Syncer) activate(ctx context.Context, st *state, raw []byte) error {
-	src := st.src
-	signed, err := checkArchive(raw, src.SizeLimit)
-	if err != nil {
+// activate checks an archive that OPA's reader read (as ob), turns it
+// into a bundle and hands it over.
+func (s *Syncer) activate(ctx context.Context, st *state, raw []byte, ob *opabundle.Bundle) error {
+	if err := checkArchive(raw, st.src.SizeLimit); err != nil {
 		return err
 	}
-	if _, err := readOPA(raw, src.Name, src.SizeLimit, src.verify, signed); err != nil {
-		return err
+	if ob.Type() == opabundle.DeltaBundleType {
+		return ErrDelta
 	}
 	b, err := s.opts.Compile(ctx, raw)
 	if err != nil {
@@ -365,11 +304,10 @@ func (s *Syncer) activate(ctx context.Context, st *state, raw []byte) error {
 	st.active = sha256.Sum256(raw)
 	now := time.Now().UTC()
 	st.setStatus(func(ss *Status) {
-		ss.setError(nil)
 		ss.ActiveRevision = b.Manifest.Revision
 		ss.LastSuccessfulActivation = now
 	})
-	s.log.Info("bundle activated", "bundle", src.Name, "revision", b.Manifest.Revision, "bytes", len(raw))
+	s.log.Info("bundle activated", "bundle", st.src.Name, "revision", b.Manifest.Revision, "bytes", len(raw))
 	return nil
 }
 
@@ -411,11 +349,11 @@ func (s *Syncer) persist(src *Source, raw []byte) error {
 	return nil
 }
 
-// loadPersisted activates the bundle persisted by an earlier run, checked
-// and verified again as if it had just been downloaded.
+// loadPersisted activates the bundle persisted by an earlier run, read,
+// checked and verified again as if it had just been downloaded.
 func (s *Syncer) loadPersisted(ctx context.Context, st *state) error {
-	st.fetch.Lock()
-	defer st.fetch.Unlock()
+	st.act.Lock()
+	defer st.act.Unlock()
 	if st.fromDisk {
 		return nil
 	}
@@ -428,13 +366,20 @@ func (s *Syncer) loadPersisted(ctx context.Context, st *state) error {
 		return err
 	}
 	if int64(len(raw)) > st.src.SizeLimit {
-		return fmt.Errorf("%w: the persisted bundle exceeds %d bytes", ErrTooLarge, st.src.SizeLimit)
+		err = fmt.Errorf("%w: the persisted bundle exceeds %d bytes", ErrTooLarge, st.src.SizeLimit)
 	}
-	if err := s.activate(ctx, st, raw); err != nil {
+	var ob *opabundle.Bundle
+	if err == nil {
+		ob, err = readArchive(raw, st.src)
+	}
+	if err == nil {
+		err = s.activate(ctx, st, raw, ob)
+	}
+	if err != nil {
 		st.setStatus(func(ss *Status) { ss.setError(err) })
 		return err
 	}
-	st.setStatus(func(ss *Status) { ss.Size = len(raw) })
+	st.setStatus(func(ss *Status) { ss.setError(nil); ss.Size = len(raw) })
 	return nil
 }
 
@@ -451,7 +396,7 @@ func (ss *Status) setError(err error) {
 	}
 	ss.Code = errCode
 	ss.Message = err.Error()
-	var he HTTPError
+	var he download.HTTPError
 	if errors.As(err, &he) {
 		ss.HTTPCode = strconv.Itoa(he.StatusCode)
 	}

@@ -44,9 +44,6 @@ type Service struct {
 	authMu sync.Mutex
 	auth   rest.HTTPAuthPlugin
 
-	waitOnce   sync.Once
-	waitClient *http.Client
-
 	// raw and cfg are the service's settings, for Client.
 	raw json.RawMessage
 	cfg rest.Config
@@ -302,28 +299,6 @@ func (s *Service) NewRequest(ctx context.Context, method, path string, body io.R
 // Do sends a request built by NewRequest.
 func (s *Service) Do(req *http.Request) (*http.Response, error) {
 	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("service %s: %w", s.Name, err)
-	}
-	return resp, nil
-}
-
-// DoWait sends a request built by NewRequest without the response header
-// timeout, for long polls: the server holds such a request until it has
-// something new, and the caller bounds the wait with the request's
-// context (OPA lifts the timeout for long polls the same way).
-func (s *Service) DoWait(req *http.Request) (*http.Response, error) {
-	s.waitOnce.Do(func() {
-		s.waitClient = s.client
-		if tr, ok := s.client.Transport.(*http.Transport); ok {
-			tr = tr.Clone()
-			tr.ResponseHeaderTimeout = 0
-			c := *s.client
-			c.Transport = tr
-			s.waitClient = &c
-		}
-	})
-	resp, err := s.waitClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
