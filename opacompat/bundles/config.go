@@ -46,6 +46,10 @@ type Source struct {
 	// LongPollTimeout, when not zero, asks the server to hold each request
 	// up to this long until a new revision exists.
 	LongPollTimeout time.Duration
+	// SupersededETagTTL, when not zero, keeps sending the ETags of
+	// replaced bundles this long, so that a server replica still holding
+	// an older bundle answers 304 rather than sending it back.
+	SupersededETagTTL time.Duration
 	// Persist keeps the last good bundle on disk and loads it at start.
 	Persist bool
 	// SizeLimit bounds the downloaded archive and the sum of its unpacked
@@ -64,8 +68,7 @@ func (s *Source) Signed() bool { return s.verify != nil }
 
 var (
 	sourceKeys  = []string{"service", "resource", "polling", "persist", "signing", "size_limit_bytes", "trigger"}
-	pollingKeys = []string{"min_delay_seconds", "max_delay_seconds", "long_polling_timeout_seconds"}
-	pollingNot  = []string{"superseded_etag_ttl_seconds"}
+	pollingKeys = []string{"min_delay_seconds", "max_delay_seconds", "long_polling_timeout_seconds", "superseded_etag_ttl_seconds"}
 	signingKeys = []string{"keyid", "scope", "exclude_files"}
 	signingNot  = []string{"allow_unsigned_delta_bundles"}
 	keyKeys     = []string{"algorithm", "key", "scope"}
@@ -166,12 +169,12 @@ func parseSource(name string, raw json.RawMessage, pubKeys map[string]*opakeys.C
 }
 
 func parsePolling(where string, raw json.RawMessage, s *Source) error {
-	m, err := opaconfig.Object(where, raw, pollingKeys, pollingNot...)
+	m, err := opaconfig.Object(where, raw, pollingKeys)
 	if err != nil {
 		return err
 	}
-	var minS, maxS, longS *int64
-	for k, dst := range map[string]**int64{"min_delay_seconds": &minS, "max_delay_seconds": &maxS, "long_polling_timeout_seconds": &longS} {
+	var minS, maxS, longS, ttlS *int64
+	for k, dst := range map[string]**int64{"min_delay_seconds": &minS, "max_delay_seconds": &maxS, "long_polling_timeout_seconds": &longS, "superseded_etag_ttl_seconds": &ttlS} {
 		if err := opaconfig.Decode(where, m, k, dst); err != nil {
 			return err
 		}
@@ -192,6 +195,12 @@ func parsePolling(where string, raw json.RawMessage, s *Source) error {
 			return fmt.Errorf("%s.long_polling_timeout_seconds: %d: want at least 1", where, *longS)
 		}
 		s.LongPollTimeout = time.Duration(*longS) * time.Second
+	}
+	if ttlS != nil {
+		if *ttlS < 0 {
+			return fmt.Errorf("%s.superseded_etag_ttl_seconds: %d: must not be negative", where, *ttlS)
+		}
+		s.SupersededETagTTL = time.Duration(*ttlS) * time.Second
 	}
 	return nil
 }

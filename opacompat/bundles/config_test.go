@@ -32,14 +32,14 @@ func TestParseConfig(t *testing.T) {
 	})
 	t.Run("every setting", func(t *testing.T) {
 		srcs, err := ParseConfig(json.RawMessage(`{"authz":{"service":"acme","resource":"envoy/authz.tar.gz","persist":true,"size_limit_bytes":1000,"trigger":"manual",
-			"polling":{"min_delay_seconds":5,"max_delay_seconds":10,"long_polling_timeout_seconds":30},
+			"polling":{"min_delay_seconds":5,"max_delay_seconds":10,"long_polling_timeout_seconds":30,"superseded_etag_ttl_seconds":60},
 			"signing":{"keyid":"k1","scope":"write","exclude_files":["README.md"]}}}`), json.RawMessage(keys), svcs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := srcs[0]
 		if s.Resource != "envoy/authz.tar.gz" || !s.Persist || s.SizeLimit != 1000 || s.Trigger != TriggerManual || s.MinDelay != 5*time.Second ||
-			s.MaxDelay != 10*time.Second || s.LongPollTimeout != 30*time.Second || !s.Signed() || s.verify.KeyID != "k1" || s.verify.Scope != "write" ||
+			s.MaxDelay != 10*time.Second || s.LongPollTimeout != 30*time.Second || s.SupersededETagTTL != time.Minute || !s.Signed() || s.verify.KeyID != "k1" || s.verify.Scope != "write" ||
 			len(s.verify.Exclude) != 1 {
 			t.Fatalf("%+v %+v", s, s.verify)
 		}
@@ -50,7 +50,7 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{name: "two bundles", bundles: `{"a":{"service":"acme"},"b":{"service":"acme"}}`, want: "2 bundles are configured (a, b)", unsupported: true},
 		{name: "unknown setting", bundles: `{"a":{"service":"acme","prefix":"x"}}`, want: "bundles.a.prefix: unknown setting"},
-		{name: "superseded etags", bundles: `{"a":{"service":"acme","polling":{"superseded_etag_ttl_seconds":5}}}`, want: "bundles.a.polling.superseded_etag_ttl_seconds", unsupported: true},
+		{name: "superseded etags negative", bundles: `{"a":{"service":"acme","polling":{"superseded_etag_ttl_seconds":-5}}}`, want: "bundles.a.polling.superseded_etag_ttl_seconds"},
 		{name: "unsigned deltas", bundles: `{"a":{"service":"acme","signing":{"keyid":"k1","allow_unsigned_delta_bundles":true}}}`, keys: keys, want: "allow_unsigned_delta_bundles", unsupported: true},
 		{name: "no such service", bundles: `{"a":{"service":"nope"}}`, want: `no service named "nope"`},
 		{name: "service not named", bundles: `{"a":{}}`, want: "name a service"},

@@ -144,6 +144,9 @@ func downloadConfig(src *Source) (download.Config, error) {
 	if src.LongPollTimeout > 0 {
 		cfg.Polling.LongPollingTimeoutSeconds = secs(src.LongPollTimeout)
 	}
+	if src.SupersededETagTTL > 0 {
+		cfg.Polling.SupersededETagTTLSeconds = secs(src.SupersededETagTTL)
+	}
 	return cfg, cfg.ValidateAndInjectDefaults()
 }
 

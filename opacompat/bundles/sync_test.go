@@ -489,3 +489,33 @@ func TestSignedBundleWithoutSigningConfigRefused(t *testing.T) {
 		t.Fatal("activated")
 	}
 }
+
+// TestSupersededETagsSent: with superseded_etag_ttl_seconds, the requests
+// after a new bundle keep naming the replaced bundle's ETag, so that a
+// server replica still holding it answers 304 rather than sending it back.
+func TestSupersededETagsSent(t *testing.T) {
+	srv := newBundleServer(t, nexusBundle(t, "r1", "alice"))
+	l := newLoaded(t)
+	s := newSyncer(t, srv.services(t), `{"authz":{"service":"bundles","trigger":"manual","polling":{"superseded_etag_ttl_seconds":60}}}`, "", "", l)
+	ctx := context.Background()
+	if err := s.Trigger(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	old := srv.etag
+	srv.mu.Unlock()
+	srv.set(nexusBundle(t, "r2", "bob"))
+	for range 2 {
+		if err := s.Trigger(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs, codes := srv.snapshot()
+	got := reqs[len(reqs)-1].Get("If-None-Match")
+	if !strings.Contains(got, old) || codes[len(codes)-1] != http.StatusNotModified {
+		t.Fatalf("If-None-Match %q, answer %d; want the replaced ETag %s named and 304", got, codes[len(codes)-1], old)
+	}
+	if l.count() != 2 {
+		t.Fatalf("%d activations", l.count())
+	}
+}
