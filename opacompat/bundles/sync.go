@@ -249,6 +249,11 @@ func (s *Syncer) update(ctx context.Context, st *state, u download.Update) error
 		return err // stopping: not a failure of the bundle
 	}
 	st.last = err
+	etag := u.ETag
+	if err != nil {
+		etag = ""
+	}
+	st.tr.setETag(etag)
 	if err != nil {
 		// Forget the ETag so that the next request fetches the bundle
 		// again rather than being told it is unchanged.

@@ -237,6 +237,12 @@ func TestTamperedBundlesRefused(t *testing.T) {
 	if st := s.Status()[0]; st.Code != "" || st.ActiveRevision != "good" {
 		t.Fatalf("status after recovery %+v", st)
 	}
+	// After a failed attempt the ETag is forgotten: the request that
+	// recovered named none.
+	reqs, _ := srv.snapshot()
+	if got := reqs[len(reqs)-1].Get("If-None-Match"); got != "" {
+		t.Fatalf("the request after a failure named ETag %q", got)
+	}
 }
 
 func TestSignedByOPABuildAccepted(t *testing.T) {

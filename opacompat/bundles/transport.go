@@ -21,12 +21,17 @@ import (
 //   - it reads each bundle whole, at most the size limit (the downloader
 //     bounds each file, not the download), and keeps it for the callback,
 //     which compiles and persists it and, when the reader refused it, tells
-//     why.
+//     why;
+//   - after a failed attempt, when the downloader has forgotten its ETag,
+//     it drops the If-None-Match that OPA's REST client keeps sending
+//     (a header set on the client stays set), so that the bundle is
+//     fetched again rather than answered with 304.
 type transport struct {
 	src *Source
 
 	mu   sync.Mutex
 	kept []byte // the last bundle downloaded, until taken
+	etag string // the downloader's ETag, as the last update left it
 }
 
 // longPollMargin is how long past the long polling timeout a held request
@@ -51,6 +56,14 @@ func (t *transport) take() []byte {
 	return raw
 }
 
+// setETag records the ETag the downloader holds after an update; "" when
+// the update failed.
+func (t *transport) setETag(etag string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.etag = etag
+}
+
 func (t *transport) keep(raw []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -63,7 +76,10 @@ type roundTripper struct {
 }
 
 func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	rt.t.keep(nil)
+	rt.t.mu.Lock()
+	rt.t.kept = nil
+	forgotten := rt.t.etag == ""
+	rt.t.mu.Unlock()
 	ctx := req.Context()
 	prefer := req.Header.Get("Prefer")
 	if wait := rt.t.src.LongPollTimeout; wait > 0 && strings.Contains(prefer, "wait=") {
@@ -72,6 +88,9 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		defer cancel()
 	}
 	req = req.Clone(ctx)
+	if forgotten {
+		req.Header.Del("If-None-Match")
+	}
 	if prefer != "" {
 		req.Header.Set("Prefer", strings.Replace(prefer, "modes=snapshot,delta", "modes=snapshot", 1))
 	}
