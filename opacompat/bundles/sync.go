@@ -182,7 +182,7 @@ func (s *Syncer) LoadPersisted(ctx context.Context) error {
 
 // Run loads persisted bundles (unless LoadPersisted did), then polls each
 // periodic bundle with OPA's downloader until ctx ends. It returns when
-// every downloader has stopped.
+// every downloader has stopped, at once when no bundle is periodic.
 func (s *Syncer) Run(ctx context.Context) {
 	_ = s.LoadPersisted(ctx) // logged; the downloads go on
 	var polled []*state
@@ -195,6 +195,9 @@ func (s *Syncer) Run(ctx context.Context) {
 		st.trigger.Unlock()
 		st.dl.Start(ctx)
 		polled = append(polled, st)
+	}
+	if len(polled) == 0 {
+		return
 	}
 	<-ctx.Done()
 	for _, st := range polled {
