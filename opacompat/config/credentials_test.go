@@ -47,7 +47,9 @@ func service(t *testing.T, cfg map[string]any) *Service {
 	return ss["s"]
 }
 
-// get sends GET path to s and fails unless the remote answers 200.
+// get sends GET path to s, through NewRequest and Do and again through
+// OPA's REST client from Client (which shares the credentials and wraps
+// the transport), and fails unless the remote answers 200 to both.
 func get(t *testing.T, s *Service, path string) {
 	t.Helper()
 	req, err := s.NewRequest(context.Background(), http.MethodGet, path, nil)
@@ -62,7 +64,30 @@ func get(t *testing.T, s *Service, path string) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s", path, resp.Status)
 	}
+
+	var wrapped atomic.Int32
+	c, err := s.Client(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			wrapped.Add(1)
+			return next.RoundTrip(r)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = c.Do(context.Background(), http.MethodGet, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || wrapped.Load() != 1 {
+		t.Fatalf("GET %s with OPA's client: %s, %d requests through the wrapper", path, resp.Status, wrapped.Load())
+	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // remote answers 200 when the request's Authorization is want, 401
 // otherwise.
@@ -119,7 +144,7 @@ func TestCredentialsOAuth2ClientCredentials(t *testing.T) {
 	get(t, s, "/bundles/authz.tar.gz")
 	get(t, s, "/bundles/authz.tar.gz")
 	if n := exchanges.Load(); n != 1 {
-		t.Fatalf("%d token exchanges for two requests, want 1 (the token is cached until it expires)", n)
+		t.Fatalf("%d token exchanges for four requests, want 1 (the token is cached until it expires, and OPA's client shares it)", n)
 	}
 }
 
@@ -202,8 +227,8 @@ func TestCredentialsS3Signing(t *testing.T) {
 		"credentials": map[string]any{"s3_signing": map[string]any{"environment_credentials": map[string]any{}}},
 	})
 	get(t, s, "/bundles/authz.tar.gz")
-	if seen.Load() != 1 {
-		t.Fatal("the remote saw no request")
+	if n := seen.Load(); n != 2 {
+		t.Fatalf("the remote saw %d requests, want 2 (the service's and OPA's client's)", n)
 	}
 }
 
