@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/filecheck"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -697,7 +698,7 @@ func (s *BoltStore) openRestored(path string, rev Revision) (db *bolt.DB, _ *sta
 		f.Close()
 		return nil, nil, err
 	}
-	_, err = checkFileAt(f, fi.Size(), false)
+	_, err = filecheck.Check(f, fi.Size(), false)
 	f.Close()
 	if err != nil {
 		return nil, nil, &CorruptError{Path: path, Op: "restore", Err: err}
