@@ -225,7 +225,7 @@ func checkObjEntry(st *state, sb *bolt.Bucket, k, scratch []byte) (string, []byt
 		return fmt.Sprintf("obj: key %x does not decode to a tuple", k), scratch
 	}
 	if st.schema != nil {
-		if err := st.schema.validateTuple(t); err != nil {
+		if err := st.schema.ValidateTuple(t); err != nil {
 			return fmt.Sprintf("obj: %v", err), scratch
 		}
 	}
