@@ -18,6 +18,7 @@ import (
 
 	"github.com/nexuspdp/nexus/cluster/internal/wire"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // errGap: the next entry delivered is not the next sequence; entries were
@@ -598,7 +599,7 @@ func (r *Replica) decode(ctx context.Context, seq uint64, data []byte) (b datast
 	case wire.KindWrite:
 		b.Write, _ = m.WriteRequest() // Decode checked it
 	case wire.KindSchema:
-		sc, err := datastore.ParseSchema([]byte(m.Schema))
+		sc, err := schema.Parse([]byte(m.Schema))
 		if err != nil {
 			return datastore.Batch{}, nil, err, nil
 		}

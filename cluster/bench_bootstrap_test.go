@@ -21,6 +21,7 @@ import (
 
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
@@ -66,7 +67,7 @@ func BenchmarkBootstrap(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc, err := datastore.ParseSchema(schemaSrc)
+	sc, err := schema.Parse(schemaSrc)
 	if err != nil {
 		b.Fatal(err)
 	}

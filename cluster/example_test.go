@@ -9,6 +9,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/natstest"
 )
@@ -46,7 +47,7 @@ func Example() {
 	defer a.Close()
 	defer b.Close()
 
-	sc, _ := datastore.ParseSchema([]byte("types:\n  user: {}\n  doc:\n    relations:\n      viewer: [user]\n"))
+	sc, _ := schema.Parse([]byte("types:\n  user: {}\n  doc:\n    relations:\n      viewer: [user]\n"))
 	if _, err := a.WriteSchema(ctx, sc, false); err != nil {
 		panic(err)
 	}

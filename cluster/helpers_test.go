@@ -15,6 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 const testSchema = `
@@ -101,7 +102,7 @@ func waitFollowing(t testing.TB, r *replica) {
 
 func mustSchema(t testing.TB, r *replica, src string) datastore.Revision {
 	t.Helper()
-	sc, err := datastore.ParseSchema([]byte(src))
+	sc, err := schema.Parse([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}

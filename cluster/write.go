@@ -18,6 +18,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/cluster/internal/wire"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // pendingWrite is a write of this replica waiting for its entry to be
@@ -58,7 +59,7 @@ func (r *Replica) Write(ctx context.Context, req datastore.WriteRequest) (datast
 // WriteSchema writes a schema through the log, with the semantics of
 // datastore.Store.WriteSchema (an *OrphanError unless force). It returns
 // the entry's revision once this replica applied it.
-func (r *Replica) WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error) {
+func (r *Replica) WriteSchema(ctx context.Context, sc *schema.Schema, force bool) (datastore.Revision, error) {
 	if sc == nil {
 		return 0, fmt.Errorf("%w: nil schema", datastore.ErrInvalidSchema)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
@@ -112,7 +113,7 @@ func genLarge(w io.Writer, n int) {
 func benchStore(b *testing.B, gen func(io.Writer)) *datastore.BoltStore {
 	b.Helper()
 	s := openTemp(b, datastore.Config{})
-	sc, err := datastore.ParseSchema(drive.Schema)
+	sc, err := schema.Parse(drive.Schema)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func largeStore(b *testing.B) *datastore.BoltStore {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sc, _ := datastore.ParseSchema(drive.Schema)
+		sc, _ := schema.Parse(drive.Schema)
 		if _, err := s.WriteSchema(ctx, sc, false); err != nil {
 			b.Fatal(err)
 		}
@@ -266,7 +267,7 @@ func BenchmarkImport(b *testing.B) {
 	var buf bytes.Buffer
 	genLarge(&buf, 1_000_000)
 	data := buf.Bytes()
-	sc, _ := datastore.ParseSchema(drive.Schema)
+	sc, _ := schema.Parse(drive.Schema)
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {

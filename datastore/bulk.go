@@ -237,7 +237,7 @@ func (s *BoltStore) parseImport(ctx context.Context, st *state, r io.Reader, opt
 			{
 				t, perr := parseLine(opts.Format, text)
 				if perr == nil {
-					perr = st.schema.validateTuple(t)
+					perr = st.schema.ValidateTuple(t)
 				}
 				if perr != nil {
 					fail(&ImportError{Line: int(line), Err: perr})

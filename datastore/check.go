@@ -318,7 +318,7 @@ func (c *checker) expr(e *expr, t *typeDef, id string, depth int, tr *Trace) (re
 	var node *Trace
 	if tr != nil {
 		kind := map[exprKind]string{exprUnion: "union", exprIntersect: "intersection", exprExclude: "exclusion"}[e.kind]
-		node = &Trace{Kind: kind, Name: e.String()}
+		node = &Trace{Kind: kind, Name: e.src.String()}
 		tr.Children = append(tr.Children, node)
 		defer func() { node.Result = res }()
 	}

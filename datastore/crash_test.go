@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 )
 
@@ -35,7 +36,7 @@ func TestCrashChild(t *testing.T) {
 		os.Exit(2)
 	}
 	if _, err := s.Schema(ctx); err != nil {
-		sc, _ := datastore.ParseSchema(drive.Schema)
+		sc, _ := schema.Parse(drive.Schema)
 		if _, err := s.WriteSchema(ctx, sc, false); err != nil {
 			fmt.Println("error", err)
 			os.Exit(2)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -252,7 +253,7 @@ func testDifferential(t *testing.T, how int) {
 	for i := range schemas {
 		r := rand.New(rand.NewPCG(uint64(i), 99))
 		src, types := randSchema(r)
-		sc, err := datastore.ParseSchema([]byte(src))
+		sc, err := schema.Parse([]byte(src))
 		if err != nil {
 			t.Fatalf("schema %d does not parse: %v\n%s", i, err, src)
 		}

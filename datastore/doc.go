@@ -2,7 +2,7 @@
 // tuples and Zanzibar-style checks on an embedded bbolt file.
 //
 //	s, err := datastore.Open(ctx, datastore.Config{Path: "/var/lib/nexus/rel.db"})
-//	sc, err := datastore.ParseSchema(yamlBytes)
+//	sc, err := schema.Parse(yamlBytes)
 //	_, err = s.WriteSchema(ctx, sc, false)
 //	_, err = s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{t}})
 //	bob := api.Subject{Type: "user", ID: "bob"}
@@ -11,39 +11,12 @@
 //
 // # Schema
 //
-// A schema is YAML with two top-level keys:
-//
-//	types:
-//	  user: {}
-//	  group:
-//	    relations:
-//	      member: [user, group#member]     # accepted subject types; type#relation is a userset
-//	  folder:
-//	    relations:
-//	      parent: [folder]
-//	      viewer: [user, group#member]
-//	    permissions:
-//	      read: viewer + parent->read      # an expression, see below
-//	    tenancy:                           # optional: how a folder gets its tenant
-//	      inherit: [parent]                # the parent's, when it has none of its own
-//	      required: true                   # a folder with no tenant is in none (denied)
-//	roles:                                 # optional: tenant roles (RBAC)
-//	  type: tenant                         # the type whose relations are roles (default tenant)
-//	  grants:
-//	    admin: [file:*, folder:*]          # type:permission, type:* or *:*
-//	    viewer: [file:read, folder:read]
-//
-// Relations and permissions of a type share one namespace. A permission
-// expression is built from names of relations or permissions of the same
-// type, rel->perm (perm on every object reached through relation rel; an
-// arrow follows the subject object and ignores a userset's relation), and
-// the operators + (union), & (intersection) and - (exclusion), with
-// parentheses. -> binds tightest, then &, then + and - (left to right):
-// a + b & c - d is (a + (b & c)) - d. Every role under roles.grants must be
-// a relation of the tenant type. A resource's tenant is its own (its
-// "tenant" relation to the tenant type), else the one it inherits through
-// the relations under tenancy.inherit (see Tenancy). Errors name the type,
-// the relation and the line:column of the YAML.
+// The schema language (YAML with types, relations, permission
+// expressions, tenancy and tenant roles) is package schema's: Parse
+// reads and validates one, and a store checks every tuple it writes
+// against the schema in force (schema.Schema.ValidateTuple). The store
+// compiles a schema it is given into its own form for checks, numbered by
+// its name dictionary; the *schema.Schema itself is never changed.
 //
 // # Checks
 //

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // ErrDepthExceeded is returned by Check and the lookups when a walk goes
@@ -17,12 +19,13 @@ var ErrClosed = errors.New("datastore: store is closed")
 // ErrNoSchema is returned by writes and checks before a schema was written.
 var ErrNoSchema = errors.New("datastore: no schema")
 
-// ErrInvalidSchema is matched (errors.Is) by every *SchemaError.
-var ErrInvalidSchema = errors.New("datastore: invalid schema")
+// ErrInvalidSchema is matched (errors.Is) by every *schema.Error; it is
+// schema.ErrInvalid.
+var ErrInvalidSchema = schema.ErrInvalid
 
 // ErrInvalidTuple is returned (wrapped) when a tuple does not fit the schema
-// or the syntax of package api.
-var ErrInvalidTuple = errors.New("datastore: invalid tuple")
+// or the syntax of package api; it is schema.ErrInvalidTuple.
+var ErrInvalidTuple = schema.ErrInvalidTuple
 
 // ErrUnknown is returned (wrapped) when a check or lookup names a type,
 // relation or permission that the schema does not declare.
@@ -57,34 +60,6 @@ var ErrCorrupt = errors.New("datastore: data file is corrupt")
 // ErrLocked is matched by *LockedError: another process has the data
 // file open.
 var ErrLocked = errors.New("datastore: data file is locked by another process")
-
-// SchemaError is one schema validation failure, with its position in the
-// YAML source (Line and Column are 1-based; 0 when unknown).
-type SchemaError struct {
-	Type     string // the type concerned, if any
-	Relation string // the relation or permission concerned, if any
-	Line     int
-	Column   int
-	Msg      string
-}
-
-func (e *SchemaError) Error() string {
-	where := ""
-	if e.Line > 0 {
-		where = fmt.Sprintf("%d:%d: ", e.Line, e.Column)
-	}
-	subj := ""
-	switch {
-	case e.Type != "" && e.Relation != "":
-		subj = e.Type + "#" + e.Relation + ": "
-	case e.Type != "":
-		subj = e.Type + ": "
-	}
-	return "schema: " + where + subj + e.Msg
-}
-
-// Is makes errors.Is(err, ErrInvalidSchema) true.
-func (e *SchemaError) Is(target error) bool { return target == ErrInvalidSchema }
 
 // OrphanError lists stored tuples (up to 100, and their total count) that a
 // schema write would orphan.

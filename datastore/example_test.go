@@ -9,6 +9,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 )
 
@@ -21,7 +22,7 @@ func Example() {
 		panic(err)
 	}
 	defer s.Close()
-	sc, err := datastore.ParseSchema(drive.Schema)
+	sc, err := schema.Parse(drive.Schema)
 	if err != nil {
 		panic(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -26,7 +27,7 @@ type Filter struct {
 }
 
 // Schema returns the current schema.
-func (s *BoltStore) Schema(ctx context.Context) (*Schema, error) {
+func (s *BoltStore) Schema(ctx context.Context) (*schema.Schema, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -34,7 +35,7 @@ func (s *BoltStore) Schema(ctx context.Context) (*Schema, error) {
 	if sc == nil {
 		return nil, ErrNoSchema
 	}
-	return sc, nil
+	return sc.Schema, nil
 }
 
 // Read returns the tuples matching f.

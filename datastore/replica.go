@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/filecheck"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -56,7 +58,7 @@ type Batch struct {
 	Write WriteRequest
 	// Schema, when set, makes the batch a schema write with the semantics
 	// of Store.WriteSchema (Force included); Write must then be empty.
-	Schema *Schema
+	Schema *schema.Schema
 	// Force drops the tuples a schema write orphans.
 	Force bool
 	// Meta sets replica metadata (read back with ReplicaMeta) in the same
@@ -103,7 +105,7 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 	if from == 0 {
 		return nil, errors.New("datastore: apply: revision 0 is the empty store")
 	}
-	schemas := make([]*Schema, len(bs))
+	schemas := make([]*schema.Schema, len(bs))
 	exclusive := false
 	for i, b := range bs {
 		if b.Schema == nil {
@@ -112,11 +114,7 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 		if len(b.Write.Touches)+len(b.Write.Deletes)+len(b.Write.Preconditions) > 0 {
 			return nil, errors.New("datastore: apply: a batch is a schema write or a tuple write, not both")
 		}
-		// A private copy: its compiled form is bound to this store's dictionary.
-		var err error
-		if schemas[i], err = ParseSchema(b.Schema.src); err != nil {
-			return nil, fmt.Errorf("datastore: apply: %w", err)
-		}
+		schemas[i] = b.Schema
 		exclusive = true
 	}
 	if exclusive {
@@ -301,7 +299,7 @@ func validateWrite(st *state, req WriteRequest) error {
 	}
 	for _, ts := range [][]api.Tuple{req.Touches, req.Deletes} {
 		for _, t := range ts {
-			if err := st.schema.validateTuple(t); err != nil {
+			if err := st.schema.ValidateTuple(t); err != nil {
 				return err
 			}
 		}
@@ -327,7 +325,7 @@ func (s *BoltStore) checkPreconditions(tx *bolt.Tx, st *state, pre []Preconditio
 // applySchema does what WriteSchema does inside its transaction. A schema
 // that would orphan tuples without force returns rejected and changes
 // nothing.
-func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc *Schema, force bool, cs *ChangeSet) (next *state, rejected, err error) {
+func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc *schema.Schema, force bool, cs *ChangeSet) (next *state, rejected, err error) {
 	var orphans []api.Tuple
 	if old.schema != nil {
 		if orphans, err = s.findOrphans(ctx, tx, old, sc); err != nil {
@@ -341,8 +339,9 @@ func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc
 	for k, v := range old.dict.ids {
 		d.ids[k] = v
 	}
+	c := compile(sc)
 	db := tx.Bucket(bDict)
-	for _, n := range sc.names() {
+	for _, n := range c.names() {
 		if _, ok := d.ids[n]; ok {
 			continue
 		}
@@ -360,11 +359,11 @@ func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
 	}
-	if err := tx.Bucket(bMeta).Put(kSchema, sc.src); err != nil {
+	if err := tx.Bucket(bMeta).Put(kSchema, sc.Source()); err != nil {
 		return nil, nil, err
 	}
-	sc.bind(d)
-	return &state{schema: sc, dict: d}, nil, nil
+	c.bind(d)
+	return &state{schema: c, dict: d}, nil, nil
 }
 
 func orphanError(orphans []api.Tuple) *OrphanError {
@@ -469,7 +468,7 @@ func (s *BoltStore) CheckWrite(ctx context.Context, req WriteRequest) (Revision,
 // CheckSchema reports what WriteSchema would say of sc without writing:
 // nil, or an *OrphanError when sc would orphan stored tuples and force is
 // not set. It returns the revision of the state it checked.
-func (s *BoltStore) CheckSchema(ctx context.Context, sc *Schema, force bool) (Revision, error) {
+func (s *BoltStore) CheckSchema(ctx context.Context, sc *schema.Schema, force bool) (Revision, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
@@ -697,7 +696,7 @@ func (s *BoltStore) openRestored(path string, rev Revision) (db *bolt.DB, _ *sta
 		f.Close()
 		return nil, nil, err
 	}
-	_, err = checkFileAt(f, fi.Size(), false)
+	_, err = filecheck.Check(f, fi.Size(), false)
 	f.Close()
 	if err != nil {
 		return nil, nil, &CorruptError{Path: path, Op: "restore", Err: err}

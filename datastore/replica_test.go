@@ -14,6 +14,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -41,9 +42,9 @@ func mustTuples(t *testing.T, ss ...string) []api.Tuple {
 	return out
 }
 
-func mustParseSchema(t *testing.T, src string) *datastore.Schema {
+func mustParseSchema(t *testing.T, src string) *schema.Schema {
 	t.Helper()
-	sc, err := datastore.ParseSchema([]byte(src))
+	sc, err := schema.Parse([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}

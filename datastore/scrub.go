@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/nexuspdp/nexus/datastore/internal/filecheck"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -124,7 +125,7 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// scrubPages runs the deep page walk (checkFileAt) inside a read
+// scrubPages runs the deep page walk (filecheck.Check) inside a read
 // transaction, which keeps every page of its tree and of any later one
 // from being reused while it lasts. The walk reads the newest meta page;
 // when a write committed since the transaction began, the file's size
@@ -144,11 +145,11 @@ func (s *BoltStore) scrubPages() (pages int, problem string, err error) {
 			if err != nil {
 				return err
 			}
-			fr, werr := checkFileAt(f, fi.Size(), true)
-			if fr.txid != uint64(tx.ID()) {
+			fr, werr := filecheck.Check(f, fi.Size(), true)
+			if fr.TxID != uint64(tx.ID()) {
 				return nil // a write committed meanwhile
 			}
-			done, pages = true, fr.pagesRead
+			done, pages = true, fr.PagesRead
 			if werr != nil {
 				problem = werr.Error()
 			}

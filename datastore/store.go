@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -29,9 +30,9 @@ type Store interface {
 	// WriteSchema validates and stores a schema. If the new schema would
 	// orphan stored tuples it fails with an *OrphanError, unless force is
 	// set, in which case those tuples are deleted in the same transaction.
-	WriteSchema(ctx context.Context, s *Schema, force bool) (Revision, error)
+	WriteSchema(ctx context.Context, s *schema.Schema, force bool) (Revision, error)
 	// Schema returns the current schema (ErrNoSchema if none).
-	Schema(ctx context.Context) (*Schema, error)
+	Schema(ctx context.Context) (*schema.Schema, error)
 	// Write applies touches (insert if missing) and deletes (remove if
 	// present) atomically after checking the preconditions, and returns
 	// the new revision.
@@ -116,7 +117,7 @@ type BoltStore struct {
 
 // state is the schema and name dictionary in force.
 type state struct {
-	schema *Schema
+	schema *compiled // nil before a schema is written
 	dict   *dict
 }
 
@@ -324,10 +325,11 @@ func loadState(tx *bolt.Tx) (*state, error) {
 	}
 	st := &state{dict: d}
 	if src := tx.Bucket(bMeta).Get(kSchema); src != nil {
-		sc, err := ParseSchema(src)
+		parsed, err := schema.Parse(src)
 		if err != nil {
 			return nil, fmt.Errorf("%w: the stored schema does not parse: %w", errBadKey, err)
 		}
+		sc := compile(parsed)
 		for _, n := range sc.names() {
 			if _, ok := d.ids[n]; !ok {
 				return nil, fmt.Errorf("%w: the schema's name %q is not in the dictionary", errBadKey, n)

@@ -13,6 +13,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/internal/storetest"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -204,7 +205,7 @@ func TestWatchImport(t *testing.T) {
 func TestTouchThenDeleteInOneBatch(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
 	ctx := context.Background()
-	sc, err := datastore.ParseSchema([]byte("types:\n  user: {}\n  doc:\n    relations:\n      viewer: [user]\n"))
+	sc, err := schema.Parse([]byte("types:\n  user: {}\n  doc:\n    relations:\n      viewer: [user]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/filecheck"
 )
 
 // VerifyReport is what Verify found in a data file.
@@ -44,7 +45,7 @@ func (r *VerifyReport) problem(format string, args ...any) bool {
 // waiting up to 2s for it):
 //
 //   - the structure that Open checks on the root and branch pages, on every
-//     page (see checkFileAt);
+//     page (see filecheck.Check);
 //   - then bbolt's own consistency check (Tx.Check): key order across
 //     pages, every page either reachable or free;
 //   - then the store's data: its format, revision and changelog start, the
@@ -85,9 +86,9 @@ func Verify(ctx context.Context, path string) (rep VerifyReport, err error) {
 	if err != nil {
 		return rep, err
 	}
-	fr, err := checkFileAt(f, fi.Size(), true)
-	rep.PageSize, rep.Pages = fr.pageSize, fr.pages
-	for _, w := range fr.warnings {
+	fr, err := filecheck.Check(f, fi.Size(), true)
+	rep.PageSize, rep.Pages = fr.PageSize, fr.Pages
+	for _, w := range fr.Warnings {
 		rep.problem("%s", w)
 	}
 	if err != nil {
@@ -224,7 +225,7 @@ func checkObjEntry(st *state, sb *bolt.Bucket, k, scratch []byte) (string, []byt
 		return fmt.Sprintf("obj: key %x does not decode to a tuple", k), scratch
 	}
 	if st.schema != nil {
-		if err := st.schema.validateTuple(t); err != nil {
+		if err := st.schema.ValidateTuple(t); err != nil {
 			return fmt.Sprintf("obj: %v", err), scratch
 		}
 	}

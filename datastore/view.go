@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // View reads one state of the store for several calls: what one decision
@@ -68,7 +69,7 @@ func (s *BoltStore) endView(v *View) {
 }
 
 // Schema returns the schema in force, nil if none was written.
-func (v *View) Schema() *Schema { return v.st.schema }
+func (v *View) Schema() *schema.Schema { return v.st.schema.public() }
 
 // Check is BoltStore.Check on the View's state.
 func (v *View) Check(req CheckRequest) (_ CheckResult, err error) {
@@ -153,7 +154,7 @@ func (v *View) appendRoles(dst []string, subject api.Subject, tenant string) ([]
 	if st.schema == nil {
 		return dst, ErrNoSchema
 	}
-	if st.schema.tenant == "" {
+	if st.schema.TenantType() == "" {
 		return dst, fmt.Errorf("%w: the schema declares no tenant roles", ErrUnknown)
 	}
 	if !api.ValidID(tenant) {
@@ -164,7 +165,7 @@ func (v *View) appendRoles(dst []string, subject api.Subject, tenant string) ([]
 	}
 	stID, ok1 := st.dict.id(subject.Type)
 	srID, ok2 := st.dict.id(subject.Relation)
-	ttID, ok3 := st.dict.id(st.schema.tenant)
+	ttID, ok3 := st.dict.id(st.schema.TenantType())
 	if !ok1 || !ok2 || !ok3 {
 		return dst, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/internal/storetest"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -195,9 +196,9 @@ func TestViewOneState(t *testing.T) {
 func TestViewDuringSchemaPublication(t *testing.T) {
 	ctx := context.Background()
 	s := openTemp(t, datastore.Config{})
-	schema := func(src string) *datastore.Schema {
+	schema := func(src string) *schema.Schema {
 		t.Helper()
-		sc, err := datastore.ParseSchema([]byte(src))
+		sc, err := schema.Parse([]byte(src))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,7 +510,7 @@ func TestViewSubjectManyRelations(t *testing.T) {
 		fmt.Fprintf(&b, "      r%d: [user]\n", i)
 	}
 	b.WriteString("    permissions:\n      p: r69 + r68\nroles:\n  type: tenant\n  grants:\n    admin: [doc:p]\n")
-	sc, err := datastore.ParseSchema([]byte(b.String()))
+	sc, err := schema.Parse([]byte(b.String()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -47,12 +49,12 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 		return 0, ErrNoSchema
 	}
 	for _, t := range req.Touches {
-		if err := st.schema.validateTuple(t); err != nil {
+		if err := st.schema.ValidateTuple(t); err != nil {
 			return 0, err
 		}
 	}
 	for _, t := range req.Deletes {
-		if err := st.schema.validateTuple(t); err != nil {
+		if err := st.schema.ValidateTuple(t); err != nil {
 			return 0, err
 		}
 	}
@@ -66,7 +68,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 			// The schema changed since validation: validate again.
 			st = cur
 			for _, t := range append(append([]api.Tuple(nil), req.Touches...), req.Deletes...) {
-				if err := st.schema.validateTuple(t); err != nil {
+				if err := st.schema.ValidateTuple(t); err != nil {
 					return err
 				}
 			}
@@ -136,7 +138,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 var afterSchemaCommit func()
 
 // WriteSchema stores a schema; see Store.
-func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ Revision, err error) {
+func (s *BoltStore) WriteSchema(ctx context.Context, sc *schema.Schema, force bool) (_ Revision, err error) {
 	defer s.guard("schema write", debug.SetPanicOnFault(true), &err)
 	if err := s.check(ctx); err != nil {
 		return 0, err
@@ -146,11 +148,6 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ 
 	}
 	if sc == nil {
 		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
-	}
-	// A private copy: its compiled form is bound to this store's dictionary.
-	sc, err = ParseSchema(sc.src)
-	if err != nil {
-		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -191,30 +188,25 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *Schema, force bool) (_ 
 
 // findOrphans lists stored tuples of the types whose relations or accepted
 // subject types shrink from old to next, that next does not allow.
-func (s *BoltStore) findOrphans(ctx context.Context, tx *bolt.Tx, old *state, next *Schema) ([]api.Tuple, error) {
+func (s *BoltStore) findOrphans(ctx context.Context, tx *bolt.Tx, old *state, next *schema.Schema) ([]api.Tuple, error) {
 	var out []api.Tuple
-	for _, tn := range old.schema.order {
-		ot := old.schema.types[tn]
-		nt := next.types[tn]
-		shrinks := nt == nil
+	nextTypes := next.Types()
+	for _, tn := range old.schema.Types() {
+		shrinks := !slices.Contains(nextTypes, tn)
 		if !shrinks {
-			for _, m := range ot.order {
+			for _, m := range old.schema.types[tn].order {
 				if m.perm {
 					continue
 				}
-				nm := nt.members[m.name]
-				if nm == nil || nm.perm {
+				// nil when next has no such relation (or a permission
+				// of that name): a relation accepts at least one type.
+				nallowed := next.AllowedSubjects(tn, m.name)
+				if nallowed == nil {
 					shrinks = true
 					break
 				}
 				for _, a := range m.allowed {
-					found := false
-					for _, b := range nm.allowed {
-						if a == b {
-							found = true
-						}
-					}
-					if !found {
+					if !slices.Contains(nallowed, a) {
 						shrinks = true
 					}
 				}
@@ -234,7 +226,7 @@ func (s *BoltStore) findOrphans(ctx context.Context, tx *bolt.Tx, old *state, ne
 			if err != nil {
 				return nil, err
 			}
-			if next.validateTuple(t) != nil {
+			if next.ValidateTuple(t) != nil {
 				out = append(out, t)
 			}
 		}

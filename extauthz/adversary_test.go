@@ -43,6 +43,7 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/extauthz"
@@ -126,7 +127,7 @@ func newAdvEnv(t *testing.T) *advEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	sc, err := datastore.ParseSchema(drive.Schema)
+	sc, err := schema.Parse(drive.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}

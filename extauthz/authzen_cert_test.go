@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
@@ -65,7 +66,7 @@ func certServer(t *testing.T) (base string, client *http.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := datastore.ParseSchema(src)
+	sc, err := schema.Parse(src)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp"
@@ -116,7 +117,7 @@ func positive[T int | time.Duration](d T) T { return max(d, 0) }
 // *datastore.BoltStore and *cluster.Replica satisfy it.
 type Writer interface {
 	Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error)
-	WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error)
+	WriteSchema(ctx context.Context, sc *schema.Schema, force bool) (datastore.Revision, error)
 }
 
 var _ Writer = (*datastore.BoltStore)(nil)

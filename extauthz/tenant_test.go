@@ -10,6 +10,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
@@ -185,7 +186,7 @@ func TestEdgeSnapshotLeavesInheritingTypes(t *testing.T) {
 
 roles:`, 1)
 	src = strings.Replace(src, "admin: [file:*, folder:*]", "admin: [file:*, folder:*, note:*, memo:*]", 1)
-	sc, err := datastore.ParseSchema([]byte(src))
+	sc, err := schema.Parse([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}

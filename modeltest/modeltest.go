@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/schemaconv"
 	"go.yaml.in/yaml/v3"
 )
@@ -274,7 +274,7 @@ func shiftPositions(err error, file []byte, n *yaml.Node) {
 	}
 	for _, e := range list {
 		var ce *schemaconv.Error
-		var se *datastore.SchemaError
+		var se *schema.Error
 		switch {
 		case errors.As(e, &ce) && ce.Line > 0:
 			if ce.Line == 1 {

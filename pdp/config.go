@@ -14,6 +14,7 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/pdp/decider"
 )
@@ -42,7 +43,7 @@ const (
 // cache. *datastore.BoltStore satisfies it.
 type Store interface {
 	// Schema returns the current schema (datastore.ErrNoSchema if none).
-	Schema(ctx context.Context) (*datastore.Schema, error)
+	Schema(ctx context.Context) (*schema.Schema, error)
 	// Revision returns the latest committed revision.
 	Revision(ctx context.Context) (datastore.Revision, error)
 }

@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/datadoc"
 )
 
 // PolicyData is the data a policy is loaded with: data plus the schema's
 // roles and permissions, the route rules' split paths and their route
 // table. Route rules that are not well formed are ErrBadPolicyData.
-func PolicyData(data []byte, sc *datastore.Schema) ([]byte, error) {
+func PolicyData(data []byte, sc *schema.Schema) ([]byte, error) {
 	d, err := withSchema(data, sc)
 	return d.data, err
 }
@@ -38,7 +38,7 @@ type loadData struct {
 //
 // Only data.nexus is decoded: the rest of the document is copied as it is,
 // once, so a large data.json is never held decoded.
-func withSchema(data []byte, sc *datastore.Schema) (loadData, error) {
+func withSchema(data []byte, sc *schema.Schema) (loadData, error) {
 	var ld loadData
 	raw, _, err := datadoc.Member(data, "nexus")
 	if err != nil {

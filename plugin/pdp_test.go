@@ -14,6 +14,7 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
@@ -67,7 +68,7 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	sc, err := datastore.ParseSchema([]byte(edgeSchema))
+	sc, err := schema.Parse([]byte(edgeSchema))
 	if err != nil {
 		t.Fatal(err)
 	}

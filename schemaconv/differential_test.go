@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/schemaconv"
 )
@@ -359,7 +360,7 @@ func openStore(t *testing.T, ctx context.Context, name string) dStore {
 	return dStore{name, s}
 }
 
-func (d dStore) load(t *testing.T, ctx context.Context, sc *datastore.Schema, tuples []api.Tuple) {
+func (d dStore) load(t *testing.T, ctx context.Context, sc *schema.Schema, tuples []api.Tuple) {
 	t.Helper()
 	if _, err := d.s.WriteSchema(ctx, sc, true); err != nil {
 		t.Fatalf("%s: %v", d.name, err)
@@ -395,7 +396,7 @@ func TestDifferentialFormats(t *testing.T) {
 		tuples := m.randTuples(r, seed, 20+r.IntN(30))
 
 		nativeSrc := m.nexusYAML(r)
-		native, err := datastore.ParseSchema([]byte(nativeSrc))
+		native, err := schema.Parse([]byte(nativeSrc))
 		if err != nil {
 			t.Fatalf("seed %d: nexus schema: %v\n%s", seed, err, nativeSrc)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/schemaconv"
 )
 
@@ -34,7 +34,7 @@ func checkConversion(t *testing.T, r *schemaconv.Result, err error) {
 	if r.Schema == nil {
 		t.Fatal("no schema")
 	}
-	if _, err := datastore.ParseSchema(r.YAML); err != nil {
+	if _, err := schema.Parse(r.YAML); err != nil {
 		t.Fatalf("converted schema does not parse again: %v\n%s", err, r.YAML)
 	}
 	if got := schemaconv.RenamesFromSchema(r.YAML); !maps.Equal(got, r.Renames) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // The parsers of both languages produce a model: types with members, each
@@ -191,7 +191,7 @@ func (m *model) convert() (*Result, error) {
 		return nil, errors.Join(errs...)
 	}
 	src := m.render(renames)
-	sc, err := datastore.ParseSchema(src)
+	sc, err := schema.Parse(src)
 	if err != nil {
 		return nil, fmt.Errorf("schemaconv: the converted schema is invalid (please report this): %w\n%s", err, src)
 	}

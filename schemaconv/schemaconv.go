@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -96,7 +96,7 @@ type Result struct {
 	// YAML is the nexus schema in its YAML form, as Schema was parsed from.
 	YAML []byte
 	// Schema is the parsed and validated nexus schema.
-	Schema *datastore.Schema
+	Schema *schema.Schema
 	// Renames maps an OpenFGA relation that was split ("document#viewer")
 	// to the nexus relation that stores its tuples ("viewer_direct").
 	// Empty for SpiceDB, which never needs a split.
@@ -104,7 +104,7 @@ type Result struct {
 }
 
 // Convert turns a model in language from into a nexus schema. Nexus input
-// is parsed as it is (datastore.ParseSchema).
+// is parsed as it is (schema.Parse).
 func Convert(src []byte, from Format) (*Result, error) {
 	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	switch from {
@@ -113,7 +113,7 @@ func Convert(src []byte, from Format) (*Result, error) {
 	case SpiceDB:
 		return FromSpiceDB(src)
 	case Nexus:
-		sc, err := datastore.ParseSchema(src)
+		sc, err := schema.Parse(src)
 		if err != nil {
 			return nil, err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
@@ -230,7 +231,7 @@ func (n *clusterNode) seed(ctx context.Context) error {
 		if cur != nil && bytes.Equal(cur.Source(), src) {
 			return nil
 		}
-		sc, err := datastore.ParseSchema(src)
+		sc, err := schema.Parse(src)
 		if err != nil {
 			return err
 		}
@@ -243,7 +244,7 @@ func (n *clusterNode) seed(ctx context.Context) error {
 	if cur != nil || n.r.Revision() != 0 {
 		return nil
 	}
-	sc, err := datastore.ParseSchema(drive.Schema)
+	sc, err := schema.Parse(drive.Schema)
 	if err != nil {
 		return err
 	}
@@ -484,7 +485,7 @@ func (w clusterWriter) Write(ctx context.Context, req datastore.WriteRequest) (d
 	return rev, clusterError(rev, err)
 }
 
-func (w clusterWriter) WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error) {
+func (w clusterWriter) WriteSchema(ctx context.Context, sc *schema.Schema, force bool) (datastore.Revision, error) {
 	rev, err := w.r.WriteSchema(ctx, sc, force)
 	return rev, clusterError(rev, err)
 }

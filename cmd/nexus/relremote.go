@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // remoteImportBatch is how many tuples one admin write carries: well under
@@ -80,11 +81,11 @@ func runRemoteImport(cmd *cobra.Command, name string, o importOptions, ro remote
 		in = fh
 	}
 	client := &http.Client{Timeout: time.Minute}
-	schema, err := adminCall(ctx, client, "GET", base+"/v1/schema", token, "", nil)
+	schemaSrc, err := adminCall(ctx, client, "GET", base+"/v1/schema", token, "", nil)
 	if err != nil {
 		return fmt.Errorf("reading the server's schema: %w", err)
 	}
-	sc, err := datastore.ParseSchema(schema)
+	sc, err := schema.Parse(schemaSrc)
 	if err != nil {
 		return fmt.Errorf("the server's schema: %w", err)
 	}

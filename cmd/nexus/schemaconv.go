@@ -15,6 +15,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/modeltest"
 	"github.com/nexuspdp/nexus/schemaconv"
 )
@@ -62,7 +63,7 @@ func convertSchema(from, name string, src []byte) (*schemaconv.Result, error) {
 // parseSchemaArg is rel schema write's parser: nexus YAML, or an OpenFGA
 // model or SpiceDB schema converted (the relations it split are listed on
 // stderr).
-func parseSchemaArg(cmd *cobra.Command, from, name string, src []byte) (*datastore.Schema, error) {
+func parseSchemaArg(cmd *cobra.Command, from, name string, src []byte) (*schema.Schema, error) {
 	res, err := convertSchema(from, name, src)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/demo"
 	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/defaults/policy"
@@ -512,7 +513,7 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 			log.Info("wrote the demo schema and relationships", "tuples", n)
 			break
 		}
-		sc, err := datastore.ParseSchema(src)
+		sc, err := schema.Parse(src)
 		if err != nil {
 			return fail(err)
 		}
@@ -522,7 +523,7 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	case err != nil:
 		return fail(err)
 	case c.Schema != "" && !bytes.Equal(cur.Source(), src):
-		sc, err := datastore.ParseSchema(src)
+		sc, err := schema.Parse(src)
 		if err != nil {
 			return fail(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // The builtins of this file answer the parts of a check that the default
@@ -224,7 +225,7 @@ const maxTenantDepth = 32
 // schemaStore is what nexus.resource_tenant and nexus.grant read besides
 // Store's methods.
 type schemaStore interface {
-	Schema(ctx context.Context) (*datastore.Schema, error)
+	Schema(ctx context.Context) (*schema.Schema, error)
 }
 
 // storeView is what the tenant and grant decisions read of the store: its
@@ -232,7 +233,7 @@ type schemaStore interface {
 // tenant, and a check. A *datastore.View is one (one snapshot for all of
 // a decision's reads); storeMethods makes one of any Store.
 type storeView interface {
-	Schema() *datastore.Schema
+	Schema() *schema.Schema
 	AppendSubjects(dst []api.Subject, object api.Object, relation string) ([]api.Subject, error)
 	AppendRoles(dst []string, subject api.Subject, tenant string) ([]string, error)
 	Check(req datastore.CheckRequest) (datastore.CheckResult, error)
@@ -253,7 +254,7 @@ type storeMethods struct {
 	s   Store
 }
 
-func (l storeMethods) Schema() *datastore.Schema { return schemaOf(l.ctx, l.s) }
+func (l storeMethods) Schema() *schema.Schema { return schemaOf(l.ctx, l.s) }
 
 func (l storeMethods) AppendSubjects(dst []api.Subject, object api.Object, relation string) ([]api.Subject, error) {
 	ts, err := l.s.Read(l.ctx, datastore.Filter{ObjectType: object.Type, ObjectID: object.ID, Relation: relation})
@@ -358,7 +359,7 @@ type tenantSet struct {
 // own adds obj's own tenants (the tenant-type subjects of its "tenant"
 // relation, "id#relation" for a userset) when its type has them, and
 // reports whether it has any.
-func (ts *tenantSet) own(l storeView, sc *datastore.Schema, info typeTenancy, obj api.Object) (bool, error) {
+func (ts *tenantSet) own(l storeView, sc *schema.Schema, info typeTenancy, obj api.Object) (bool, error) {
 	if !info.tenanted {
 		return false, nil
 	}
@@ -403,7 +404,7 @@ func (ts *tenantSet) own(l storeView, sc *datastore.Schema, info typeTenancy, ob
 // level by level up the tenancy.inherit relations, the own tenants of
 // every object first reached at that level, and the objects without any
 // carried to the next.
-func (ts *tenantSet) inherited(l storeView, sc *datastore.Schema, obj api.Object) error {
+func (ts *tenantSet) inherited(l storeView, sc *schema.Schema, obj api.Object) error {
 	seen := map[api.Object]bool{obj: true}
 	level := []api.Object{obj}
 	for depth := 1; len(level) > 0; depth++ {
@@ -440,7 +441,7 @@ func (ts *tenantSet) inherited(l storeView, sc *datastore.Schema, obj api.Object
 
 // schemaOf is the store's schema, nil without one (or for a store that
 // does not say).
-func schemaOf(ctx context.Context, s Store) *datastore.Schema {
+func schemaOf(ctx context.Context, s Store) *schema.Schema {
 	ss, ok := s.(schemaStore)
 	if !ok {
 		return nil
@@ -462,7 +463,7 @@ type typeTenancy struct {
 }
 
 // tenancyOf is typ's typeTenancy in sc (the zero one for an unknown type).
-func tenancyOf(sc *datastore.Schema, typ string) typeTenancy {
+func tenancyOf(sc *schema.Schema, typ string) typeTenancy {
 	tn := sc.TenancyOf(typ)
 	return typeTenancy{tenanted: sc.Tenanted(typ), inherit: tn.Inherit, required: tn.Required}
 }

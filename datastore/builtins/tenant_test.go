@@ -11,6 +11,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	dsschema "github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // writeTuples writes the tuples txt to s.
@@ -159,7 +160,7 @@ roles:
   grants:
     admin: [doc:*]
 `
-	sc, err := datastore.ParseSchema([]byte(schema))
+	sc, err := dsschema.Parse([]byte(schema))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,14 @@ import (
 	"fmt"
 
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 )
 
 // Load writes the drive schema and the demo tuples into s and returns the
 // number of tuples imported.
 func Load(ctx context.Context, s datastore.Store) (int64, error) {
-	sc, err := datastore.ParseSchema(drive.Schema)
+	sc, err := schema.Parse(drive.Schema)
 	if err != nil {
 		return 0, fmt.Errorf("demo: schema: %w", err)
 	}

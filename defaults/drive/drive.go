@@ -4,7 +4,7 @@
 // does the writing). It embeds files only and imports nothing, so every
 // package's tests may use it.
 //
-//	s, err := datastore.ParseSchema(drive.Schema)
+//	s, err := schema.Parse(drive.Schema)
 //	...
 //	store.Import(ctx, bytes.NewReader(drive.Tuples), datastore.ImportOptions{Format: datastore.FormatText})
 //

@@ -36,6 +36,8 @@ var rules = []rule{
 	{name: "the bundle format is a leaf", from: "bundle/...", not: []string{"...", "opa:ast", "opa:compile", "opa:loader", "opa:bundle"}, deep: true},
 	{name: "the engine links neither the compiler nor the store", from: "engine/...", not: []string{"compiler/...", "datastore/...", "pdp/...", "extauthz/...", "opa:compile", "opa:loader", "opa:bundle"}, deep: true},
 	{name: "the store knows no engine, core or server", from: "datastore", not: []string{"engine/...", "pdp/...", "extauthz/...", "compiler/...", "cluster/..."}, deep: true},
+	{name: "the schema language knows no store", from: "datastore/schema/...", not: []string{"datastore", "datastore/builtins/...", "datastore/internal/...", "engine/...", "pdp/...", "extauthz/...", "cluster/...", "compiler/..."}, deep: true},
+	{name: "the file check is a leaf", from: "datastore/internal/filecheck", not: []string{"..."}},
 	{name: "the cluster knows no engine, core or server", from: "cluster/...", not: []string{"engine/...", "pdp/...", "extauthz/...", "compiler/..."}, deep: true},
 	{name: "the decision core links no NATS", from: "pdp/...", not: []string{"cluster/..."}, deep: true},
 	{name: "the server links no NATS", from: "extauthz/...", not: []string{"cluster/..."}, deep: true},

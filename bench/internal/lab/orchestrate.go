@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // ImportData writes the data set in dir (schema and tuples) into a new
@@ -25,7 +26,7 @@ func ImportData(ctx context.Context, dir, dbPath string, progress func(datastore
 	if err != nil {
 		return datastore.ImportStats{}, fmt.Errorf("bench: %w", err)
 	}
-	sc, err := datastore.ParseSchema(src)
+	sc, err := schema.Parse(src)
 	if err != nil {
 		return datastore.ImportStats{}, err
 	}

@@ -3,13 +3,13 @@ package lab
 import (
 	"testing"
 
-	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // TestSchemaHasNoTenancy: the data sets hold no resource's tenant, so
 // their schema requires none (the drive's does) and inherits none.
 func TestSchemaHasNoTenancy(t *testing.T) {
-	sc, err := datastore.ParseSchema(Schema())
+	sc, err := schema.Parse(Schema())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
@@ -86,7 +87,7 @@ func DemoStore(tb testing.TB) *datastore.BoltStore {
 	tb.Helper()
 	ctx := context.Background()
 	dir := filepath.Join(ProductDir(), "internal", "defaults", "drive")
-	schema, err := os.ReadFile(filepath.Join(dir, "schema.yaml"))
+	schemaSrc, err := os.ReadFile(filepath.Join(dir, "schema.yaml"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func DemoStore(tb testing.TB) *datastore.BoltStore {
 		tb.Fatal(err)
 	}
 	defer tuples.Close()
-	sc, err := datastore.ParseSchema(schema)
+	sc, err := schema.Parse(schemaSrc)
 	if err != nil {
 		tb.Fatal(err)
 	}

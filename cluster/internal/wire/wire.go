@@ -20,6 +20,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // Version is the message format version this package writes and reads.
@@ -96,7 +97,7 @@ func Write(origin string, req datastore.WriteRequest) ([]byte, error) {
 }
 
 // Schema encodes a schema write.
-func Schema(origin string, sc *datastore.Schema, force bool) ([]byte, error) {
+func Schema(origin string, sc *schema.Schema, force bool) ([]byte, error) {
 	return json.Marshal(Message{V: Version, Kind: KindSchema, Origin: origin, Schema: string(sc.Source()), Force: force})
 }
 
@@ -148,7 +149,7 @@ func decode(b []byte) (Message, error) {
 		if len(m.Touches)+len(m.Deletes)+len(m.Preconditions) > 0 || m.Policy != nil {
 			return m, fmt.Errorf("%w: a schema write carries tuples or a policy", ErrMalformed)
 		}
-		if _, err := datastore.ParseSchema([]byte(m.Schema)); err != nil {
+		if _, err := schema.Parse([]byte(m.Schema)); err != nil {
 			return m, fmt.Errorf("%w: schema: %w", ErrMalformed, err)
 		}
 	case KindPolicy:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 func tuple(t testing.TB, s string) api.Tuple {
@@ -49,7 +50,7 @@ func TestWriteRoundTrip(t *testing.T) {
 }
 
 func TestSchemaAndPolicy(t *testing.T) {
-	sc, err := datastore.ParseSchema([]byte("types:\n  user: {}\n"))
+	sc, err := schema.Parse([]byte("types:\n  user: {}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

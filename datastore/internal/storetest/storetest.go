@@ -18,6 +18,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
 )
 
@@ -64,7 +65,7 @@ func ctx(t *testing.T) context.Context {
 // MustDrive writes the drive schema and demo tuples into s.
 func MustDrive(t *testing.T, s datastore.Store) {
 	t.Helper()
-	sc, err := datastore.ParseSchema(drive.Schema)
+	sc, err := schema.Parse(drive.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func strs(ts []api.Tuple) []string {
 
 func mustSchema(t *testing.T, s datastore.Store, src string) {
 	t.Helper()
-	sc, err := datastore.ParseSchema([]byte(src))
+	sc, err := schema.Parse([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func testNoSchema(t *testing.T, s datastore.Store) {
 }
 
 func testSchemaRoundTrip(t *testing.T, s datastore.Store) {
-	sc, err := datastore.ParseSchema(drive.Schema)
+	sc, err := schema.Parse(drive.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +505,7 @@ func testSchemaOrphans(t *testing.T, s datastore.Store) {
 	// Drop file#viewer and group usersets from folder#editor.
 	src := strings.Replace(string(drive.Schema), "      viewer: [user, group#member]\n    permissions:\n      delete: owner + parent->delete\n      write: owner + editor + parent->write\n      read: write + viewer + parent->read\n      view: read\n    tenancy: {inherit: [parent], required: true}\n\nroles", "    permissions:\n      delete: owner + parent->delete\n      write: owner + editor + parent->write\n      read: write + parent->read\n      view: read\n    tenancy: {inherit: [parent], required: true}\n\nroles", 1)
 	src = strings.Replace(src, "      editor: [user, group#member]\n      viewer: [user, group#member]\n    permissions:\n      delete: owner + parent->delete\n      write: owner + editor + parent->write\n      read: write + viewer + parent->read\n      view: read\n    tenancy: {inherit: [parent], required: true}\n\n  file", "      editor: [user]\n      viewer: [user, group#member]\n    permissions:\n      delete: owner + parent->delete\n      write: owner + editor + parent->write\n      read: write + viewer + parent->read\n      view: read\n    tenancy: {inherit: [parent], required: true}\n\n  file", 1)
-	sc, err := datastore.ParseSchema([]byte(src))
+	sc, err := schema.Parse([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -42,7 +43,7 @@ type Writer interface {
 	Write(ctx context.Context, req datastore.WriteRequest) (datastore.Revision, error)
 	// WriteSchema replaces the schema; force deletes the tuples it
 	// orphans.
-	WriteSchema(ctx context.Context, sc *datastore.Schema, force bool) (datastore.Revision, error)
+	WriteSchema(ctx context.Context, sc *schema.Schema, force bool) (datastore.Revision, error)
 }
 
 // PolicyWriter is a Writer that also takes policy loads (a cluster
@@ -456,7 +457,7 @@ func (s *API) handlePutSchema(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(s.Log, w, err)
 		return
 	}
-	sc, err := datastore.ParseSchema(body)
+	sc, err := schema.Parse(body)
 	if err != nil {
 		wire.WriteError(s.Log, w, err)
 		return
@@ -752,7 +753,7 @@ func buildEdgeSnapshot(ctx context.Context, store datastore.Store) (*api.EdgeSna
 		// store's tenant may differ from the claimed one, and only the
 		// PDP can tell: such a type is left out, so the edge passes it on.
 		// So is a type whose resources inherit a tenant or must have one.
-		if slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st datastore.SubjectType) bool { return st.Type == sc.TenantType() }) {
+		if slices.ContainsFunc(sc.AllowedSubjects(t, "tenant"), func(st schema.SubjectType) bool { return st.Type == sc.TenantType() }) {
 			continue
 		}
 		if tn := sc.Tenancy(t); tn.Required || len(tn.Inherit) > 0 {
@@ -760,7 +761,7 @@ func buildEdgeSnapshot(ctx context.Context, store datastore.Store) (*api.EdgeSna
 		}
 		mode := api.ModeRBAC
 		for _, rel := range sc.Relations(t) {
-			if slices.ContainsFunc(sc.AllowedSubjects(t, rel), func(st datastore.SubjectType) bool {
+			if slices.ContainsFunc(sc.AllowedSubjects(t, rel), func(st schema.SubjectType) bool {
 				return st.Type != sc.TenantType() && (len(sc.Permissions(st.Type)) == 0 || st.Relation != "")
 			}) {
 				mode = api.ModeReBAC

@@ -21,13 +21,14 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
 // Store is what the listings read of the relationship store.
 type Store interface {
-	Schema(ctx context.Context) (*datastore.Schema, error)
+	Schema(ctx context.Context) (*schema.Schema, error)
 	Read(ctx context.Context, f datastore.Filter) ([]api.Tuple, error)
 	AppendRoles(ctx context.Context, dst []string, subject api.Subject, tenant string) ([]string, error)
 	LookupResources(ctx context.Context, subject api.Subject, permission, resourceType string) ([]string, error)

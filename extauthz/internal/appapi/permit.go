@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
@@ -219,7 +220,7 @@ func (s *API) handleUserPermissions(w http.ResponseWriter, r *http.Request) {
 // (the subject of its "tenant" relation), else the one it inherits up its
 // type's tenancy relations ("" for none, several, or a failed read: the
 // policy's check, which reads it again, decides).
-func (s *API) resourceTenant(ctx context.Context, _ *datastore.Schema, obj api.Object) string {
+func (s *API) resourceTenant(ctx context.Context, _ *schema.Schema, obj api.Object) string {
 	t, err := s.PDP.ResourceTenant(ctx, obj.Type, obj.ID)
 	if err != nil {
 		return ""
@@ -332,7 +333,7 @@ func objectOf(c *checkapi.Check) api.Object {
 // permissions they give, as Permit lists them: "file:*" is every action
 // on files (the type's permissions and the actions roles grant on it),
 // "*:read" is read on every type that has it, "*:*" everything.
-func concreteGrants(sc *datastore.Schema, grants []string) []string {
+func concreteGrants(sc *schema.Schema, grants []string) []string {
 	var out []string
 	for _, g := range grants {
 		typ, act, _ := strings.Cut(g, ":")

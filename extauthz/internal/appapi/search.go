@@ -14,6 +14,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
@@ -236,14 +237,14 @@ func (s *API) candidates(ctx context.Context, q checkapi.Search) ([]string, erro
 }
 
 // isMember reports whether name is a relation or permission of typ.
-func isMember(sc *datastore.Schema, typ, name string) bool {
+func isMember(sc *schema.Schema, typ, name string) bool {
 	return slices.Contains(sc.Permissions(typ), name) || slices.Contains(sc.Relations(typ), name)
 }
 
 // actionNames are the actions that make sense on typ: its permissions and
 // the actions tenant roles grant on it ("typ:action" or "*:action"),
 // sorted.
-func actionNames(sc *datastore.Schema, typ string) []string {
+func actionNames(sc *schema.Schema, typ string) []string {
 	out := slices.Clone(sc.Permissions(typ))
 	for _, grants := range sc.RoleGrantsMap() {
 		for _, g := range grants {

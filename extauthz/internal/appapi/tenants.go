@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/extauthz/internal/checkapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/wire"
 	"github.com/nexuspdp/nexus/pdp"
@@ -14,7 +15,7 @@ import (
 
 // userTenants are the tenants where the store gives user a role (any
 // relation on a tenant object), sorted.
-func (s *API) userTenants(ctx context.Context, sc *datastore.Schema, user checkapi.Subject) ([]string, error) {
+func (s *API) userTenants(ctx context.Context, sc *schema.Schema, user checkapi.Subject) ([]string, error) {
 	tt := sc.TenantType()
 	if tt == "" {
 		return nil, nil

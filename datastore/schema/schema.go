@@ -1,11 +1,10 @@
-package datastore
+package schema
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
@@ -22,8 +21,6 @@ type Schema struct {
 	tenant   string   // the type that holds tenant roles ("" when no roles)
 	grants   map[string][]string
 	roleList []string
-	nrels    int            // relations in all types (see member.relIndex)
-	relByID  map[relKey]int // relIndex by dictionary numbers, set by bind
 }
 
 // SubjectType is a subject type a relation accepts: a type (Relation empty)
@@ -67,68 +64,21 @@ type Tenancy struct {
 
 // member is a relation or a permission of a type.
 type member struct {
-	typ     *typeDef
 	name    string
 	perm    bool
 	allowed []SubjectType // relations
-	expr    *expr         // permissions
+	expr    *Expr         // permissions
 	src     string        // permission source text
 	line    int
 	col     int
-	// compiled for relations: does it accept usersets?
-	hasUserset bool
-
-	// relIndex numbers the schema's relations (not permissions) from 0.
-	relIndex int
-	// holds has the bits of the relations (by relIndex) whose tuples can
-	// hold a plain subject in this member (see Schema.holders).
-	holds []uint64
-
-	// bound to a store's dictionary by bind
-	typeID, relID uint64
-	usersets      []usersetRef
 }
 
-// relKey is a relation by its dictionary numbers.
-type relKey struct{ typeID, relID uint64 }
-
-type usersetRef struct {
-	typeID, relID uint64
-	m             *member
-}
-
-type exprKind uint8
-
-const (
-	exprRef exprKind = iota
-	exprArrow
-	exprUnion
-	exprIntersect
-	exprExclude
-)
-
-type expr struct {
-	kind exprKind
-	name string // ref: member; arrow: permission on the targets
-	via  string // arrow: relation followed
-	l, r *expr
-	pos  int // byte offset in the source text
-
-	ref    *member            // resolved ref
-	viaRel *member            // resolved arrow relation
-	target map[string]*member // arrow: target type -> member
-
-	// bound to a store's dictionary by bind
-	viaID      uint64
-	targetByID []*member // dict type id -> member
-}
-
-// ParseSchema parses and validates a YAML schema. Errors are *SchemaError
-// (joined when there are several) naming the type, relation and position.
-func ParseSchema(src []byte) (*Schema, error) {
+// Parse parses and validates a YAML schema. Errors are *Error (joined
+// when there are several) naming the type, relation and position.
+func Parse(src []byte) (*Schema, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return nil, &SchemaError{Msg: "yaml: " + err.Error()}
+		return nil, &Error{Msg: "yaml: " + err.Error()}
 	}
 	p := &schemaParser{s: &Schema{src: bytes.Clone(src), types: map[string]*typeDef{}, grants: map[string][]string{}}}
 	p.parse(&doc)
@@ -138,72 +88,7 @@ func ParseSchema(src []byte) (*Schema, error) {
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
-	for _, tn := range p.s.order {
-		for _, m := range p.s.types[tn].order {
-			if !m.perm {
-				m.relIndex = p.s.nrels
-				p.s.nrels++
-			}
-		}
-	}
-	for _, t := range p.s.types {
-		for _, m := range t.order {
-			m.holds = make([]uint64, (p.s.nrels+63)/64)
-			for _, h := range p.s.holders(m) {
-				m.holds[h.relIndex/64] |= 1 << (h.relIndex % 64)
-			}
-		}
-	}
 	return p.s, nil
-}
-
-// holders returns the relations whose tuples can hold a plain subject in
-// m: every relation a check of m may test for a tuple naming the subject
-// (m itself when it is a relation, those its permission refers to, the
-// targets of its arrows, the relations of the usersets a relation
-// accepts, and so on). An arrow's own relation is not among them: the
-// walk follows its tuples' objects and never matches them against the
-// subject. Both sides of an intersection and an exclusion are included,
-// which is more than needed and never less.
-func (s *Schema) holders(m *member) []*member {
-	seen := map[*member]bool{}
-	var out []*member
-	var visit func(*member)
-	var visitExpr func(*expr)
-	visit = func(x *member) {
-		if x == nil || seen[x] {
-			return
-		}
-		seen[x] = true
-		if x.perm {
-			visitExpr(x.expr)
-			return
-		}
-		out = append(out, x)
-		for _, a := range x.allowed {
-			if a.Relation != "" {
-				if tt := s.types[a.Type]; tt != nil {
-					visit(tt.members[a.Relation])
-				}
-			}
-		}
-	}
-	visitExpr = func(e *expr) {
-		switch {
-		case e == nil:
-		case e.kind == exprRef:
-			visit(e.ref)
-		case e.kind == exprArrow:
-			for _, tm := range e.target {
-				visit(tm)
-			}
-		default:
-			visitExpr(e.l)
-			visitExpr(e.r)
-		}
-	}
-	visit(m)
-	return out
 }
 
 type schemaParser struct {
@@ -212,7 +97,7 @@ type schemaParser struct {
 }
 
 func (p *schemaParser) errf(n *yaml.Node, typ, rel, format string, args ...any) {
-	e := &SchemaError{Type: typ, Relation: rel, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{Type: typ, Relation: rel, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
 	}
@@ -326,7 +211,7 @@ func (p *schemaParser) addMember(t *typeDef, key *yaml.Node) *member {
 		p.errf(key, t.name, name, "declared twice (relations and permissions share one namespace)")
 		return nil
 	}
-	m := &member{typ: t, name: name, line: key.Line, col: key.Column}
+	m := &member{name: name, line: key.Line, col: key.Column}
 	t.members[name] = m
 	t.order = append(t.order, m)
 	return m
@@ -402,7 +287,7 @@ func (p *schemaParser) parsePermissions(t *typeDef, n *yaml.Node) {
 		if err != nil {
 			var pe *exprError
 			errors.As(err, &pe)
-			se := &SchemaError{Type: t.name, Relation: m.name, Line: kv[1].Line, Column: kv[1].Column, Msg: err.Error()}
+			se := &Error{Type: t.name, Relation: m.name, Line: kv[1].Line, Column: kv[1].Column, Msg: err.Error()}
 			if pe != nil && kv[1].Style == 0 && !strings.Contains(m.src, "\n") {
 				se.Column += pe.pos
 			}
@@ -567,7 +452,6 @@ func (p *schemaParser) resolve() {
 					if tt.members[st.Relation] == nil {
 						p.errf(nil, t.name, m.name, "subject type %s: type %s has no relation or permission %q (line %d)", st, st.Type, st.Relation, m.line)
 					}
-					m.hasUserset = true
 				}
 			}
 		}
@@ -581,47 +465,44 @@ func (p *schemaParser) resolve() {
 	}
 }
 
-func (p *schemaParser) exprErr(t *typeDef, m *member, e *expr, format string, args ...any) {
-	se := &SchemaError{Type: t.name, Relation: m.name, Line: m.line, Column: m.col, Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (at offset %d of %q)", e.pos, m.src)}
+func (p *schemaParser) exprErr(t *typeDef, m *member, e *Expr, format string, args ...any) {
+	se := &Error{Type: t.name, Relation: m.name, Line: m.line, Column: m.col, Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (at offset %d of %q)", e.pos, m.src)}
 	if !strings.Contains(m.src, "\n") {
 		se.Column += e.pos
 	}
 	p.errs = append(p.errs, se)
 }
 
-func (p *schemaParser) resolveExpr(t *typeDef, m *member, e *expr) {
-	switch e.kind {
-	case exprRef:
-		e.ref = t.members[e.name]
-		if e.ref == nil {
-			p.exprErr(t, m, e, "unknown relation or permission %q on type %s", e.name, t.name)
+// resolveExpr checks that e names members of t, and that each of its
+// arrows reaches a member on every type its relation accepts.
+func (p *schemaParser) resolveExpr(t *typeDef, m *member, e *Expr) {
+	switch e.Op {
+	case OpRef:
+		if t.members[e.Name] == nil {
+			p.exprErr(t, m, e, "unknown relation or permission %q on type %s", e.Name, t.name)
 		}
-	case exprArrow:
-		e.viaRel = t.members[e.via]
+	case OpArrow:
+		via := t.members[e.Via]
 		switch {
-		case e.viaRel == nil:
-			p.exprErr(t, m, e, "arrow %s->%s: unknown relation %q on type %s", e.via, e.name, e.via, t.name)
+		case via == nil:
+			p.exprErr(t, m, e, "arrow %s->%s: unknown relation %q on type %s", e.Via, e.Name, e.Via, t.name)
 			return
-		case e.viaRel.perm:
-			p.exprErr(t, m, e, "arrow %s->%s: %q is a permission; arrows follow relations", e.via, e.name, e.via)
+		case via.perm:
+			p.exprErr(t, m, e, "arrow %s->%s: %q is a permission; arrows follow relations", e.Via, e.Name, e.Via)
 			return
 		}
-		e.target = map[string]*member{}
-		for _, st := range e.viaRel.allowed {
+		for _, st := range via.allowed {
 			tt := p.s.types[st.Type]
 			if tt == nil {
 				continue // reported above
 			}
-			tm := tt.members[e.name]
-			if tm == nil {
-				p.exprErr(t, m, e, "arrow %s->%s: type %s (accepted by %s#%s) has no relation or permission %q", e.via, e.name, st.Type, t.name, e.via, e.name)
-				continue
+			if tt.members[e.Name] == nil {
+				p.exprErr(t, m, e, "arrow %s->%s: type %s (accepted by %s#%s) has no relation or permission %q", e.Via, e.Name, st.Type, t.name, e.Via, e.Name)
 			}
-			e.target[st.Type] = tm
 		}
 	default:
-		p.resolveExpr(t, m, e.l)
-		p.resolveExpr(t, m, e.r)
+		p.resolveExpr(t, m, e.Left)
+		p.resolveExpr(t, m, e.Right)
 	}
 }
 
@@ -674,6 +555,20 @@ func (s *Schema) HasPermission(typ, name string) bool {
 		}
 	}
 	return false
+}
+
+// Expr returns the parsed expression of typ's permission, a copy the
+// caller may keep (nil if typ has no such permission).
+func (s *Schema) Expr(typ, permission string) *Expr {
+	t := s.types[typ]
+	if t == nil {
+		return nil
+	}
+	m := t.members[permission]
+	if m == nil || !m.perm {
+		return nil
+	}
+	return m.expr.clone()
 }
 
 // AllowedSubjects returns the subject types typ#relation accepts (nil if
@@ -767,25 +662,11 @@ func (s *Schema) Grants(roles []string, resourceType, permission string) bool {
 	return false
 }
 
-// names returns every type and relation name of the schema, sorted.
-func (s *Schema) names() []string {
-	set := map[string]bool{}
-	for _, t := range s.types {
-		set[t.name] = true
-		for _, m := range t.order {
-			set[m.name] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// validateTuple checks a tuple against the schema.
-func (s *Schema) validateTuple(t api.Tuple) error {
+// ValidateTuple checks a tuple against the schema: its syntax (package
+// api's), a declared type, a relation of that type (not a permission),
+// and a subject type the relation accepts. Its errors match
+// ErrInvalidTuple.
+func (s *Schema) ValidateTuple(t api.Tuple) error {
 	if err := t.Validate(); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalidTuple, t, err)
 	}
@@ -805,52 +686,4 @@ func (s *Schema) validateTuple(t api.Tuple) error {
 			SubjectType{Type: t.Subject.Type, Relation: t.Subject.Relation}, m.allowed)
 	}
 	return nil
-}
-
-// bind records the dictionary numbers of every name in the schema's
-// compiled form. s must be private to one store (see WriteSchema).
-func (s *Schema) bind(d *dict) {
-	for _, t := range s.types {
-		for _, m := range t.order {
-			m.typeID, _ = d.id(t.name)
-			m.relID, _ = d.id(m.name)
-			m.usersets = m.usersets[:0]
-			for _, a := range m.allowed {
-				if a.Relation == "" {
-					continue
-				}
-				tid, _ := d.id(a.Type)
-				rid, _ := d.id(a.Relation)
-				m.usersets = append(m.usersets, usersetRef{tid, rid, s.types[a.Type].members[a.Relation]})
-			}
-			if m.expr != nil {
-				bindExpr(m.expr, d)
-			}
-		}
-	}
-	s.relByID = make(map[relKey]int, s.nrels)
-	for _, t := range s.types {
-		for _, m := range t.order {
-			if !m.perm {
-				s.relByID[relKey{m.typeID, m.relID}] = m.relIndex
-			}
-		}
-	}
-}
-
-func bindExpr(e *expr, d *dict) {
-	switch e.kind {
-	case exprRef:
-	case exprArrow:
-		e.viaID, _ = d.id(e.via)
-		e.targetByID = make([]*member, len(d.names))
-		for tn, m := range e.target {
-			if id, ok := d.id(tn); ok {
-				e.targetByID[id] = m
-			}
-		}
-	default:
-		bindExpr(e.l, d)
-		bindExpr(e.r, d)
-	}
 }

@@ -1,4 +1,4 @@
-package datastore
+package schema
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseSchemaDrive(t *testing.T) {
-	s, err := ParseSchema(drive.Schema)
+	s, err := Parse(drive.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func tenancySchema(tenancy string) string {
 }
 
 func TestSchemaTenancy(t *testing.T) {
-	s, err := ParseSchema(drive.Schema)
+	s, err := Parse(drive.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestSchemaTenancy(t *testing.T) {
 	if got := s.Tenancy("user"); got.Required || got.Inherit != nil {
 		t.Errorf("Tenancy(user) = %+v, want none", got)
 	}
-	s, err = ParseSchema([]byte(tenancySchema("{inherit: parent}")))
+	s, err = Parse([]byte(tenancySchema("{inherit: parent}")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestSchemaTenancy(t *testing.T) {
 	}
 }
 
-func TestParseSchemaErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		src  string
@@ -91,12 +91,12 @@ func TestParseSchemaErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseSchema([]byte(tt.src))
+			_, err := Parse([]byte(tt.src))
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if !errors.Is(err, ErrInvalidSchema) {
-				t.Fatalf("%v is not ErrInvalidSchema", err)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%v is not ErrInvalid", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
@@ -129,20 +129,20 @@ func TestParseExprPrecedence(t *testing.T) {
 	}
 }
 
-func FuzzParseSchema(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	f.Add(string(drive.Schema))
 	f.Add("types:\n  user: {}\n  doc:\n    relations:\n      viewer: [user]\n    permissions:\n      read: (viewer & viewer) - viewer\n")
 	f.Add("types:\n  a:\n    relations:\n      r: [a#r]\n    permissions:\n      p: r->p + r\n")
 	f.Fuzz(func(t *testing.T, src string) {
-		s, err := ParseSchema([]byte(src))
+		s, err := Parse([]byte(src))
 		if err != nil {
-			if !errors.Is(err, ErrInvalidSchema) {
-				t.Fatalf("error %v is not ErrInvalidSchema", err)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v is not ErrInvalid", err)
 			}
 			return
 		}
 		// A valid schema parses again to the same thing.
-		again, err := ParseSchema(s.Source())
+		again, err := Parse(s.Source())
 		if err != nil || strings.Join(again.Types(), ",") != strings.Join(s.Types(), ",") {
 			t.Fatalf("reparse: %v", err)
 		}
@@ -164,4 +164,37 @@ func FuzzParseExpr(f *testing.F) {
 			t.Fatalf("%q -> %q -> %v %v", s, e.String(), e2, err)
 		}
 	})
+}
+
+func TestExpr(t *testing.T) {
+	s, err := Parse(drive.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, typ, perm string
+		want            string // "" for nil
+	}{
+		{name: "permission", typ: "file", perm: "read", want: "((write + viewer) + parent->read)"},
+		{name: "relation", typ: "file", perm: "viewer"},
+		{name: "unknown type", typ: "nope", perm: "read"},
+		{name: "unknown permission", typ: "file", perm: "nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := s.Expr(tt.typ, tt.perm)
+			switch {
+			case tt.want == "" && e != nil:
+				t.Fatalf("Expr = %s, want nil", e)
+			case tt.want != "" && (e == nil || e.String() != tt.want):
+				t.Fatalf("Expr = %v, want %s", e, tt.want)
+			}
+		})
+	}
+	// The caller's copy is its own.
+	e := s.Expr("file", "read")
+	e.Op, e.Left = OpRef, nil
+	if got := s.Expr("file", "read"); got.Op != OpUnion || got.Left == nil {
+		t.Fatalf("changing a returned Expr changed the schema: %v", got)
+	}
 }

@@ -1,4 +1,4 @@
-package datastore
+package schema
 
 import (
 	"fmt"
@@ -6,6 +6,29 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 )
+
+// Op is the operator at a node of a permission expression.
+type Op uint8
+
+// The operators of a permission expression.
+const (
+	OpRef       Op = iota // Name: a relation or permission of the same object
+	OpArrow               // Via->Name: Name on every object reached through the relation Via
+	OpUnion               // Left + Right
+	OpIntersect           // Left & Right
+	OpExclude             // Left - Right
+)
+
+// Expr is a node of a parsed permission expression. A schema's
+// expressions are resolved: every name is a member of the type, and an
+// arrow's Name is a member of every type its relation accepts.
+type Expr struct {
+	Op          Op
+	Name        string // OpRef: the member; OpArrow: the member on the objects reached
+	Via         string // OpArrow: the relation followed
+	Left, Right *Expr  // OpUnion, OpIntersect, OpExclude
+	pos         int    // byte offset in the source text
+}
 
 type exprError struct {
 	pos int
@@ -24,7 +47,7 @@ type exprParser struct {
 //	expr  := inter (('+' | '-') inter)*
 //	inter := unary ('&' unary)*
 //	unary := '(' expr ')' | name | name '->' name
-func parseExpr(s string) (*expr, error) {
+func parseExpr(s string) (*Expr, error) {
 	p := &exprParser{s: s}
 	e, err := p.parseUnion(0)
 	if err != nil {
@@ -45,7 +68,7 @@ func (p *exprParser) skip() {
 	}
 }
 
-func (p *exprParser) parseUnion(depth int) (*expr, error) {
+func (p *exprParser) parseUnion(depth int) (*Expr, error) {
 	l, err := p.parseInter(depth)
 	if err != nil {
 		return nil, err
@@ -61,15 +84,15 @@ func (p *exprParser) parseUnion(depth int) (*expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		k := exprUnion
+		k := OpUnion
 		if op == '-' {
-			k = exprExclude
+			k = OpExclude
 		}
-		l = &expr{kind: k, l: l, r: r, pos: pos}
+		l = &Expr{Op: k, Left: l, Right: r, pos: pos}
 	}
 }
 
-func (p *exprParser) parseInter(depth int) (*expr, error) {
+func (p *exprParser) parseInter(depth int) (*Expr, error) {
 	l, err := p.parseUnary(depth)
 	if err != nil {
 		return nil, err
@@ -85,7 +108,7 @@ func (p *exprParser) parseInter(depth int) (*expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		l = &expr{kind: exprIntersect, l: l, r: r, pos: pos}
+		l = &Expr{Op: OpIntersect, Left: l, Right: r, pos: pos}
 	}
 }
 
@@ -113,7 +136,7 @@ func (p *exprParser) name() (string, int, error) {
 	return n, start, nil
 }
 
-func (p *exprParser) parseUnary(depth int) (*expr, error) {
+func (p *exprParser) parseUnary(depth int) (*Expr, error) {
 	if depth > maxExprDepth {
 		return nil, &exprError{p.pos, "expression nested too deeply"}
 	}
@@ -143,23 +166,33 @@ func (p *exprParser) parseUnary(depth int) (*expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &expr{kind: exprArrow, via: n, name: target, pos: pos}, nil
+		return &Expr{Op: OpArrow, Via: n, Name: target, pos: pos}, nil
 	}
-	return &expr{kind: exprRef, name: n, pos: pos}, nil
+	return &Expr{Op: OpRef, Name: n, pos: pos}, nil
 }
 
 // String renders the expression with full parentheses.
-func (e *expr) String() string {
-	switch e.kind {
-	case exprRef:
-		return e.name
-	case exprArrow:
-		return e.via + "->" + e.name
-	case exprUnion:
-		return "(" + e.l.String() + " + " + e.r.String() + ")"
-	case exprIntersect:
-		return "(" + e.l.String() + " & " + e.r.String() + ")"
+func (e *Expr) String() string {
+	switch e.Op {
+	case OpRef:
+		return e.Name
+	case OpArrow:
+		return e.Via + "->" + e.Name
+	case OpUnion:
+		return "(" + e.Left.String() + " + " + e.Right.String() + ")"
+	case OpIntersect:
+		return "(" + e.Left.String() + " & " + e.Right.String() + ")"
 	default:
-		return "(" + e.l.String() + " - " + e.r.String() + ")"
+		return "(" + e.Left.String() + " - " + e.Right.String() + ")"
 	}
+}
+
+// clone copies e and every node below it.
+func (e *Expr) clone() *Expr {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Left, c.Right = e.Left.clone(), e.Right.clone()
+	return &c
 }
