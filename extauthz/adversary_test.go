@@ -47,6 +47,7 @@ import (
 	"github.com/nexuspdp/nexus/internal/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 var (
@@ -168,10 +169,10 @@ func advUntrustingBundle(t *testing.T) *bundle.Bundle {
 func startAdvServer(t *testing.T, store *datastore.BoltStore, b *bundle.Bundle) advServer {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := extauthz.New(ctx, extauthz.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Policy: b,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIInsecure: true,
-	})
+	srv, _, err := testConfig{
+		Config: extauthz.Config{Store: store, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIInsecure: true},
+		Core:   pdp.Config{Engine: fixture.StoreEngine(t, store), Policy: b},
+	}.build(t)
 	if err != nil {
 		t.Fatal(err)
 	}

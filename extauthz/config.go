@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -19,7 +18,6 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/pdp/decider"
@@ -136,35 +134,29 @@ func (t TLS) enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.Cl
 // bearer secret guessable in a few tries is no secret.
 const MinSecretBytes = 16
 
-// Config configures a Server. Engine, Store and Policy are required; every
-// other zero value means the documented default.
+// Config configures a Server: its listeners, TLS, secrets, limits and
+// the admin API. PDP and Store are required; every other zero value means
+// the documented default. The decision core's own options (entrypoints,
+// cache, evaluation deadline, body size, decision log) are pdp.Config's.
 type Config struct {
-	// Engine evaluates policies. Its registry must hold the relationship
-	// builtins (datastore/builtins) for policies that use them.
-	Engine *engine.Engine
-	// Store is the relationship store. If it has a Health() error method
-	// (*datastore.BoltStore has), /readyz reports not ready while it
-	// returns an error, e.g. after the store met a damaged data file.
+	// PDP is the decision core every transport asks. The server does not
+	// own it: whoever built it closes it (pdp.PDP.Close, which flushes the
+	// decision log) after Shutdown. Its MaxBodyBytes also bounds the HTTP
+	// request bodies the server reads.
+	PDP *pdp.PDP
+	// Store is the relationship store the admin API reads and writes and
+	// the application API lists candidates from: the store the PDP reads.
+	// If it has a Health() error method (*datastore.BoltStore has),
+	// /readyz reports not ready while it returns an error, e.g. after the
+	// store met a damaged data file.
 	Store datastore.Store
-	// Policy is the compiled policy. The server adds the schema's tenant
-	// roles (data.nexus.roles: role to grants) and each type's permissions
-	// (data.nexus.permissions) to its data before loading it, and again
-	// whenever the schema changes.
-	Policy *bundle.Bundle
 
 	// Writer takes the admin API's relationship and schema writes; nil
 	// means Store. A cluster replica (cluster.Replica) puts them in the
 	// cluster's log instead; when it also has LoadPolicy(ctx, bundle
 	// []byte) (datastore.Revision, error), policy loads go through it too
-	// and reach the server through LoadPolicy on every replica.
+	// and reach every replica's PDP (pdp.PDP.Load) from the log.
 	Writer Writer
-	// Revisions waits for the consistency tokens checks carry (the
-	// x-nexus-revision header, context.nexus_revision); nil means the
-	// store's own revision, waited for at most RevisionWait.
-	Revisions pdp.RevisionWaiter
-	// RevisionWait bounds the default wait for a consistency token; zero
-	// means pdp.DefaultRevisionWait.
-	RevisionWait time.Duration
 	// Degraded, if set, is asked by /healthz: a non-empty reason makes it
 	// answer {"status": "degraded", "reason": ..., plus details}, still
 	// 200 (restarting would not help); /readyz is not affected.
@@ -252,30 +244,10 @@ type Config struct {
 	// grpc_request_duration_seconds; nil means the plugin's defaults.
 	// They must be increasing.
 	PerformanceMetricsBuckets []float64
-	// DryRun answers every Envoy ext_authz gRPC decision with an allow,
-	// while the decision log and the metrics keep the policy's decision
-	// (opa-envoy-plugin's dry-run).
-	DryRun bool
-	// SkipRequestBodyParse leaves the request body out of the input
-	// document of Envoy and forward-auth requests (opa-envoy-plugin's
-	// skip-request-body-parse); see pdp.Config.SkipRequestBodyParse.
-	SkipRequestBodyParse bool
 	// Profiling serves Go's profiles under /debug/pprof/ on the admin
 	// listener, behind AdminToken like the rest of the admin API.
 	Profiling bool
 
-	// EnvoyEntrypoint answers ext_authz and forward-auth requests; ""
-	// means pdp.DefaultEnvoyEntrypoint; pdp.Disabled turns
-	// these checks off. Its result is a boolean or an
-	// opa-envoy-plugin result object.
-	EnvoyEntrypoint string
-	// AuthzEntrypoint answers AuthZEN and Permit checks; "" means
-	// pdp.DefaultAuthzEntrypoint (pdp.Disabled: off). Its result is a boolean or an object with
-	// "allow" (or "allowed") and "reason".
-	AuthzEntrypoint string
-
-	// MaxBodyBytes bounds request bodies; zero means pdp.DefaultMaxBodyBytes.
-	MaxBodyBytes int64
 	// BundleLimits bound the files of a policy bundle uploaded to the
 	// admin API (each file, data.json, the archive); zero fields mean
 	// bundle's defaults.
@@ -283,44 +255,12 @@ type Config struct {
 	// MaxBatch bounds the checks in one batch request; zero means
 	// DefaultMaxBatch.
 	MaxBatch int
-	// EvalTimeout bounds one evaluation; zero means pdp.DefaultEvalTimeout.
-	EvalTimeout time.Duration
-	// CacheSize bounds the decision cache (entries); zero means
-	// pdp.DefaultCacheSize.
-	CacheSize int
-	// CacheDisabled turns the decision cache off.
-	CacheDisabled bool
-	// WasmOnly runs every decision in the policy's Wasm. By default, when
-	// the loaded policy is nexus' default policy as nexus compiles it, the
-	// server makes its decisions in Go, exactly as its Wasm would (see
-	// pdp.Config.Relations); WasmOnly turns that off, to compare.
-	WasmOnly bool
-	// CacheNondeterministic caches decisions of policies that can call
-	// non-deterministic builtins (or whose bundle does not say) like any
-	// other; see pdp.Config.CacheNondeterministic.
-	CacheNondeterministic bool
-
-	// DecisionLog receives one policy.decision JSON line per decision;
-	// nil disables the decision log.
-	DecisionLog io.Writer
-	// DecisionLogQueue bounds the events waiting to be written; zero
-	// means 4096. A full queue drops events (counted), never blocks.
-	DecisionLogQueue int
-	// DecisionSink receives every decision with the input the policy saw
-	// and its raw result: the decision log in OPA's format. Nil means
-	// none. The caller closes it after Shutdown (which flushes nothing
-	// of it).
-	DecisionSink pdp.DecisionSink
-	// MaskDecision and DropDecision are the decision log's mask and drop
-	// rules (OPA's decision_logs.mask_decision and drop_decision); ""
-	// means pdp.DefaultMaskDecision and pdp.DefaultDropDecision. They are
-	// evaluated only when the policy bundle has them.
-	MaskDecision, DropDecision string
-
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
-	// Registerer receives the metrics; nil means a new registry, served
-	// on /metrics.
+	// Registerer receives the server's own metrics (PerformanceMetrics);
+	// nil means a new registry (NewRegistry), served on /metrics. Pass the
+	// registry the PDP's metrics go to (pdp.Config.Registerer), so that
+	// /metrics serves them too.
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics; nil means the Registerer if it is a
 	// Gatherer.
@@ -329,14 +269,11 @@ type Config struct {
 
 // Validate fills defaults and rejects nonsense.
 func (c *Config) Validate() error {
-	if c.Engine == nil {
-		return errors.New("extauthz: Config.Engine is required")
+	if c.PDP == nil {
+		return errors.New("extauthz: Config.PDP is required")
 	}
 	if c.Store == nil {
 		return errors.New("extauthz: Config.Store is required")
-	}
-	if c.Policy == nil {
-		return errors.New("extauthz: Config.Policy is required")
 	}
 	if c.GRPCAddr == "" {
 		c.GRPCAddr = DefaultGRPCAddr
@@ -372,12 +309,6 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("extauthz: %s TLS needs both a certificate and a key file", name)
 		}
 	}
-	switch {
-	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("extauthz: MaxBodyBytes %d is negative", c.MaxBodyBytes)
-	case c.MaxBodyBytes == 0:
-		c.MaxBodyBytes = pdp.DefaultMaxBodyBytes
-	}
 	if c.GRPCMaxRecvMsgSize < 0 {
 		return fmt.Errorf("extauthz: GRPCMaxRecvMsgSize %d is negative", c.GRPCMaxRecvMsgSize)
 	}
@@ -399,10 +330,6 @@ func (c *Config) Validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	pc := c.pdpConfig()
-	if err := pc.Validate(); err != nil {
-		return fmt.Errorf("extauthz: %w", err)
-	}
 	if c.Registerer == nil {
 		reg := NewRegistry()
 		c.Registerer = reg
@@ -418,6 +345,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// DefaultDeciders are the Go deciders nexus serve offers the decision core
+// (pdp.Config.Deciders): that of nexus' default policy, which decides the
+// policy's checks in Go, exactly as its Wasm would, reading the
+// relationships in store (pass the same store as pdp.Config.Relations).
+// Leave them out to run every decision in the policy's Wasm (nexus serve
+// --wasm-only).
+func DefaultDeciders(store builtins.Store) []decider.Factory {
+	return []decider.Factory{policy.Decider(store)}
 }
 
 // NewRegistry returns the registry a Server serves on /metrics when
@@ -453,25 +390,4 @@ func peakRSS() float64 {
 		}
 	}
 	return 0
-}
-
-// pdpConfig is the decision core's part of c.
-func (c *Config) pdpConfig() pdp.Config {
-	var relations builtins.Store
-	var deciders []decider.Factory
-	if !c.WasmOnly {
-		relations = c.Store
-		deciders = []decider.Factory{policy.Decider(c.Store)}
-	}
-	return pdp.Config{
-		Engine: c.Engine, Store: c.Store, Relations: relations, Deciders: deciders, Policy: c.Policy,
-		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
-		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
-		SkipRequestBodyParse: c.SkipRequestBodyParse, DryRun: c.DryRun,
-		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
-		DecisionLog: c.DecisionLog, DecisionLogQueue: c.DecisionLogQueue,
-		DecisionSink: c.DecisionSink, MaskDecision: c.MaskDecision, DropDecision: c.DropDecision,
-		Revisions: c.Revisions, RevisionWait: c.RevisionWait,
-		Logger: c.Logger, Registerer: c.Registerer,
-	}
 }

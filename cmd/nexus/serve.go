@@ -401,18 +401,15 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		defer f.Close()
 		dlog = f
 	}
+	core := c.core(eng, store, bundle, dlog, log)
 	cfg := extauthz.Config{
-		Engine: eng, Store: store, Policy: bundle,
-		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
+		Store:    store,
+		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr, DiagnosticAddr: c.opa.DiagnosticAddr,
 		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
-		DiagnosticAddr: c.opa.DiagnosticAddr, DryRun: c.opa.DryRun, SkipRequestBodyParse: c.opa.SkipRequestBodyParse,
 		GRPCMaxRecvMsgSize: c.opa.GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize: c.opa.GRPCMaxSendMsgSize,
 		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
 		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
-		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
-		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout, BundleLimits: c.bundleLimits(),
-		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic, WasmOnly: c.WasmOnly,
-		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
+		BundleLimits: c.bundleLimits(),
 		Limits: extauthz.Limits{
 			MaxConns: c.MaxConns, ReadHeaderTimeout: c.ReadHeaderTimeout, RequestTimeout: c.RequestTimeout,
 			IdleTimeout: c.IdleTimeout, GRPCMaxStreams: c.GRPCMaxStreams,
@@ -427,21 +424,30 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		awaited = &awaitedBundle{}
 		cfg.Ready = awaited.ready
 	}
-	cl.configure(&cfg)
+	cl.configure(&core, &cfg)
 	if cfg.Registerer == nil {
 		reg := extauthz.NewRegistry()
 		cfg.Registerer, cfg.Gatherer = reg, reg
 	}
+	core.Registerer = cfg.Registerer // /metrics serves the decision metrics too
 	defer startScrub(ctx, store, c.ScrubRate, c.ScrubInterval, cfg.Registerer, log)()
-	ol.apply(&cfg)
-	srv, err := extauthz.New(ctx, cfg)
+	ol.apply(&core)
+	// The command owns the decision core: the server serves it, and it is
+	// closed (flushing the decision log) after the server has shut down.
+	p, err := pdp.New(ctx, core)
 	if err != nil {
 		return err
 	}
-	if err := cl.attach(ctx, srv); err != nil {
+	defer func() { _ = p.Close(context.WithoutCancel(ctx)) }() // on the early returns; Close twice is none
+	cfg.PDP = p
+	srv, err := extauthz.New(cfg)
+	if err != nil {
 		return err
 	}
-	bs, err := serveBundles(ctx, c, log, ol.reportLoads(awaited.loaded(srv.LoadPolicy)))
+	if err := cl.attach(ctx, p); err != nil {
+		return err
+	}
+	bs, err := serveBundles(ctx, c, log, ol.reportLoads(awaited.loaded(p.Load)))
 	if err != nil {
 		return err
 	}
@@ -472,7 +478,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	defer cancel()
 	log.Info("shutting down", "grace", grace)
 	err = srv.Shutdown(sctx)
-	return errors.Join(failed, err, ol.Close(sctx))
+	return errors.Join(failed, err, p.Close(sctx), ol.Close(sctx))
 }
 
 // openStore opens the store in the data directory. On first start (no
@@ -575,6 +581,27 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
 	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore, Limits: c.bundleLimits()})
+}
+
+// core is the decision core's configuration: the policy bundle over the
+// engine and the store, as serve's settings say, with the default
+// policy's Go decider unless --wasm-only (which also leaves the resource
+// tenants the store holds out of the application checks, as the Wasm
+// alone reads them through the policy).
+func (c serveConfig) core(eng *engine.Engine, store datastore.Store, b *bundle.Bundle, dlog io.Writer, log *slog.Logger) pdp.Config {
+	core := pdp.Config{
+		Engine: eng, Store: store, Policy: b,
+		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
+		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout,
+		SkipRequestBodyParse: c.opa.SkipRequestBodyParse, DryRun: c.opa.DryRun,
+		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic,
+		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
+		Logger: log,
+	}
+	if !c.WasmOnly {
+		core.Relations, core.Deciders = store, extauthz.DefaultDeciders(store)
+	}
+	return core
 }
 
 // bundleLimits are the limits on a policy bundle's files: --bundle-data-limit

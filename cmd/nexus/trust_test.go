@@ -158,7 +158,7 @@ func TestTrustedSubjectHeader(t *testing.T) {
 func startDefaultServer(t *testing.T, trusted string) authv3.AuthorizationClient {
 	t.Helper()
 	ctx := context.Background()
-	c := serveConfig{DataDir: t.TempDir(), TrustedSubjectHeader: trusted, EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint}
+	c := serveConfig{DataDir: t.TempDir(), TrustedSubjectHeader: trusted, EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint, EvalTimeout: 5 * time.Second}
 	if err := c.resolve(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,12 @@ func startDefaultServer(t *testing.T, trusted string) authv3.AuthorizationClient
 	if b, err = trustSubjectHeader(b, c.TrustedSubjectHeader); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: b, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", AdminAddr: "-", EvalTimeout: 5 * time.Second})
+	p, err := pdp.New(ctx, c.core(eng, store, b, nil, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(ctx) })
+	srv, err := extauthz.New(extauthz.Config{PDP: p, Store: store, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", AdminAddr: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}

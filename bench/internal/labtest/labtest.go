@@ -5,7 +5,7 @@
 // directory), as it may not import the product's internal packages.
 //
 //	b, err := labtest.DefaultBundle()
-//	srv := labtest.Start(t, labtest.DemoStore(t), b, extauthz.Config{AppAPIKey: key})
+//	srv := labtest.Start(t, labtest.DemoStore(t), b, pdp.Config{}, extauthz.Config{AppAPIKey: key})
 //	target := srv.GRPCAddr()
 //
 // # Caveats
@@ -117,6 +117,7 @@ func DemoStore(tb testing.TB) *datastore.BoltStore {
 // Server is a real extauthz server in the test process.
 type Server struct {
 	srv   *extauthz.Server
+	pdp   *pdp.PDP
 	store *datastore.BoltStore
 	eng   *engine.Engine
 	once  sync.Once
@@ -132,20 +133,23 @@ func (s *Server) HTTPAddr() string { return s.srv.Addr("http").String() }
 // MetricsURL is the admin listener's /metrics.
 func (s *Server) MetricsURL() string { return "http://" + s.srv.Addr("admin").String() + "/metrics" }
 
-// Stop shuts the server down and closes its engine and store.
+// Stop shuts the server down and closes its decision core, engine and
+// store.
 func (s *Server) Stop(ctx context.Context) error {
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		s.err = errors.Join(s.srv.Shutdown(ctx), s.eng.Close(ctx), s.store.Close())
+		s.err = errors.Join(s.srv.Shutdown(ctx), s.pdp.Close(ctx), s.eng.Close(ctx), s.store.Close())
 	})
 	return s.err
 }
 
-// Start starts a server on store with policy b and cfg (its Engine,
-// Store and Policy are set here; empty listener addresses become
-// loopback port 0), stopped when the test ends. The server owns store.
-func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, cfg extauthz.Config) *Server {
+// Start starts a server on store with policy b, the decision core's
+// settings core (its Engine, Store, Policy, Relations and Deciders, nexus
+// serve's, are set here) and the server's cfg (its PDP and Store are set
+// here; empty listener addresses become loopback port 0), stopped when the
+// test ends. The server owns store.
+func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, core pdp.Config, cfg extauthz.Config) *Server {
 	tb.Helper()
 	ctx := context.Background()
 	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
@@ -153,22 +157,36 @@ func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, cfg exta
 		_ = store.Close()
 		tb.Fatal(err)
 	}
-	cfg.Engine, cfg.Store, cfg.Policy = eng, store, b
+	core.Engine, core.Store, core.Policy = eng, store, b
+	core.Relations, core.Deciders = store, extauthz.DefaultDeciders(store)
+	if cfg.Registerer == nil {
+		reg := extauthz.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	core.Registerer = cfg.Registerer
 	for _, a := range []*string{&cfg.GRPCAddr, &cfg.HTTPAddr, &cfg.AdminAddr} {
 		if *a == "" {
 			*a = "127.0.0.1:0"
 		}
 	}
-	srv, err := extauthz.New(ctx, cfg)
-	if err == nil {
-		err = srv.Start(ctx)
-	}
+	p, err := pdp.New(ctx, core)
 	if err != nil {
 		_ = eng.Close(ctx)
 		_ = store.Close()
 		tb.Fatal(err)
 	}
-	s := &Server{srv: srv, store: store, eng: eng}
+	cfg.PDP, cfg.Store = p, store
+	srv, err := extauthz.New(cfg)
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		_ = p.Close(ctx)
+		_ = eng.Close(ctx)
+		_ = store.Close()
+		tb.Fatal(err)
+	}
+	s := &Server{srv: srv, pdp: p, store: store, eng: eng}
 	tb.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s
 }
