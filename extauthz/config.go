@@ -53,34 +53,34 @@ type Limits struct {
 	// MaxConns bounds the open connections of each listener; beyond it
 	// the listener stops accepting until one closes (new connections
 	// wait in the kernel's queue). Default DefaultMaxConns.
-	MaxConns int
+	MaxConns int `yaml:"max_conns"`
 	// ReadHeaderTimeout bounds the time to read an HTTP request's head.
-	ReadHeaderTimeout time.Duration
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// RequestTimeout bounds the time to read a whole HTTP request (head
 	// and body) and, from the end of its head, to answer it, on the HTTP
 	// and diagnostic listeners (the admin listener's imports and exports
 	// may take longer: it has the head and idle limits alone); it also
 	// ends a gRPC stream that named no deadline.
-	RequestTimeout time.Duration
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// IdleTimeout closes an HTTP keep-alive connection idle this long.
-	IdleTimeout time.Duration
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes bounds the size of an HTTP request's head.
-	MaxHeaderBytes int
+	MaxHeaderBytes int `yaml:"-"`
 	// GRPCStreamsPerConn bounds the concurrent streams of one gRPC
 	// connection (HTTP/2 MAX_CONCURRENT_STREAMS).
-	GRPCStreamsPerConn int
+	GRPCStreamsPerConn int `yaml:"-"`
 	// GRPCMaxStreams bounds the gRPC streams in flight on all
 	// connections; beyond it a new stream is refused at once with
 	// RESOURCE_EXHAUSTED.
-	GRPCMaxStreams int
+	GRPCMaxStreams int `yaml:"grpc_max_streams"`
 	// GRPCKeepaliveMinTime is the shortest interval between a client's
 	// pings the server allows; a client that pings more often is
 	// disconnected.
-	GRPCKeepaliveMinTime time.Duration
+	GRPCKeepaliveMinTime time.Duration `yaml:"-"`
 	// GRPCKeepaliveTime and GRPCKeepaliveTimeout: the server pings a
 	// connection silent for GRPCKeepaliveTime and closes it when no
 	// answer comes within GRPCKeepaliveTimeout.
-	GRPCKeepaliveTime, GRPCKeepaliveTimeout time.Duration
+	GRPCKeepaliveTime, GRPCKeepaliveTimeout time.Duration `yaml:"-"`
 }
 
 // validate fills the defaults of l.
@@ -122,10 +122,11 @@ var _ Writer = (*datastore.BoltStore)(nil)
 // TLS configures TLS on one listener. The zero value means plain text.
 type TLS struct {
 	// CertFile and KeyFile are the server's certificate and key (PEM).
-	CertFile, KeyFile string
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 	// ClientCAFile, if set, requires and verifies client certificates
 	// signed by these CAs (mTLS).
-	ClientCAFile string
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 func (t TLS) enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.ClientCAFile != "" }
@@ -138,29 +139,31 @@ const MinSecretBytes = 16
 // the admin API. PDP and Store are required; every other zero value means
 // the documented default. The decision core's own options (entrypoints,
 // cache, evaluation deadline, body size, decision log) are pdp.Config's.
+// The yaml keys are those of nexus serve's configuration file, which
+// decodes into a Config; "-" marks what the file does not set.
 type Config struct {
 	// PDP is the decision core every transport asks. The server does not
 	// own it: whoever built it closes it (pdp.PDP.Close, which flushes the
 	// decision log) after Shutdown. Its MaxBodyBytes also bounds the HTTP
 	// request bodies the server reads.
-	PDP *pdp.PDP
+	PDP *pdp.PDP `yaml:"-"`
 	// Store is the relationship store the admin API reads and writes and
 	// the application API lists candidates from: the store the PDP reads.
 	// If it has a Health() error method (*datastore.BoltStore has),
 	// /readyz reports not ready while it returns an error, e.g. after the
 	// store met a damaged data file.
-	Store datastore.Store
+	Store datastore.Store `yaml:"-"`
 
 	// Writer takes the admin API's relationship and schema writes; nil
 	// means Store. A cluster replica (cluster.Replica) puts them in the
 	// cluster's log instead; when it also has LoadPolicy(ctx, bundle
 	// []byte) (datastore.Revision, error), policy loads go through it too
 	// and reach every replica's PDP (pdp.PDP.Load) from the log.
-	Writer Writer
+	Writer Writer `yaml:"-"`
 	// Degraded, if set, is asked by /healthz: a non-empty reason makes it
 	// answer {"status": "degraded", "reason": ..., plus details}, still
 	// 200 (restarting would not help); /readyz is not affected.
-	Degraded func() (reason string, details map[string]any)
+	Degraded func() (reason string, details map[string]any) `yaml:"-"`
 
 	// PolicySaver, if set, keeps the policies PUT /v1/policy loads across
 	// restarts (a single node; a Writer that takes policy loads, a cluster
@@ -168,103 +171,105 @@ type Config struct {
 	// and makes the bundle the saved policy only when load succeeded.
 	PolicySaver interface {
 		Save(ctx context.Context, bundle []byte, revision string, load func() error) error
-	}
+	} `yaml:"-"`
 
 	// Writes, if set, says whether writes are available now (a cluster
 	// replica: the log answers) and why not; /readyz reports it beside
 	// the checks' readiness, which it does not change.
-	Writes func() (available bool, reason string)
+	Writes func() (available bool, reason string) `yaml:"-"`
 
 	// Ready, if set, is one more readiness check: while it returns an
 	// error, /readyz and /health answer not ready with it (a policy that
 	// is still to come from a bundle server).
-	Ready func() error
+	Ready func() error `yaml:"-"`
 
 	// GRPCAddr is the ext_authz gRPC listener; "" means DefaultGRPCAddr,
 	// "-" disables it. "unix:///path/to.sock" listens on a Unix socket
 	// (a stale socket at the path is removed first, as opa-envoy-plugin
 	// does; any other file there fails Start), "unix://@name" on an
 	// abstract one.
-	GRPCAddr string
+	GRPCAddr string `yaml:"grpc_addr"`
 	// HTTPAddr is the HTTP listener (forward auth, AuthZEN, Permit APIs);
 	// "" means DefaultHTTPAddr, "-" disables it.
-	HTTPAddr string
+	HTTPAddr string `yaml:"http_addr"`
 	// AdminAddr is the admin listener; "" means DefaultAdminAddr, "-"
 	// disables it.
-	AdminAddr string
+	AdminAddr string `yaml:"admin_addr"`
 	// DiagnosticAddr, if set, is a listener with the health and metrics
 	// endpoints alone (/health as OPA answers it, /healthz, /readyz,
 	// /metrics): what OPA's --diagnostic-addr serves, for probes and
 	// scrapers that must not reach the other APIs. "" disables it.
-	DiagnosticAddr string
+	DiagnosticAddr string `yaml:"-"`
 	// GRPCTLS, HTTPTLS and AdminTLS configure TLS per listener.
-	GRPCTLS, HTTPTLS, AdminTLS TLS
+	GRPCTLS  TLS `yaml:"grpc_tls"`
+	HTTPTLS  TLS `yaml:"http_tls"`
+	AdminTLS TLS `yaml:"admin_tls"`
 	// AdminToken is the bearer token the admin API requires (except
 	// /healthz, /readyz and /metrics), at least MinSecretBytes long. It is
 	// required unless the admin listener is disabled or AdminInsecure is
 	// set.
-	AdminToken string
+	AdminToken string `yaml:"admin_token"`
 	// AdminInsecure allows an admin listener without AdminToken: anyone
 	// who reaches it may rewrite policy and relationships.
-	AdminInsecure bool
+	AdminInsecure bool `yaml:"admin_insecure"`
 	// AppAPIKey is the bearer token (Authorization: Bearer KEY) the
 	// application endpoints on the HTTP listener require: AuthZEN
 	// (/access/v1/...) and the Permit-compatible API. It is required
 	// unless the HTTP listener is disabled or AppAPIInsecure is set; it is
 	// at least MinSecretBytes long and may not be AdminToken. Forward auth (/ext_authz), /kong, the
 	// AuthZEN metadata document, /healthz and /readyz need no key.
-	AppAPIKey string
+	AppAPIKey string `yaml:"app_api_key"`
 	// AppAPIInsecure allows the application endpoints without AppAPIKey:
 	// anyone who reaches the HTTP listener may ask for any decision.
-	AppAPIInsecure bool
+	AppAPIInsecure bool `yaml:"app_api_insecure"`
 	// PublicURL is the base URL applications reach the HTTP listener at
 	// (https://pdp.example.com), as the AuthZEN metadata document
 	// (/.well-known/authzen-configuration) announces it; "" means the
 	// scheme and Host of each metadata request.
-	PublicURL string
+	PublicURL string `yaml:"public_url"`
 	// Reflection registers the gRPC reflection service.
-	Reflection bool
+	Reflection bool `yaml:"reflection"`
 	// Limits bounds connections, their time and gRPC streams.
-	Limits Limits
+	Limits Limits `yaml:",inline"`
 	// wrapListener, if set, wraps each bound listener (tests inject
 	// accept errors with it).
 	wrapListener func(name string, l net.Listener) net.Listener
 	// GRPCMaxRecvMsgSize bounds the size of a gRPC message the server
 	// receives (larger ones are refused with RESOURCE_EXHAUSTED); zero
 	// means grpc-go's default, 4 MiB, as opa-envoy-plugin's.
-	GRPCMaxRecvMsgSize int
+	GRPCMaxRecvMsgSize int `yaml:"-"`
 	// GRPCMaxSendMsgSize bounds the size of a gRPC message the server
 	// sends; zero means grpc-go's default (no practical bound).
-	GRPCMaxSendMsgSize int
+	GRPCMaxSendMsgSize int `yaml:"-"`
 	// PerformanceMetrics registers opa-envoy-plugin's performance metrics
 	// (enable-performance-metrics): grpc_request_duration_seconds
 	// {handler="check"} and error_counter{reason}.
-	PerformanceMetrics bool
+	PerformanceMetrics bool `yaml:"-"`
 	// PerformanceMetricsBuckets are the buckets of
 	// grpc_request_duration_seconds; nil means the plugin's defaults.
 	// They must be increasing.
-	PerformanceMetricsBuckets []float64
+	PerformanceMetricsBuckets []float64 `yaml:"-"`
 	// Profiling serves Go's profiles under /debug/pprof/ on the admin
 	// listener, behind AdminToken like the rest of the admin API.
-	Profiling bool
+	Profiling bool `yaml:"profiling"`
 
 	// BundleLimits bound the files of a policy bundle uploaded to the
 	// admin API (each file, data.json, the archive); zero fields mean
 	// bundle's defaults.
-	BundleLimits bundle.Limits
+	BundleLimits bundle.Limits `yaml:"-"`
 	// MaxBatch bounds the checks in one batch request; zero means
 	// DefaultMaxBatch.
-	MaxBatch int
+	MaxBatch int `yaml:"-"`
 	// Logger receives operational logs; nil discards them.
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
 	// Registerer receives the server's own metrics (PerformanceMetrics);
 	// nil means a new registry (NewRegistry), served on /metrics. Pass the
 	// registry the PDP's metrics go to (pdp.Config.Registerer), so that
 	// /metrics serves them too.
-	Registerer prometheus.Registerer
+	Registerer prometheus.Registerer `yaml:"-"`
 	// Gatherer serves /metrics; nil means the Registerer if it is a
 	// Gatherer.
-	Gatherer prometheus.Gatherer
+	Gatherer prometheus.Gatherer `yaml:"-"`
 }
 
 // Validate fills defaults and rejects nonsense.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/nexuspdp/nexus/api"
@@ -80,25 +79,6 @@ func addClusterFlags(f *pflag.FlagSet, c *serveConfig) {
 // maxWriteTimeout bounds --write-timeout: a client that gave up on a write
 // should not see it applied long after.
 const maxWriteTimeout = 5 * time.Second
-
-func mergeClusterFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
-	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
-	if !set("cluster") && len(file.Cluster.NATSURLs) > 0 {
-		c.Cluster.NATSURLs = file.Cluster.NATSURLs
-	}
-	if !set("cluster-name") && file.Cluster.Name != "" {
-		c.Cluster.Name = file.Cluster.Name
-	}
-	if !set("stream-replicas") {
-		c.Cluster.StreamReplicas = file.Cluster.StreamReplicas
-	}
-	if !set("write-timeout") && file.Cluster.WriteTimeout != 0 {
-		c.Cluster.WriteTimeout = file.Cluster.WriteTimeout
-	}
-	c.Cluster.Credentials = file.Cluster.Credentials
-	c.Cluster.TLS = file.Cluster.TLS
-	c.Cluster.SyncTimeout = file.Cluster.SyncTimeout
-}
 
 func (t clusterTLS) config() (*tls.Config, error) {
 	if t == (clusterTLS{}) {
