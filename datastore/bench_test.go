@@ -16,7 +16,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/defaults/drive"
 )
 
 // TestCrashChild is the writing child of TestCrashSafety; it does nothing

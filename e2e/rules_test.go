@@ -27,7 +27,7 @@ var (
 )
 
 const (
-	policyData   = "internal/defaults/policy/data.json"
+	policyData   = "defaults/policy/data.json"
 	pluginReadme = "plugin/README.md"
 )
 

@@ -2,7 +2,7 @@ package extauthz_test
 
 // The reference model of the adversarial test (adversary_test.go): the
 // default policy's documented rules, written again from the README, the
-// comments of internal/defaults/policy and the drive schema, without
+// comments of defaults/policy and the drive schema, without
 // calling the policy, the engine or the store's Check. It reads only the
 // data the rules are written in (the route rules, conditions and tenant
 // header of data.json; the relations, permissions and role grants of
@@ -19,8 +19,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/nexuspdp/nexus/internal/defaults/drive"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/defaults/drive"
+	"github.com/nexuspdp/nexus/defaults/policy"
 )
 
 // advRules are the documented rules: the schema and the policy's data.

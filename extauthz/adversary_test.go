@@ -43,9 +43,9 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/defaults/drive"
+	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/extauthz"
-	"github.com/nexuspdp/nexus/internal/defaults/drive"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 )

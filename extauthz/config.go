@@ -17,10 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp"
-	"github.com/nexuspdp/nexus/pdp/decider"
 )
 
 // Default listener addresses and limits. The decision core's defaults
@@ -350,16 +347,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-// DefaultDeciders are the Go deciders nexus serve offers the decision core
-// (pdp.Config.Deciders): that of nexus' default policy, which decides the
-// policy's checks in Go, exactly as its Wasm would, reading the
-// relationships in store (pass the same store as pdp.Config.Relations).
-// Leave them out to run every decision in the policy's Wasm (nexus serve
-// --wasm-only).
-func DefaultDeciders(store builtins.Store) []decider.Factory {
-	return []decider.Factory{policy.Decider(store)}
 }
 
 // NewRegistry returns the registry a Server serves on /metrics when

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/fixture"
-	"github.com/nexuspdp/nexus/internal/policytest"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/policytest"
 )
 
 // The policy suite (bench/suite/policies, see its README): each directory

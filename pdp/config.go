@@ -67,7 +67,7 @@ type Config struct {
 	// Wasm would, several times faster, declining what it is not sure
 	// of; when none accepts (or there are none), the Wasm decides. Nexus'
 	// default policy brings its own (policy.Decider in
-	// internal/defaults/policy).
+	// defaults/policy).
 	Deciders []decider.Factory `yaml:"-"`
 	// Policy is the compiled policy. The core adds the schema's tenant
 	// roles (data.nexus.roles: role to grants) and each type's permissions

@@ -16,13 +16,13 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/defaults/policy"
+	"github.com/nexuspdp/nexus/defaults/reference"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
-	"github.com/nexuspdp/nexus/internal/defaults/reference"
 	"github.com/nexuspdp/nexus/internal/fixture"
-	"github.com/nexuspdp/nexus/internal/policytest"
 	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
+	"github.com/nexuspdp/nexus/policytest"
 )
 
 // refCase is one input of the differential test and what each evaluator

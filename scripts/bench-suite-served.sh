@@ -35,7 +35,7 @@ if ! go version -m "$opa" 2>/dev/null | grep -qE "mod[[:space:]]+github.com/open
 	echo "bench-suite-served: installing opa $OPA_VERSION" >&2
 	go install "github.com/open-policy-agent/opa@$OPA_VERSION"
 fi
-go build -o "$work/nexus" ./cmd/nexus
+go build -tags vtprotobuf -o "$work/nexus" ./cmd/nexus
 go build -o "$work/driver" scripts/suite-served.go
 mkdir -p "$work/inputs"
 NEXUS_SUITE_DUMP="$work/inputs" go test -count=1 -run '^TestSuiteDump$' ./extauthz >/dev/null

@@ -14,10 +14,10 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/internal/policyload"
 	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 // startBundles starts keeping the configured bundles up to date: each new

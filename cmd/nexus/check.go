@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 func newCheckCmd() *cobra.Command {

@@ -19,8 +19,8 @@ import (
 
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/internal/defaults/demo"
-	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/defaults/demo"
+	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/internal/natstest"
 	"github.com/nexuspdp/nexus/pdp"
 )

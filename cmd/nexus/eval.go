@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 func newEvalCmd() *cobra.Command {

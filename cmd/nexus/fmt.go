@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 // exitUnformatted is the status of nexus fmt --fail when a file needs

@@ -34,9 +34,9 @@ func TestRelCommands(t *testing.T) {
 		want  string // substring of the output
 		fails bool
 	}{
-		{"schema", "", []string{"rel", "schema", "write", "../../internal/defaults/drive/schema.yaml", dd}, "revision 1", false},
+		{"schema", "", []string{"rel", "schema", "write", "../../defaults/drive/schema.yaml", dd}, "revision 1", false},
 		{"bad schema", "types: [", []string{"rel", "schema", "write", "-", dd}, "yaml", true},
-		{"import", "", []string{"rel", "import", "../../internal/defaults/drive/tuples.txt", dd}, "imported 18 tuples", false},
+		{"import", "", []string{"rel", "import", "../../defaults/drive/tuples.txt", dd}, "imported 18 tuples", false},
 		{"check allowed", "", []string{"rel", "check", "file:report.pdf", "read", "user:bob", dd}, "allowed", false},
 		{"check denied", "", []string{"rel", "check", "file:report.pdf", "read", "user:carol", dd}, "denied", false},
 		{"check trace", "", []string{"rel", "check", "--trace", "file:report.pdf", "write", "user:frank", dd}, "group:ops#member", false},
@@ -76,7 +76,7 @@ func TestRelCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir2 := t.TempDir()
-	if _, err := runNexus(t, "", "rel", "schema", "write", "../../internal/defaults/drive/schema.yaml", "--data-dir="+dir2); err != nil {
+	if _, err := runNexus(t, "", "rel", "schema", "write", "../../defaults/drive/schema.yaml", "--data-dir="+dir2); err != nil {
 		t.Fatal(err)
 	}
 	out, err := runNexus(t, "", "rel", "import", "--compact", "--progress-interval=1ms", exp, "--data-dir="+dir2)

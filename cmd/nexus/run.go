@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nexuspdp/nexus/internal/policyload"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 // opaRunFlags are opa run's flags as opa-envoy-plugin deployments pass

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/internal/modeltest"
-	"github.com/nexuspdp/nexus/internal/schemaconv"
+	"github.com/nexuspdp/nexus/modeltest"
+	"github.com/nexuspdp/nexus/schemaconv"
 )
 
 // Models from OpenFGA and SpiceDB: nexus rel schema convert, the --from of

@@ -65,8 +65,8 @@ func TestWrongInvocationExits2(t *testing.T) {
 func TestRelCheckAndReadForScripts(t *testing.T) {
 	dd := "--data-dir=" + t.TempDir()
 	for _, args := range [][]string{
-		{"rel", "schema", "write", "../../internal/defaults/drive/schema.yaml", dd},
-		{"rel", "import", "../../internal/defaults/drive/tuples.txt", dd},
+		{"rel", "schema", "write", "../../defaults/drive/schema.yaml", dd},
+		{"rel", "import", "../../defaults/drive/tuples.txt", dd},
 	} {
 		if out, err := runNexus(t, "", args...); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out)

@@ -22,17 +22,18 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/defaults/demo"
+	"github.com/nexuspdp/nexus/defaults/drive"
+	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
-	"github.com/nexuspdp/nexus/internal/defaults/demo"
-	"github.com/nexuspdp/nexus/internal/defaults/drive"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
 	"github.com/nexuspdp/nexus/internal/gctune"
-	"github.com/nexuspdp/nexus/internal/policyload"
-	"github.com/nexuspdp/nexus/internal/savedpolicy"
 	"github.com/nexuspdp/nexus/internal/version"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/pdp/decider"
+	"github.com/nexuspdp/nexus/policyload"
+	"github.com/nexuspdp/nexus/savedpolicy"
 )
 
 // serveConfig is the YAML config file of `nexus serve`; flags given on the
@@ -486,7 +487,7 @@ func (c serveConfig) core(eng *engine.Engine, store datastore.Store, b *bundle.B
 	core := c.Core
 	core.Engine, core.Store, core.Policy, core.DecisionLog, core.Logger = eng, store, b, dlog, log
 	if !c.WasmOnly {
-		core.Relations, core.Deciders = store, extauthz.DefaultDeciders(store)
+		core.Relations, core.Deciders = store, []decider.Factory{policy.Decider(store)}
 	}
 	return core
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/internal/policytest"
+	"github.com/nexuspdp/nexus/policytest"
 )
 
 // exitTestsFailed is the status of nexus test when a test fails, errs, is

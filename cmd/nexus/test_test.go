@@ -50,10 +50,10 @@ test_wrong if {
 	badParse := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_x if {\n\tinput.a ==\n}\n"})
 	badType := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_x if nexus.check(\"a\", \"b\")\n"})
 	demo := t.TempDir()
-	if _, err := runNexus(t, "", "rel", "schema", "write", "../../internal/defaults/drive/schema.yaml", "--data-dir="+demo); err != nil {
+	if _, err := runNexus(t, "", "rel", "schema", "write", "../../defaults/drive/schema.yaml", "--data-dir="+demo); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runNexus(t, "", "rel", "import", "../../internal/defaults/drive/tuples.txt", "--data-dir="+demo); err != nil {
+	if _, err := runNexus(t, "", "rel", "import", "../../defaults/drive/tuples.txt", "--data-dir="+demo); err != nil {
 		t.Fatal(err)
 	}
 	storeTest := writeFiles(t, map[string]string{

@@ -16,7 +16,7 @@ import (
 // policy used to compute in Rego (route matching, the resource's tenant,
 // RBAC and ReBAC), in one host call each. Their Rego definitions are kept
 // as the specification they are tested against (package
-// internal/defaults/reference).
+// defaults/reference).
 
 // The segments of a route rule that name the resource and its tenant.
 const (

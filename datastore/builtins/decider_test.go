@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/internal/defaults/policy"
+	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/pdp/decider"
 )
 

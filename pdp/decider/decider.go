@@ -6,7 +6,7 @@
 // no factory accepts a policy, its Wasm decides every check.
 //
 // The package names no policy: a policy's Go decider lives beside its
-// Rego (nexus' default policy's in internal/defaults/policy) and is wired
+// Rego (nexus' default policy's in defaults/policy) and is wired
 // in by the program (nexus serve) or the tests, never by the core.
 package decider
 

@@ -301,7 +301,7 @@ func newBenchRunCmd() *cobra.Command {
 		Short: "Generate, import, start nexus and an allow-only baseline, gate, measure latency and capacity, report",
 		Long: `The whole benchmark: generate the data set (unless --data names one),
 import it into a fresh store, start nexus (this binary, default policy)
-and an allow-only baseline (internal/defaults/allowall) on loopback, run
+and an allow-only baseline (defaults/allowall) on loopback, run
 every gate, then latency and capacity for each profile over each
 interface, and write report.json and report.md into --out. The table is
 printed at the end next to Permit's published Nexus PDP figures.

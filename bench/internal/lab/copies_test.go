@@ -16,9 +16,9 @@ var productRoot = filepath.Join("..", "..", "..")
 // product's, byte for byte.
 func TestCopiesMatchTheProduct(t *testing.T) {
 	copies := map[string]string{
-		"drive-schema.yaml":       "internal/defaults/drive/schema.yaml",
-		"allowall/authz.rego":     "internal/defaults/allowall/authz.rego",
-		"allowall/envoy.rego":     "internal/defaults/allowall/envoy.rego",
+		"drive-schema.yaml":       "defaults/drive/schema.yaml",
+		"allowall/authz.rego":     "defaults/allowall/authz.rego",
+		"allowall/envoy.rego":     "defaults/allowall/envoy.rego",
 		"../freeport/freeport.go": "internal/freeport/freeport.go",
 	}
 	for cp, orig := range copies {

@@ -5,12 +5,12 @@ import "embed"
 // Copies of what the product embeds in its internal packages, which this
 // module may not import; TestCopiesMatchTheProduct keeps them equal.
 var (
-	// driveSchema is internal/defaults/drive/schema.yaml.
+	// driveSchema is defaults/drive/schema.yaml.
 	//
 	//go:embed drive-schema.yaml
 	driveSchema []byte
 
-	// allowAll holds allowall/, a copy of internal/defaults/allowall: an
+	// allowAll holds allowall/, a copy of defaults/allowall: an
 	// allow-only policy (its envoy and authz entrypoints allow every
 	// request), the baseline.
 	//

@@ -154,7 +154,7 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (Server, error) {
 }
 
 // WriteAllowAll writes the allow-only policy (allowall/, a copy of the
-// product's internal/defaults/allowall) into dir
+// product's defaults/allowall) into dir
 // and returns dir, for `nexus serve --policy dir`.
 func WriteAllowAll(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

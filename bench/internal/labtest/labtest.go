@@ -30,9 +30,11 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/pdp/decider"
 )
 
 // ProductDir is the product module's directory, or "" when this file's
@@ -73,14 +75,14 @@ func Compile(fsys fs.FS, files []string, data string, rev string) (*bundle.Bundl
 }
 
 // DefaultBundle is the product's default policy
-// (internal/defaults/policy), compiled once by Compile.
+// (defaults/policy), compiled once by Compile.
 var DefaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 	dir := filepath.Join(ProductDir(), "internal", "defaults", "policy")
 	return Compile(os.DirFS(dir), []string{"authz.rego", "envoy.rego", "data.json"}, "data.json", "default")
 })
 
 // DemoStore opens a store in a temporary directory holding the product's
-// drive schema and demo tuples (internal/defaults/drive), as nexus serve
+// drive schema and demo tuples (defaults/drive), as nexus serve
 // writes them on first start. Start closes it.
 func DemoStore(tb testing.TB) *datastore.BoltStore {
 	tb.Helper()
@@ -158,7 +160,7 @@ func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, core pdp
 		tb.Fatal(err)
 	}
 	core.Engine, core.Store, core.Policy = eng, store, b
-	core.Relations, core.Deciders = store, extauthz.DefaultDeciders(store)
+	core.Relations, core.Deciders = store, []decider.Factory{policy.Decider(store)}
 	if cfg.Registerer == nil {
 		reg := extauthz.NewRegistry()
 		cfg.Registerer, cfg.Gatherer = reg, reg

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/internal/schemaconv"
+	"github.com/nexuspdp/nexus/schemaconv"
 )
 
 func TestReadOpenFGATuples(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 // FuzzFromTarGz feeds random archives to FromTarGz, as a bundle server

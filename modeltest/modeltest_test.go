@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nexuspdp/nexus/internal/modeltest"
+	"github.com/nexuspdp/nexus/modeltest"
 )
 
-const drive = "../../examples/drive/"
+const drive = "../examples/drive/"
 
 func run(t *testing.T, file string) *modeltest.Report {
 	t.Helper()
@@ -55,8 +55,8 @@ func TestExamples(t *testing.T) {
 	}
 	// The nexus test file against the two other forms of the model.
 	for _, model := range []string{"drive.fga", "drive.zed"} {
-		src := strings.Replace(string(native), "schema_file: ../../internal/defaults/drive/schema.yaml", "schema_file: "+filepath.Join(abs, model), 1)
-		src = strings.Replace(src, "tuple_file: ../../internal/defaults/drive/tuples.txt", "tuple_file: "+filepath.Join(abs, "../../internal/defaults/drive/tuples.txt"), 1)
+		src := strings.Replace(string(native), "schema_file: ../../defaults/drive/schema.yaml", "schema_file: "+filepath.Join(abs, model), 1)
+		src = strings.Replace(src, "tuple_file: ../../defaults/drive/tuples.txt", "tuple_file: "+filepath.Join(abs, "../../defaults/drive/tuples.txt"), 1)
 		if src == string(native) {
 			t.Fatal("the nexus test file no longer names the drive's schema and tuples where this test expects them")
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/internal/fixture"
-	"github.com/nexuspdp/nexus/internal/policytest"
+	"github.com/nexuspdp/nexus/policytest"
 )
 
 func writeFiles(t *testing.T, files map[string]string) string {

@@ -10,7 +10,7 @@ import (
 	"fmt"
 
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/internal/defaults/drive"
+	"github.com/nexuspdp/nexus/defaults/drive"
 )
 
 // Load writes the drive schema and the demo tuples into s and returns the

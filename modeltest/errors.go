@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nexuspdp/nexus/internal/schemaconv"
+	"github.com/nexuspdp/nexus/schemaconv"
 )
 
 // Error is a problem with a test file, or a file it names, that keeps it

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/bundle"
-	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 // configMapPolicy is the policy the ConfigMap tests mount.

@@ -24,7 +24,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/internal/policyload"
+	"github.com/nexuspdp/nexus/policyload"
 )
 
 // Targets says where tests run.

@@ -6,7 +6,7 @@
 // The directory holds only the Rego files, data.json and this file, so a
 // copy of it is a policy directory to start from:
 //
-//	cp -r internal/defaults/policy my-policy
+//	cp -r defaults/policy my-policy
 //	nexus serve --policy my-policy
 package policy
 

@@ -3,7 +3,7 @@
 // request. nexus-bench (the lab in bench/) runs it as the baseline, so
 // the cost of nexus' real policy shows as the difference.
 //
-//	nexus serve --policy internal/defaults/allowall
+//	nexus serve --policy defaults/allowall
 //
 // # Caveats
 //

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/internal/schemaconv"
+	"github.com/nexuspdp/nexus/schemaconv"
 	"go.yaml.in/yaml/v3"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/bundle"
-	"github.com/nexuspdp/nexus/internal/savedpolicy"
+	"github.com/nexuspdp/nexus/savedpolicy"
 )
 
 // raw is a minimal bundle of revision rev (the Wasm is only its header:

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/internal/schemaconv"
+	"github.com/nexuspdp/nexus/schemaconv"
 )
 
 func Example() {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/internal/schemaconv"
+	"github.com/nexuspdp/nexus/schemaconv"
 )
 
 const fgaHeader = "model\n  schema 1.1\ntype user\n"
