@@ -2,7 +2,8 @@
 // process, for the lab's tests: the one place in this module that
 // constructs a server. It reads the product's default policy and demo
 // data from the product's source tree (this module lives in its bench/
-// directory), as it may not import the product's internal packages.
+// directory), and builds the decision core as nexus serve does, with the
+// default policy's Go decider.
 //
 //	b, err := labtest.DefaultBundle()
 //	srv := labtest.Start(t, labtest.DemoStore(t), b, pdp.Config{}, extauthz.Config{AppAPIKey: key})
@@ -77,7 +78,7 @@ func Compile(fsys fs.FS, files []string, data string, rev string) (*bundle.Bundl
 // DefaultBundle is the product's default policy
 // (defaults/policy), compiled once by Compile.
 var DefaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
-	dir := filepath.Join(ProductDir(), "internal", "defaults", "policy")
+	dir := filepath.Join(ProductDir(), "defaults", "policy")
 	return Compile(os.DirFS(dir), []string{"authz.rego", "envoy.rego", "data.json"}, "data.json", "default")
 })
 
@@ -87,7 +88,7 @@ var DefaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 func DemoStore(tb testing.TB) *datastore.BoltStore {
 	tb.Helper()
 	ctx := context.Background()
-	dir := filepath.Join(ProductDir(), "internal", "defaults", "drive")
+	dir := filepath.Join(ProductDir(), "defaults", "drive")
 	schema, err := os.ReadFile(filepath.Join(dir, "schema.yaml"))
 	if err != nil {
 		tb.Fatal(err)
