@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/bundle"
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -90,7 +89,7 @@ func TestAdminUnknownParams(t *testing.T) {
 // scheme's spelling or of the separator is let in.
 func TestAdminTokenScheme(t *testing.T) {
 	const token = "admin-token-for-scheme-tests"
-	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = token })
+	ts := newTestServer(t, func(c *testConfig) { c.AdminToken = token })
 	status := func(auth string) int {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, ts.admin+"/v1/revision", nil)
@@ -125,7 +124,7 @@ func TestAdminTokenScheme(t *testing.T) {
 // it, and the policy in place keeps serving; one whose data.json cannot be
 // held by a policy instance once parsed is a 413 too, never a 500.
 func TestAdminPolicyLimits(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.BundleLimits = bundle.Limits{Data: 4096} })
+	ts := newTestServer(t, func(c *testConfig) { c.BundleLimits = bundle.Limits{Data: 4096} })
 	put := func(b *bundle.Bundle) (int, string) {
 		t.Helper()
 		var buf bytes.Buffer
@@ -144,7 +143,7 @@ func TestAdminPolicyLimits(t *testing.T) {
 	}
 	// Under the limit but too large for an instance: 64 KiB pages, the
 	// default 256 MiB; an array of numbers parses to far more than its text.
-	ts2 := newTestServer(t, func(c *extauthz.Config) { c.BundleLimits = bundle.Limits{Data: 64 << 20} })
+	ts2 := newTestServer(t, func(c *testConfig) { c.BundleLimits = bundle.Limits{Data: 64 << 20} })
 	huge := *base
 	var sb strings.Builder
 	sb.WriteString(`{"n":[`)

@@ -48,6 +48,7 @@ import (
 	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 var (
@@ -169,10 +170,10 @@ func advUntrustingBundle(t *testing.T) *bundle.Bundle {
 func startAdvServer(t *testing.T, store *datastore.BoltStore, b *bundle.Bundle) advServer {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := extauthz.New(ctx, extauthz.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Policy: b,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIInsecure: true,
-	})
+	srv, _, err := testConfig{
+		Config: extauthz.Config{Store: store, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-", AppAPIInsecure: true},
+		Core:   pdp.Config{Engine: fixture.StoreEngine(t, store), Policy: b},
+	}.build(t)
 	if err != nil {
 		t.Fatal(err)
 	}

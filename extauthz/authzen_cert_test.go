@@ -89,13 +89,14 @@ func certServer(t *testing.T) (base string, client *http.Client) {
 		t.Fatal(err)
 	}
 	pki := newPKI(t)
-	srv, err := extauthz.New(ctx, extauthz.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Policy: b,
-		GRPCAddr: "-", AdminAddr: "-", HTTPAddr: "127.0.0.1:0",
-		HTTPTLS:         extauthz.TLS{CertFile: pki.certFile, KeyFile: pki.keyFile},
-		EnvoyEntrypoint: pdp.Disabled,
-		AppAPIKey:       certKey,
-	})
+	srv, _, err := testConfig{
+		Config: extauthz.Config{
+			Store: store, GRPCAddr: "-", AdminAddr: "-", HTTPAddr: "127.0.0.1:0",
+			HTTPTLS:   extauthz.TLS{CertFile: pki.certFile, KeyFile: pki.keyFile},
+			AppAPIKey: certKey,
+		},
+		Core: pdp.Config{Engine: fixture.StoreEngine(t, store), Policy: b, EnvoyEntrypoint: pdp.Disabled},
+	}.build(t)
 	if err != nil {
 		t.Fatal(err)
 	}

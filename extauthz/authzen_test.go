@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/nexuspdp/nexus/extauthz"
 )
 
 // TestAuthZENTransport covers the HTTPS binding of the AuthZEN API on the
@@ -113,7 +111,7 @@ func TestAuthZENMetadata(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := newTestServer(t, func(c *extauthz.Config) { c.PublicURL = tt.publicURL })
+			ts := newTestServer(t, func(c *testConfig) { c.PublicURL = tt.publicURL })
 			req, _ := http.NewRequest(http.MethodGet, ts.http+"/.well-known/authzen-configuration", nil)
 			req.Header.Set("X-Request-ID", "meta")
 			status, h, body := do(t, req)

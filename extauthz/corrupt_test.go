@@ -19,6 +19,7 @@ import (
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/fixture/damage"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // serveStore starts a real server on loopback over the store s, as
@@ -27,11 +28,13 @@ func serveStore(t *testing.T, s *datastore.BoltStore) *testServer {
 	t.Helper()
 	ctx := context.Background()
 	ts := &testServer{store: s, log: &syncBuffer{}}
-	srv, err := extauthz.New(ctx, extauthz.Config{
-		Engine: fixture.StoreEngine(t, s), Store: s, Policy: fixture.Bundle(t),
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
-		AdminInsecure: true, AppAPIInsecure: true, DecisionLog: ts.log,
-	})
+	srv, p, err := testConfig{
+		Config: extauthz.Config{
+			Store: s, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+			AdminInsecure: true, AppAPIInsecure: true,
+		},
+		Core: pdp.Config{Engine: fixture.StoreEngine(t, s), Policy: fixture.Bundle(t), DecisionLog: ts.log},
+	}.build(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +51,7 @@ func serveStore(t *testing.T, s *datastore.BoltStore) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	ts.srv, ts.conn, ts.grpc = srv, conn, authv3.NewAuthorizationClient(conn)
+	ts.srv, ts.pdp, ts.conn, ts.grpc = srv, p, conn, authv3.NewAuthorizationClient(conn)
 	ts.http, ts.admin = "http://"+srv.Addr("http").String(), "http://"+srv.Addr("admin").String()
 	return ts
 }

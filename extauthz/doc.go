@@ -19,17 +19,21 @@
 //     answers it, /healthz, /readyz and /metrics alone, as opa run's
 //     --diagnostic-addr.
 //
-// opa-envoy-plugin's settings are Config fields: DryRun,
-// SkipRequestBodyParse, GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize,
-// PerformanceMetrics (its grpc_request_duration_seconds and error_counter)
-// and a Unix socket as GRPCAddr.
+// opa-envoy-plugin's settings are Config fields (GRPCMaxRecvMsgSize,
+// GRPCMaxSendMsgSize, PerformanceMetrics: its grpc_request_duration_seconds
+// and error_counter; a Unix socket as GRPCAddr) or, where they change
+// decisions, pdp.Config fields (DryRun, SkipRequestBodyParse).
 //
-// A Server owns the listeners and one decision core (package pdp); each
-// interface is a thin transport under internal/ that maps its wire format
-// to the core and back, and internal/wire maps error codes to HTTP and
-// gRPC statuses in one place.
+// A Server owns the listeners and serves one decision core (package pdp)
+// that its caller built and closes; each interface is a thin transport
+// under internal/ that maps its wire format to the core and back, and
+// internal/wire maps error codes to HTTP and gRPC statuses in one place.
 //
-//	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: bundle})
+//	reg := extauthz.NewRegistry()
+//	p, err := pdp.New(ctx, pdp.Config{Engine: eng, Store: store, Policy: bundle, Registerer: reg})
+//	if err != nil { ... }
+//	defer p.Close(ctx) // after the server's shutdown: flushes the decision log
+//	srv, err := extauthz.New(extauthz.Config{PDP: p, Store: store, Registerer: reg})
 //	if err != nil { ... }
 //	err = srv.Run(ctx, 10*time.Second) // until ctx ends, then a graceful shutdown
 //

@@ -50,7 +50,7 @@ func cpuTime(tb testing.TB) time.Duration {
 //
 //	go test ./extauthz -run '^$' -bench BenchmarkHostileBatch -benchtime 20x
 func BenchmarkHostileBatch(b *testing.B) {
-	ts := newTestServer(b, func(c *extauthz.Config) { c.MaxBatch = 1000 })
+	ts := newTestServer(b, func(c *testConfig) { c.MaxBatch = 1000 })
 	h := ts.srv.HTTPHandler()
 	for _, bc := range []struct {
 		name     string

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
-
-	"github.com/nexuspdp/nexus/extauthz"
 )
 
 // onlyReader hides a reader's other methods (its length), so that a
@@ -25,7 +23,7 @@ type onlyReader struct{ io.Reader }
 // limit or over it), on the listener.
 func TestHTTPBodySizes(t *testing.T) {
 	const limit = 1024
-	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = limit })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.MaxBodyBytes = limit })
 	const check = `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`
 	const allow = "{\"allow\":true,\"result\":true,\"debug\":{\"reason\":\"rbac\"}}\n"
 	const tooLarge = "{\"error\":\"request body too large: the body is larger than 1024 bytes\",\"reason\":\"too_large\"}\n"
@@ -75,7 +73,7 @@ func TestHTTPBodySizes(t *testing.T) {
 // read as far as it goes.
 func TestHTTPBodyContentLengthLies(t *testing.T) {
 	const limit = 1024
-	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = limit })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.MaxBodyBytes = limit })
 	h := ts.srv.HTTPHandler()
 	const check = `{"user":"alice","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`
 	const allow = "{\"allow\":true,\"result\":true,\"debug\":{\"reason\":\"rbac\"}}\n"

@@ -88,9 +88,9 @@ func TestAcceptErrorsBackOff(t *testing.T) {
 	var logs syncBuffer
 	var mu sync.Mutex
 	fl := map[string]*faultyListener{}
-	ts := newTestServer(t, func(c *extauthz.Config) {
+	ts := newTestServer(t, func(c *testConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		extauthz.WrapListeners(c, func(name string, l net.Listener) net.Listener {
+		extauthz.WrapListeners(&c.Config, func(name string, l net.Listener) net.Listener {
 			f := &faultyListener{Listener: l, err: &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}}
 			f.fails.Store(6)
 			mu.Lock()
@@ -122,9 +122,9 @@ func TestAcceptErrorsBackOff(t *testing.T) {
 func TestListenerStopNotReady(t *testing.T) {
 	var logs syncBuffer
 	stop := make(chan struct{})
-	ts := newTestServer(t, func(c *extauthz.Config) {
+	ts := newTestServer(t, func(c *testConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		extauthz.WrapListeners(c, func(name string, l net.Listener) net.Listener {
+		extauthz.WrapListeners(&c.Config, func(name string, l net.Listener) net.Listener {
 			if name != "admin" {
 				return l
 			}
@@ -164,7 +164,7 @@ func TestListenerStopNotReady(t *testing.T) {
 // TestGRPCStreamLimit: streams over GRPCMaxStreams are refused at once with
 // RESOURCE_EXHAUSTED, and their places come back when the streams end.
 func TestGRPCStreamLimit(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.Limits.GRPCMaxStreams = 3 })
+	ts := newTestServer(t, func(c *testConfig) { c.Limits.GRPCMaxStreams = 3 })
 	ctx, cancel := context.WithCancel(context.Background())
 	desc := &grpc.StreamDesc{StreamName: "Check", ServerStreams: true, ClientStreams: true}
 	method := "/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check"

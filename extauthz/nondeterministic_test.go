@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/compiler"
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -34,10 +33,10 @@ result := {"allowed": true, "headers": {"x-now": sprintf("%d", [time.now_ns()])}
 		optIn bool
 	}{{"default", false}, {"opted in", true}} {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := newTestServer(t, func(c *extauthz.Config) {
-				c.Policy = b
-				c.EnvoyEntrypoint, c.AuthzEntrypoint = "clock/result", pdp.Disabled
-				c.CacheNondeterministic = tt.optIn
+			ts := newTestServer(t, func(c *testConfig) {
+				c.Core.Policy = b
+				c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint = "clock/result", pdp.Disabled
+				c.Core.CacheNondeterministic = tt.optIn
 			})
 			req := fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "bob"})
 			var got [2]string

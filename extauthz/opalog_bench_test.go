@@ -11,7 +11,6 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
@@ -29,10 +28,10 @@ func (discardSink) Record(*pdp.DecisionRecord) {}
 // handing the input and the raw result over.
 func BenchmarkCheckServerSideSink(b *testing.B) {
 	for _, cache := range []bool{false, true} {
-		ts := newTestServer(b, func(c *extauthz.Config) {
-			c.CacheDisabled = !cache
-			c.DecisionLog = nil
-			c.DecisionSink = discardSink{}
+		ts := newTestServer(b, func(c *testConfig) {
+			c.Core.CacheDisabled = !cache
+			c.Core.DecisionLog = nil
+			c.Core.DecisionSink = discardSink{}
 		})
 		name := "RBAC/cache=off"
 		if cache {
@@ -74,10 +73,10 @@ func BenchmarkCheckServerSideOPALog(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		ts := newTestServer(b, func(c *extauthz.Config) {
-			c.CacheDisabled = !cache
-			c.DecisionLog = nil
-			c.DecisionSink = lg
+		ts := newTestServer(b, func(c *testConfig) {
+			c.Core.CacheDisabled = !cache
+			c.Core.DecisionLog = nil
+			c.Core.DecisionSink = lg
 		})
 		for _, bc := range []struct {
 			name string

@@ -32,7 +32,7 @@ allow if input.parsed_body.ok == true
 `
 
 // newPluginServerUnstarted is a server of bodyPolicy, not started.
-func newPluginServerUnstarted(t *testing.T, mutate func(*extauthz.Config)) *extauthz.Server {
+func newPluginServerUnstarted(t *testing.T, mutate func(*testConfig)) *extauthz.Server {
 	t.Helper()
 	b, err := compiler.Compile(context.Background(), compiler.Options{
 		Modules: map[string]string{"policy.rego": bodyPolicy}, Entrypoints: []string{"envoy/authz/allow"},
@@ -41,13 +41,12 @@ func newPluginServerUnstarted(t *testing.T, mutate func(*extauthz.Config)) *exta
 		t.Fatal(err)
 	}
 	store := fixture.DemoStore(t)
-	cfg := extauthz.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Policy: b,
-		EnvoyEntrypoint: "envoy/authz/allow", AuthzEntrypoint: pdp.Disabled,
-		HTTPAddr: "-", AdminAddr: "-",
+	cfg := testConfig{
+		Config: extauthz.Config{Store: store, HTTPAddr: "-", AdminAddr: "-"},
+		Core:   pdp.Config{Engine: fixture.StoreEngine(t, store), Policy: b, EnvoyEntrypoint: "envoy/authz/allow", AuthzEntrypoint: pdp.Disabled},
 	}
 	mutate(&cfg)
-	srv, err := extauthz.New(context.Background(), cfg)
+	srv, _, err := cfg.build(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +56,7 @@ func newPluginServerUnstarted(t *testing.T, mutate func(*extauthz.Config)) *exta
 
 // newPluginServer serves bodyPolicy at envoy/authz/allow, as an
 // opa-envoy-plugin user's policy, over real gRPC.
-func newPluginServer(t *testing.T, mutate func(*extauthz.Config)) *testServer {
+func newPluginServer(t *testing.T, mutate func(*testConfig)) *testServer {
 	t.Helper()
 	b, err := compiler.Compile(context.Background(), compiler.Options{
 		Modules: map[string]string{"policy.rego": bodyPolicy}, Entrypoints: []string{"envoy/authz/allow"},
@@ -65,10 +64,10 @@ func newPluginServer(t *testing.T, mutate func(*extauthz.Config)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newTestServer(t, func(c *extauthz.Config) {
-		c.Policy = b
-		c.EnvoyEntrypoint = "envoy/authz/allow"
-		c.AuthzEntrypoint = pdp.Disabled
+	return newTestServer(t, func(c *testConfig) {
+		c.Core.Policy = b
+		c.Core.EnvoyEntrypoint = "envoy/authz/allow"
+		c.Core.AuthzEntrypoint = pdp.Disabled
 		if mutate != nil {
 			mutate(c)
 		}
@@ -109,7 +108,7 @@ func waitLog(t *testing.T, ts *testServer, n int) []map[string]any {
 // denial; an allow is unchanged; a request that does not parse is still
 // refused, as opa-envoy-plugin does.
 func TestDryRun(t *testing.T) {
-	ts := newPluginServer(t, func(c *extauthz.Config) { c.DryRun = true })
+	ts := newPluginServer(t, func(c *testConfig) { c.Core.DryRun = true })
 	ctx := context.Background()
 
 	resp, err := ts.grpc.Check(ctx, jsonRequest(`{"ok": false}`))
@@ -147,8 +146,8 @@ func TestDryRun(t *testing.T) {
 // would not parse is no error, and a body over MaxBodyBytes is not read.
 func TestSkipRequestBodyParse(t *testing.T) {
 	ctx := context.Background()
-	parsing := newPluginServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 64 })
-	skipping := newPluginServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 64; c.SkipRequestBodyParse = true })
+	parsing := newPluginServer(t, func(c *testConfig) { c.Core.MaxBodyBytes = 64 })
+	skipping := newPluginServer(t, func(c *testConfig) { c.Core.MaxBodyBytes = 64; c.Core.SkipRequestBodyParse = true })
 
 	if resp, err := parsing.grpc.Check(ctx, jsonRequest(`{"ok": true}`)); err != nil || !allowed(resp) {
 		t.Fatalf("with the body parsed: %v, %v; want allow", resp, err)
@@ -178,9 +177,9 @@ func TestSkipRequestBodyParse(t *testing.T) {
 // refused by grpc-go with RESOURCE_EXHAUSTED before it reaches the
 // policy; one under it is decided.
 func TestGRPCMessageSizeLimits(t *testing.T) {
-	ts := newPluginServer(t, func(c *extauthz.Config) {
+	ts := newPluginServer(t, func(c *testConfig) {
 		c.GRPCMaxRecvMsgSize = 4096
-		c.SkipRequestBodyParse = true // so that only gRPC's limit applies
+		c.Core.SkipRequestBodyParse = true // so that only gRPC's limit applies
 	})
 	ctx := context.Background()
 	if _, err := ts.grpc.Check(ctx, jsonRequest(`{"ok": true}`)); err != nil {
@@ -192,7 +191,7 @@ func TestGRPCMessageSizeLimits(t *testing.T) {
 	}
 
 	// A send limit below the answer's size fails the answer, not the server.
-	tiny := newPluginServer(t, func(c *extauthz.Config) { c.GRPCMaxSendMsgSize = 8 })
+	tiny := newPluginServer(t, func(c *testConfig) { c.GRPCMaxSendMsgSize = 8 })
 	if _, err := tiny.grpc.Check(ctx, jsonRequest(`{"ok": true}`)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("answer over the send limit: %v; want RESOURCE_EXHAUSTED", err)
 	}
@@ -210,7 +209,7 @@ func getBody(t *testing.T, url string) (int, string) {
 // the configured buckets; without it they are absent.
 func TestPerformanceMetrics(t *testing.T) {
 	ctx := context.Background()
-	ts := newPluginServer(t, func(c *extauthz.Config) {
+	ts := newPluginServer(t, func(c *testConfig) {
 		c.PerformanceMetrics = true
 		c.PerformanceMetricsBuckets = []float64{1e-5, 0.2, 1, 5}
 		c.DiagnosticAddr = "127.0.0.1:0"
@@ -251,7 +250,7 @@ func TestPerformanceMetrics(t *testing.T) {
 // served; nothing else (no admin API, no decisions). /health is on the
 // HTTP listener too, where OPA's --addr serves it.
 func TestDiagnosticListener(t *testing.T) {
-	ts := newPluginServer(t, func(c *extauthz.Config) { c.DiagnosticAddr = "127.0.0.1:0" })
+	ts := newPluginServer(t, func(c *testConfig) { c.DiagnosticAddr = "127.0.0.1:0" })
 	diag := "http://" + ts.srv.Addr("diagnostic").String()
 	for _, tt := range []struct {
 		path string
@@ -295,7 +294,7 @@ func TestGRPCUnixSocket(t *testing.T) {
 	if err := os.WriteFile(regular, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	other := newPluginServerUnstarted(t, func(c *extauthz.Config) { c.GRPCAddr = "unix://" + regular })
+	other := newPluginServerUnstarted(t, func(c *testConfig) { c.GRPCAddr = "unix://" + regular })
 	if err := other.Start(context.Background()); err == nil {
 		t.Fatal("Start on a regular file's path succeeded")
 	}
@@ -303,7 +302,7 @@ func TestGRPCUnixSocket(t *testing.T) {
 		t.Fatalf("the regular file at the socket path was touched: %q, %v", b, err)
 	}
 
-	ts := newPluginServer(t, func(c *extauthz.Config) { c.GRPCAddr = "unix://" + sock })
+	ts := newPluginServer(t, func(c *testConfig) { c.GRPCAddr = "unix://" + sock })
 	if a := ts.srv.Addr("grpc"); a == nil || a.Network() != "unix" || a.String() != sock {
 		t.Fatalf("grpc listener %v, want the socket %s", a, sock)
 	}
@@ -320,7 +319,7 @@ func TestGRPCUnixSocket(t *testing.T) {
 // TestHealthFollowsStore: OPA's /health answers 500 with an error when
 // nexus is not ready (here: its store is closed), as /readyz answers 503.
 func TestHealthFollowsStore(t *testing.T) {
-	ts := newPluginServer(t, func(c *extauthz.Config) { c.DiagnosticAddr = "127.0.0.1:0" })
+	ts := newPluginServer(t, func(c *testConfig) { c.DiagnosticAddr = "127.0.0.1:0" })
 	diag := "http://" + ts.srv.Addr("diagnostic").String()
 	if code, _ := getBody(t, diag+"/health"); code != 200 {
 		t.Fatalf("/health = %d before the store closed", code)

@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -102,7 +101,7 @@ func adminJSON(t *testing.T, method, url, body string) map[string]any {
 // revision fails closed after the bounded wait (503,
 // revision_unavailable), even for a request the data would allow.
 func TestConsistencyTokenSingleNode(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.RevisionWait = 50 * time.Millisecond })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.RevisionWait = 50 * time.Millisecond })
 	before := uint64(adminJSON(t, "GET", ts.admin+"/v1/revision", "")["revision"].(float64))
 	for name, check := range tokenTransports {
 		t.Run(name, func(t *testing.T) {
@@ -141,7 +140,7 @@ func TestConsistencyTokenSingleNode(t *testing.T) {
 // allows (bob reads report.pdf): every malformed token is a 400 deny,
 // never an allow and never a server error.
 func TestConsistencyTokenAdversary(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.RevisionWait = 20 * time.Millisecond })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.RevisionWait = 20 * time.Millisecond })
 	bad := []string{"0", "-1", "abc", "1e3", "1.0", "18446744073709551616", "99999999999999999999999", "01", " 5", "5 ", "5,6", "0x10", "+5", "5\t", "１"}
 	for name, check := range tokenTransports {
 		t.Run(name, func(t *testing.T) {

@@ -26,7 +26,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/extauthz/internal/admin"
 	"github.com/nexuspdp/nexus/extauthz/internal/appapi"
 	"github.com/nexuspdp/nexus/extauthz/internal/envoygrpc"
@@ -59,13 +58,12 @@ type Server struct {
 	errc    chan error
 }
 
-// New validates cfg, loads the policy (with the schema's roles and
-// permissions in its data) and returns a Server ready to Start.
-func New(ctx context.Context, cfg Config) (*Server, error) {
+// New validates cfg and returns a Server over cfg.PDP, ready to Start.
+func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, addrs: map[string]net.Addr{}, errc: make(chan error, 4)}
+	s := &Server{cfg: cfg, p: cfg.PDP, addrs: map[string]net.Addr{}, errc: make(chan error, 4)}
 	if cfg.PerformanceMetrics {
 		m, err := envoygrpc.NewMetrics(cfg.Registerer, cfg.PerformanceMetricsBuckets)
 		if err != nil {
@@ -73,11 +71,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.metrics = m
 	}
-	p, err := pdp.New(ctx, cfg.pdpConfig())
-	if err != nil {
-		return nil, err
-	}
-	s.p = p
 	return s, nil
 }
 
@@ -88,17 +81,6 @@ func (s *Server) Addr(name string) net.Addr {
 	defer s.mu.Unlock()
 	return s.addrs[name]
 }
-
-// Reload reloads the current policy with the current schema.
-func (s *Server) Reload(ctx context.Context) error { return s.p.Load(ctx, nil) }
-
-// LoadPolicy replaces the policy with b (compiled with the current schema's
-// roles and permissions). A bundle that cannot serve the configured
-// entrypoints is refused and the previous policy stays in force.
-func (s *Server) LoadPolicy(ctx context.Context, b *bundle.Bundle) error { return s.p.Load(ctx, b) }
-
-// PolicyRevision is the revision of the policy in force.
-func (s *Server) PolicyRevision() string { return s.p.PolicyRevision() }
 
 func loadTLS(t TLS) (*tls.Config, error) {
 	if !t.enabled() {
@@ -309,8 +291,9 @@ func (s *Server) StreamsRefused() int64 {
 	return s.streams.refused.Load()
 }
 
-// Shutdown stops accepting, lets in-flight requests finish until ctx ends
-// (then cuts them), and flushes the decision log.
+// Shutdown stops accepting and lets in-flight requests finish until ctx
+// ends (then cuts them). It leaves the PDP open: its owner closes it
+// afterwards, which flushes the decision log.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	if s.health != nil {
@@ -341,9 +324,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	if err := s.p.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 
@@ -379,9 +359,9 @@ func streamWorkers() uint32 {
 // httpHandler serves the proxies' and applications' listener.
 func (s *Server) httpHandler() *http.ServeMux {
 	mux := http.NewServeMux()
-	(&forwardauth.Handler{PDP: s.p, MaxBodyBytes: s.cfg.MaxBodyBytes}).Register(mux)
+	(&forwardauth.Handler{PDP: s.p, MaxBodyBytes: s.p.MaxBodyBytes()}).Register(mux)
 	(&appapi.API{
-		PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.cfg.MaxBodyBytes, MaxBatch: s.cfg.MaxBatch,
+		PDP: s.p, Store: s.cfg.Store, MaxBodyBytes: s.p.MaxBodyBytes(), MaxBatch: s.cfg.MaxBatch,
 		APIKey: s.cfg.AppAPIKey, PublicURL: s.cfg.PublicURL, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)
@@ -393,7 +373,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	(&admin.API{
 		PDP: s.p, Store: s.cfg.Store, Writer: s.cfg.Writer, Saver: s.cfg.PolicySaver, Token: s.cfg.AdminToken, Profiling: s.cfg.Profiling,
-		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.cfg.MaxBodyBytes, BundleLimits: s.cfg.BundleLimits, Log: s.cfg.Logger,
+		Gatherer: s.cfg.Gatherer, MaxBodyBytes: s.p.MaxBodyBytes(), BundleLimits: s.cfg.BundleLimits, Log: s.cfg.Logger,
 	}).Register(mux)
 	s.probes(mux)
 	return mux

@@ -33,6 +33,7 @@ import (
 
 type testServer struct {
 	srv   *extauthz.Server
+	pdp   *pdp.PDP
 	store *datastore.BoltStore
 	grpc  authv3.AuthorizationClient
 	conn  *grpc.ClientConn
@@ -58,30 +59,77 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// testConfig is what a test server is built from: the server's
+// configuration, the decision core's (Core) and WasmOnly, which leaves the
+// default policy's Go decider out as nexus serve --wasm-only does.
+type testConfig struct {
+	extauthz.Config
+	Core     pdp.Config
+	WasmOnly bool
+}
+
+// build builds the decision core of c, as nexus serve does (over the
+// server's store, with its logger and registry, and the default policy's
+// Go decider unless WasmOnly), and a server over it, not started. The core
+// is closed when the test ends, after any shutdown of the server that a
+// cleanup registered later does.
+func (c testConfig) build(tb testing.TB) (*extauthz.Server, *pdp.PDP, error) {
+	tb.Helper()
+	if c.Registerer == nil {
+		reg := extauthz.NewRegistry()
+		c.Registerer = reg
+		if c.Gatherer == nil {
+			c.Gatherer = reg
+		}
+	}
+	core := c.Core
+	if core.Store == nil && c.Store != nil {
+		core.Store = c.Store
+	}
+	if !c.WasmOnly && c.Store != nil {
+		core.Relations, core.Deciders = c.Store, fixture.Deciders(c.Store)
+	}
+	if core.Logger == nil {
+		core.Logger = c.Logger
+	}
+	if core.Registerer == nil {
+		core.Registerer = c.Registerer
+	}
+	p, err := pdp.New(context.Background(), core)
+	if err != nil {
+		return nil, nil, err
+	}
+	tb.Cleanup(func() { _ = p.Close(context.Background()) })
+	c.PDP = p
+	srv, err := extauthz.New(c.Config)
+	return srv, p, err
+}
+
 // newTestServer starts a real server on loopback: a bbolt file with the
 // drive schema and demo tuples, the compiled default policy under wazero,
 // and real gRPC and HTTP listeners.
-func newTestServer(tb testing.TB, mutate func(*extauthz.Config)) *testServer {
+func newTestServer(tb testing.TB, mutate func(*testConfig)) *testServer {
 	tb.Helper()
 	ctx := context.Background()
 	store := fixture.DemoStore(tb)
-	eng := fixture.StoreEngine(tb, store)
-	b := fixture.Bundle(tb)
 	ts := &testServer{store: store, log: &syncBuffer{}}
-	cfg := extauthz.Config{
-		Engine: eng, Store: store, Policy: b,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
-		AdminInsecure: true, // tests of the token set AdminToken
-		AppAPIKey:     testAppKey,
-		DecisionLog:   ts.log,
+	cfg := testConfig{
+		Config: extauthz.Config{
+			Store:    store,
+			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+			AdminInsecure: true, // tests of the token set AdminToken
+			AppAPIKey:     testAppKey,
+		},
+		Core: pdp.Config{Engine: fixture.StoreEngine(tb, store), Policy: fixture.Bundle(tb), DecisionLog: ts.log},
 	}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv, err := extauthz.New(ctx, cfg)
+	srv, p, err := cfg.build(tb)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	ts.pdp = p
 	if err := srv.Start(ctx); err != nil {
 		tb.Fatal(err)
 	}
@@ -432,7 +480,7 @@ func containsStr(ss []string, s string) bool {
 }
 
 func TestBadHTTPInput(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 1024 })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.MaxBodyBytes = 1024 })
 	tests := []struct {
 		name, path, body string
 		wantStatus       int
@@ -461,7 +509,7 @@ func TestBadHTTPInput(t *testing.T) {
 }
 
 func TestAdminWriteTurnsDenyIntoAllow(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16" })
+	ts := newTestServer(t, func(c *testConfig) { c.AdminToken = "s3cret-admin-token-16" })
 	check := func() bool {
 		resp, err := ts.grpc.Check(context.Background(), fixture.EnvoyRequest("GET", "/files/report.pdf", map[string]string{"x-user": "carol"}))
 		if err != nil {
@@ -608,7 +656,7 @@ func TestMetricsHealthAndDecisionLog(t *testing.T) {
 }
 
 func TestCacheDisabled(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.CacheDisabled = true })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.CacheDisabled = true })
 	post(t, ts.http+"/allowed", `{"user":"bob","action":"read","resource":"file:report.pdf"}`)
 	req, _ := http.NewRequest(http.MethodGet, ts.admin+"/metrics", nil)
 	_, _, body := do(t, req)
@@ -699,7 +747,7 @@ func TestHammer(t *testing.T) {
 				return
 			}
 			if i%10 == 0 {
-				if err := ts.srv.Reload(ctx); err != nil && ctx.Err() == nil {
+				if err := ts.pdp.Load(ctx, nil); err != nil && ctx.Err() == nil {
 					errs <- err
 					return
 				}
@@ -718,7 +766,7 @@ func TestHammer(t *testing.T) {
 // builtins, response), with the decision cache disabled so every check
 // evaluates the policy.
 func BenchmarkExtAuthzCheck(b *testing.B) {
-	ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = true; c.DecisionLog = nil })
+	ts := newTestServer(b, func(c *testConfig) { c.Core.CacheDisabled = true; c.Core.DecisionLog = nil })
 	for _, bc := range []struct {
 		name string
 		req  *authv3.CheckRequest
@@ -744,7 +792,7 @@ func BenchmarkExtAuthzCheck(b *testing.B) {
 // BenchmarkAllowedHTTP measures one Permit /allowed check over loopback
 // HTTP, with the cache disabled.
 func BenchmarkAllowedHTTP(b *testing.B) {
-	ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = true; c.DecisionLog = nil })
+	ts := newTestServer(b, func(c *testConfig) { c.Core.CacheDisabled = true; c.Core.DecisionLog = nil })
 	body := `{"user":"bob","action":"read","resource":{"type":"file","key":"report.pdf","tenant":"acme"}}`
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.Cleanup(client.CloseIdleConnections)
@@ -804,7 +852,7 @@ func TestEdgeSnapshot(t *testing.T) {
 // without the gRPC transport: what nexus adds to an allow-only server.
 func BenchmarkCheckServerSide(b *testing.B) {
 	for _, cache := range []bool{false, true} {
-		ts := newTestServer(b, func(c *extauthz.Config) { c.CacheDisabled = !cache; c.DecisionLog = nil })
+		ts := newTestServer(b, func(c *testConfig) { c.Core.CacheDisabled = !cache; c.Core.DecisionLog = nil })
 		for _, bc := range []struct {
 			name string
 			req  *authv3.CheckRequest
@@ -844,11 +892,11 @@ func TestAdminProfiling(t *testing.T) {
 		status, _, _ := do(t, req)
 		return status
 	}
-	off := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16" })
+	off := newTestServer(t, func(c *testConfig) { c.AdminToken = "s3cret-admin-token-16" })
 	if status := get(off.admin+"/debug/pprof/", "s3cret-admin-token-16"); status != http.StatusNotFound {
 		t.Fatalf("pprof when disabled: %d, want 404", status)
 	}
-	on := newTestServer(t, func(c *extauthz.Config) { c.AdminToken = "s3cret-admin-token-16"; c.Profiling = true })
+	on := newTestServer(t, func(c *testConfig) { c.AdminToken = "s3cret-admin-token-16"; c.Profiling = true })
 	if status := get(on.admin+"/debug/pprof/", ""); status != http.StatusUnauthorized {
 		t.Fatalf("pprof without token: %d, want 401", status)
 	}
@@ -860,7 +908,7 @@ func TestAdminProfiling(t *testing.T) {
 // TestGRPCBodyTooLarge: a body over MaxBodyBytes is denied with too_large
 // whether or not the policy reads it.
 func TestGRPCBodyTooLarge(t *testing.T) {
-	ts := newTestServer(t, func(c *extauthz.Config) { c.MaxBodyBytes = 1024 })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.MaxBodyBytes = 1024 })
 	req := fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
 	req.Attributes.Request.Http.Body = strings.Repeat("x", 2048)
 	// As grpc-go answers a message over its size limit.
@@ -906,7 +954,7 @@ func TestAdminReadParams(t *testing.T) {
 // the mismatch, which goes to the log.
 func TestPolicyResultShapeHidden(t *testing.T) {
 	logs := &syncBuffer{}
-	ts := newTestServer(t, func(c *extauthz.Config) {
+	ts := newTestServer(t, func(c *testConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	if status, body := putPolicy(t, ts, "bad-shape", map[string]string{

@@ -16,7 +16,6 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/defaults/allowall"
 	"github.com/nexuspdp/nexus/defaults/policy"
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -58,10 +57,10 @@ func benchPolicies(b *testing.B) []benchPolicy {
 func BenchmarkCheckServerSidePolicies(b *testing.B) {
 	for _, pol := range benchPolicies(b) {
 		for _, cache := range []bool{false, true} {
-			ts := newTestServer(b, func(c *extauthz.Config) {
-				c.CacheDisabled = !cache
-				c.DecisionLog = nil
-				c.Policy = pol.b
+			ts := newTestServer(b, func(c *testConfig) {
+				c.Core.CacheDisabled = !cache
+				c.Core.DecisionLog = nil
+				c.Core.Policy = pol.b
 				c.WasmOnly = pol.wasmOnly
 			})
 			for _, bc := range []struct {
@@ -103,10 +102,10 @@ func cacheName(on bool) string {
 func BenchmarkHTTPServerSide(b *testing.B) {
 	for _, pol := range benchPolicies(b) {
 		for _, cache := range []bool{false, true} {
-			ts := newTestServer(b, func(c *extauthz.Config) {
-				c.CacheDisabled = !cache
-				c.DecisionLog = nil
-				c.Policy = pol.b
+			ts := newTestServer(b, func(c *testConfig) {
+				c.Core.CacheDisabled = !cache
+				c.Core.DecisionLog = nil
+				c.Core.Policy = pol.b
 				c.WasmOnly = pol.wasmOnly
 			})
 			h := ts.srv.HTTPHandler()
@@ -155,9 +154,9 @@ func BenchmarkCheckServerSideMisses(b *testing.B) {
 		reqs[i] = fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "u" + strconv.Itoa(i)})
 	}
 	for _, cache := range []bool{false, true} {
-		ts := newTestServer(b, func(c *extauthz.Config) {
-			c.CacheDisabled = !cache
-			c.DecisionLog = nil
+		ts := newTestServer(b, func(c *testConfig) {
+			c.Core.CacheDisabled = !cache
+			c.Core.DecisionLog = nil
 		})
 		b.Run(cacheName(cache), func(b *testing.B) {
 			ctx := context.Background()

@@ -21,7 +21,6 @@ import (
 
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/defaults/policy"
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/policytest"
@@ -226,9 +225,9 @@ func newSuiteRig(tb testing.TB, p *suitePolicy) *suiteRig {
 	if p.manifest.Default {
 		entrypoint = policy.EnvoyEntrypoint
 	}
-	r.ts = newTestServer(tb, func(c *extauthz.Config) {
-		c.CacheDisabled = true
-		c.DecisionLog = nil
+	r.ts = newTestServer(tb, func(c *testConfig) {
+		c.Core.CacheDisabled = true
+		c.Core.DecisionLog = nil
 		c.WasmOnly = p.manifest.WasmOnly
 		if p.manifest.Default {
 			return // fixture.Bundle, the default policy
@@ -237,9 +236,9 @@ func newSuiteRig(tb testing.TB, p *suitePolicy) *suiteRig {
 		if err != nil {
 			tb.Fatalf("compile %s: %v", p.name, err)
 		}
-		c.Policy = b
-		c.EnvoyEntrypoint = suiteEntrypoint
-		c.AuthzEntrypoint = pdp.Disabled
+		c.Core.Policy = b
+		c.Core.EnvoyEntrypoint = suiteEntrypoint
+		c.Core.AuthzEntrypoint = pdp.Disabled
 	})
 
 	modules, data := p.modules, p.data

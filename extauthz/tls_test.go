@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/natstest"
@@ -58,7 +57,7 @@ func newPKI(t *testing.T) testPKI {
 func TestMTLS(t *testing.T) {
 	pki := newPKI(t)
 	mtls := extauthz.TLS{CertFile: pki.certFile, KeyFile: pki.keyFile, ClientCAFile: pki.caFile}
-	ts := newTestServer(t, func(c *extauthz.Config) { c.GRPCTLS, c.HTTPTLS = mtls, mtls })
+	ts := newTestServer(t, func(c *testConfig) { c.GRPCTLS, c.HTTPTLS = mtls, mtls })
 
 	dial := func(certs []tls.Certificate) error {
 		creds := credentials.NewTLS(&tls.Config{RootCAs: pki.pool, Certificates: certs})
@@ -109,10 +108,9 @@ func TestConfigValidate(t *testing.T) {
 		mutate  func(*extauthz.Config)
 		wantErr string
 	}{
-		{"no-engine", func(c *extauthz.Config) { c.Engine = nil }, "Engine is required"},
+		{"no-pdp", func(c *extauthz.Config) { c.PDP = nil }, "PDP is required"},
+		{"no-store", func(c *extauthz.Config) { c.Store = nil }, "Store is required"},
 		{"half-tls", func(c *extauthz.Config) { c.GRPCTLS = extauthz.TLS{CertFile: "x"} }, "both a certificate and a key"},
-		{"negative-body", func(c *extauthz.Config) { c.MaxBodyBytes = -1 }, "MaxBodyBytes -1 is negative"},
-		{"negative-cache", func(c *extauthz.Config) { c.CacheSize = -5 }, "CacheSize -5 is negative"},
 		{"admin-without-token", func(c *extauthz.Config) { c.AdminInsecure = false }, "admin listener needs an AdminToken"},
 		{"app-without-key", func(c *extauthz.Config) { c.AppAPIInsecure = false }, "application endpoints need an AppAPIKey"},
 		{"short-admin-token", func(c *extauthz.Config) { c.AdminToken = "x" }, "the AdminToken (--admin-token) is 1 bytes; a bearer secret needs at least 16"},
@@ -123,22 +121,14 @@ func TestConfigValidate(t *testing.T) {
 		}, "may not be the admin token"},
 		{"public-url-query", func(c *extauthz.Config) { c.PublicURL = "https://pdp.example.com/?x=1" }, "without a query"},
 		{"public-url-relative", func(c *extauthz.Config) { c.PublicURL = "pdp.example.com" }, "must be an http or https URL"},
+		{"negative-batch", func(c *extauthz.Config) { c.MaxBatch = -1 }, "MaxBatch -1 is negative"},
 	}
 	base := newTestServer(t, nil)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := fixture.DefaultBundle()
-			if err != nil {
-				t.Fatal(err)
-			}
-			eng, err := engine.New(context.Background(), engine.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = eng.Close(context.Background()) })
-			cfg := extauthz.Config{Engine: eng, Store: base.store, Policy: b, AdminInsecure: true, AppAPIInsecure: true}
+			cfg := extauthz.Config{PDP: base.pdp, Store: base.store, AdminInsecure: true, AppAPIInsecure: true}
 			tt.mutate(&cfg)
-			err = cfg.Validate()
+			err := cfg.Validate()
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("Validate = %v, want %q", err, tt.wantErr)
 			}

@@ -187,7 +187,7 @@ const envoyDeny = "package nexus.envoy\nresult := {\"allowed\": false}\n"
 // 503 budget_exceeded, well before its evaluations' timeouts add up.
 func TestBatchBudget(t *testing.T) {
 	const evalTimeout = 100 * time.Millisecond
-	ts := newTestServer(t, func(c *extauthz.Config) { c.EvalTimeout = evalTimeout })
+	ts := newTestServer(t, func(c *testConfig) { c.Core.EvalTimeout = evalTimeout })
 	if status, body := putPolicy(t, ts, "spin", spin, "nexus/authz/decision", "nexus/envoy/result"); status != 200 {
 		t.Fatalf("put policy: %d %s", status, body)
 	}
@@ -229,8 +229,8 @@ func TestNoInternalTextToClients(t *testing.T) {
 	for name, modules := range policies {
 		t.Run(name, func(t *testing.T) {
 			logs := &syncBuffer{}
-			ts := newTestServer(t, func(c *extauthz.Config) {
-				c.EvalTimeout = 50 * time.Millisecond
+			ts := newTestServer(t, func(c *testConfig) {
+				c.Core.EvalTimeout = 50 * time.Millisecond
 				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			})
 			if status, body := putPolicy(t, ts, name, modules, "nexus/authz/decision", "nexus/envoy/result"); status != 200 {

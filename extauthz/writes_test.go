@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/nexuspdp/nexus/extauthz"
 )
 
 // writeAnswer is POST /v1/relationships' answer.
@@ -121,7 +119,7 @@ func TestIdempotencyKey(t *testing.T) {
 func TestReadyzWrites(t *testing.T) {
 	const reason = "no JetStream quorum"
 	var down atomic.Bool
-	ts := newTestServer(t, func(c *extauthz.Config) {
+	ts := newTestServer(t, func(c *testConfig) {
 		c.Writes = func() (bool, string) {
 			if down.Load() {
 				return false, reason

@@ -51,59 +51,61 @@ type Store interface {
 var _ Store = (*datastore.BoltStore)(nil)
 
 // Config configures a PDP. Engine, Store and Policy are required; every
-// other zero value means the documented default.
+// other zero value means the documented default. The yaml keys are those
+// of nexus serve's configuration file, which decodes into a Config; "-"
+// marks what the file does not set.
 type Config struct {
 	// Engine evaluates policies. Its registry must hold the relationship
 	// builtins for policies that use them.
-	Engine *engine.Engine
+	Engine *engine.Engine `yaml:"-"`
 	// Store is the relationship store.
-	Store Store
+	Store Store `yaml:"-"`
 	// Relations is the store the engine's relationship builtins read; it
 	// answers ResourceTenant ("" for every resource when nil).
-	Relations builtins.Store
+	Relations builtins.Store `yaml:"-"`
 	// Deciders are offered each policy as it loads (decider.Factory):
 	// the first that accepts it decides its checks in Go, exactly as its
 	// Wasm would, several times faster, declining what it is not sure
 	// of; when none accepts (or there are none), the Wasm decides. Nexus'
 	// default policy brings its own (policy.Decider in
 	// defaults/policy).
-	Deciders []decider.Factory
+	Deciders []decider.Factory `yaml:"-"`
 	// Policy is the compiled policy. The core adds the schema's tenant
 	// roles (data.nexus.roles: role to grants) and each type's permissions
 	// (data.nexus.permissions) to its data before loading it, and again
 	// whenever the schema changes.
-	Policy *bundle.Bundle
+	Policy *bundle.Bundle `yaml:"-"`
 
 	// EnvoyEntrypoint answers ext_authz and forward-auth requests; ""
 	// means DefaultEnvoyEntrypoint. Its result is a boolean or an
 	// opa-envoy-plugin result object.
-	EnvoyEntrypoint string
+	EnvoyEntrypoint string `yaml:"envoy_entrypoint"`
 	// AuthzEntrypoint answers application checks; "" means
 	// DefaultAuthzEntrypoint. Its result is a boolean or an object with
 	// "allow" (or "allowed") and "reason".
-	AuthzEntrypoint string
+	AuthzEntrypoint string `yaml:"authz_entrypoint"`
 
 	// MaxBodyBytes bounds the body of an Envoy CheckRequest; zero means
 	// DefaultMaxBodyBytes. It does not apply with SkipRequestBodyParse,
 	// where the body is never read (the gRPC message size bounds it).
-	MaxBodyBytes int64
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// SkipRequestBodyParse leaves the request body out of the Envoy and
 	// forward-auth input documents (opa-envoy-plugin's
 	// skip-request-body-parse): there is no parsed_body and no
 	// truncated_body, and a body that would not parse is no error.
-	SkipRequestBodyParse bool
+	SkipRequestBodyParse bool `yaml:"-"`
 	// DryRun is opa-envoy-plugin's dry-run: transports that honour it
 	// (Envoy ext_authz gRPC) answer every Envoy decision with an allow,
 	// while the decision log and the metrics keep the policy's real
 	// decision. Errors still answer as errors.
-	DryRun bool
+	DryRun bool `yaml:"-"`
 	// EvalTimeout bounds one evaluation; zero means DefaultEvalTimeout.
-	EvalTimeout time.Duration
+	EvalTimeout time.Duration `yaml:"eval_timeout"`
 	// CacheSize bounds the decision cache (entries); zero means
 	// DefaultCacheSize.
-	CacheSize int
+	CacheSize int `yaml:"cache_size"`
 	// CacheDisabled turns the decision cache off.
-	CacheDisabled bool
+	CacheDisabled bool `yaml:"cache_disabled"`
 	// CacheNondeterministic caches the decisions of an entrypoint whose
 	// policy can call a non-deterministic builtin (time.now_ns, rand.intn,
 	// uuid.rfc4122, http.send, opa.runtime, ...: see
@@ -113,39 +115,39 @@ type Config struct {
 	// changes. It is the server-wide form of the opt-in OPA offers per
 	// call with http.send's "cache" option. False (the default) makes
 	// such an entrypoint's decisions bypass the cache (CacheDisabled).
-	CacheNondeterministic bool
+	CacheNondeterministic bool `yaml:"cache_nondeterministic"`
 
 	// DecisionLog receives one policy.decision JSON line per decision;
 	// nil disables the decision log.
-	DecisionLog io.Writer
+	DecisionLog io.Writer `yaml:"-"`
 	// DecisionLogQueue bounds the events waiting to be written; zero
 	// means 4096. A full queue drops events (counted), never blocks.
-	DecisionLogQueue int
+	DecisionLogQueue int `yaml:"decision_log_queue"`
 
 	// DecisionSink receives every decision with the input the policy saw
 	// and its raw result (the decision log in OPA's format); nil means
 	// none, and then the core copies neither.
-	DecisionSink DecisionSink
+	DecisionSink DecisionSink `yaml:"-"`
 	// MaskDecision and DropDecision are the entrypoints of the decision
 	// log's mask and drop rules (slash paths, as OPA's mask_decision and
 	// drop_decision without the leading slash); "" means
 	// DefaultMaskDecision and DefaultDropDecision. They are evaluated
 	// only when the loaded bundle has them (compile the policy with them
 	// as optional entrypoints).
-	MaskDecision, DropDecision string
+	MaskDecision, DropDecision string `yaml:"-"`
 	// Revisions waits for the consistency token a check may carry
 	// (WaitRevision); nil means a waiter over Store's revision, bounded by
 	// RevisionWait.
-	Revisions RevisionWaiter
+	Revisions RevisionWaiter `yaml:"-"`
 	// RevisionWait bounds the default waiter; zero means
 	// DefaultRevisionWait.
-	RevisionWait time.Duration
+	RevisionWait time.Duration `yaml:"-"`
 
 	// Logger receives operational logs; nil discards them.
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
 	// Registerer receives the decision metrics; nil means a new registry
 	// (metrics then go nowhere).
-	Registerer prometheus.Registerer
+	Registerer prometheus.Registerer `yaml:"-"`
 }
 
 // Validate fills defaults and rejects nonsense.

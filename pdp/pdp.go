@@ -287,6 +287,10 @@ func (p *PDP) Ready() bool { return p.ready.Load() }
 // the policy decided.
 func (p *PDP) DryRun() bool { return p.cfg.DryRun }
 
+// MaxBodyBytes reports Config.MaxBodyBytes (its default filled in): the
+// transports bound the request bodies they read by it too.
+func (p *PDP) MaxBodyBytes() int64 { return p.cfg.MaxBodyBytes }
+
 // Manifest returns the loaded bundle's manifest.
 func (p *PDP) Manifest() bundle.Manifest {
 	p.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
+	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/plugin/internal/harness"
 )
 
@@ -92,7 +93,12 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: b, GRPCAddr: "-", HTTPAddr: "-", AdminAddr: "127.0.0.1:0", AdminToken: "s3cret-admin-token-16"})
+	p, err := pdp.New(ctx, pdp.Config{Engine: eng, Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(ctx) })
+	srv, err := extauthz.New(extauthz.Config{PDP: p, Store: store, GRPCAddr: "-", HTTPAddr: "-", AdminAddr: "127.0.0.1:0", AdminToken: "s3cret-admin-token-16"})
 	if err != nil {
 		t.Fatal(err)
 	}

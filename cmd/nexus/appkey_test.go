@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 func TestAppAPIKey(t *testing.T) {
@@ -29,17 +32,17 @@ func TestAppAPIKey(t *testing.T) {
 		wantErr   string
 		wantInDir bool
 	}{
-		{name: "flag", c: serveConfig{AppAPIKey: "from-flag", AppAPIKeyFile: keyFile}, env: "from-env", want: "from-flag"},
+		{name: "flag", c: serveConfig{Server: extauthz.Config{AppAPIKey: "from-flag"}, AppAPIKeyFile: keyFile}, env: "from-env", want: "from-flag"},
 		{name: "file", c: serveConfig{AppAPIKeyFile: keyFile}, env: "from-env", want: "from-file"},
-		{name: "env", c: serveConfig{HTTPAddr: "0.0.0.0:8181"}, env: "from-env", want: "from-env"},
+		{name: "env", c: serveConfig{Server: extauthz.Config{HTTPAddr: "0.0.0.0:8181"}}, env: "from-env", want: "from-env"},
 		{name: "empty-file", c: serveConfig{AppAPIKeyFile: emptyFile}, wantErr: "is empty"},
 		{name: "missing-file", c: serveConfig{AppAPIKeyFile: emptyFile + ".nope"}, wantErr: "no such file"},
-		{name: "insecure", c: serveConfig{HTTPAddr: "0.0.0.0:8181", AppAPIInsecure: true}, want: ""},
-		{name: "key-wins-over-insecure", c: serveConfig{AppAPIKey: "k", AppAPIInsecure: true}, want: "k"},
-		{name: "no-http-listener", c: serveConfig{HTTPAddr: "-"}, want: ""},
-		{name: "generated-on-loopback", c: serveConfig{HTTPAddr: "127.0.0.1:8181"}, want: "generated"},
+		{name: "insecure", c: serveConfig{Server: extauthz.Config{HTTPAddr: "0.0.0.0:8181", AppAPIInsecure: true}}, want: ""},
+		{name: "key-wins-over-insecure", c: serveConfig{Server: extauthz.Config{AppAPIKey: "k", AppAPIInsecure: true}}, want: "k"},
+		{name: "no-http-listener", c: serveConfig{Server: extauthz.Config{HTTPAddr: "-"}}, want: ""},
+		{name: "generated-on-loopback", c: serveConfig{Server: extauthz.Config{HTTPAddr: "127.0.0.1:8181"}}, want: "generated"},
 		// Not refused: the proxies' endpoints on the listener need no key.
-		{name: "generated-on-any-address", c: serveConfig{HTTPAddr: "0.0.0.0:8181"}, want: "generated"},
+		{name: "generated-on-any-address", c: serveConfig{Server: extauthz.Config{HTTPAddr: "0.0.0.0:8181"}}, want: "generated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,9 +83,12 @@ func TestAppAPIKey(t *testing.T) {
 func TestServeRefusesAppKeyEqualToAdminToken(t *testing.T) {
 	dir := t.TempDir()
 	c := serveConfig{
-		GRPCAddr: "-", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DataDir: dir, LogLevel: "error",
-		AdminToken: "same-secret-0123456789", AppAPIKey: "same-secret-0123456789",
-		EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision",
+		Server: extauthz.Config{
+			GRPCAddr: "-", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+			AdminToken: "same-secret-0123456789", AppAPIKey: "same-secret-0123456789",
+		},
+		Core:    pdp.Config{EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision"},
+		DataDir: dir, LogLevel: "error",
 	}
 	err := runServe(context.Background(), c, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "may not be the admin token") {

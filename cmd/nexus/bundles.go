@@ -74,7 +74,7 @@ func serveBundles(ctx context.Context, c serveConfig, log *slog.Logger, load fun
 	eps := slices.Clone(c.Entrypoints)
 	if len(eps) == 0 {
 		// A disabled (or unset) entrypoint is none to compile.
-		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
 			if ep != "" && ep != pdp.Disabled {
 				eps = append(eps, ep)
 			}

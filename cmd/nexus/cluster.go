@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/nexuspdp/nexus/api"
@@ -82,25 +81,6 @@ func addClusterFlags(f *pflag.FlagSet, c *serveConfig) {
 // should not see it applied long after.
 const maxWriteTimeout = 5 * time.Second
 
-func mergeClusterFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
-	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
-	if !set("cluster") && len(file.Cluster.NATSURLs) > 0 {
-		c.Cluster.NATSURLs = file.Cluster.NATSURLs
-	}
-	if !set("cluster-name") && file.Cluster.Name != "" {
-		c.Cluster.Name = file.Cluster.Name
-	}
-	if !set("stream-replicas") {
-		c.Cluster.StreamReplicas = file.Cluster.StreamReplicas
-	}
-	if !set("write-timeout") && file.Cluster.WriteTimeout != 0 {
-		c.Cluster.WriteTimeout = file.Cluster.WriteTimeout
-	}
-	c.Cluster.Credentials = file.Cluster.Credentials
-	c.Cluster.TLS = file.Cluster.TLS
-	c.Cluster.SyncTimeout = file.Cluster.SyncTimeout
-}
-
 func (t clusterTLS) config() (*tls.Config, error) {
 	if t == (clusterTLS{}) {
 		return nil, nil
@@ -161,7 +141,7 @@ type clusterNode struct {
 	cfg   serveConfig
 
 	mu  sync.Mutex // serialises policy loads from the log with attach
-	srv *extauthz.Server
+	pdp *pdp.PDP
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -318,12 +298,12 @@ func (n *clusterNode) loadPolicy(ctx context.Context, c serveConfig, log *slog.L
 // configure makes the server write through the log, wait for consistency
 // tokens on the replica, report degraded health and serve the replica's
 // metrics.
-func (n *clusterNode) configure(cfg *extauthz.Config) {
+func (n *clusterNode) configure(core *pdp.Config, cfg *extauthz.Config) {
 	if n == nil {
 		return
 	}
 	cfg.Writer = clusterWriter{n.r}
-	cfg.Revisions = n.r
+	core.Revisions = n.r
 	cfg.Registerer, cfg.Gatherer = n.reg, n.reg
 	cfg.Degraded = n.degraded
 	cfg.Writes = n.writes
@@ -383,18 +363,18 @@ func (n *clusterNode) degraded() (string, map[string]any) {
 	return reason + ": writes are refused, checks answer from local data", details
 }
 
-// attach links the server: policies the log loads from now on go to it
-// (and one it loaded since startup), and schema changes applied from the
-// log reload its policy.
-func (n *clusterNode) attach(ctx context.Context, srv *extauthz.Server) error {
+// attach links the decision core: policies the log loads from now on go
+// to it (and one it loaded since startup), and schema changes applied from
+// the log reload its policy.
+func (n *clusterNode) attach(ctx context.Context, p *pdp.PDP) error {
 	if n == nil {
 		return nil
 	}
 	n.mu.Lock()
-	n.srv = srv
+	n.pdp = p
 	b, ok, err := n.policy(ctx)
-	if err == nil && ok && b.Manifest.Revision != srv.PolicyRevision() {
-		err = srv.LoadPolicy(ctx, b)
+	if err == nil && ok && b.Manifest.Revision != p.PolicyRevision() {
+		err = p.Load(ctx, b)
 	}
 	n.mu.Unlock()
 	if err != nil {
@@ -406,11 +386,11 @@ func (n *clusterNode) attach(ctx context.Context, srv *extauthz.Server) error {
 	return nil
 }
 
-// onPolicy loads a policy applied from the log into the server.
+// onPolicy loads a policy applied from the log into the decision core.
 func (n *clusterNode) onPolicy(ctx context.Context, p cluster.Policy) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.srv == nil {
+	if n.pdp == nil {
 		return nil // attach loads it
 	}
 	b, err := bundle.ReadLimited(bytes.NewReader(p.Bundle), n.cfg.bundleLimits())
@@ -420,7 +400,7 @@ func (n *clusterNode) onPolicy(ctx context.Context, p cluster.Policy) error {
 	if b, err = trustSubjectHeader(b, n.cfg.TrustedSubjectHeader); err != nil {
 		return err
 	}
-	if err := n.srv.LoadPolicy(ctx, b); err != nil {
+	if err := n.pdp.Load(ctx, b); err != nil {
 		n.log.Error("the policy loaded through the cluster does not load here; the previous one stays in force", "revision", p.Revision, "err", err)
 		return err
 	}
@@ -445,7 +425,7 @@ func (n *clusterNode) followSchema(ctx context.Context) {
 				break
 			}
 			if cs.Schema {
-				if err := n.srv.Reload(ctx); err != nil && ctx.Err() == nil {
+				if err := n.pdp.Load(ctx, nil); err != nil && ctx.Err() == nil {
 					n.log.Error("reloading the policy after a schema change from the cluster log", "revision", cs.Revision, "err", err)
 				}
 			}
@@ -457,7 +437,7 @@ func (n *clusterNode) followSchema(ctx context.Context) {
 		}
 		// The changelog moved on without us (a restored snapshot):
 		// reload once, then follow from where the store is.
-		_ = n.srv.Reload(ctx)
+		_ = n.pdp.Load(ctx, nil)
 	}
 }
 

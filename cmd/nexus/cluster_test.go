@@ -444,7 +444,7 @@ func TestServeClusterConfig(t *testing.T) {
 // testPolicyBundle is the default policy as a bundle of revision rev.
 func testPolicyBundle(t *testing.T, rev string) []byte {
 	t.Helper()
-	b, err := loadPolicy(context.Background(), serveConfig{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint})
+	b, err := loadPolicy(context.Background(), serveConfig{Core: pdp.Config{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,11 +82,11 @@ func (c credential) resolve(log *slog.Logger) (value, file string, err error) {
 // admin API open.
 func adminToken(c serveConfig, log *slog.Logger) (token, file string, err error) {
 	return credential{
-		name: "admin token", value: c.AdminToken, valueFile: c.AdminTokenFile, env: "NEXUS_ADMIN_TOKEN",
-		addr: c.AdminAddr, insecure: c.AdminInsecure,
+		name: "admin token", value: c.Server.AdminToken, valueFile: c.AdminTokenFile, env: "NEXUS_ADMIN_TOKEN",
+		addr: c.Server.AdminAddr, insecure: c.Server.AdminInsecure,
 		open:     "anyone who reaches the admin API may rewrite policy and relationships",
 		dataFile: filepath.Join(c.DataDir, adminTokenFile), loopbackOnly: true,
-		refusal: fmt.Sprintf("the admin listener %s is not on loopback and has no token: set --admin-token, --admin-token-file or $NEXUS_ADMIN_TOKEN (or --admin-insecure to run it open)", c.AdminAddr),
+		refusal: fmt.Sprintf("the admin listener %s is not on loopback and has no token: set --admin-token, --admin-token-file or $NEXUS_ADMIN_TOKEN (or --admin-insecure to run it open)", c.Server.AdminAddr),
 	}.resolve(log)
 }
 
@@ -99,8 +99,8 @@ func adminToken(c serveConfig, log *slog.Logger) (token, file string, err error)
 // endpoints closed until the key is handed out.
 func appAPIKey(c serveConfig, log *slog.Logger) (key, file string, err error) {
 	return credential{
-		name: "application API key", value: c.AppAPIKey, valueFile: c.AppAPIKeyFile, env: "NEXUS_APP_API_KEY",
-		addr: c.HTTPAddr, insecure: c.AppAPIInsecure,
+		name: "application API key", value: c.Server.AppAPIKey, valueFile: c.AppAPIKeyFile, env: "NEXUS_APP_API_KEY",
+		addr: c.Server.HTTPAddr, insecure: c.Server.AppAPIInsecure,
 		open:     "anyone who reaches the HTTP listener may ask for any decision",
 		dataFile: filepath.Join(c.DataDir, appAPIKeyFile),
 	}.resolve(log)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/bundle"
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/version"
 	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
@@ -120,8 +119,8 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 // compiler.Options.OptionalEntrypoints.
 func (o *opaLogging) optionalEntrypoints() []string { return []string{o.Rules.Mask, o.Rules.Drop} }
 
-// apply sets the server's decision sink and mask and drop rules.
-func (o *opaLogging) apply(c *extauthz.Config) {
+// apply sets the decision core's decision sink and mask and drop rules.
+func (o *opaLogging) apply(c *pdp.Config) {
 	if o.Logger != nil {
 		c.DecisionSink = o.Logger
 	}

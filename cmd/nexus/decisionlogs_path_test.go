@@ -99,7 +99,7 @@ func logOneDecision(t *testing.T, iface, rev string, args ...string) serveConfig
 		t.Fatal("no decision logger")
 	}
 	o.Logger.Record(&pdp.DecisionRecord{
-		ID: "d1", Time: time.Now(), Path: c.EnvoyEntrypoint, Interface: iface, Revision: rev,
+		ID: "d1", Time: time.Now(), Path: c.Core.EnvoyEntrypoint, Interface: iface, Revision: rev,
 		Input: json.RawMessage(`{"a":1}`), Result: json.RawMessage(`true`),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -138,8 +138,8 @@ func TestDecisionLogPathAsThePluginLogsIt(t *testing.T) {
 			dir := t.TempDir()
 			config := logsConfig(t, dir, url, tc.plugin, "")
 			c := logOneDecision(t, tc.iface, "", "--server", "--config-file="+config, filepath.Join(dir, "policy"))
-			if c.EnvoyEntrypoint != tc.wantEntrypoint {
-				t.Fatalf("entrypoint %q, want %q", c.EnvoyEntrypoint, tc.wantEntrypoint)
+			if c.Core.EnvoyEntrypoint != tc.wantEntrypoint {
+				t.Fatalf("entrypoint %q, want %q", c.Core.EnvoyEntrypoint, tc.wantEntrypoint)
 			}
 			evs, objs := events()
 			if len(evs) != 1 {

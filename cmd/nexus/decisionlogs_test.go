@@ -21,10 +21,10 @@ import (
 	"github.com/open-policy-agent/opa/v1/plugins/status"
 	"google.golang.org/grpc/codes"
 
-	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/version"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // TestOPALogging: the decision_logs and status sections of an OPA
@@ -68,7 +68,7 @@ func TestOPALogging(t *testing.T) {
 	if !slices.Equal(o.optionalEntrypoints(), []string{"acme/log/mask", "system/log/drop"}) {
 		t.Fatalf("optional entrypoints %v", o.optionalEntrypoints())
 	}
-	var c extauthz.Config
+	var c pdp.Config
 	o.apply(&c)
 	if c.DecisionSink != o.Logger || c.MaskDecision != "acme/log/mask" || c.DropDecision != "system/log/drop" {
 		t.Fatalf("config %+v", c)

@@ -15,11 +15,11 @@ import (
 )
 
 // opaSettings are the serve settings that come from an OPA configuration
-// file or from nexus run's opa run flags, and have no flag of nexus serve.
+// file or from nexus run's opa run flags, have no flag of nexus serve and
+// are no setting of the decision core or the server. (Those that are, as
+// opa run's --diagnostic-addr and the envoy_ext_authz_grpc plugin's
+// settings, are set in serveConfig.Core and Server.)
 type opaSettings struct {
-	// DiagnosticAddr is opa run's --diagnostic-addr: health and metrics
-	// alone.
-	DiagnosticAddr string
 	// AwaitBundle: no policy was given and the bundles section brings it;
 	// every check is denied, and the server is not ready, until the first
 	// bundle is active.
@@ -27,13 +27,6 @@ type opaSettings struct {
 	// PolicyIsBundle: nexus run's --bundle named the policy path a bundle,
 	// so decision log events name it in their bundles as OPA does.
 	PolicyIsBundle bool
-	// The envoy_ext_authz_grpc plugin's settings.
-	DryRun                    bool
-	SkipRequestBodyParse      bool
-	GRPCMaxRecvMsgSize        int
-	GRPCMaxSendMsgSize        int
-	PerformanceMetrics        bool
-	PerformanceMetricsBuckets []float64
 	// LogFormat is "text" (nexus' default) or "json".
 	LogFormat string
 	// Labels are the configuration's labels, which identify this instance
@@ -88,52 +81,52 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 			return c, err
 		}
 	}
-	if run && c.AdminAddr == "" {
-		c.AdminAddr = "-" // opa run has no admin API: nexus' is opted into
+	if run && c.Server.AdminAddr == "" {
+		c.Server.AdminAddr = "-" // opa run has no admin API: nexus' is opted into
 	}
 	p := cfg.Envoy
 	if p == nil {
-		if run && c.GRPCAddr == "" {
-			c.GRPCAddr = "-" // as OPA without the plugin: no ext_authz server
+		if run && c.Server.GRPCAddr == "" {
+			c.Server.GRPCAddr = "-" // as OPA without the plugin: no ext_authz server
 		}
 		return c, nil
 	}
 	where := "plugins." + opaconfig.PluginName
-	if err := agree(&c.GRPCAddr, p.Addr, where+".addr", "nexus.grpc_addr"); err != nil {
+	if err := agree(&c.Server.GRPCAddr, p.Addr, where+".addr", "nexus.grpc_addr"); err != nil {
 		return c, err
 	}
-	if err := agree(&c.EnvoyEntrypoint, p.Entrypoint, where+".path", "nexus.envoy_entrypoint"); err != nil {
+	if err := agree(&c.Core.EnvoyEntrypoint, p.Entrypoint, where+".path", "nexus.envoy_entrypoint"); err != nil {
 		return c, err
 	}
-	if c.AuthzEntrypoint == "" {
+	if c.Core.AuthzEntrypoint == "" {
 		// An opa-envoy-plugin policy has no application decision: the
 		// AuthZEN and Permit-compatible checks stay off unless the nexus
 		// section names one.
-		c.AuthzEntrypoint = pdp.Disabled
+		c.Core.AuthzEntrypoint = pdp.Disabled
 	}
 	if len(c.Entrypoints) == 0 {
-		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
 			if ep != pdp.Disabled {
 				c.Entrypoints = append(c.Entrypoints, ep)
 			}
 		}
 	}
-	if c.Reflection && !p.EnableReflection {
+	if c.Server.Reflection && !p.EnableReflection {
 		return c, fmt.Errorf("nexus.reflection and %s.enable-reflection disagree: set it once", where)
 	}
-	c.Reflection = p.EnableReflection
-	c.opa.DryRun = p.DryRun
-	c.opa.SkipRequestBodyParse = p.SkipRequestBodyParse
-	c.opa.GRPCMaxRecvMsgSize = p.GRPCMaxRecvMsgSize
-	if c.MaxBodyBytes == 0 {
+	c.Server.Reflection = p.EnableReflection
+	c.Core.DryRun = p.DryRun
+	c.Core.SkipRequestBodyParse = p.SkipRequestBodyParse
+	c.Server.GRPCMaxRecvMsgSize = p.GRPCMaxRecvMsgSize
+	if c.Core.MaxBodyBytes == 0 {
 		// The plugin bounds a request body by the gRPC message alone:
 		// nexus' body limit (1 MiB by default) would refuse bodies the
 		// plugin reads.
-		c.MaxBodyBytes = int64(p.GRPCMaxRecvMsgSize)
+		c.Core.MaxBodyBytes = int64(p.GRPCMaxRecvMsgSize)
 	}
-	c.opa.GRPCMaxSendMsgSize = p.GRPCMaxSendMsgSize
-	c.opa.PerformanceMetrics = p.EnablePerformanceMetrics
-	c.opa.PerformanceMetricsBuckets = p.GRPCRequestDurationSecondsBuckets
+	c.Server.GRPCMaxSendMsgSize = p.GRPCMaxSendMsgSize
+	c.Server.PerformanceMetrics = p.EnablePerformanceMetrics
+	c.Server.PerformanceMetricsBuckets = p.GRPCRequestDurationSecondsBuckets
 	return c, nil
 }
 
@@ -165,9 +158,6 @@ func managementSections(cfg *opaconfig.Config) error {
 	return checkOPALogSections(cfg)
 }
 
-// mergeOPA fills c's OPA-only settings from the file's.
-func mergeOPA(c *serveConfig, file serveConfig) { c.opa = file.opa }
-
 // newLogger is serve's operational logger: text (nexus' default) or JSON
 // lines (opa run --log-format json).
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
@@ -183,7 +173,7 @@ func warnOPA(log *slog.Logger, c serveConfig) {
 	if len(c.opa.MissingEnv) > 0 {
 		log.Warn("the configuration names environment variables that are not set; their ${...} references are kept as written, as OPA keeps them", "variables", strings.Join(c.opa.MissingEnv, ","))
 	}
-	if c.opa.DryRun {
+	if c.Core.DryRun {
 		log.Warn("dry-run: every ext_authz gRPC request is allowed; the decision log records the policy's decisions")
 	}
 }

@@ -60,16 +60,16 @@ func TestServeFromOPA(t *testing.T) {
 		wantErr   string
 	}{
 		{name: "quick-start-plugin", raw: "plugins:\n  envoy_ext_authz_grpc:\n    addr: :9191\n    path: envoy/authz/allow\n", check: func(t *testing.T, c serveConfig) {
-			if c.GRPCAddr != ":9191" || c.EnvoyEntrypoint != "envoy/authz/allow" || c.AuthzEntrypoint != pdp.Disabled ||
-				!equal(c.Entrypoints, []string{"envoy/authz/allow"}) || c.AdminAddr != "" {
+			if c.Server.GRPCAddr != ":9191" || c.Core.EnvoyEntrypoint != "envoy/authz/allow" || c.Core.AuthzEntrypoint != pdp.Disabled ||
+				!equal(c.Entrypoints, []string{"envoy/authz/allow"}) || c.Server.AdminAddr != "" {
 				t.Fatalf("%+v", c)
 			}
-			if c.opa.GRPCMaxRecvMsgSize != 4<<20 || c.MaxBodyBytes != 4<<20 || c.opa.DryRun {
+			if c.Server.GRPCMaxRecvMsgSize != 4<<20 || c.Core.MaxBodyBytes != 4<<20 || c.Core.DryRun {
 				t.Fatalf("plugin defaults %+v", c.opa)
 			}
 		}},
 		{name: "istio", raw: "plugins:\n  envoy_ext_authz_grpc:\n    addr: :9191\n    path: istio/authz/allow\n", run: true, check: func(t *testing.T, c serveConfig) {
-			if c.EnvoyEntrypoint != "istio/authz/allow" || c.AdminAddr != "-" {
+			if c.Core.EnvoyEntrypoint != "istio/authz/allow" || c.Server.AdminAddr != "-" {
 				t.Fatalf("%+v", c)
 			}
 		}},
@@ -77,20 +77,20 @@ func TestServeFromOPA(t *testing.T) {
 			"labels": {"app": "shop"}, "persistence_directory": "/var/lib/opa",
 			"nexus": {"authz_entrypoint": "app/decision", "cache_size": 7, "max_body_bytes": 1000, "eval_timeout": "250ms", "admin_addr": "127.0.0.1:8282"}}`, run: true,
 			check: func(t *testing.T, c serveConfig) {
-				if c.AuthzEntrypoint != "app/decision" || !equal(c.Entrypoints, []string{"envoy/authz/allow", "app/decision"}) ||
-					c.CacheSize != 7 || c.MaxBodyBytes != 1000 || c.EvalTimeout != 250*time.Millisecond || c.AdminAddr != "127.0.0.1:8282" ||
-					c.DataDir != "/var/lib/opa" || c.opa.Labels["app"] != "shop" || !c.opa.DryRun {
+				if c.Core.AuthzEntrypoint != "app/decision" || !equal(c.Entrypoints, []string{"envoy/authz/allow", "app/decision"}) ||
+					c.Core.CacheSize != 7 || c.Core.MaxBodyBytes != 1000 || c.Core.EvalTimeout != 250*time.Millisecond || c.Server.AdminAddr != "127.0.0.1:8282" ||
+					c.DataDir != "/var/lib/opa" || c.opa.Labels["app"] != "shop" || !c.Core.DryRun {
 					t.Fatalf("%+v", c)
 				}
 			}},
 		{name: "no-plugin-run", raw: "labels:\n  a: b\n", run: true, check: func(t *testing.T, c serveConfig) {
-			if c.GRPCAddr != "-" {
-				t.Fatalf("grpc %q: without the plugin opa run serves no ext_authz", c.GRPCAddr)
+			if c.Server.GRPCAddr != "-" {
+				t.Fatalf("grpc %q: without the plugin opa run serves no ext_authz", c.Server.GRPCAddr)
 			}
 		}},
 		{name: "no-plugin-serve", raw: "labels:\n  a: b\n", check: func(t *testing.T, c serveConfig) {
-			if c.GRPCAddr != "" {
-				t.Fatalf("grpc %q: serve keeps its own default", c.GRPCAddr)
+			if c.Server.GRPCAddr != "" {
+				t.Fatalf("grpc %q: serve keeps its own default", c.Server.GRPCAddr)
 			}
 		}},
 		{name: "addr-twice", raw: `{"plugins": {"envoy_ext_authz_grpc": {"addr": ":9191"}}, "nexus": {"grpc_addr": ":9292"}}`,
@@ -139,11 +139,11 @@ func equal(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(
 func TestReadServeConfigKinds(t *testing.T) {
 	dir := t.TempDir()
 	c, err := readServeConfig(writeFile(t, dir, "opa.yaml", "plugins:\n  envoy_ext_authz_grpc:\n    addr: :9191\n"))
-	if err != nil || c.GRPCAddr != ":9191" || c.EnvoyEntrypoint != "envoy/authz/allow" {
+	if err != nil || c.Server.GRPCAddr != ":9191" || c.Core.EnvoyEntrypoint != "envoy/authz/allow" {
 		t.Fatalf("OPA config: %+v, %v", c, err)
 	}
 	c, err = readServeConfig(writeFile(t, dir, "nexus.yaml", "grpc_addr: :9292\n"))
-	if err != nil || c.GRPCAddr != ":9292" || c.EnvoyEntrypoint != "" {
+	if err != nil || c.Server.GRPCAddr != ":9292" || c.Core.EnvoyEntrypoint != "" {
 		t.Fatalf("nexus config: %+v, %v", c, err)
 	}
 	_, err = readServeConfig(writeFile(t, dir, "bad.yaml", "plugins:\n  envoy_ext_authz_grpc:\n    proto-descriptor: /x.pb\n"))
@@ -167,33 +167,33 @@ func TestRunArgs(t *testing.T) {
 	}{
 		{"quick-start", []string{"--server", "--config-file=" + quick, "--addr=localhost:8181", "--diagnostic-addr=0.0.0.0:8282", "--ignore=.*", policy},
 			func(t *testing.T, c serveConfig) {
-				if c.GRPCAddr != ":9191" || c.HTTPAddr != "localhost:8181" || c.opa.DiagnosticAddr != "0.0.0.0:8282" || c.AdminAddr != "-" ||
-					c.Policy != policy || c.EnvoyEntrypoint != "envoy/authz/allow" || c.opa.LogFormat != "json" || c.LogLevel != "info" {
+				if c.Server.GRPCAddr != ":9191" || c.Server.HTTPAddr != "localhost:8181" || c.Server.DiagnosticAddr != "0.0.0.0:8282" || c.Server.AdminAddr != "-" ||
+					c.Policy != policy || c.Core.EnvoyEntrypoint != "envoy/authz/allow" || c.opa.LogFormat != "json" || c.LogLevel != "info" {
 					t.Fatalf("%+v", c)
 				}
 			}},
 		{"istio", []string{"--server", "--config-file=" + istio, "--addr=0.0.0.0:8181", "--diagnostic-addr=0.0.0.0:8282", policy},
 			func(t *testing.T, c serveConfig) {
-				if c.EnvoyEntrypoint != "istio/authz/allow" || c.HTTPAddr != "0.0.0.0:8181" {
+				if c.Core.EnvoyEntrypoint != "istio/authz/allow" || c.Server.HTTPAddr != "0.0.0.0:8181" {
 					t.Fatalf("%+v", c)
 				}
 			}},
 		{"envoy-uds", []string{"--server", "--config-file=" + uds, "--addr=0.0.0.0:8181", "--diagnostic-addr=0.0.0.0:8282", "--ignore=.*", policy},
 			func(t *testing.T, c serveConfig) {
-				if c.GRPCAddr != "unix:///run/opa/sockets/opa.sock" {
+				if c.Server.GRPCAddr != "unix:///run/opa/sockets/opa.sock" {
 					t.Fatalf("%+v", c)
 				}
 			}},
 		{"gloo-edge", []string{"--server", "--addr=0.0.0.0:8181", "--set=plugins.envoy_ext_authz_grpc.addr=0.0.0.0:9191",
 			"--set=plugins.envoy_ext_authz_grpc.query=data.envoy.authz.allow", "--set=plugins.envoy_ext_authz_grpc.enable-reflection=true", "--ignore=.*", policy},
 			func(t *testing.T, c serveConfig) {
-				if c.GRPCAddr != "0.0.0.0:9191" || c.EnvoyEntrypoint != "envoy/authz/allow" || !c.Reflection {
+				if c.Server.GRPCAddr != "0.0.0.0:9191" || c.Core.EnvoyEntrypoint != "envoy/authz/allow" || !c.Server.Reflection {
 					t.Fatalf("%+v", c)
 				}
 			}},
 		{"flags", []string{"-s", "-c", quick, "-l", "debug", "--log-format=text", "--shutdown-grace-period=3", "-b", "--skip-version-check", policy},
 			func(t *testing.T, c serveConfig) {
-				if c.LogLevel != "debug" || c.opa.LogFormat != "text" || c.ShutdownGrace != 3*time.Second || c.HTTPAddr != "localhost:8181" {
+				if c.LogLevel != "debug" || c.opa.LogFormat != "text" || c.ShutdownGrace != 3*time.Second || c.Server.HTTPAddr != "localhost:8181" {
 					t.Fatalf("%+v", c)
 				}
 			}},

@@ -25,20 +25,20 @@ func TestOPAExampleConfigs(t *testing.T) {
 		wantErr string
 	}{
 		{file: "quick-start.yaml", want: func(c serveConfig) bool {
-			return c.GRPCAddr == ":9191" && c.EnvoyEntrypoint == "envoy/authz/allow" && c.opa.Config != nil && c.opa.Config.DecisionLogs != nil
+			return c.Server.GRPCAddr == ":9191" && c.Core.EnvoyEntrypoint == "envoy/authz/allow" && c.opa.Config != nil && c.opa.Config.DecisionLogs != nil
 		}},
 		{file: "quick-start-no-logs.yaml", want: func(c serveConfig) bool {
-			return c.GRPCAddr == ":9191" && c.EnvoyEntrypoint == "envoy/authz/allow" && c.AuthzEntrypoint == pdp.Disabled && !c.Reflection
+			return c.Server.GRPCAddr == ":9191" && c.Core.EnvoyEntrypoint == "envoy/authz/allow" && c.Core.AuthzEntrypoint == pdp.Disabled && !c.Server.Reflection
 		}},
-		{file: "istio.yaml", want: func(c serveConfig) bool { return c.EnvoyEntrypoint == "istio/authz/allow" }},
+		{file: "istio.yaml", want: func(c serveConfig) bool { return c.Core.EnvoyEntrypoint == "istio/authz/allow" }},
 		{file: "envoy-uds.yaml", want: func(c serveConfig) bool {
-			return c.GRPCAddr == "unix:///run/opa/sockets/auth.sock" && c.Reflection
+			return c.Server.GRPCAddr == "unix:///run/opa/sockets/auth.sock" && c.Server.Reflection
 		}},
 		{file: "grpc-example.yaml", wantErr: "plugins.envoy_ext_authz_grpc.proto-descriptor: not supported by nexus"},
 		{file: "tuned.json", want: func(c serveConfig) bool {
-			return c.GRPCAddr == "0.0.0.0:9191" && c.EnvoyEntrypoint == "envoy/authz/allow" && c.opa.DryRun && c.opa.SkipRequestBodyParse &&
-				c.opa.GRPCMaxRecvMsgSize == 8<<20 && c.opa.GRPCMaxSendMsgSize == 1<<31-1 && c.opa.PerformanceMetrics &&
-				reflect.DeepEqual(c.opa.PerformanceMetricsBuckets, []float64{1e-5, 0.2, 1, 5}) && c.opa.Labels["env"] == "prod"
+			return c.Server.GRPCAddr == "0.0.0.0:9191" && c.Core.EnvoyEntrypoint == "envoy/authz/allow" && c.Core.DryRun && c.Core.SkipRequestBodyParse &&
+				c.Server.GRPCMaxRecvMsgSize == 8<<20 && c.Server.GRPCMaxSendMsgSize == 1<<31-1 && c.Server.PerformanceMetrics &&
+				reflect.DeepEqual(c.Server.PerformanceMetricsBuckets, []float64{1e-5, 0.2, 1, 5}) && c.opa.Labels["env"] == "prod"
 		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

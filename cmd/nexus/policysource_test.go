@@ -74,8 +74,8 @@ func TestLoadPolicySources(t *testing.T) {
 		revision string
 		eps      []string
 	}{
-		{"OPA bundle, the default entrypoints", serveConfig{Policy: archive, EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint}, "opa-7", []string{"nexus/envoy/result", "nexus/authz/decision"}},
-		{"OPA bundle, one entrypoint disabled", serveConfig{Policy: archive, EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.Disabled}, "opa-7", []string{"nexus/envoy/result"}},
+		{"OPA bundle, the default entrypoints", serveConfig{Core: pdp.Config{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint}, Policy: archive}, "opa-7", []string{"nexus/envoy/result", "nexus/authz/decision"}},
+		{"OPA bundle, one entrypoint disabled", serveConfig{Core: pdp.Config{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.Disabled}, Policy: archive}, "opa-7", []string{"nexus/envoy/result"}},
 		{"single .rego file", serveConfig{Policy: filepath.Join(src, "nexus", "policy.rego"), Entrypoints: []string{"nexus/authz/decision"}}, "", []string{"nexus/authz/decision"}},
 	}
 	for _, tt := range tests {

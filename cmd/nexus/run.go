@@ -185,11 +185,11 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 	if len(f.addrs) != 1 {
 		return c, fmt.Errorf("--addr %s: nexus has one HTTP listener: give one address", strings.Join(f.addrs, ","))
 	}
-	if cmd.Flags().Changed("addr") || c.HTTPAddr == "" {
-		c.HTTPAddr = f.addrs[0]
+	if cmd.Flags().Changed("addr") || c.Server.HTTPAddr == "" {
+		c.Server.HTTPAddr = f.addrs[0]
 	}
-	if strings.Contains(c.HTTPAddr, "://") {
-		return c, fmt.Errorf("--addr %s: want host:port (nexus' HTTP listener is TCP)", c.HTTPAddr)
+	if strings.Contains(c.Server.HTTPAddr, "://") {
+		return c, fmt.Errorf("--addr %s: want host:port (nexus' HTTP listener is TCP)", c.Server.HTTPAddr)
 	}
 	switch len(f.diagnostic) {
 	case 0:
@@ -197,7 +197,7 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 		if strings.Contains(f.diagnostic[0], "://") {
 			return c, fmt.Errorf("--diagnostic-addr %s: want host:port", f.diagnostic[0])
 		}
-		c.opa.DiagnosticAddr = f.diagnostic[0]
+		c.Server.DiagnosticAddr = f.diagnostic[0]
 	default:
 		return c, fmt.Errorf("--diagnostic-addr %s: give one address", strings.Join(f.diagnostic, ","))
 	}
@@ -226,7 +226,7 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 		return c, errors.New("--tls-cert-file and --tls-private-key-file go together")
 	}
 	if f.tlsCert != "" {
-		c.HTTPTLS.CertFile, c.HTTPTLS.KeyFile = f.tlsCert, f.tlsKey
+		c.Server.HTTPTLS.CertFile, c.Server.HTTPTLS.KeyFile = f.tlsCert, f.tlsKey
 	}
 	runDefaults(&c)
 	return c, nil
@@ -238,14 +238,14 @@ func runDefaults(c *serveConfig) {
 	if c.DataDir == "" {
 		c.DataDir = "./nexus-data"
 	}
-	if c.EnvoyEntrypoint == "" {
-		c.EnvoyEntrypoint = opaconfig.DefaultEnvoyEntrypoint
+	if c.Core.EnvoyEntrypoint == "" {
+		c.Core.EnvoyEntrypoint = opaconfig.DefaultEnvoyEntrypoint
 	}
-	if c.AuthzEntrypoint == "" {
-		c.AuthzEntrypoint = pdp.Disabled
+	if c.Core.AuthzEntrypoint == "" {
+		c.Core.AuthzEntrypoint = pdp.Disabled
 	}
 	if len(c.Entrypoints) == 0 {
-		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
 			if ep != pdp.Disabled {
 				c.Entrypoints = append(c.Entrypoints, ep)
 			}

@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nexuspdp/nexus/bundle"
@@ -30,73 +32,41 @@ import (
 	"github.com/nexuspdp/nexus/internal/version"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/pdp/decider"
 	"github.com/nexuspdp/nexus/policyload"
 	"github.com/nexuspdp/nexus/savedpolicy"
 )
 
 // serveConfig is the YAML config file of `nexus serve`; flags given on the
-// command line override it.
+// command line override it. The decision core's settings (Core) and the
+// server's (Server) are their packages' own Config types, decoded inline
+// (their yaml keys are the file's); what is left here is the command's:
+// where things are, secrets' files, logging, the cluster.
 type serveConfig struct {
-	GRPCAddr             string        `yaml:"grpc_addr"`
-	HTTPAddr             string        `yaml:"http_addr"`
-	AdminAddr            string        `yaml:"admin_addr"`
-	GRPCTLS              tlsConfig     `yaml:"grpc_tls"`
-	HTTPTLS              tlsConfig     `yaml:"http_tls"`
-	AdminTLS             tlsConfig     `yaml:"admin_tls"`
-	AdminToken           string        `yaml:"admin_token"`
+	Core   pdp.Config      `yaml:",inline"`
+	Server extauthz.Config `yaml:",inline"`
+
 	AdminTokenFile       string        `yaml:"admin_token_file"`
-	AdminInsecure        bool          `yaml:"admin_insecure"`
-	AppAPIKey            string        `yaml:"app_api_key"`
 	AppAPIKeyFile        string        `yaml:"app_api_key_file"`
-	AppAPIInsecure       bool          `yaml:"app_api_insecure"`
-	PublicURL            string        `yaml:"public_url"`
 	DataDir              string        `yaml:"data_dir"`
 	Policy               string        `yaml:"policy"`
 	PolicyIgnore         []string      `yaml:"policy_ignore"`
 	TrustedSubjectHeader string        `yaml:"trusted_subject_header"`
 	Schema               string        `yaml:"schema"`
 	Entrypoints          []string      `yaml:"entrypoints"`
-	EnvoyEntrypoint      string        `yaml:"envoy_entrypoint"`
-	AuthzEntrypoint      string        `yaml:"authz_entrypoint"`
 	DecisionLog          string        `yaml:"decision_log"`
-	CacheSize            int           `yaml:"cache_size"`
-	CacheDisabled        bool          `yaml:"cache_disabled"`
 	WasmOnly             bool          `yaml:"wasm_only"`
-	EvalTimeout          time.Duration `yaml:"eval_timeout"`
-	MaxBodyBytes         int64         `yaml:"max_body_bytes"`
 	BundleDataLimit      int64         `yaml:"bundle_data_limit"`
-	Reflection           bool          `yaml:"reflection"`
 	HTTPStdOnly          bool          `yaml:"http_std_only"` // deprecated, no effect
-	MaxConns             int           `yaml:"max_conns"`
-	ReadHeaderTimeout    time.Duration `yaml:"read_header_timeout"`
-	RequestTimeout       time.Duration `yaml:"request_timeout"`
-	IdleTimeout          time.Duration `yaml:"idle_timeout"`
-	GRPCMaxStreams       int           `yaml:"grpc_max_streams"`
-	Profiling            bool          `yaml:"profiling"`
 	LogLevel             string        `yaml:"log_level"`
 	ShutdownGrace        time.Duration `yaml:"shutdown_grace"`
 	MaxInstances         int           `yaml:"max_instances"`
 	ScrubRate            int           `yaml:"scrub_rate"`
 	ScrubInterval        time.Duration `yaml:"scrub_interval"`
-	DecisionLogQueue     int           `yaml:"decision_log_queue"`
 	Cluster              clusterConfig `yaml:"cluster"`
-
-	// CacheNondeterministic opts in to caching the decisions of policies
-	// that call non-deterministic builtins.
-	CacheNondeterministic bool `yaml:"cache_nondeterministic"`
 
 	// opa holds what an OPA configuration or nexus run sets (opaconfig.go).
 	opa opaSettings
-}
-
-type tlsConfig struct {
-	CertFile     string `yaml:"cert_file"`
-	KeyFile      string `yaml:"key_file"`
-	ClientCAFile string `yaml:"client_ca_file"`
-}
-
-func (t tlsConfig) tls() extauthz.TLS {
-	return extauthz.TLS{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile}
 }
 
 func newServeCmd() *cobra.Command {
@@ -138,59 +108,65 @@ An admin listener on an address other than loopback requires a token
 			return runServe(cmd.Context(), c, cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfgFile, "config", "", "YAML config file (flags override it)")
-	f.StringVar(&c.GRPCAddr, "grpc-addr", extauthz.DefaultGRPCAddr, `ext_authz gRPC listener ("-" disables)`)
-	f.StringVar(&c.HTTPAddr, "http-addr", extauthz.DefaultHTTPAddr, `HTTP listener: forward auth, AuthZEN, Permit APIs ("-" disables)`)
-	f.StringVar(&c.AdminAddr, "admin-addr", extauthz.DefaultAdminAddr, `admin listener ("-" disables)`)
-	f.StringVar(&c.GRPCTLS.CertFile, "grpc-tls-cert", "", "gRPC TLS certificate (PEM)")
-	f.StringVar(&c.GRPCTLS.KeyFile, "grpc-tls-key", "", "gRPC TLS key (PEM)")
-	f.StringVar(&c.GRPCTLS.ClientCAFile, "grpc-tls-client-ca", "", "gRPC client CAs: require and verify client certificates (mTLS)")
-	f.StringVar(&c.HTTPTLS.CertFile, "http-tls-cert", "", "HTTP TLS certificate (PEM)")
-	f.StringVar(&c.HTTPTLS.KeyFile, "http-tls-key", "", "HTTP TLS key (PEM)")
-	f.StringVar(&c.HTTPTLS.ClientCAFile, "http-tls-client-ca", "", "HTTP client CAs (mTLS)")
-	f.StringVar(&c.AdminTLS.CertFile, "admin-tls-cert", "", "admin TLS certificate (PEM)")
-	f.StringVar(&c.AdminTLS.KeyFile, "admin-tls-key", "", "admin TLS key (PEM)")
-	f.StringVar(&c.AdminTLS.ClientCAFile, "admin-tls-client-ca", "", "admin client CAs (mTLS)")
-	f.StringVar(&c.AdminToken, "admin-token", "", "bearer token the admin API requires (default: $NEXUS_ADMIN_TOKEN, else on loopback a token generated into <data-dir>/admin-token)")
+	cmd.Flags().StringVar(&cfgFile, "config", "", "YAML config file (flags override it)")
+	addServeFlags(cmd.Flags(), &c)
+	return cmd
+}
+
+// addServeFlags defines serve's flags on f, each bound to its setting in
+// c (the decision core's, the server's or the command's own) and set to
+// its default.
+func addServeFlags(f *pflag.FlagSet, c *serveConfig) {
+	f.StringVar(&c.Server.GRPCAddr, "grpc-addr", extauthz.DefaultGRPCAddr, `ext_authz gRPC listener ("-" disables)`)
+	f.StringVar(&c.Server.HTTPAddr, "http-addr", extauthz.DefaultHTTPAddr, `HTTP listener: forward auth, AuthZEN, Permit APIs ("-" disables)`)
+	f.StringVar(&c.Server.AdminAddr, "admin-addr", extauthz.DefaultAdminAddr, `admin listener ("-" disables)`)
+	f.StringVar(&c.Server.GRPCTLS.CertFile, "grpc-tls-cert", "", "gRPC TLS certificate (PEM)")
+	f.StringVar(&c.Server.GRPCTLS.KeyFile, "grpc-tls-key", "", "gRPC TLS key (PEM)")
+	f.StringVar(&c.Server.GRPCTLS.ClientCAFile, "grpc-tls-client-ca", "", "gRPC client CAs: require and verify client certificates (mTLS)")
+	f.StringVar(&c.Server.HTTPTLS.CertFile, "http-tls-cert", "", "HTTP TLS certificate (PEM)")
+	f.StringVar(&c.Server.HTTPTLS.KeyFile, "http-tls-key", "", "HTTP TLS key (PEM)")
+	f.StringVar(&c.Server.HTTPTLS.ClientCAFile, "http-tls-client-ca", "", "HTTP client CAs (mTLS)")
+	f.StringVar(&c.Server.AdminTLS.CertFile, "admin-tls-cert", "", "admin TLS certificate (PEM)")
+	f.StringVar(&c.Server.AdminTLS.KeyFile, "admin-tls-key", "", "admin TLS key (PEM)")
+	f.StringVar(&c.Server.AdminTLS.ClientCAFile, "admin-tls-client-ca", "", "admin client CAs (mTLS)")
+	f.StringVar(&c.Server.AdminToken, "admin-token", "", "bearer token the admin API requires (default: $NEXUS_ADMIN_TOKEN, else on loopback a token generated into <data-dir>/admin-token)")
 	f.StringVar(&c.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (e.g. a mounted Secret)")
-	f.BoolVar(&c.AdminInsecure, "admin-insecure", false, "run the admin API without a token when none is given (never on a shared network)")
-	f.StringVar(&c.AppAPIKey, "app-api-key", "", "bearer key the application endpoints (AuthZEN, Permit-compatible) require (default: $NEXUS_APP_API_KEY, else a key generated into <data-dir>/app-api-key)")
+	f.BoolVar(&c.Server.AdminInsecure, "admin-insecure", false, "run the admin API without a token when none is given (never on a shared network)")
+	f.StringVar(&c.Server.AppAPIKey, "app-api-key", "", "bearer key the application endpoints (AuthZEN, Permit-compatible) require (default: $NEXUS_APP_API_KEY, else a key generated into <data-dir>/app-api-key)")
 	f.StringVar(&c.AppAPIKeyFile, "app-api-key-file", "", "file holding the application API key (e.g. a mounted Secret)")
-	f.BoolVar(&c.AppAPIInsecure, "app-api-insecure", false, "run the application endpoints without a key when none is given: anyone who reaches the HTTP listener may ask for any decision")
-	f.StringVar(&c.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
+	f.BoolVar(&c.Server.AppAPIInsecure, "app-api-insecure", false, "run the application endpoints without a key when none is given: anyone who reaches the HTTP listener may ask for any decision")
+	f.StringVar(&c.Server.PublicURL, "public-url", "", "base URL applications reach the HTTP listener at, for the AuthZEN metadata (default: from each request's Host)")
 	f.StringVar(&c.DataDir, "data-dir", "./nexus-data", "directory of the relationship store")
 	f.StringVar(&c.Policy, "policy", "", "policy bundle (.tar.gz) or directory of Rego and data (default: the embedded policy)")
 	f.StringSliceVar(&c.PolicyIgnore, "policy-ignore", nil, "file and directory names to skip when loading --policy, as opa run's --ignore (e.g. '.*' skips dot-files and the ..data directory of a Kubernetes ConfigMap mount)")
 	f.StringVar(&c.Schema, "schema", "", "schema YAML (default: the embedded drive schema)")
 	f.StringVar(&c.TrustedSubjectHeader, "trusted-subject-header", "", "request header a trusted hop sets to the verified subject, used when no verified JWT came (default: none, JWT only)")
 	f.StringSliceVarP(&c.Entrypoints, "entrypoint", "e", nil, "entrypoints to compile a --policy directory with (default: the envoy and authz entrypoints)")
-	f.StringVar(&c.EnvoyEntrypoint, "envoy-entrypoint", pdp.DefaultEnvoyEntrypoint, "entrypoint for ext_authz and forward-auth requests")
-	f.StringVar(&c.AuthzEntrypoint, "authz-entrypoint", pdp.DefaultAuthzEntrypoint, "entrypoint for AuthZEN and Permit checks")
+	f.StringVar(&c.Core.EnvoyEntrypoint, "envoy-entrypoint", pdp.DefaultEnvoyEntrypoint, "entrypoint for ext_authz and forward-auth requests")
+	f.StringVar(&c.Core.AuthzEntrypoint, "authz-entrypoint", pdp.DefaultAuthzEntrypoint, "entrypoint for AuthZEN and Permit checks")
 	f.StringVar(&c.DecisionLog, "decision-log", "", `decision log: "stdout", "stderr" or a file path (default off)`)
-	f.IntVar(&c.CacheSize, "cache-size", pdp.DefaultCacheSize, "decision cache entries")
-	f.BoolVar(&c.CacheDisabled, "no-cache", false, "disable the decision cache")
+	f.IntVar(&c.Core.CacheSize, "cache-size", pdp.DefaultCacheSize, "decision cache entries")
+	f.BoolVar(&c.Core.CacheDisabled, "no-cache", false, "disable the decision cache")
 	f.BoolVar(&c.WasmOnly, "wasm-only", false, "run the default policy in its Wasm too (by default nexus decides it natively, exactly as its Wasm would)")
-	f.BoolVar(&c.CacheNondeterministic, "cache-nondeterministic", false, "also cache decisions of policies that call non-deterministic builtins (time.now_ns, rand.intn, http.send, ...) or whose bundle does not say (opa build): one answer per input until the policy or the data changes, an opt-in like OPA's http.send cache option")
-	f.DurationVar(&c.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
-	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
+	f.BoolVar(&c.Core.CacheNondeterministic, "cache-nondeterministic", false, "also cache decisions of policies that call non-deterministic builtins (time.now_ns, rand.intn, http.send, ...) or whose bundle does not say (opa build): one answer per input until the policy or the data changes, an opt-in like OPA's http.send cache option")
+	f.DurationVar(&c.Core.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
+	f.Int64Var(&c.Core.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
 	f.Int64Var(&c.BundleDataLimit, "bundle-data-limit", bundle.DefaultMaxDataBytes, "largest data.json a policy bundle may hold, in bytes (at --policy, downloaded, or uploaded to the admin API); a bundle's other files are bounded to 64 MiB each and 256 MiB in all")
-	f.BoolVar(&c.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
+	f.BoolVar(&c.Server.Reflection, "grpc-reflection", false, "register the gRPC reflection service")
 	f.BoolVar(&c.HTTPStdOnly, "http-std-only", false, "deprecated, no effect: the HTTP listeners are always served by Go's net/http")
 	_ = f.MarkDeprecated("http-std-only", "the HTTP listeners are always served by Go's net/http")
-	f.IntVar(&c.MaxConns, "max-conns", extauthz.DefaultMaxConns, "open connections per listener; beyond it a listener stops accepting until one closes (-1: no limit)")
-	f.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", extauthz.DefaultReadHeaderTimeout, "time an HTTP client has to send a request's head")
-	f.DurationVar(&c.RequestTimeout, "request-timeout", extauthz.DefaultRequestTimeout, "time an HTTP client has to send a whole request and nexus to answer it (not on the admin listener); also ends a gRPC call that names no deadline")
-	f.DurationVar(&c.IdleTimeout, "idle-timeout", extauthz.DefaultIdleTimeout, "an idle HTTP keep-alive connection is closed after this")
-	f.IntVar(&c.GRPCMaxStreams, "grpc-max-streams", extauthz.DefaultGRPCMaxStreams, "gRPC calls in flight on all connections; more are refused with RESOURCE_EXHAUSTED (each connection has at most 100)")
-	f.BoolVar(&c.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the admin listener")
+	f.IntVar(&c.Server.Limits.MaxConns, "max-conns", extauthz.DefaultMaxConns, "open connections per listener; beyond it a listener stops accepting until one closes (-1: no limit)")
+	f.DurationVar(&c.Server.Limits.ReadHeaderTimeout, "read-header-timeout", extauthz.DefaultReadHeaderTimeout, "time an HTTP client has to send a request's head")
+	f.DurationVar(&c.Server.Limits.RequestTimeout, "request-timeout", extauthz.DefaultRequestTimeout, "time an HTTP client has to send a whole request and nexus to answer it (not on the admin listener); also ends a gRPC call that names no deadline")
+	f.DurationVar(&c.Server.Limits.IdleTimeout, "idle-timeout", extauthz.DefaultIdleTimeout, "an idle HTTP keep-alive connection is closed after this")
+	f.IntVar(&c.Server.Limits.GRPCMaxStreams, "grpc-max-streams", extauthz.DefaultGRPCMaxStreams, "gRPC calls in flight on all connections; more are refused with RESOURCE_EXHAUSTED (each connection has at most 100)")
+	f.BoolVar(&c.Server.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the admin listener")
 	f.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight requests may take after SIGTERM")
 	f.IntVar(&c.MaxInstances, "max-instances", 0, "policy instances (evaluations at once); 0 means GOMAXPROCS")
 	f.IntVar(&c.ScrubRate, "scrub-rate", defaultScrubRate, "index keys a second the background scrub of the data file checks (0 disables it)")
 	f.DurationVar(&c.ScrubInterval, "scrub-interval", defaultScrubInterval, "pause between two scrub passes over the data file (0 disables the scrub)")
-	addClusterFlags(f, &c)
-	return cmd
+	addClusterFlags(f, c)
 }
 
 func readServeConfig(path string) (serveConfig, error) {
@@ -210,113 +186,44 @@ func readServeConfig(path string) (serveConfig, error) {
 	return c, nil
 }
 
-// mergeFlags fills the fields whose flags were not set from the file.
+// mergeFlags fills c, which holds the flags' values, from the config
+// file's settings: a setting the file gives (not zero) replaces the flag's
+// default, and a flag given on cmd's command line wins over the file.
 func mergeFlags(cmd *cobra.Command, c *serveConfig, file serveConfig) {
-	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
-	str := func(flag string, dst *string, v string) {
-		if !set(flag) && v != "" {
-			*dst = v
+	overlay(reflect.ValueOf(c).Elem(), reflect.ValueOf(file))
+	c.opa = file.opa
+	merged := *c
+	given := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	addServeFlags(given, c) // binds to c's settings, and sets their defaults
+	*c = merged
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		g := given.Lookup(f.Name)
+		if g == nil {
+			return // --config
+		}
+		if list, ok := f.Value.(pflag.SliceValue); ok {
+			_ = g.Value.(pflag.SliceValue).Replace(list.GetSlice())
+			return
+		}
+		_ = g.Value.Set(f.Value.String()) // a value the flag parsed before
+	})
+}
+
+// overlay sets each exported field of dst, a struct, to src's where src's
+// is not zero, through nested structs.
+func overlay(dst, src reflect.Value) {
+	for i := range src.NumField() {
+		if !src.Type().Field(i).IsExported() {
+			continue
+		}
+		s, d := src.Field(i), dst.Field(i)
+		switch {
+		case s.Kind() == reflect.Struct:
+			overlay(d, s)
+		case !s.IsZero() && d.CanSet():
+			d.Set(s)
 		}
 	}
-	str("grpc-addr", &c.GRPCAddr, file.GRPCAddr)
-	str("http-addr", &c.HTTPAddr, file.HTTPAddr)
-	str("admin-addr", &c.AdminAddr, file.AdminAddr)
-	str("grpc-tls-cert", &c.GRPCTLS.CertFile, file.GRPCTLS.CertFile)
-	str("grpc-tls-key", &c.GRPCTLS.KeyFile, file.GRPCTLS.KeyFile)
-	str("grpc-tls-client-ca", &c.GRPCTLS.ClientCAFile, file.GRPCTLS.ClientCAFile)
-	str("http-tls-cert", &c.HTTPTLS.CertFile, file.HTTPTLS.CertFile)
-	str("http-tls-key", &c.HTTPTLS.KeyFile, file.HTTPTLS.KeyFile)
-	str("http-tls-client-ca", &c.HTTPTLS.ClientCAFile, file.HTTPTLS.ClientCAFile)
-	str("admin-tls-cert", &c.AdminTLS.CertFile, file.AdminTLS.CertFile)
-	str("admin-tls-key", &c.AdminTLS.KeyFile, file.AdminTLS.KeyFile)
-	str("admin-tls-client-ca", &c.AdminTLS.ClientCAFile, file.AdminTLS.ClientCAFile)
-	str("admin-token", &c.AdminToken, file.AdminToken)
-	str("admin-token-file", &c.AdminTokenFile, file.AdminTokenFile)
-	if !set("admin-insecure") && file.AdminInsecure {
-		c.AdminInsecure = true
-	}
-	str("app-api-key", &c.AppAPIKey, file.AppAPIKey)
-	str("app-api-key-file", &c.AppAPIKeyFile, file.AppAPIKeyFile)
-	if !set("app-api-insecure") && file.AppAPIInsecure {
-		c.AppAPIInsecure = true
-	}
-	str("public-url", &c.PublicURL, file.PublicURL)
-	str("trusted-subject-header", &c.TrustedSubjectHeader, file.TrustedSubjectHeader)
-	str("data-dir", &c.DataDir, file.DataDir)
-	str("policy", &c.Policy, file.Policy)
-	str("schema", &c.Schema, file.Schema)
-	str("envoy-entrypoint", &c.EnvoyEntrypoint, file.EnvoyEntrypoint)
-	str("authz-entrypoint", &c.AuthzEntrypoint, file.AuthzEntrypoint)
-	str("decision-log", &c.DecisionLog, file.DecisionLog)
-	str("log-level", &c.LogLevel, file.LogLevel)
-	if !set("policy-ignore") && len(file.PolicyIgnore) > 0 {
-		c.PolicyIgnore = file.PolicyIgnore
-	}
-	if !set("entrypoint") && len(file.Entrypoints) > 0 {
-		c.Entrypoints = file.Entrypoints
-	}
-	if !set("cache-size") && file.CacheSize != 0 {
-		c.CacheSize = file.CacheSize
-	}
-	if !set("no-cache") && file.CacheDisabled {
-		c.CacheDisabled = true
-	}
-	if !set("wasm-only") && file.WasmOnly {
-		c.WasmOnly = true
-	}
-	if !set("cache-nondeterministic") && file.CacheNondeterministic {
-		c.CacheNondeterministic = true
-	}
-	if !set("eval-timeout") && file.EvalTimeout != 0 {
-		c.EvalTimeout = file.EvalTimeout
-	}
-	if !set("max-body-bytes") && file.MaxBodyBytes != 0 {
-		c.MaxBodyBytes = file.MaxBodyBytes
-	}
-	if !set("bundle-data-limit") && file.BundleDataLimit != 0 {
-		c.BundleDataLimit = file.BundleDataLimit
-	}
-	if !set("grpc-reflection") && file.Reflection {
-		c.Reflection = true
-	}
-	if !set("http-std-only") && file.HTTPStdOnly {
-		c.HTTPStdOnly = true
-	}
-	if !set("max-conns") && file.MaxConns != 0 {
-		c.MaxConns = file.MaxConns
-	}
-	if !set("read-header-timeout") && file.ReadHeaderTimeout != 0 {
-		c.ReadHeaderTimeout = file.ReadHeaderTimeout
-	}
-	if !set("request-timeout") && file.RequestTimeout != 0 {
-		c.RequestTimeout = file.RequestTimeout
-	}
-	if !set("idle-timeout") && file.IdleTimeout != 0 {
-		c.IdleTimeout = file.IdleTimeout
-	}
-	if !set("grpc-max-streams") && file.GRPCMaxStreams != 0 {
-		c.GRPCMaxStreams = file.GRPCMaxStreams
-	}
-	if !set("pprof") && file.Profiling {
-		c.Profiling = true
-	}
-	if !set("shutdown-grace") && file.ShutdownGrace != 0 {
-		c.ShutdownGrace = file.ShutdownGrace
-	}
-	if !set("max-instances") && file.MaxInstances != 0 {
-		c.MaxInstances = file.MaxInstances
-	}
-	if !set("scrub-rate") && file.ScrubRate != 0 {
-		c.ScrubRate = file.ScrubRate
-	}
-	if !set("scrub-interval") && file.ScrubInterval != 0 {
-		c.ScrubInterval = file.ScrubInterval
-	}
-	if file.DecisionLogQueue != 0 {
-		c.DecisionLogQueue = file.DecisionLogQueue
-	}
-	mergeOPA(c, file)
-	mergeClusterFlags(cmd, c, file)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -402,24 +309,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		defer f.Close()
 		dlog = f
 	}
-	cfg := extauthz.Config{
-		Engine: eng, Store: store, Policy: bundle,
-		GRPCAddr: c.GRPCAddr, HTTPAddr: c.HTTPAddr, AdminAddr: c.AdminAddr,
-		GRPCTLS: c.GRPCTLS.tls(), HTTPTLS: c.HTTPTLS.tls(), AdminTLS: c.AdminTLS.tls(),
-		DiagnosticAddr: c.opa.DiagnosticAddr, DryRun: c.opa.DryRun, SkipRequestBodyParse: c.opa.SkipRequestBodyParse,
-		GRPCMaxRecvMsgSize: c.opa.GRPCMaxRecvMsgSize, GRPCMaxSendMsgSize: c.opa.GRPCMaxSendMsgSize,
-		PerformanceMetrics: c.opa.PerformanceMetrics, PerformanceMetricsBuckets: c.opa.PerformanceMetricsBuckets,
-		AdminToken: token, AdminInsecure: c.AdminInsecure, AppAPIKey: appKey, AppAPIInsecure: c.AppAPIInsecure, PublicURL: c.PublicURL, Reflection: c.Reflection, Profiling: c.Profiling,
-		EnvoyEntrypoint: c.EnvoyEntrypoint, AuthzEntrypoint: c.AuthzEntrypoint,
-		MaxBodyBytes: c.MaxBodyBytes, EvalTimeout: c.EvalTimeout, BundleLimits: c.bundleLimits(),
-		CacheSize: c.CacheSize, CacheDisabled: c.CacheDisabled, CacheNondeterministic: c.CacheNondeterministic, WasmOnly: c.WasmOnly,
-		DecisionLog: dlog, DecisionLogQueue: c.DecisionLogQueue,
-		Limits: extauthz.Limits{
-			MaxConns: c.MaxConns, ReadHeaderTimeout: c.ReadHeaderTimeout, RequestTimeout: c.RequestTimeout,
-			IdleTimeout: c.IdleTimeout, GRPCMaxStreams: c.GRPCMaxStreams,
-		},
-		Logger: log,
-	}
+	core := c.core(eng, store, bundle, dlog, log)
+	cfg := c.Server
+	cfg.Store, cfg.AdminToken, cfg.AppAPIKey, cfg.BundleLimits, cfg.Logger = store, token, appKey, c.bundleLimits(), log
 	if cl == nil {
 		cfg.PolicySaver = &savedpolicy.File{Path: savedPolicyPath(c)}
 	}
@@ -428,21 +320,30 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 		awaited = &awaitedBundle{}
 		cfg.Ready = awaited.ready
 	}
-	cl.configure(&cfg)
+	cl.configure(&core, &cfg)
 	if cfg.Registerer == nil {
 		reg := extauthz.NewRegistry()
 		cfg.Registerer, cfg.Gatherer = reg, reg
 	}
+	core.Registerer = cfg.Registerer // /metrics serves the decision metrics too
 	defer startScrub(ctx, store, c.ScrubRate, c.ScrubInterval, cfg.Registerer, log)()
-	ol.apply(&cfg)
-	srv, err := extauthz.New(ctx, cfg)
+	ol.apply(&core)
+	// The command owns the decision core: the server serves it, and it is
+	// closed (flushing the decision log) after the server has shut down.
+	p, err := pdp.New(ctx, core)
 	if err != nil {
 		return err
 	}
-	if err := cl.attach(ctx, srv); err != nil {
+	defer func() { _ = p.Close(context.WithoutCancel(ctx)) }() // on the early returns; Close twice is none
+	cfg.PDP = p
+	srv, err := extauthz.New(cfg)
+	if err != nil {
 		return err
 	}
-	bs, err := serveBundles(ctx, c, log, ol.reportLoads(awaited.loaded(srv.LoadPolicy)))
+	if err := cl.attach(ctx, p); err != nil {
+		return err
+	}
+	bs, err := serveBundles(ctx, c, log, ol.reportLoads(awaited.loaded(p.Load)))
 	if err != nil {
 		return err
 	}
@@ -453,10 +354,10 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	ol.ready()
 	log.Info("nexus ready", "startup", time.Since(start).Round(time.Millisecond), "policy_revision", bundle.Manifest.Revision, "data_dir", c.DataDir)
 	if tokenFile != "" {
-		log.Info("the admin API needs the token in "+tokenFile, "example", "curl -H \"Authorization: Bearer $(cat "+tokenFile+")\" http://"+c.AdminAddr+"/v1/schema")
+		log.Info("the admin API needs the token in "+tokenFile, "example", "curl -H \"Authorization: Bearer $(cat "+tokenFile+")\" http://"+c.Server.AdminAddr+"/v1/schema")
 	}
 	if appKeyFile != "" {
-		log.Info("the application API needs the key in "+appKeyFile, "example", "curl -H \"Authorization: Bearer $(cat "+appKeyFile+")\" -H 'Content-Type: application/json' http://"+c.HTTPAddr+"/access/v1/evaluation -d '{...}'")
+		log.Info("the application API needs the key in "+appKeyFile, "example", "curl -H \"Authorization: Bearer $(cat "+appKeyFile+")\" -H 'Content-Type: application/json' http://"+c.Server.HTTPAddr+"/access/v1/evaluation -d '{...}'")
 	}
 	var failed error
 	select {
@@ -473,7 +374,7 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	defer cancel()
 	log.Info("shutting down", "grace", grace)
 	err = srv.Shutdown(sctx)
-	return errors.Join(failed, err, ol.Close(sctx))
+	return errors.Join(failed, err, p.Close(sctx), ol.Close(sctx))
 }
 
 // openStore opens the store in the data directory. On first start (no
@@ -542,7 +443,7 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	eps := c.Entrypoints
 	if len(eps) == 0 {
 		// A disabled (or unset) entrypoint is none to compile.
-		for _, ep := range []string{c.EnvoyEntrypoint, c.AuthzEntrypoint} {
+		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
 			if ep != "" && ep != pdp.Disabled {
 				eps = append(eps, ep)
 			}
@@ -576,6 +477,20 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
 	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore, Limits: c.bundleLimits()})
+}
+
+// core is the decision core's configuration: serve's settings of it, the
+// policy bundle over the engine and the store, with the default
+// policy's Go decider unless --wasm-only (which also leaves the resource
+// tenants the store holds out of the application checks, as the Wasm
+// alone reads them through the policy).
+func (c serveConfig) core(eng *engine.Engine, store datastore.Store, b *bundle.Bundle, dlog io.Writer, log *slog.Logger) pdp.Config {
+	core := c.Core
+	core.Engine, core.Store, core.Policy, core.DecisionLog, core.Logger = eng, store, b, dlog, log
+	if !c.WasmOnly {
+		core.Relations, core.Deciders = store, []decider.Factory{policy.Decider(store)}
+	}
+	return core
 }
 
 // bundleLimits are the limits on a policy bundle's files: --bundle-data-limit

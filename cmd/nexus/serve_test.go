@@ -8,8 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/nexuspdp/nexus/defaults/policy"
+	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -33,19 +37,52 @@ func TestServeConfigFile(t *testing.T) {
 	}
 	var c serveConfig
 	// The flags' values as cobra parsed them.
-	c.GRPCAddr, _ = cmd.Flags().GetString("grpc-addr")
+	c.Server.GRPCAddr, _ = cmd.Flags().GetString("grpc-addr")
 	c.DataDir, _ = cmd.Flags().GetString("data-dir")
-	c.CacheSize, _ = cmd.Flags().GetInt("cache-size")
+	c.Core.CacheSize, _ = cmd.Flags().GetInt("cache-size")
 	file, err := readServeConfig(good)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mergeFlags(cmd, &c, file)
-	if c.GRPCAddr != "0.0.0.0:9999" || c.CacheSize != 42 || !c.CacheNondeterministic || c.GRPCTLS.CertFile != "c.pem" {
+	if c.Server.GRPCAddr != "0.0.0.0:9999" || c.Core.CacheSize != 42 || !c.Core.CacheNondeterministic || c.Server.GRPCTLS.CertFile != "c.pem" {
 		t.Fatalf("file values not applied: %+v", c)
 	}
 	if c.DataDir != "/tmp/flag-wins" {
 		t.Fatalf("data_dir = %q: a flag set on the command line must override the file", c.DataDir)
+	}
+}
+
+// TestServeFlagsOverFile: every kind of flag given on the command line
+// (a string, a number, a duration, a list; of the decision core, of the
+// server, of the command) wins over the file, and the file over the
+// flags' defaults.
+func TestServeFlagsOverFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nexus.yaml")
+	yaml := "http_addr: 0.0.0.0:1\nadmin_addr: 0.0.0.0:2\ncache_size: 42\neval_timeout: 2s\nmax_conns: 9\nentrypoints: [a/b]\nlog_level: warn\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file, err := readServeConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := newServeCmd()
+	args := []string{"--http-addr", "127.0.0.1:8", "--cache-size", "7", "--eval-timeout", "3s", "-e", "c/d,e/f", "--no-cache"}
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	var c serveConfig
+	addServeFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError), &c) // the flags' defaults
+	mergeFlags(cmd, &c, file)
+	switch {
+	case c.Server.HTTPAddr != "127.0.0.1:8", c.Core.CacheSize != 7, c.Core.EvalTimeout != 3*time.Second,
+		!slices.Equal(c.Entrypoints, []string{"c/d", "e/f"}), !c.Core.CacheDisabled:
+		t.Fatalf("flags must override the file: %+v", c)
+	case c.Server.AdminAddr != "0.0.0.0:2", c.Server.Limits.MaxConns != 9, c.LogLevel != "warn":
+		t.Fatalf("the file must override the defaults: %+v", c)
+	case c.Server.GRPCAddr != extauthz.DefaultGRPCAddr, c.Core.MaxBodyBytes != pdp.DefaultMaxBodyBytes:
+		t.Fatalf("neither set: the defaults must stay: %+v", c)
 	}
 }
 
@@ -96,7 +133,7 @@ func TestLoadPolicy(t *testing.T) {
 	if _, err := loadPolicy(ctx, serveConfig{Policy: bad}); err == nil || !strings.Contains(err.Error(), "bad.tar.gz") {
 		t.Fatalf("a corrupt bundle: err = %v, want one naming the file", err)
 	}
-	def, err := loadPolicy(ctx, serveConfig{EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision"})
+	def, err := loadPolicy(ctx, serveConfig{Core: pdp.Config{EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision"}})
 	if err != nil || !slices.Contains(def.Manifest.Entrypoints, "nexus/envoy/result") || !slices.Contains(def.Manifest.Entrypoints, "nexus/authz/decision") {
 		t.Fatalf("embedded default: entrypoints %v, err %v", def.Manifest.Entrypoints, err)
 	}
@@ -106,7 +143,7 @@ func TestLoadPolicy(t *testing.T) {
 // the module the decision core recognises (policy.WasmSHA256) and decides
 // natively.
 func TestDefaultPolicyIsNative(t *testing.T) {
-	b, err := loadPolicy(t.Context(), serveConfig{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint})
+	b, err := loadPolicy(t.Context(), serveConfig{Core: pdp.Config{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9a-z-]+$")
 // resolve normalises the trusted subject header and refuses a token
 // given twice. (adminToken decides the admin token.)
 func (c *serveConfig) resolve() error {
-	if c.AdminTokenFile != "" && c.AdminToken != "" {
+	if c.AdminTokenFile != "" && c.Server.AdminToken != "" {
 		return errors.New("serve: set the admin token once: --admin-token or --admin-token-file, not both")
 	}
 	if c.TrustedSubjectHeader != "" {

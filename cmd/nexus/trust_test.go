@@ -42,20 +42,20 @@ func TestServeResolve(t *testing.T) {
 		wantToken string // generated: a new token in the data directory
 		wantHdr   string
 	}{
-		{name: "loopback admin gets a generated token", in: serveConfig{AdminAddr: "127.0.0.1:8282"}, wantToken: generated},
-		{name: "localhost admin gets a generated token", in: serveConfig{AdminAddr: "localhost:8282"}, wantToken: generated},
-		{name: "IPv6 loopback admin gets a generated token", in: serveConfig{AdminAddr: "[::1]:8282"}, wantToken: generated},
-		{name: "admin disabled", in: serveConfig{AdminAddr: "-"}},
-		{name: "every address without a token", in: serveConfig{AdminAddr: "0.0.0.0:8282"}, wantErr: "not on loopback"},
-		{name: "empty host without a token", in: serveConfig{AdminAddr: ":8282"}, wantErr: "not on loopback"},
-		{name: "pod address without a token", in: serveConfig{AdminAddr: "10.0.0.7:8282"}, wantErr: "not on loopback"},
-		{name: "every address, insecure", in: serveConfig{AdminAddr: "0.0.0.0:8282", AdminInsecure: true}},
-		{name: "every address with a token", in: serveConfig{AdminAddr: "0.0.0.0:8282", AdminToken: "t"}, wantToken: "t"},
-		{name: "token from a file", in: serveConfig{AdminAddr: "0.0.0.0:8282", AdminTokenFile: tokenFile}, wantToken: "s3cret"},
-		{name: "empty token file", in: serveConfig{AdminAddr: "0.0.0.0:8282", AdminTokenFile: emptyFile}, wantErr: "is empty"},
-		{name: "missing token file", in: serveConfig{AdminAddr: "127.0.0.1:8282", AdminTokenFile: filepath.Join(dir, "nope")}, wantErr: "no such file"},
-		{name: "token twice", in: serveConfig{AdminToken: "a", AdminTokenFile: tokenFile}, wantErr: "not both"},
-		{name: "header name lower-cased", in: serveConfig{AdminAddr: "-", TrustedSubjectHeader: "X-User"}, wantHdr: "x-user"},
+		{name: "loopback admin gets a generated token", in: serveConfig{Server: extauthz.Config{AdminAddr: "127.0.0.1:8282"}}, wantToken: generated},
+		{name: "localhost admin gets a generated token", in: serveConfig{Server: extauthz.Config{AdminAddr: "localhost:8282"}}, wantToken: generated},
+		{name: "IPv6 loopback admin gets a generated token", in: serveConfig{Server: extauthz.Config{AdminAddr: "[::1]:8282"}}, wantToken: generated},
+		{name: "admin disabled", in: serveConfig{Server: extauthz.Config{AdminAddr: "-"}}},
+		{name: "every address without a token", in: serveConfig{Server: extauthz.Config{AdminAddr: "0.0.0.0:8282"}}, wantErr: "not on loopback"},
+		{name: "empty host without a token", in: serveConfig{Server: extauthz.Config{AdminAddr: ":8282"}}, wantErr: "not on loopback"},
+		{name: "pod address without a token", in: serveConfig{Server: extauthz.Config{AdminAddr: "10.0.0.7:8282"}}, wantErr: "not on loopback"},
+		{name: "every address, insecure", in: serveConfig{Server: extauthz.Config{AdminAddr: "0.0.0.0:8282", AdminInsecure: true}}},
+		{name: "every address with a token", in: serveConfig{Server: extauthz.Config{AdminAddr: "0.0.0.0:8282", AdminToken: "t"}}, wantToken: "t"},
+		{name: "token from a file", in: serveConfig{Server: extauthz.Config{AdminAddr: "0.0.0.0:8282"}, AdminTokenFile: tokenFile}, wantToken: "s3cret"},
+		{name: "empty token file", in: serveConfig{Server: extauthz.Config{AdminAddr: "0.0.0.0:8282"}, AdminTokenFile: emptyFile}, wantErr: "is empty"},
+		{name: "missing token file", in: serveConfig{Server: extauthz.Config{AdminAddr: "127.0.0.1:8282"}, AdminTokenFile: filepath.Join(dir, "nope")}, wantErr: "no such file"},
+		{name: "token twice", in: serveConfig{Server: extauthz.Config{AdminToken: "a"}, AdminTokenFile: tokenFile}, wantErr: "not both"},
+		{name: "header name lower-cased", in: serveConfig{Server: extauthz.Config{AdminAddr: "-"}, TrustedSubjectHeader: "X-User"}, wantHdr: "x-user"},
 		{name: "not a header name", in: serveConfig{TrustedSubjectHeader: "x user"}, wantErr: "not a header name"},
 		{name: "pseudo-header", in: serveConfig{TrustedSubjectHeader: ":authority"}, wantErr: "not a header name"},
 	}
@@ -158,7 +158,7 @@ func TestTrustedSubjectHeader(t *testing.T) {
 func startDefaultServer(t *testing.T, trusted string) authv3.AuthorizationClient {
 	t.Helper()
 	ctx := context.Background()
-	c := serveConfig{DataDir: t.TempDir(), TrustedSubjectHeader: trusted, EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint}
+	c := serveConfig{Core: pdp.Config{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint, EvalTimeout: 5 * time.Second}, DataDir: t.TempDir(), TrustedSubjectHeader: trusted}
 	if err := c.resolve(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,12 @@ func startDefaultServer(t *testing.T, trusted string) authv3.AuthorizationClient
 	if b, err = trustSubjectHeader(b, c.TrustedSubjectHeader); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := extauthz.New(ctx, extauthz.Config{Engine: eng, Store: store, Policy: b, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", AdminAddr: "-", EvalTimeout: 5 * time.Second})
+	p, err := pdp.New(ctx, c.core(eng, store, b, nil, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(ctx) })
+	srv, err := extauthz.New(extauthz.Config{PDP: p, Store: store, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", AdminAddr: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}

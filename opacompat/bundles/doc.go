@@ -31,7 +31,7 @@
 //		Compile: func(ctx context.Context, raw []byte) (*bundle.Bundle, error) {
 //			return policyload.FromTarGz(ctx, bytes.NewReader(raw), opts)
 //		},
-//		OnBundle: srv.LoadPolicy,
+//		OnBundle: core.Load, // the decision core (pdp.PDP) the server serves
 //		Logger:   log,
 //	})
 //	if err != nil {

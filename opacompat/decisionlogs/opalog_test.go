@@ -210,6 +210,7 @@ func (c *collector) waitEvents(t *testing.T, n int) []logs.EventV1 {
 // real Logger.
 type stack struct {
 	srv  *extauthz.Server
+	pdp  *pdp.PDP
 	grpc authv3.AuthorizationClient
 	http string
 	log  *opalog.Logger
@@ -234,15 +235,22 @@ func newStack(t *testing.T, modules map[string]string, cfg opalog.Config) *stack
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := extauthz.New(ctx, extauthz.Config{
-		Engine: eng, Store: store, Policy: b,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-",
-		AppAPIInsecure:  true,
+	p, err := pdp.New(ctx, pdp.Config{
+		Engine: eng, Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b,
 		EnvoyEntrypoint: envoyPath, AuthzEntrypoint: appPath,
 		EvalTimeout:  5 * time.Second,
 		DecisionSink: lg,
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := extauthz.New(extauthz.Config{
+		PDP: p, Store: store,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "-",
+		AppAPIInsecure: true,
+	})
+	if err != nil {
+		_ = p.Close(ctx)
 		t.Fatal(err)
 	}
 	if err := srv.Start(ctx); err != nil {
@@ -252,7 +260,7 @@ func newStack(t *testing.T, modules map[string]string, cfg opalog.Config) *stack
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{srv: srv, grpc: authv3.NewAuthorizationClient(conn), http: "http://" + srv.Addr("http").String(), log: lg, eng: eng}
+	s := &stack{srv: srv, pdp: p, grpc: authv3.NewAuthorizationClient(conn), http: "http://" + srv.Addr("http").String(), log: lg, eng: eng}
 	t.Cleanup(func() {
 		_ = conn.Close()
 		s.close(t)
@@ -268,6 +276,9 @@ func (s *stack) close(t *testing.T) {
 	defer cancel()
 	if err := s.srv.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+	if err := s.pdp.Close(ctx); err != nil {
+		t.Errorf("closing the decision core: %v", err)
 	}
 	if err := s.log.Close(ctx); err != nil {
 		t.Errorf("closing the log: %v", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bench/internal/labtest"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 // exitOf runs nexus-bench and returns its output and exit status.
@@ -61,7 +62,7 @@ func TestGateForScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := labtest.Start(t, labtest.DemoStore(t), b, extauthz.Config{AdminAddr: "-", AppAPIKey: "gate-app-key-0123456789"})
+	srv := labtest.Start(t, labtest.DemoStore(t), b, pdp.Config{}, extauthz.Config{AdminAddr: "-", AppAPIKey: "gate-app-key-0123456789"})
 	dir := t.TempDir()
 	right := filepath.Join(dir, "right.ndjson")
 	wrong := filepath.Join(dir, "wrong.ndjson")

@@ -22,6 +22,7 @@ import (
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/pdp"
 )
 
 var allowBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
@@ -59,11 +60,10 @@ func startInproc(t testing.TB, dataDir string, baseline bool) *inproc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return labtest.Start(t, store, b, extauthz.Config{
-		AdminToken: "bench-admin-token-0123456789", AppAPIInsecure: true,
+	return labtest.Start(t, store, b,
 		// generous: the test machine is shared and -race is slow
-		EvalTimeout: 5 * time.Second,
-	})
+		pdp.Config{EvalTimeout: 5 * time.Second},
+		extauthz.Config{AdminToken: "bench-admin-token-0123456789", AppAPIInsecure: true})
 }
 
 var smallData = sync.OnceValues(func() (string, error) {

@@ -2,10 +2,11 @@
 // process, for the lab's tests: the one place in this module that
 // constructs a server. It reads the product's default policy and demo
 // data from the product's source tree (this module lives in its bench/
-// directory), as it may not import the product's internal packages.
+// directory), and builds the decision core as nexus serve does, with the
+// default policy's Go decider.
 //
 //	b, err := labtest.DefaultBundle()
-//	srv := labtest.Start(t, labtest.DemoStore(t), b, extauthz.Config{AppAPIKey: key})
+//	srv := labtest.Start(t, labtest.DemoStore(t), b, pdp.Config{}, extauthz.Config{AppAPIKey: key})
 //	target := srv.GRPCAddr()
 //
 // # Caveats
@@ -31,9 +32,11 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/datastore/schema"
+	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
+	"github.com/nexuspdp/nexus/pdp/decider"
 )
 
 // ProductDir is the product module's directory, or "" when this file's
@@ -76,7 +79,7 @@ func Compile(fsys fs.FS, files []string, data string, rev string) (*bundle.Bundl
 // DefaultBundle is the product's default policy
 // (defaults/policy), compiled once by Compile.
 var DefaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
-	dir := filepath.Join(ProductDir(), "internal", "defaults", "policy")
+	dir := filepath.Join(ProductDir(), "defaults", "policy")
 	return Compile(os.DirFS(dir), []string{"authz.rego", "envoy.rego", "data.json"}, "data.json", "default")
 })
 
@@ -86,7 +89,7 @@ var DefaultBundle = sync.OnceValues(func() (*bundle.Bundle, error) {
 func DemoStore(tb testing.TB) *datastore.BoltStore {
 	tb.Helper()
 	ctx := context.Background()
-	dir := filepath.Join(ProductDir(), "internal", "defaults", "drive")
+	dir := filepath.Join(ProductDir(), "defaults", "drive")
 	schemaSrc, err := os.ReadFile(filepath.Join(dir, "schema.yaml"))
 	if err != nil {
 		tb.Fatal(err)
@@ -118,6 +121,7 @@ func DemoStore(tb testing.TB) *datastore.BoltStore {
 // Server is a real extauthz server in the test process.
 type Server struct {
 	srv   *extauthz.Server
+	pdp   *pdp.PDP
 	store *datastore.BoltStore
 	eng   *engine.Engine
 	once  sync.Once
@@ -133,20 +137,23 @@ func (s *Server) HTTPAddr() string { return s.srv.Addr("http").String() }
 // MetricsURL is the admin listener's /metrics.
 func (s *Server) MetricsURL() string { return "http://" + s.srv.Addr("admin").String() + "/metrics" }
 
-// Stop shuts the server down and closes its engine and store.
+// Stop shuts the server down and closes its decision core, engine and
+// store.
 func (s *Server) Stop(ctx context.Context) error {
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		s.err = errors.Join(s.srv.Shutdown(ctx), s.eng.Close(ctx), s.store.Close())
+		s.err = errors.Join(s.srv.Shutdown(ctx), s.pdp.Close(ctx), s.eng.Close(ctx), s.store.Close())
 	})
 	return s.err
 }
 
-// Start starts a server on store with policy b and cfg (its Engine,
-// Store and Policy are set here; empty listener addresses become
-// loopback port 0), stopped when the test ends. The server owns store.
-func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, cfg extauthz.Config) *Server {
+// Start starts a server on store with policy b, the decision core's
+// settings core (its Engine, Store, Policy, Relations and Deciders, nexus
+// serve's, are set here) and the server's cfg (its PDP and Store are set
+// here; empty listener addresses become loopback port 0), stopped when the
+// test ends. The server owns store.
+func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, core pdp.Config, cfg extauthz.Config) *Server {
 	tb.Helper()
 	ctx := context.Background()
 	eng, err := builtins.NewEngine(ctx, store, engine.Config{})
@@ -154,22 +161,36 @@ func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, cfg exta
 		_ = store.Close()
 		tb.Fatal(err)
 	}
-	cfg.Engine, cfg.Store, cfg.Policy = eng, store, b
+	core.Engine, core.Store, core.Policy = eng, store, b
+	core.Relations, core.Deciders = store, []decider.Factory{policy.Decider(store)}
+	if cfg.Registerer == nil {
+		reg := extauthz.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	core.Registerer = cfg.Registerer
 	for _, a := range []*string{&cfg.GRPCAddr, &cfg.HTTPAddr, &cfg.AdminAddr} {
 		if *a == "" {
 			*a = "127.0.0.1:0"
 		}
 	}
-	srv, err := extauthz.New(ctx, cfg)
-	if err == nil {
-		err = srv.Start(ctx)
-	}
+	p, err := pdp.New(ctx, core)
 	if err != nil {
 		_ = eng.Close(ctx)
 		_ = store.Close()
 		tb.Fatal(err)
 	}
-	s := &Server{srv: srv, store: store, eng: eng}
+	cfg.PDP, cfg.Store = p, store
+	srv, err := extauthz.New(cfg)
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		_ = p.Close(ctx)
+		_ = eng.Close(ctx)
+		_ = store.Close()
+		tb.Fatal(err)
+	}
+	s := &Server{srv: srv, pdp: p, store: store, eng: eng}
 	tb.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s
 }

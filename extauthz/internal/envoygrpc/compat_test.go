@@ -146,11 +146,15 @@ func compatServer(t *testing.T, dir string) authv3.AuthorizationClient {
 		t.Fatalf("compile %s: %v", dir, err)
 	}
 	store := fixture.DemoStore(t)
-	srv, err := extauthz.New(ctx, extauthz.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Policy: b,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", AdminAddr: "-",
+	p, err := pdp.New(ctx, pdp.Config{
+		Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b,
 		EnvoyEntrypoint: compatPath, AuthzEntrypoint: pdp.Disabled,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(ctx) })
+	srv, err := extauthz.New(extauthz.Config{PDP: p, Store: store, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", AdminAddr: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}
