@@ -546,12 +546,11 @@ func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v 
 			return out, nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.EvalTimeout)
-	defer cancel()
-	// Every input was written by this package's encoders (fuzzed to
-	// write UTF-8 JSON whatever the request held) or encoding/json: the
-	// engine need not scan it again.
-	return p.eng.EvalTrusted(ctx, entrypoint, input, dst)
+	// EvalTimeout bounds the evaluation through the engine's watchdog,
+	// without a timer per evaluation. Every input was written by this
+	// package's encoders (fuzzed to write UTF-8 JSON whatever the request
+	// held) or encoding/json: the engine need not scan it again.
+	return p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, dst)
 }
 
 // answerDecision is the decision a Go decider's answer's result document
