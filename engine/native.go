@@ -151,14 +151,6 @@ func (a *arena) relocate(base uint32) {
 // FNV-1a, as the runtime's fnv1a32 over size_t (32 bits).
 const fnvInit uint32 = 0x811c9dc5
 
-func fnv1a(h uint32, s string) uint32 {
-	for i := 0; i < len(s); i++ {
-		h *= 0x01000193
-		h ^= uint32(s[i])
-	}
-	return h
-}
-
 func fnv1aBytes(h uint32, s []byte) uint32 {
 	for _, c := range s {
 		h *= 0x01000193
