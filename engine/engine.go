@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
@@ -158,6 +159,20 @@ func (e *Engine) EvalTrusted(ctx context.Context, entrypoint string, input []byt
 	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true}, dst)
 }
 
+// EvalTrustedWithin is EvalTrusted bounded by timeout (if positive) as
+// well as by ctx, as if ctx were context.WithTimeout(ctx, timeout), the
+// wait for a free policy instance included: an evaluation past it fails
+// with an *EvalError of code CodeDeadline. The bound costs no timer: the
+// engine's watchdog, which already watches every running evaluation,
+// enforces it, stopping the evaluation within about a millisecond of the
+// deadline. The context that builtins see ends at the deadline too.
+func (e *Engine) EvalTrustedWithin(ctx context.Context, timeout time.Duration, entrypoint string, input []byte, dst []byte) ([]byte, error) {
+	if !utf8.Valid(input) {
+		return dst, invalidInput(entrypoint)
+	}
+	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true, timeout: timeout}, dst)
+}
+
 // EvalWrite is Eval for a caller that builds its input with a value
 // builder rather than as JSON: write is called once, with a ValueWriter
 // that writes the input straight into the policy instance's memory, and
@@ -172,6 +187,10 @@ func (e *Engine) EvalWrite(ctx context.Context, entrypoint string, write func(w 
 }
 
 func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, dst []byte) ([]byte, error) {
+	var deadline time.Time
+	if src.timeout > 0 {
+		deadline = time.Now().Add(src.timeout)
+	}
 	for {
 		p := e.cur.Load()
 		if p == nil {
@@ -187,17 +206,24 @@ func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, d
 		if err := ctx.Err(); err != nil {
 			return dst, classify(ctx, entrypoint, err)
 		}
-		in, err := p.get(ctx)
+		in, err := p.get(ctx, deadline)
 		if err == errRetired {
 			continue // a new bundle was loaded meanwhile: use it
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || err == context.DeadlineExceeded {
 				return dst, classify(ctx, entrypoint, err)
 			}
 			return dst, err
 		}
-		out, err := in.eval(ctx, entrypoint, id, src, dst)
+		var out []byte
+		if deadline.IsZero() {
+			out, err = in.eval(ctx, entrypoint, id, src, dst)
+		} else {
+			ec := newEvalCtx(ctx, deadline)
+			out, err = in.eval(ec, entrypoint, id, src, dst)
+			ec.end(stateCanceled) // as a WithTimeout's cancel on return
+		}
 		if ee, ok := err.(*EvalError); err != nil && err != ErrUndefined && (!ok || ee.Code != CodeInvalidInput) {
 			p.discard(in)
 			return out, err

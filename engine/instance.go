@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/tetratelabs/wazero/api"
@@ -57,6 +58,8 @@ type inputSource struct {
 	// runtime's own parser, as every evaluation did before: the
 	// reference the tests compare the Go writer with.
 	runtimeParse bool
+	// timeout, if positive, bounds the evaluation (EvalTrustedWithin).
+	timeout time.Duration
 }
 
 // eval runs the entrypoint and appends its result JSON to dst. The input
@@ -172,7 +175,8 @@ func dumpResult(m []byte, res uint32, entrypoint string, dst []byte) (out []byte
 
 // run calls f with the watchdog watching ctx (when it can be done).
 func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
-	watched := ctx.Done() != nil
+	_, bounded := ctx.(*evalCtx) // its Done channel is made only on demand
+	watched := bounded || ctx.Done() != nil
 	if watched {
 		in.wmu.Lock()
 		in.wctx = ctx
@@ -225,12 +229,16 @@ type interruptError struct{ err error }
 func (e *interruptError) Error() string { return "interrupted: " + e.err.Error() }
 func (e *interruptError) Unwrap() error { return e.err }
 
-// watch is called by the watchdog: it raises the interrupt flag if the
-// evaluation in progress has a done context, and reports whether a watched
-// evaluation is in progress.
-func (in *instance) watch() bool {
+// watch is called by the watchdog at time now: it raises the interrupt
+// flag if the evaluation in progress has a done context (one of
+// EvalTrustedWithin is ended here when its deadline is before now), and
+// reports whether a watched evaluation is in progress.
+func (in *instance) watch(now time.Time) bool {
 	in.wmu.Lock()
 	defer in.wmu.Unlock()
+	if ec, ok := in.wctx.(*evalCtx); ok && !in.fired {
+		ec.expire(now)
+	}
 	if in.wctx != nil && !in.fired && in.wctx.Err() != nil {
 		in.interrupt.Set(1)
 		in.fired = true

@@ -147,3 +147,63 @@ func TestInvalidResultJSON(t *testing.T) {
 		t.Fatalf("to_number(1.5) = %s, %v", out, err)
 	}
 }
+
+// TestTimeoutStopsRunaway is TestDeadlineStopsRunaway for a bound given
+// as EvalTrustedWithin's timeout, which the watchdog enforces without a
+// timer: the runaway stops as promptly, with the same error, and a wait
+// for the one busy instance ends at the bound too.
+func TestTimeoutStopsRunaway(t *testing.T) {
+	const (
+		runs     = 5
+		timeout  = 20 * time.Millisecond
+		promised = 100 * time.Millisecond
+	)
+	b := compileModules(t, map[string]string{"limits.rego": runaway}, nil, "limits/spin", "limits/ok")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	overruns := make([]time.Duration, 0, runs)
+	for range runs {
+		start := time.Now()
+		_, err := e.EvalTrustedWithin(context.Background(), timeout, "limits/spin", nil, nil)
+		overruns = append(overruns, time.Since(start)-timeout)
+		var ee *engine.EvalError
+		if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want EvalError %s matching context.DeadlineExceeded", err, engine.CodeDeadline)
+		}
+		out, err := e.EvalTrustedWithin(context.Background(), timeout, "limits/ok", nil, nil)
+		if err != nil || string(out) != "true" {
+			t.Fatalf("after deadline: %s, %v", out, err)
+		}
+	}
+	slices.Sort(overruns)
+	if median := overruns[runs/2]; median > promised {
+		t.Fatalf("runaway evaluations stopped a median %v after their deadline, want at most %v: %v", median, promised, overruns)
+	}
+
+	// The caller's own context still bounds it, and whichever ends first
+	// wins.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := e.EvalTrustedWithin(ctx, time.Hour, "limits/spin", nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("caller's deadline: err = %v", err)
+	}
+
+	// A wait for a free instance ends at the bound.
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.EvalTrustedWithin(context.Background(), 300*time.Millisecond, "limits/spin", nil, nil)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the spin holds the one instance
+	start := time.Now()
+	_, err := e.EvalTrustedWithin(context.Background(), timeout, "limits/ok", nil, nil)
+	var ee *engine.EvalError
+	if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+		t.Fatalf("waiting for an instance: err = %v, want %s", err, engine.CodeDeadline)
+	}
+	if waited := time.Since(start); waited > 200*time.Millisecond {
+		t.Fatalf("waited %v for an instance, bound %v", waited, timeout)
+	}
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("spin: err = %v", err)
+	}
+}

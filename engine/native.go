@@ -30,7 +30,10 @@ import (
 //
 // Objects and sets are the runtime's hash tables: the hash is the
 // runtime's opa_value_hash (FNV-1a for strings, of the double for
-// numbers, sums for collections), there are as many buckets as the
+// numbers, sums for collections), computed only for what is placed in a
+// bucket (an object's key, a set's element): values are not hashed
+// when written, as most (an input document's strings) are never keys.
+// There are as many buckets as the
 // runtime's growth rule leaves for that many entries (8, doubled while
 // the length exceeds 0.7 of them), and each bucket's list is sorted by
 // opa_value_compare, as the runtime's insert keeps it. So lookups inside
@@ -78,22 +81,24 @@ func bucketsFor(n int) uint32 {
 }
 
 // entry is a value written (or being written) in the arena: its address
-// (relative to the arena's start) and its opa_value_hash.
+// (relative to the arena's start).
 type entry struct {
 	addr uint32
-	hash uint32
 }
 
 // arena builds values in a Go buffer that is later copied into the
 // module's memory at base. Addresses are written relative to the arena
 // and fixed up by relocate; marks has a bit for every offset that holds a
-// pointer field (null or not).
+// pointer field (null or not). The buffer's capacity past its length is
+// always zero, so that alloc need not clear each block: reset clears what
+// was used in one go.
 type arena struct {
 	b     []byte
 	marks []uint64
 }
 
 func (a *arena) reset() {
+	clear(a.b)
 	a.b = a.b[:0]
 	clear(a.marks)
 	a.marks = a.marks[:0]
@@ -110,8 +115,7 @@ func (a *arena) alloc(n uint32) uint32 {
 		copy(nb, a.b)
 		a.b = nb
 	}
-	a.b = a.b[:need]
-	clear(a.b[off:need])
+	a.b = a.b[:need] // zero past the old length
 	for len(a.marks)*64 < need {
 		a.marks = append(a.marks, 0)
 	}
@@ -147,14 +151,6 @@ func (a *arena) relocate(base uint32) {
 // FNV-1a, as the runtime's fnv1a32 over size_t (32 bits).
 const fnvInit uint32 = 0x811c9dc5
 
-func fnv1a(h uint32, s string) uint32 {
-	for i := 0; i < len(s); i++ {
-		h *= 0x01000193
-		h ^= uint32(s[i])
-	}
-	return h
-}
-
 func fnv1aBytes(h uint32, s []byte) uint32 {
 	for _, c := range s {
 		h *= 0x01000193
@@ -172,7 +168,7 @@ func hashFloat(d float64) uint32 {
 func (a *arena) null() entry {
 	p := a.alloc(1)
 	a.b[p] = opaNull
-	return entry{p, 0}
+	return entry{p}
 }
 
 func (a *arena) boolean(v bool) entry {
@@ -180,9 +176,8 @@ func (a *arena) boolean(v bool) entry {
 	a.b[p] = opaBoolean
 	if v {
 		a.b[p+1] = 1
-		return entry{p, 0}
 	}
-	return entry{p, 1}
+	return entry{p}
 }
 
 func (a *arena) integer(i int64) entry {
@@ -190,7 +185,7 @@ func (a *arena) integer(i int64) entry {
 	a.b[p] = opaNumber
 	a.b[p+1] = numberReprInt
 	binary.LittleEndian.PutUint64(a.b[p+8:], uint64(i))
-	return entry{p, hashFloat(float64(i))}
+	return entry{p}
 }
 
 // number writes the JSON number text s as the runtime's parser does: a
@@ -204,11 +199,11 @@ func (a *arena) number(s string) entry {
 	a.ptr(p+8, t)
 	a.u32(p+12, uint32(len(s)))
 	a.b[p+16] = 1 // free
-	return entry{p, hashFloat(atof64(s))}
+	return entry{p}
 }
 
 // stringBytes writes a string value whose n bytes are filled in by the
-// caller at the returned data offset; hash is filled by finishString.
+// caller at the returned data offset.
 func (a *arena) stringBytes(n int) (entry, uint32) {
 	p := a.alloc(sizeString)
 	t := a.alloc(uint32(n))
@@ -216,13 +211,12 @@ func (a *arena) stringBytes(n int) (entry, uint32) {
 	a.b[p+1] = 1 // free
 	a.u32(p+4, uint32(n))
 	a.ptr(p+8, t)
-	return entry{p, 0}, t
+	return entry{p}, t
 }
 
 func (a *arena) str(s string) entry {
 	e, t := a.stringBytes(len(s))
 	copy(a.b[t:], s)
-	e.hash = fnv1a(fnvInit, s)
 	return e
 }
 
@@ -231,7 +225,6 @@ func (a *arena) str(s string) entry {
 func (a *arena) array(elems []entry) entry {
 	p := a.alloc(sizeArray)
 	a.b[p] = opaArray
-	var h uint32
 	if len(elems) > 0 {
 		es := a.alloc(uint32(8 * len(elems)))
 		a.ptr(p+4, es)
@@ -239,12 +232,11 @@ func (a *arena) array(elems []entry) entry {
 			idx := a.integer(int64(i))
 			a.ptr(es+uint32(8*i), idx.addr)
 			a.ptr(es+uint32(8*i)+4, e.addr)
-			h += e.hash
 		}
 	}
 	a.u32(p+8, uint32(len(elems)))
 	a.u32(p+12, uint32(len(elems)))
-	return entry{p, h}
+	return entry{p}
 }
 
 // object writes an object of key/value pairs (kv alternates key, value).
@@ -257,11 +249,10 @@ func (a *arena) object(kv []entry) entry {
 	bk := a.alloc(4 * nb)
 	a.ptr(p+4, bk)
 	a.u32(p+8, nb)
-	var h uint32
 	count := uint32(0)
 	for i := 0; i < n; i++ {
 		k, v := kv[2*i], kv[2*i+1]
-		head := bk + 4*(k.hash%nb)
+		head := bk + 4*(a.hashOf(k.addr)%nb)
 		// Walk the sorted list: replace a duplicate key, else insert
 		// before the first greater key.
 		prev := head
@@ -280,10 +271,7 @@ func (a *arena) object(kv []entry) entry {
 			cur = a.get32(cur + 8)
 		}
 		if dup {
-			old := a.get32(cur + 4)
-			h -= a.hashOf(old)
 			a.ptr(cur+4, v.addr)
-			h += v.hash
 			continue
 		}
 		el := a.alloc(sizeObjElem)
@@ -292,13 +280,12 @@ func (a *arena) object(kv []entry) entry {
 		a.ptr(el+8, cur)
 		a.ptr(prev, el)
 		count++
-		h += k.hash + v.hash
 	}
 	a.u32(p+12, count)
 	if want := bucketsFor(int(count)); want != nb {
 		a.rebucket(p, 8, want) // duplicate keys: the runtime grew less
 	}
-	return entry{p, h}
+	return entry{p}
 }
 
 // rebucket moves the entries of the object or set at p (next links at
@@ -336,10 +323,9 @@ func (a *arena) set(elems []entry) entry {
 	bk := a.alloc(4 * nb)
 	a.ptr(p+4, bk)
 	a.u32(p+8, nb)
-	var h uint32
 	count := uint32(0)
 	for _, e := range elems {
-		head := bk + 4*(e.hash%nb)
+		head := bk + 4*(a.hashOf(e.addr)%nb)
 		prev := head
 		cur := a.get32(head)
 		dup := false
@@ -363,13 +349,12 @@ func (a *arena) set(elems []entry) entry {
 		a.ptr(el+4, cur)
 		a.ptr(prev, el)
 		count++
-		h += e.hash
 	}
 	a.u32(p+12, count)
 	if want := bucketsFor(int(count)); want != nb {
 		a.rebucket(p, 4, want) // duplicate elements: the runtime grew less
 	}
-	return entry{p, h}
+	return entry{p}
 }
 
 // hashOf recomputes opa_value_hash of the arena value at p.

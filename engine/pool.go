@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The pool hands each evaluation an instance of its own without a lock
@@ -56,13 +57,21 @@ func (pl *pool) init(n int) {
 }
 
 // get takes an idle instance, creating one in a vacant slot, and waits
-// while all are busy. It returns errRetired once the bundle is replaced.
-func (p *policy) get(ctx context.Context) (*instance, error) {
+// while all are busy, until ctx is done or deadline (if not zero) passes
+// (context.DeadlineExceeded). It returns errRetired once the bundle is
+// replaced.
+func (p *policy) get(ctx context.Context, deadline time.Time) (*instance, error) {
 	if inst, err := p.tryGet(ctx); inst != nil || err != nil {
 		return inst, err
 	}
 	p.waiters.Add(1)
 	defer p.waiters.Add(-1)
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
 	for {
 		// Counted as a waiter before looking again, so a put that
 		// this look misses sees the waiter and signals.
@@ -75,6 +84,8 @@ func (p *policy) get(ctx context.Context) (*instance, error) {
 			return nil, errRetired
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-expired:
+			return nil, context.DeadlineExceeded
 		}
 	}
 }

@@ -45,8 +45,9 @@ func (w *watchdog) started() {
 // running.
 func (w *watchdog) scan() bool {
 	busy := false
+	now := time.Now()
 	w.live.Range(func(_, v any) bool {
-		if v.(*instance).watch() {
+		if v.(*instance).watch(now) {
 			busy = true
 		}
 		return true

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unicode/utf16"
@@ -362,15 +363,12 @@ func (p *jsonParser) object() error {
 // decoded as encoding/json does (an unpaired surrogate becomes U+FFFD).
 func (p *jsonParser) str() error {
 	b := p.b
-	i := p.i + 1
-	start := i
-	for i < len(b) && b[i] != '"' && b[i] != '\\' {
-		if b[i] < 0x20 {
-			return errSyntax
-		}
-		i++
-	}
+	start := p.i + 1
+	i := start + plainLen(b[start:])
 	if i >= len(b) {
+		return errSyntax
+	}
+	if b[i] < 0x20 {
 		return errSyntax
 	}
 	if b[i] == '"' {
@@ -441,6 +439,35 @@ func (p *jsonParser) str() error {
 			return errSyntax
 		}
 	}
+}
+
+// plainLen is the length of the prefix of b that a string's text may
+// hold as is: up to the first '"', '\\' or control character (or all of b).
+// It reads eight bytes at a time.
+func plainLen(b []byte) int {
+	const (
+		lo = 0x0101010101010101
+		hi = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ ('"' * lo)  // zero bytes where '"'
+		s := x ^ ('\\' * lo) // zero bytes where '\\'
+		// A byte has its high bit set in m if it is zero in q or s or
+		// below 0x20 in x (exact for bytes < 0x80; a byte >= 0x80 never
+		// sets it, as ^x clears it).
+		m := ((q - lo) | (s - lo) | (x - 0x20*lo)) & ^x & hi
+		if m != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
 }
 
 func hex4(b []byte, i int) (rune, bool) {

@@ -456,11 +456,13 @@ func BenchmarkSuite(b *testing.B) {
 				b.Fatalf("nexus: %v, %v; want allowed=%v", resp, err, c.allowed)
 			}
 			b.ReportAllocs()
+			cpu0 := fixture.ProcessCPU()
 			for b.Loop() {
 				if _, err := r.ts.srv.CheckDirect(ctx, c.req); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(fixture.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 		b.Run(p.name+"/opa-preparsed", func(b *testing.B) {
 			if v, ok, err := r.opaParsed(ctx, parsed); err != nil || !ok || decisionAllowed(v) != c.allowed {

@@ -54,9 +54,6 @@ type meta struct {
 	// start is when the core began, input building included (set only
 	// for a decision sink).
 	start time.Time
-	// whole writes the whole input document, unpruned, for a decision
-	// sink (nil when the policy saw the whole document already).
-	whole func() ([]byte, error)
 	// fields, when set, is the check's fields: view's native decision
 	// decides from them, without an input document (envoyFields,
 	// checkFields), and the decision cache keys the check by them.
@@ -127,8 +124,9 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 		if tooLarge {
 			return dst, ErrTooLarge
 		}
-		opts.Keep = keep
-		return input.AppendEnvoy(dst, req, opts)
+		o := opts // opts is captured by value: one allocation less
+		o.Keep = keep
+		return input.AppendEnvoy(dst, req, o)
 	})
 }
 
@@ -180,7 +178,7 @@ func (p *PDP) fieldsView(ep string) *inputView {
 // decide on it.
 func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *inputView, fc fieldsCheck) (_ Decision, _ error, ok bool) {
 	md.view, md.fields = v, fc
-	d, err := p.decide(ctx, iface, ep, nil, md)
+	d, err := p.decide(ctx, iface, ep, nil, md, nil)
 	if err == errStale || err == errDeclined {
 		return Decision{}, nil, false
 	}
@@ -231,8 +229,9 @@ func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source s
 		return d, err
 	}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		opts.Keep = keep
-		return input.AppendHTTP(dst, req, source, opts)
+		o := opts
+		o.Keep = keep
+		return input.AppendHTTP(dst, req, source, o)
 	})
 }
 
@@ -321,12 +320,13 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 			return Decision{}, err
 		}
 		md.view = v
+		var whole func([]byte, *prune.Tree) ([]byte, error)
 		if p.cfg.DecisionSink != nil && keep != nil {
 			// OPA logs the input document the request made, not the
 			// parts this policy reads.
-			md.whole = func() ([]byte, error) { return build(nil, nil) }
+			whole = build
 		}
-		d, err := p.decide(ctx, iface, entrypoint, buf, md)
+		d, err := p.decide(ctx, iface, entrypoint, buf, md, whole)
 		if err != errStale {
 			return d, err
 		}
@@ -338,8 +338,11 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 }
 
 // decide evaluates entrypoint on input, through the decision cache, and
-// counts, measures and logs the decision.
-func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta) (Decision, error) {
+// counts, measures and logs the decision. whole, when not nil, writes the
+// whole input document, unpruned, for a decision sink (nil when the
+// policy saw the whole document already). It is a parameter, not a field
+// of md, so that the input builder it is does not escape to the heap.
+func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole func([]byte, *prune.Tree) ([]byte, error)) (Decision, error) {
 	start := time.Now()
 	d, err := p.decideUncounted(ctx, entrypoint, input, &md)
 	if err == errStale || err == errDeclined {
@@ -386,17 +389,17 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 		})
 	}
 	if p.cfg.DecisionSink != nil {
-		p.record(iface, entrypoint, input, &d, err, start, elapsed, &md)
+		p.record(iface, entrypoint, input, &d, err, start, elapsed, &md, whole)
 	}
 	return d, err
 }
 
 // record hands the decision to the decision sink, with the whole input
 // document and the result.
-func (p *PDP) record(iface, entrypoint string, input []byte, d *Decision, err error, start time.Time, elapsed time.Duration, md *meta) {
+func (p *PDP) record(iface, entrypoint string, input []byte, d *Decision, err error, start time.Time, elapsed time.Duration, md *meta, whole func([]byte, *prune.Tree) ([]byte, error)) {
 	var in []byte
-	if md.whole != nil {
-		if w, err := md.whole(); err == nil {
+	if whole != nil {
+		if w, err := whole(nil, nil); err == nil {
 			in = w // freshly written: the sink may own it
 		}
 	}
@@ -546,12 +549,11 @@ func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v 
 			return out, nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.EvalTimeout)
-	defer cancel()
-	// Every input was written by this package's encoders (fuzzed to
-	// write UTF-8 JSON whatever the request held) or encoding/json: the
-	// engine need not scan it again.
-	return p.eng.EvalTrusted(ctx, entrypoint, input, dst)
+	// EvalTimeout bounds the evaluation through the engine's watchdog,
+	// without a timer per evaluation. Every input was written by this
+	// package's encoders (fuzzed to write UTF-8 JSON whatever the request
+	// held) or encoding/json: the engine need not scan it again.
+	return p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, dst)
 }
 
 // answerDecision is the decision a Go decider's answer's result document

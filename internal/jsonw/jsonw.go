@@ -18,6 +18,10 @@ func String(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i+8 <= len(s) && plain8(s[i:]) {
+			i += 8
+			continue
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
@@ -64,6 +68,33 @@ func String(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// plain8 reports whether the first eight bytes of s (at least eight) are
+// ASCII that String copies as is: none below 0x20 or at or above 0x80,
+// and none of '"', '\\', '<', '>' and '&'.
+func plain8(s string) bool {
+	const (
+		lo = 0x0101010101010101
+		hi = 0x8080808080808080
+	)
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	if x&hi != 0 {
+		return false // a byte at or above 0x80
+	}
+	// For bytes below 0x80, (v - lo) & ^v & hi has a byte's high bit set
+	// where v's byte is zero (and maybe above one, which only makes this
+	// say false, never true wrongly); x - 0x20*lo likewise where x's byte
+	// is below 0x20.
+	zero := func(v uint64) uint64 { return (v - lo) & ^v & hi }
+	m := (x - 0x20*lo) & ^x & hi
+	m |= zero(x ^ '"'*lo)
+	m |= zero(x ^ '\\'*lo)
+	m |= zero(x ^ '<'*lo)
+	m |= zero(x ^ '>'*lo)
+	m |= zero(x ^ '&'*lo)
+	return m == 0
 }
 
 // Float appends f as encoding/json does (shortest representation,

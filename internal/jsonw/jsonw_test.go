@@ -35,3 +35,24 @@ func FuzzFloat(f *testing.F) {
 		}
 	})
 }
+
+// TestStringEveryByte puts every byte value at every position of strings
+// around the eight bytes String skips at once, and compares with
+// encoding/json.
+func TestStringEveryByte(t *testing.T) {
+	for n := 1; n <= 18; n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				b := make([]byte, n)
+				for i := range b {
+					b[i] = 'a' + byte(i%26)
+				}
+				b[pos] = byte(c)
+				want, _ := json.Marshal(string(b))
+				if got := String(nil, string(b)); string(got) != string(want) {
+					t.Fatalf("String(%q) = %s, encoding/json gives %s", b, got, want)
+				}
+			}
+		}
+	}
+}
