@@ -182,7 +182,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		}, hb.name)
 		return addr
 	case kindGeneric:
-		terms := in.termArgs(ctx, hb, args)
+		terms := in.termArgs(ctx, hb, args, false)
 		out, err := hb.generic(ctx, terms)
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: err})
@@ -192,7 +192,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		}
 		return in.termValue(ctx, hb, out)
 	case kindTopdown:
-		terms := in.termArgs(ctx, hb, args)
+		terms := in.termArgs(ctx, hb, args, true)
 		if in.bstate == nil {
 			in.bstate = &builtinState{}
 		}
@@ -217,10 +217,24 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 	panic(&abortPanic{msg: "unreachable builtin kind"})
 }
 
-func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32) []*ast.Term {
+// termArgs reads a builtin's arguments as terms; with cached, small ones
+// come from the instance's cache of terms read before (argCache), which
+// only OPA's own builtins, which leave their operands as they are, get.
+func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32, cached bool) []*ast.Term {
 	terms := make([]*ast.Term, len(args))
+	var m []byte
+	if cached {
+		m, _ = in.mem.Read(0, in.mem.Size())
+	}
 	for i, a := range args {
-		if t, err := in.readTerm(a, 0); err == nil {
+		var t *ast.Term
+		var err error
+		if m != nil {
+			t, err = in.args.term(m, a, func() (*ast.Term, error) { return in.readTerm(a, 0) })
+		} else {
+			t, err = in.readTerm(a, 0)
+		}
+		if err == nil {
 			terms[i] = t
 			continue
 		}
@@ -233,7 +247,7 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 		if !ok {
 			panic(&builtinPanic{name: hb.name, err: errors.New("unreadable argument")})
 		}
-		t, err := ast.ParseTerm(string(b))
+		t, err = ast.ParseTerm(string(b))
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: fmt.Errorf("argument %d: %w", i, err)})
 		}

@@ -39,6 +39,7 @@ type instance struct {
 	bstate *builtinState
 	strs   []string
 	buf    []byte
+	args   argCache // terms of OPA builtins' arguments
 
 	arena  arena       // input written into the heap
 	barena arena       // builtin results
