@@ -269,7 +269,7 @@ func TestJWTCacheConcurrent(t *testing.T) {
 // exp and nbf to OPA's, ast.Compare(ast.FloatNumberTerm(x), v), over
 // times and numbers around each other, integers and not.
 func TestCompareSeconds(t *testing.T) {
-	xs := []float64{0, -0.0, 1, -1, 0.5, 1e-9, 1700000000, 1700000000.000000001, 1700000000.5, 1699999999.9999998,
+	xs := []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 1e-9, 1700000000, 1700000000.000000001, 1700000000.5, 1699999999.9999998,
 		1 << 52, 1<<53 - 1, 1 << 53, 1<<53 + 2, 1e300, -1e300, math.MaxFloat64, math.SmallestNonzeroFloat64}
 	vs := []string{"0", "-0", "1", "-1", "1700000000", "1699999999", "1700000001", "1700000000.5", "1.7e9", "9007199254740991",
 		"9007199254740992", "9007199254740993", "-9007199254740991", "9223372036854775807", "-9223372036854775808", "99999999999999999999", "0.0", "1e300", "+5"}
