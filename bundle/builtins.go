@@ -58,8 +58,8 @@ var NexusBuiltins = []HostBuiltin{
 	},
 	{
 		Name:        "nexus.envoy_decide",
-		Decl:        types.NewFunction(types.Args(types.Named("table", types.S), types.Named("request", types.S)), types.A),
-		Description: "The default policy's opa-envoy-plugin result for a proxied request: table is the JSON of its route rules and ABAC conditions ({\"routes\": [[method, action, type, [segment, ...]], ...], \"conditions\": [...]}), request the JSON array [method, path segments, [subject] or [], tenant header].",
+		Decl:        types.NewFunction(types.Args(types.Named("table", types.S), types.Named("request", types.A)), types.A),
+		Description: "The default policy's opa-envoy-plugin result for a proxied request: table is the JSON of its route rules and ABAC conditions ({\"routes\": [[method, action, type, [segment, ...]], ...], \"conditions\": [...]}), request the array [method, path segments, JWT payloads, subject header, tenant header] or its JSON text.",
 	},
 	{
 		Name:        "nexus.resource_tenant",

@@ -42,7 +42,8 @@ func withHostAliases(caps *ast.Capabilities) *ast.Capabilities {
 //   - json.marshal written as an argument of one of nexus' builtins
 //     (nexus.envoy_decide(table, json.marshal([...]))): those parse the
 //     JSON, so neither key order nor escaping changes their answer, and
-//     the default policy's Wasm keeps its speed;
+//     such a policy keeps its speed (the default policy now passes the
+//     array itself);
 //   - every call of a builtin that a module replaces with `with` (tests
 //     do), because OPA's Wasm planner applies a replacement of an alias
 //     to some calls and not others; such a policy keeps the runtime's

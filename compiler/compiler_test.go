@@ -162,8 +162,9 @@ func TestBundleRoundTrip(t *testing.T) {
 
 // TestCapabilitiesDeclareNexusBuiltins holds the capabilities to what the
 // engine provides: nexus' relationship builtins, each declared once with
-// the signature of the fast-path function that implements it (strings in;
-// a boolean or strings out), next to OPA's builtins, which the engine
+// the signature of the fast-path function that implements it (strings in,
+// but for nexus.envoy_decide's request, read in place whatever its type;
+// a boolean, strings or any value out), next to OPA's builtins, which the engine
 // backs with OPA's Go implementations; and the compiler type checks calls
 // against those declarations.
 func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
@@ -174,7 +175,7 @@ func TestCapabilitiesDeclareNexusBuiltins(t *testing.T) {
 		"nexus.relations":        "(string, string) => array[string]",
 		"nexus.lookup_resources": "(string, string, string) => array[string]",
 		"nexus.lookup_subjects":  "(string, string, string) => array[string]",
-		"nexus.envoy_decide":     "(string, string) => any",
+		"nexus.envoy_decide":     "(string, any) => any",
 		"nexus.resource_tenant":  "(string, string) => array[string]",
 		"nexus.grant":            "(string, string, string, string) => array[string]",
 	}

@@ -10,12 +10,27 @@ import (
 // finish in its stack).
 var errDumpDepth = errors.New("engine: result nested too deeply")
 
+// errDumpNumber stops the serialisation of a number whose text is not a
+// JSON number (OPA's Wasm runtime makes one of to_number(".")).
+var errDumpNumber = errors.New("engine: result holds a number that is not JSON")
+
 // appendJSON appends the JSON of the value at p in module memory m,
 // byte for byte as the runtime's opa_json_dump writes it: collections in
 // the runtime's iteration order, sets as arrays, a non-string object key
 // as the string of its JSON, strings escaped as its writer escapes them.
-// A malformed value panics (an index out of range); dumpResult recovers.
+// What it writes is valid JSON (json.Valid), checked as it goes: a
+// number whose text is not a JSON number panics with errDumpNumber, a
+// value nested deeper than maxValueDepth with errDumpDepth; strings and
+// keys are always escaped into valid JSON strings (json.Valid does not
+// ask for UTF-8). A malformed value panics (an index out of range);
+// dumpResult recovers.
 func appendJSON(dst, m []byte, p uint32, depth int) []byte {
+	return appendDump(dst, m, p, depth, true)
+}
+
+// appendDump is appendJSON; numbers are checked when strict (not in a
+// non-string key, which is written as a string).
+func appendDump(dst, m []byte, p uint32, depth int, strict bool) []byte {
 	if depth > maxValueDepth {
 		panic(errDumpDepth)
 	}
@@ -32,6 +47,9 @@ func appendJSON(dst, m []byte, p uint32, depth int) []byte {
 		if isInt {
 			return strconv.AppendInt(dst, i, 10)
 		}
+		if p := (jsonParser{b: text}); strict && (len(text) == 0 || !p.number() || p.i != len(text)) {
+			panic(errDumpNumber)
+		}
 		return append(dst, text...)
 	case opaString:
 		return appendDumpString(dst, stringAt(m, p))
@@ -42,7 +60,7 @@ func appendJSON(dst, m []byte, p uint32, depth int) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSON(dst, m, le32(m, es+8*i+4), depth+1)
+			dst = appendDump(dst, m, le32(m, es+8*i+4), depth+1, strict)
 		}
 		return append(dst, ']')
 	case opaSet:
@@ -53,7 +71,7 @@ func appendJSON(dst, m []byte, p uint32, depth int) []byte {
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = appendJSON(dst, m, v, depth+1)
+			dst = appendDump(dst, m, v, depth+1, strict)
 		})
 		return append(dst, ']')
 	case opaObject:
@@ -67,10 +85,10 @@ func appendJSON(dst, m []byte, p uint32, depth int) []byte {
 			if valueType(m, k) == opaString {
 				dst = appendDumpString(dst, stringAt(m, k))
 			} else {
-				dst = appendDumpString(dst, appendJSON(nil, m, k, depth+1))
+				dst = appendDumpString(dst, appendDump(nil, m, k, depth+1, false))
 			}
 			dst = append(dst, ':')
-			dst = appendJSON(dst, m, v, depth+1)
+			dst = appendDump(dst, m, v, depth+1, strict)
 		})
 		return append(dst, '}')
 	}

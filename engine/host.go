@@ -167,8 +167,22 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		clear(list)
 		in.strs = list[:0]
 		return addr
+	case kindValues2:
+		if len(args) != 2 {
+			panic(&builtinPanic{name: hb.name, err: fmt.Errorf("called with %d arguments, want 2", len(args))})
+		}
+		m, ok := in.mem.Read(0, in.mem.Size())
+		if !ok {
+			panic(&abortPanic{msg: "unreadable memory"})
+		}
+		addr, _ := in.writeValue(ctx, func(w *ValueWriter) {
+			if err := hb.values2(ctx, w, Value{m, args[0]}, Value{m, args[1]}); err != nil {
+				w.fail(err)
+			}
+		}, hb.name)
+		return addr
 	case kindGeneric:
-		terms := in.termArgs(ctx, hb, args)
+		terms := in.termArgs(ctx, hb, args, false)
 		out, err := hb.generic(ctx, terms)
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: err})
@@ -178,7 +192,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		}
 		return in.termValue(ctx, hb, out)
 	case kindTopdown:
-		terms := in.termArgs(ctx, hb, args)
+		terms := in.termArgs(ctx, hb, args, true)
 		if in.bstate == nil {
 			in.bstate = &builtinState{}
 		}
@@ -203,10 +217,24 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 	panic(&abortPanic{msg: "unreachable builtin kind"})
 }
 
-func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32) []*ast.Term {
+// termArgs reads a builtin's arguments as terms; with cached, small ones
+// come from the instance's cache of terms read before (argCache), which
+// only OPA's own builtins, which leave their operands as they are, get.
+func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32, cached bool) []*ast.Term {
 	terms := make([]*ast.Term, len(args))
+	var m []byte
+	if cached {
+		m, _ = in.mem.Read(0, in.mem.Size())
+	}
 	for i, a := range args {
-		if t, err := in.readTerm(a, 0); err == nil {
+		var t *ast.Term
+		var err error
+		if m != nil {
+			t, err = in.args.term(m, a, func() (*ast.Term, error) { return in.readTerm(a, 0) })
+		} else {
+			t, err = in.readTerm(a, 0)
+		}
+		if err == nil {
 			terms[i] = t
 			continue
 		}
@@ -219,7 +247,7 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 		if !ok {
 			panic(&builtinPanic{name: hb.name, err: errors.New("unreadable argument")})
 		}
-		t, err := ast.ParseTerm(string(b))
+		t, err = ast.ParseTerm(string(b))
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: fmt.Errorf("argument %d: %w", i, err)})
 		}
@@ -232,7 +260,7 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 // Values that are not data (never the result of a builtin) go through
 // the runtime's parser of OPA's value syntax, as before.
 func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term) uint32 {
-	if addr, ok := in.writeValue(ctx, func(w *ValueWriter) { writeAST(w, t.Value) }); ok {
+	if addr, ok := in.writeValue(ctx, func(w *ValueWriter) { writeAST(w, t.Value) }, ""); ok {
 		return addr
 	}
 	raw, err := appendValue(in.buf[:0], t.Value)
@@ -287,14 +315,19 @@ func writeAST(w *ValueWriter, v ast.Value) {
 
 // writeValue writes the value write produces into one block the module's
 // opa_malloc hands out, laid out as blocks of its own heap, and returns
-// its address; false if write failed.
-func (in *instance) writeValue(ctx context.Context, write func(w *ValueWriter)) (uint32, bool) {
+// its address; false if write failed or wrote nothing. When builtin
+// names the builtin that writes its own result, write failing is that
+// builtin's error, which halts the evaluation.
+func (in *instance) writeValue(ctx context.Context, write func(w *ValueWriter), builtin string) (uint32, bool) {
 	a := &in.barena
 	a.reset()
 	w := &in.vw
 	w.reset(a)
 	write(w)
 	root, has, err := w.result()
+	if err != nil && builtin != "" {
+		panic(&builtinPanic{name: builtin, err: err})
+	}
 	if err != nil || !has {
 		return 0, false
 	}
@@ -317,14 +350,14 @@ func (in *instance) stringArray(ctx context.Context, list []string) uint32 {
 			w.String(s)
 		}
 		w.End()
-	})
+	}, "")
 	return addr
 }
 
 // jsonValue writes the JSON text b as a value into the heap; text that is
 // not JSON goes to the runtime's parser, as before.
 func (in *instance) jsonValue(ctx context.Context, b []byte) uint32 {
-	if addr, ok := in.writeValue(ctx, func(w *ValueWriter) { w.JSON(b) }); ok {
+	if addr, ok := in.writeValue(ctx, func(w *ValueWriter) { w.JSON(b) }, ""); ok {
 		return addr
 	}
 	return in.parseJSON(ctx, b)

@@ -40,6 +40,7 @@ type instance struct {
 	bstate *builtinState
 	strs   []string
 	buf    []byte
+	args   argCache // terms of OPA builtins' arguments
 
 	arena  arena       // input written into the heap
 	barena arena       // builtin results
@@ -150,9 +151,15 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src i
 }
 
 // dumpResult appends the JSON of the value in the result set at res.
+// appendJSON writes only valid JSON, or stops: the result is not scanned
+// again.
 func dumpResult(m []byte, res uint32, entrypoint string, dst []byte) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
+			if r == errDumpNumber {
+				out, err = dst, &EvalError{Code: CodeInvalidResult, Entrypoint: entrypoint, Message: "policy result is not valid JSON"}
+				return
+			}
 			out, err = dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unreadable result"}
 		}
 	}()
@@ -165,12 +172,7 @@ func dumpResult(m []byte, res uint32, entrypoint string, dst []byte) (out []byte
 	case !ok:
 		return dst, &EvalError{Code: CodeTrap, Entrypoint: entrypoint, Message: "unexpected result shape"}
 	}
-	start := len(dst)
-	dst = appendJSON(dst, m, v, 0)
-	if !validResult(dst[start:]) {
-		return dst[:start], &EvalError{Code: CodeInvalidResult, Entrypoint: entrypoint, Message: "policy result is not valid JSON"}
-	}
-	return dst, nil
+	return appendJSON(dst, m, v, 0), nil
 }
 
 // run calls f with the watchdog watching ctx (when it can be done).
@@ -198,15 +200,6 @@ func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
 		}
 	}
 	return err
-}
-
-// validResult checks the result JSON; the common results skip the scan.
-func validResult(b []byte) bool {
-	switch string(b) {
-	case "true", "false", "null", "{}", "[]":
-		return true
-	}
-	return json.Valid(b)
 }
 
 // abortPanic is raised by opa_abort.

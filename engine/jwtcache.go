@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,15 +184,34 @@ func jwtTime(t *ast.Term) (float64, bool) {
 func jwtCurrent(payload ast.Object, now float64) bool {
 	if exp := payload.Get(ast.InternedTerm("exp")); exp != nil {
 		v, ok := exp.Value.(ast.Number)
-		if !ok || ast.Compare(ast.FloatNumberTerm(now/1e9), v) != -1 {
+		if !ok || compareSeconds(now/1e9, v) != -1 {
 			return false
 		}
 	}
 	if nbf := payload.Get(ast.InternedTerm("nbf")); nbf != nil {
 		v, ok := nbf.Value.(ast.Number)
-		if !ok || ast.Number(strconv.FormatFloat(now/1e9, 'g', -1, 64)).Compare(v) == -1 {
+		if !ok || compareSeconds(now/1e9, v) == -1 {
 			return false
 		}
 	}
 	return true
+}
+
+// compareSeconds is ast.Compare(ast.FloatNumberTerm(x), v), OPA's exact
+// comparison of the shortest decimal of x with v, without its big
+// numbers when v is an integer a float64 holds exactly (as exp and nbf
+// are): the decimal of x rounds to x, so it is on the same side of such
+// an integer as x is, and equals it only when x does.
+func compareSeconds(x float64, v ast.Number) int {
+	const exact = 1 << 53
+	if i, err := strconv.ParseInt(string(v), 10, 64); err == nil && i > -exact && i < exact && !math.IsNaN(x) && !math.IsInf(x, 0) {
+		switch f := float64(i); {
+		case x < f:
+			return -1
+		case x > f:
+			return 1
+		}
+		return 0
+	}
+	return ast.Compare(ast.FloatNumberTerm(x), v)
 }

@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -258,6 +261,37 @@ func TestJWTCacheConcurrent(t *testing.T) {
 	for range 8 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestCompareSeconds holds the JWT cache's comparison of the time with
+// exp and nbf to OPA's, ast.Compare(ast.FloatNumberTerm(x), v), over
+// times and numbers around each other, integers and not.
+func TestCompareSeconds(t *testing.T) {
+	xs := []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 1e-9, 1700000000, 1700000000.000000001, 1700000000.5, 1699999999.9999998,
+		1 << 52, 1<<53 - 1, 1 << 53, 1<<53 + 2, 1e300, -1e300, math.MaxFloat64, math.SmallestNonzeroFloat64}
+	vs := []string{"0", "-0", "1", "-1", "1700000000", "1699999999", "1700000001", "1700000000.5", "1.7e9", "9007199254740991",
+		"9007199254740992", "9007199254740993", "-9007199254740991", "9223372036854775807", "-9223372036854775808", "99999999999999999999", "0.0", "1e300", "+5"}
+	check := func(x float64, v string) {
+		t.Helper()
+		want := ast.Compare(ast.FloatNumberTerm(x), ast.Number(v))
+		if got := compareSeconds(x, ast.Number(v)); got != want {
+			t.Fatalf("compare(%v, %s) = %d, OPA says %d", x, v, got, want)
+		}
+	}
+	for _, x := range xs {
+		for _, v := range vs {
+			check(x, v)
+		}
+	}
+	// Times next to an integer, and the integer's neighbours.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		base := float64(rng.Int64N(1 << 40))
+		v := strconv.FormatInt(int64(base)+rng.Int64N(3)-1, 10)
+		for _, x := range []float64{base, base + rng.Float64(), base - rng.Float64(), math.Nextafter(base, math.Inf(1)), math.Nextafter(base, math.Inf(-1))} {
+			check(x, v)
 		}
 	}
 }

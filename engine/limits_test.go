@@ -207,3 +207,32 @@ func TestTimeoutStopsRunaway(t *testing.T) {
 		t.Fatalf("spin: err = %v", err)
 	}
 }
+
+// TestInvalidResultNumberInKey: a number that is not JSON is refused in a
+// result, nested or not, but a non-string key is written as a string of
+// its text, which is valid JSON and passed on.
+func TestInvalidResultNumberInKey(t *testing.T) {
+	b := compileModules(t, map[string]string{"n.rego": "package n\n\nnested := [1, {\"a\": to_number(input.s)}]\n\nkey := {to_number(input.s): 1}\n\nset_key := {{to_number(input.s)}: true}\n"}, nil, "n/nested", "n/key", "n/set_key")
+	e := newEngine(t, engine.Config{}, b)
+	ctx := context.Background()
+	for _, tc := range []struct{ name, ep, input, want string }{
+		{"nested", "n/nested", `{"s":"."}`, ""},
+		{"nested valid", "n/nested", `{"s":"-1.5e3"}`, `[1,{"a":-1.5e3}]`},
+		{"key", "n/key", `{"s":"."}`, `{".":1}`},
+		{"set key", "n/set_key", `{"s":"."}`, `{"[.]":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := e.Eval(ctx, tc.ep, []byte(tc.input), nil)
+			if tc.want == "" {
+				var ee *engine.EvalError
+				if err == nil || !errors.As(err, &ee) || ee.Code != engine.CodeInvalidResult {
+					t.Fatalf("= %s, %v; want %s", out, err, engine.CodeInvalidResult)
+				}
+				return
+			}
+			if err != nil || string(out) != tc.want || !json.Valid(out) {
+				t.Fatalf("= %s, %v; want %s", out, err, tc.want)
+			}
+		})
+	}
+}

@@ -30,6 +30,12 @@ type (
 	// JSON: it appends the value to dst (which it may reuse) and returns
 	// it; appending nothing makes the call undefined.
 	JSON2 func(ctx context.Context, dst []byte, a, b string) ([]byte, error)
+	// Values2 is a builtin of two values of any type, read in place in
+	// the instance's memory, that writes its result through w as the
+	// runtime's values: no JSON is written or parsed on either side.
+	// Writing nothing makes the call undefined; a misuse of w (two
+	// values, a collection left open) is an error, as is a returned one.
+	Values2 func(ctx context.Context, w *ValueWriter, a, b Value) error
 	// Generic is a builtin of any arguments as OPA terms. Returning a nil
 	// term makes the call undefined.
 	Generic func(ctx context.Context, args []*ast.Term) (*ast.Term, error)
@@ -44,6 +50,7 @@ const (
 	kindList3
 	kindList4
 	kindJSON2
+	kindValues2
 	kindGeneric
 	kindTopdown
 )
@@ -58,6 +65,7 @@ type hostBuiltin struct {
 	list3   StringList3
 	list4   StringList4
 	json2   JSON2
+	values2 Values2
 	generic Generic
 }
 
@@ -76,8 +84,8 @@ func NewRegistry() *Registry {
 }
 
 // Register adds a builtin. fn is one of Predicate2, Predicate3,
-// StringList2, StringList3, StringList4, JSON2 or Generic (or a func literal of one of those
-// signatures); arity is only used for Generic and may be 0 otherwise.
+// StringList2, StringList3, StringList4, JSON2, Values2 or Generic (or a
+// func literal of one of those signatures); arity is only used for Generic and may be 0 otherwise.
 func (r *Registry) Register(name string, arity int, fn any) error {
 	hb := &hostBuiltin{name: name}
 	switch f := fn.(type) {
@@ -105,6 +113,10 @@ func (r *Registry) Register(name string, arity int, fn any) error {
 		hb.kind, hb.arity, hb.json2 = kindJSON2, 2, f
 	case func(context.Context, []byte, string, string) ([]byte, error):
 		hb.kind, hb.arity, hb.json2 = kindJSON2, 2, f
+	case Values2:
+		hb.kind, hb.arity, hb.values2 = kindValues2, 2, f
+	case func(context.Context, *ValueWriter, Value, Value) error:
+		hb.kind, hb.arity, hb.values2 = kindValues2, 2, f
 	case Generic:
 		hb.kind, hb.arity, hb.generic = kindGeneric, arity, f
 	case func(context.Context, []*ast.Term) (*ast.Term, error):

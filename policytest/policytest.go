@@ -243,6 +243,19 @@ func goBuiltins(s builtins.Store) []*tester.Builtin {
 			args := make([]string, arity)
 			for i, t := range terms[:arity] {
 				str, ok := t.Value.(ast.String)
+				if arr, isArr := t.Value.(*ast.Array); !ok && isArr && hb.Name == "nexus.envoy_decide" && i == 1 {
+					// Its request may be the array itself, which the
+					// engine reads as it reads the array's JSON.
+					v, err := ast.JSON(arr)
+					if err != nil {
+						return nil, rego.NewHaltError(err)
+					}
+					b, err := json.Marshal(v)
+					if err != nil {
+						return nil, rego.NewHaltError(err)
+					}
+					str, ok = ast.String(b), true
+				}
 				if !ok {
 					return nil, nil // undefined, as the engine answers
 				}

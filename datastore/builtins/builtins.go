@@ -149,8 +149,8 @@ func Register(reg *engine.Registry, s Store) error {
 		{"nexus.relations", 2, engine.StringList2(relations)},
 		{"nexus.lookup_resources", 3, engine.StringList3(lookupResources)},
 		{"nexus.lookup_subjects", 3, engine.StringList3(lookupSubjects)},
-		{"nexus.envoy_decide", 2, engine.JSON2(func(ctx context.Context, dst []byte, table, request string) ([]byte, error) {
-			return EnvoyDecide(ctx, s, dst, table, request)
+		{"nexus.envoy_decide", 2, engine.Values2(func(ctx context.Context, w *engine.ValueWriter, table, request engine.Value) error {
+			return envoyDecideValues(ctx, s, w, table, request)
 		})},
 		{"nexus.resource_tenant", 2, engine.StringList2(func(ctx context.Context, dst []string, object, claimed string) ([]string, error) {
 			return ResourceTenant(ctx, s, dst, object, claimed)

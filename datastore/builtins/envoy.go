@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/internal/jsonscan"
 )
 
@@ -50,6 +52,53 @@ func EnvoyDecide(ctx context.Context, s Store, dst []byte, table, request string
 		return dst, rerr
 	}
 	return out, nil
+}
+
+// envoyDecideValues is nexus.envoy_decide as the engine calls it: its
+// arguments read in place, the request either the array itself (the
+// default policy passes it so) or its JSON text, and the answer written
+// as values. An argument of another type makes the call undefined.
+func envoyDecideValues(ctx context.Context, s Store, w *engine.ValueWriter, table, request engine.Value) error {
+	text, ok := table.Str()
+	if !ok {
+		return nil
+	}
+	var req envoyRequest
+	var segs [8]string // the path's segments, for most paths
+	path := segs[:0]
+	switch request.Kind() {
+	case engine.KindString:
+	case engine.KindArray:
+		var err error
+		if path, err = req.read(request, path); err != nil {
+			return err
+		}
+	default:
+		return nil
+	}
+	t, err := tableOf(text)
+	if err != nil {
+		return err
+	}
+	if request.Kind() == engine.KindString {
+		raw, _ := request.Str()
+		if err := req.parse(raw); err != nil {
+			return err
+		}
+		path = req.path
+	}
+	var a Answer
+	if err := withView(ctx, s, func(l storeView) error {
+		a, err = envoyAnswer(reader{l}, t, &req, path)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("nexus.envoy_decide: %w", err)
+	}
+	if err != nil {
+		return err
+	}
+	writeAnswer(w, &a)
+	return nil
 }
 
 // envoyResult appends the result object for req, canonical JSON (keys
@@ -158,6 +207,124 @@ func (r *envoyRequest) parse(request string) error {
 		return bad(err.Error())
 	}
 	return nil
+}
+
+// read reads the request from the array value v, as parse reads its
+// JSON text (json.marshal of v): strings that are not UTF-8 read with
+// U+FFFD in place of each bad byte, as the JSON text decodes. It
+// appends the path's segments to path (not to r.path) and returns it.
+func (r *envoyRequest) read(v engine.Value, path []string) ([]string, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("nexus.envoy_decide: the request is not [method, path, JWT payloads, subject header, tenant header]: %s", why)
+	}
+	if v.Len() != 5 {
+		return path, bad("not an array of five")
+	}
+	var ok bool
+	if r.method, ok = valueStr(v.Index(0)); !ok {
+		return path, bad("method")
+	}
+	segs := v.Index(1)
+	if segs.Kind() != engine.KindArray {
+		return path, bad("path")
+	}
+	for i := range segs.Len() {
+		seg, ok := valueStr(segs.Index(i))
+		if !ok {
+			return path, bad("path")
+		}
+		path = append(path, seg)
+	}
+	if r.tenant, ok = valueStr(v.Index(4)); !ok {
+		return path, bad("tenant header")
+	}
+	jwt, header := v.Index(2), v.Index(3)
+	if b, isBool := jwt.Bool(); jwt.Kind() == engine.KindNull || (isBool && !b) {
+		// No JWT: the subject header, as identify reads its JSON.
+		switch header.Kind() {
+		case engine.KindNull:
+			return path, nil
+		case engine.KindBool:
+			r.claimed, _ = header.Bool() // false names no subject
+		case engine.KindString:
+			r.claimed = true
+			r.subject, r.subjectOK = valueStr(header)
+		default:
+			r.claimed = true
+		}
+		return path, nil
+	}
+	if err := r.identify(string(jwt.AppendJSON(nil)), "null"); err != nil {
+		return path, bad(err.Error())
+	}
+	return path, nil
+}
+
+// valueStr is the string v holds, as json.marshal's text of it decodes:
+// a byte that is not UTF-8 becomes U+FFFD.
+func valueStr(v engine.Value) (string, bool) {
+	s, ok := v.Str()
+	if !ok {
+		return "", false
+	}
+	if utf8.ValidString(s) {
+		return s, true
+	}
+	return jsonscan.Unquote(string(v.AppendJSON(nil)))
+}
+
+// writeAnswer writes a's result document as AppendJSON writes it, key
+// for key in the same order, as values.
+func writeAnswer(w *engine.ValueWriter, a *Answer) {
+	w.BeginObject()
+	if !a.Envoy {
+		w.String("allow")
+		w.Bool(a.Allowed)
+		w.String("reason")
+		writeStr(w, a.Reason)
+		w.End()
+		return
+	}
+	w.String("allowed")
+	w.Bool(a.Allowed)
+	if !a.Allowed {
+		w.String("body")
+		writeStr(w, a.Body)
+	}
+	w.String("headers")
+	w.BeginObject()
+	for _, h := range a.Headers[:a.NHeaders] {
+		writeStr(w, h.Key)
+		writeStr(w, h.Value)
+	}
+	w.End()
+	if !a.Allowed {
+		w.String("http_status")
+		w.Int(int64(a.Status))
+	}
+	w.String("reason")
+	writeStr(w, a.Reason)
+	if a.Subject != "" {
+		w.String("subject")
+		writeStr(w, a.Subject)
+	}
+	w.End()
+}
+
+// writeStr writes s as AppendJSON's text of it reads: a byte that is not
+// UTF-8 becomes U+FFFD.
+func writeStr(w *engine.ValueWriter, s string) {
+	if utf8.ValidString(s) {
+		w.String(s)
+		return
+	}
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		b = utf8.AppendRune(b, r) // RuneError for a bad byte (n == 1)
+		i += n
+	}
+	w.String(string(b))
 }
 
 // identify sets the subject the request claims from the JSON texts of the

@@ -70,4 +70,6 @@ route_table := json.marshal({
 	"conditions": conditions,
 }) if not data.nexus.route_table
 
-result := nexus.envoy_decide(route_table, json.marshal([method, input.parsed_path, jwt_payloads, subject_header, tenant_header]))
+# The request goes to the builtin as the array itself, which it reads in
+# place (its JSON text, json.marshal'd, is read the same).
+result := nexus.envoy_decide(route_table, [method, input.parsed_path, jwt_payloads, subject_header, tenant_header])

@@ -31,4 +31,4 @@ const (
 // the default policy, whatever its data, and the server decides it
 // natively (see the RATIONALE). A test fails when a compiler change
 // changes the module.
-const WasmSHA256 = "e12d6b827a69eb120eab720bef9e0062378ee7e896de9d418008ab842600ad24"
+const WasmSHA256 = "bc3f013fe1426f29e866fca118fb1392c2b176fd49356fa24ee5a8aa2ec4879e"

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"encoding/binary"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// An instance keeps the terms its calls of OPA's builtins read for small
+// arguments, by the arguments' content: a policy calls a builtin again and
+// again with the same constants (a glob pattern and its delimiters, a
+// format string, a regular expression) and, within an evaluation, the same
+// request fields, and reading them into new terms on every call was most
+// of the cost of such calls. OPA's builtins do not change their operands
+// (its evaluator shares terms between calls as well), and the cache
+// belongs to one instance, used by one goroutine at a time.
+const (
+	// argCacheMaxKey bounds the content of a value kept (its key).
+	argCacheMaxKey = 512
+	// argCacheMaxEntries bounds the values kept; when full, the cache
+	// starts again empty.
+	argCacheMaxEntries = 256
+)
+
+type argCache struct {
+	terms map[string]*ast.Term
+	key   []byte
+}
+
+// term is the term of the value at p, from the cache when a value of the
+// same content was read before; read reads it otherwise.
+func (c *argCache) term(m []byte, p uint32, read func() (*ast.Term, error)) (*ast.Term, error) {
+	key, ok := argKey(c.key[:0], m, p)
+	c.key = key
+	if !ok {
+		return read()
+	}
+	if t, hit := c.terms[string(key)]; hit {
+		return t, nil
+	}
+	t, err := read()
+	if err != nil {
+		return t, err
+	}
+	if c.terms == nil || len(c.terms) >= argCacheMaxEntries {
+		c.terms = make(map[string]*ast.Term, argCacheMaxEntries)
+	}
+	c.terms[string(key)] = t
+	return t, nil
+}
+
+// argKey appends the key of the value at p in memory m: its type and
+// content, written so that two values share a key only if readTerm reads
+// them as the same term (a number's text, as the runtime holds it, is
+// kept; collections in the runtime's order). false when the value is
+// larger than argCacheMaxKey, nested deeper than a few levels, or not
+// laid out as the runtime lays values out.
+func argKey(dst, m []byte, p uint32) (key []byte, ok bool) {
+	defer func() {
+		if recover() != nil {
+			key, ok = dst, false
+		}
+	}()
+	return appendArgKey(dst, m, p, 0)
+}
+
+func appendArgKey(dst, m []byte, p uint32, depth int) ([]byte, bool) {
+	if depth > 8 || len(dst) > argCacheMaxKey {
+		return dst, false
+	}
+	t := valueType(m, p)
+	dst = append(dst, t)
+	switch t {
+	case opaNull:
+		return dst, true
+	case opaBoolean:
+		return append(dst, m[p+1]), true
+	case opaNumber:
+		i, text, isInt := numberAt(m, p)
+		if isInt {
+			return binary.AppendVarint(append(dst, 'i'), i), true
+		}
+		if len(text) > argCacheMaxKey {
+			return dst, false
+		}
+		return append(binary.AppendUvarint(append(dst, 'r'), uint64(len(text))), text...), true
+	case opaString:
+		s := stringAt(m, p)
+		if len(s) > argCacheMaxKey {
+			return dst, false
+		}
+		return append(binary.AppendUvarint(dst, uint64(len(s))), s...), true
+	case opaArray:
+		es, n := le32(m, p+4), le32(m, p+8)
+		if n > argCacheMaxKey {
+			return dst, false
+		}
+		dst = binary.AppendUvarint(dst, uint64(n))
+		ok := true
+		for i := uint32(0); i < n && ok; i++ {
+			dst, ok = appendArgKey(dst, m, le32(m, es+8*i+4), depth+1)
+		}
+		return dst, ok
+	case opaObject, opaSet:
+		// An entry of a bucket's list is (key, value, next) in an
+		// object, (value, next) in a set.
+		n, bk, nb := le32(m, p+12), le32(m, p+4), le32(m, p+8)
+		if n > argCacheMaxKey || nb > uint32(len(m)/4) {
+			return dst, false
+		}
+		dst = binary.AppendUvarint(dst, uint64(n))
+		next := uint32(4)
+		if t == opaObject {
+			next = 8
+		}
+		seen := uint32(0)
+		ok := true
+		for b := uint32(0); b < nb && ok; b++ {
+			for e := le32(m, bk+4*b); e != 0 && ok; e = le32(m, e+next) {
+				if seen++; seen > n {
+					return dst, false
+				}
+				dst, ok = appendArgKey(dst, m, le32(m, e), depth+1)
+				if ok && t == opaObject {
+					dst, ok = appendArgKey(dst, m, le32(m, e+4), depth+1)
+				}
+			}
+		}
+		return dst, ok && seen == n
+	}
+	return dst, false
+}
