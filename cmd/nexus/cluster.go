@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -215,7 +216,10 @@ func (n *clusterNode) seed(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := n.r.WriteSchema(ctx, sc, false); err != nil {
+		if err := n.seedWrite(ctx, "schema", func(ctx context.Context) error {
+			_, err := n.r.WriteSchema(ctx, sc, false)
+			return err
+		}); err != nil {
 			return fmt.Errorf("schema through the cluster log: %w", err)
 		}
 		n.log.Info("wrote the schema through the cluster log", "file", n.cfg.Schema)
@@ -228,7 +232,10 @@ func (n *clusterNode) seed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := n.r.WriteSchema(ctx, sc, false); err != nil {
+	if err := n.seedWrite(ctx, "demo-schema", func(ctx context.Context) error {
+		_, err := n.r.WriteSchema(ctx, sc, false)
+		return err
+	}); err != nil {
 		return fmt.Errorf("demo schema through the cluster log: %w", err)
 	}
 	var touches []api.Tuple
@@ -244,11 +251,41 @@ func (n *clusterNode) seed(ctx context.Context) error {
 		}
 		touches = append(touches, t)
 	}
-	if _, err := n.r.Write(ctx, datastore.WriteRequest{Touches: touches}); err != nil {
+	if err := n.seedWrite(ctx, "demo-tuples", func(ctx context.Context) error {
+		_, err := n.r.Write(ctx, datastore.WriteRequest{Touches: touches})
+		return err
+	}); err != nil {
 		return fmt.Errorf("demo tuples through the cluster log: %w", err)
 	}
 	n.log.Info("wrote the demo schema and relationships through the cluster log", "tuples", len(touches))
 	return nil
+}
+
+// seedAttempts bounds how often seedWrite asks again about one write.
+const seedAttempts = 5
+
+// seedWrite makes write, one write of the seed, under a write ID of its
+// own (what names it, after a random prefix). A fresh cluster may take
+// the write into its log and deliver it to this replica only after the
+// write's bound, which answers "outcome unknown": seedWrite then asks
+// again under the same ID, which gets the first attempt's outcome once it
+// applies instead of writing twice, up to seedAttempts times.
+func (n *clusterNode) seedWrite(ctx context.Context, what string, write func(context.Context) error) error {
+	id := "seed-" + rand.Text() + "-" + what
+	wctx := api.WithNewWriteID(ctx, id) // no earlier attempt: "not written" stays an answer
+	for i := 1; ; i++ {
+		err := write(wctx)
+		wctx = api.WithWriteID(ctx, id)
+		if err == nil || !errors.Is(err, cluster.ErrOutcomeUnknown) || i == seedAttempts {
+			return err
+		}
+		n.log.Warn("the seed write's outcome is not known yet; asking again", "write", id, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(i) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // policy returns the policy the cluster's log loaded last, or ok false if
