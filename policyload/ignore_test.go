@@ -12,6 +12,8 @@ import (
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/policyload"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // configMapPolicy is the policy the ConfigMap tests mount.
@@ -80,7 +82,7 @@ func TestLoadIgnore(t *testing.T) {
 	// Each pattern has something to skip that would break the policy if
 	// it were loaded: a second default rule, or data that turns the
 	// decision.
-	dir := writeTree(t, map[string]string{
+	dir := fixture.WriteTree(t, map[string]string{
 		"policy.rego":          configMapPolicy + "\nallow if data.users[input.user]\n",
 		"policy_test.rego":     "package envoy.authz\n\ndefault allow := true\n",
 		".hidden/policy.rego":  "package envoy.authz\n\ndefault allow := true\n",
@@ -132,7 +134,7 @@ func TestLoadIgnore(t *testing.T) {
 }
 
 func TestIgnoreFilter(t *testing.T) {
-	dir := writeTree(t, map[string]string{"a.rego": "", ".x.rego": "", "vendor/b.rego": "", "..data/c.rego": ""})
+	dir := fixture.WriteTree(t, map[string]string{"a.rego": "", ".x.rego": "", "vendor/b.rego": "", "..data/c.rego": ""})
 	f, err := policyload.IgnoreFilter([]string{".*", "vendor", "a.*"})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +196,7 @@ func TestLoadIgnoreBundles(t *testing.T) {
 	}
 
 	t.Run("bundle directory", func(t *testing.T) {
-		dir := writeTree(t, files)
+		dir := fixture.WriteTree(t, files)
 		if _, err := policyload.Load(ctx, dir, opts); err == nil {
 			t.Fatal("without Ignore the skipped files must clash")
 		}

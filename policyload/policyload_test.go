@@ -21,6 +21,8 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/policyload"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // The policy and data of an OPA bundle directory as users lay it out: a
@@ -43,22 +45,6 @@ allow if input.user == "admin"
 reason := sprintf("user %s", [input.user])
 `,
 	"acl/data.json": `{"roles": {"alice": ["reader"], "bob": ["writer"]}}`,
-}
-
-// writeTree writes files under a new directory.
-func writeTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
 
 // opaBuild builds dir as `opa build --bundle dir` does (OPA's compile
@@ -139,7 +125,7 @@ func canonical(t *testing.T, raw []byte) string {
 }
 
 func TestFromTarGzOPABundle(t *testing.T) {
-	archive := opaBuild(t, writeTree(t, opaSources), compile.TargetRego)
+	archive := opaBuild(t, fixture.WriteTree(t, opaSources), compile.TargetRego)
 	eps := []string{"httpapi/authz/allow", "httpapi/authz/reason"}
 	b, err := policyload.FromTarGz(t.Context(), bytes.NewReader(archive), policyload.Options{Entrypoints: eps})
 	if err != nil {
@@ -181,7 +167,7 @@ func TestFromTarGzOPABundle(t *testing.T) {
 }
 
 func TestFromTarGzWasmBundles(t *testing.T) {
-	dir := writeTree(t, opaSources)
+	dir := fixture.WriteTree(t, opaSources)
 	opaWasm := opaBuild(t, dir, compile.TargetWasm, "httpapi/authz/allow")
 	var nexusArchive bytes.Buffer
 	nb, err := compiler.Compile(t.Context(), compiler.Options{Paths: []string{dir}, Entrypoints: []string{"httpapi/authz/allow"}, Revision: "nexus-1"})
@@ -248,12 +234,12 @@ func TestFromTarGzWasmBundles(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
-	dir := writeTree(t, map[string]string{
+	dir := fixture.WriteTree(t, map[string]string{
 		"p.rego":    "package app\n\nallow if input.user == data.owner\n",
 		"data.json": `{"owner": "carol"}`,
 	})
 	archive := filepath.Join(t.TempDir(), "b.tar.gz")
-	if err := os.WriteFile(archive, opaBuild(t, writeTree(t, opaSources), compile.TargetRego), 0o600); err != nil {
+	if err := os.WriteFile(archive, opaBuild(t, fixture.WriteTree(t, opaSources), compile.TargetRego), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -445,7 +431,7 @@ func TestFromTarGzRegoV0Bundle(t *testing.T) {
 
 func TestLoadBundleDirectory(t *testing.T) {
 	ctx := t.Context()
-	src := writeTree(t, opaSources)
+	src := fixture.WriteTree(t, opaSources)
 	b, err := policyload.Load(ctx, src, policyload.Options{Entrypoints: []string{"httpapi/authz/allow"}, Revision: "ignored"})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -469,7 +455,7 @@ func TestLoadBundleDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wasmDir := writeTree(t, map[string]string{".manifest": string(man), "policy.wasm": string(nb.Wasm), "data.json": string(nb.Data)})
+	wasmDir := fixture.WriteTree(t, map[string]string{".manifest": string(man), "policy.wasm": string(nb.Wasm), "data.json": string(nb.Data)})
 	wb, err := policyload.Load(ctx, wasmDir, policyload.Options{Entrypoints: []string{"httpapi/authz/allow"}})
 	if err != nil {
 		t.Fatalf("Load of a Wasm bundle directory: %v", err)
@@ -482,12 +468,12 @@ func TestLoadBundleDirectory(t *testing.T) {
 	}
 
 	// Errors name the file in the directory.
-	bad := writeTree(t, map[string]string{".manifest": `{"roots": ["p"]}`, "p/p.rego": "package p\n\nallow if count(1)\n"})
+	bad := fixture.WriteTree(t, map[string]string{".manifest": `{"roots": ["p"]}`, "p/p.rego": "package p\n\nallow if count(1)\n"})
 	_, err = policyload.Load(ctx, bad, policyload.Options{Entrypoints: []string{"p/allow"}})
 	if want := filepath.Join(bad, "p", "p.rego") + ":3:10: count: invalid argument(s)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("err = %v, want %q", err, want)
 	}
-	outside := writeTree(t, map[string]string{".manifest": `{"roots": ["q"]}`, "p/p.rego": "package p\n\nallow := true\n"})
+	outside := fixture.WriteTree(t, map[string]string{".manifest": `{"roots": ["q"]}`, "p/p.rego": "package p\n\nallow := true\n"})
 	if _, err = policyload.Load(ctx, outside, policyload.Options{Entrypoints: []string{"p/allow"}}); !errors.Is(err, bundle.ErrInvalid) || !strings.Contains(err.Error(), "do not permit 'package p'") {
 		t.Errorf("a package outside the roots: err = %v", err)
 	}

@@ -2,7 +2,6 @@ package policytest_test
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,21 +10,6 @@ import (
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/policytest"
 )
-
-func writeFiles(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 const authzPolicy = `package authz
 
@@ -88,7 +72,7 @@ test_cases[name] := r if {
 `
 
 func TestRun(t *testing.T) {
-	dir := writeFiles(t, map[string]string{
+	dir := fixture.WriteTree(t, map[string]string{
 		"authz.rego":      authzPolicy,
 		"authz_test.rego": authzTests,
 		"data.json":       `{"admins": ["ann"]}`,
@@ -151,7 +135,7 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunDisagreement(t *testing.T) {
-	dir := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_one if true\n\ntest_two if true\n"})
+	dir := fixture.WriteTree(t, map[string]string{"p.rego": "package p\n\ntest_one if true\n\ntest_two if true\n"})
 	rep, err := policytest.Run(t.Context(), policytest.Options{
 		Paths: []string{dir},
 		AfterWasm: func(test string, res []byte, err error) ([]byte, error) {
@@ -177,7 +161,7 @@ func TestRunDisagreement(t *testing.T) {
 }
 
 func TestRunTargetsAndFilter(t *testing.T) {
-	dir := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_a if true\n\ntest_b if false\n\ntest_b if true\n"})
+	dir := fixture.WriteTree(t, map[string]string{"p.rego": "package p\n\ntest_a if true\n\ntest_b if false\n\ntest_b if true\n"})
 	tests := []struct {
 		name    string
 		opts    policytest.Options
@@ -235,7 +219,7 @@ func TestRunPolicyErrors(t *testing.T) {
 				tt.src = "package p\n\ntest_x if true\n"
 				opts.Run = "("
 			}
-			opts.Paths = []string{writeFiles(t, map[string]string{"p.rego": tt.src})}
+			opts.Paths = []string{fixture.WriteTree(t, map[string]string{"p.rego": tt.src})}
 			_, err := policytest.Run(t.Context(), opts)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want %q", err, tt.want)

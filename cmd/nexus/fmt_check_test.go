@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 const (
@@ -42,7 +44,7 @@ func TestFmtCommand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := writeFiles(t, tt.files)
+			dir := fixture.WriteTree(t, tt.files)
 			args := []string{"fmt"}
 			for _, a := range tt.args {
 				args = append(args, strings.ReplaceAll(a, "DIR", dir))
@@ -107,7 +109,7 @@ is_admin(user) if user in data.admins
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := writeFiles(t, tt.files)
+			dir := fixture.WriteTree(t, tt.files)
 			args := []string{"check"}
 			for _, a := range tt.args {
 				args = append(args, strings.ReplaceAll(a, "DIR", dir))

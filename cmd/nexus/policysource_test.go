@@ -12,23 +12,9 @@ import (
 	"github.com/open-policy-agent/opa/v1/compile"
 
 	"github.com/nexuspdp/nexus/pdp"
-)
 
-// writeFiles writes name -> content under a new directory and returns it.
-func writeFiles(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
+	"github.com/nexuspdp/nexus/internal/fixture"
+)
 
 // opaBuildBundle writes the bundle `opa build --bundle dir` writes (OPA's
 // compile package, the code behind the command, and its bundle writer) and
@@ -66,7 +52,7 @@ authz.decision := {"allow": data.users[input.subject.id].active}
 }
 
 func TestLoadPolicySources(t *testing.T) {
-	src := writeFiles(t, envoyPolicy)
+	src := fixture.WriteTree(t, envoyPolicy)
 	archive := opaBuildBundle(t, src)
 	tests := []struct {
 		name     string
@@ -92,7 +78,7 @@ func TestLoadPolicySources(t *testing.T) {
 }
 
 func TestEvalPolicySources(t *testing.T) {
-	src := writeFiles(t, envoyPolicy)
+	src := fixture.WriteTree(t, envoyPolicy)
 	archive := opaBuildBundle(t, src)
 	input := `{"subject": {"id": "ann"}}`
 	for _, tt := range []struct {
@@ -102,7 +88,7 @@ func TestEvalPolicySources(t *testing.T) {
 		{"OPA bundle", archive, `"allow": true`, false},
 		{"directory", src, `"allow": true`, false},
 		{"rego file without its data", filepath.Join(src, "nexus", "policy.rego"), "undefined", false},
-		{"bad archive", writeFiles(t, map[string]string{"x.tar.gz": "junk"}) + "/x.tar.gz", "x.tar.gz: bundle: invalid bundle: gzip", true},
+		{"bad archive", fixture.WriteTree(t, map[string]string{"x.tar.gz": "junk"}) + "/x.tar.gz", "x.tar.gz: bundle: invalid bundle: gzip", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, err := runNexus(t, input, "eval", "-b", tt.policy, "-e", "nexus/authz/decision", "-i", "-")

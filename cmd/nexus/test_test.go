@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 const testedPolicy = `package authz
@@ -19,7 +21,7 @@ allow if {
 `
 
 func TestTestCommand(t *testing.T) {
-	good := writeFiles(t, map[string]string{
+	good := fixture.WriteTree(t, map[string]string{
 		"authz.rego": testedPolicy,
 		"data.json":  `{"admins": ["ann"]}`,
 		"authz_test.rego": `package authz_test
@@ -35,7 +37,7 @@ test_check_mocked if authz.allow with input as {"user": "u", "method": "GET", "o
 test_store if not authz.allow with input as {"user": "user:carol", "method": "GET", "object": "file:report.pdf"}
 `,
 	})
-	failing := writeFiles(t, map[string]string{
+	failing := fixture.WriteTree(t, map[string]string{
 		"p.rego": `package p
 
 test_ok if true
@@ -46,9 +48,9 @@ test_wrong if {
 }
 `,
 	})
-	skipped := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_ok if true\n\ntodo_test_later if false\n"})
-	badParse := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_x if {\n\tinput.a ==\n}\n"})
-	badType := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_x if nexus.check(\"a\", \"b\")\n"})
+	skipped := fixture.WriteTree(t, map[string]string{"p.rego": "package p\n\ntest_ok if true\n\ntodo_test_later if false\n"})
+	badParse := fixture.WriteTree(t, map[string]string{"p.rego": "package p\n\ntest_x if {\n\tinput.a ==\n}\n"})
+	badType := fixture.WriteTree(t, map[string]string{"p.rego": "package p\n\ntest_x if nexus.check(\"a\", \"b\")\n"})
 	demo := t.TempDir()
 	if _, err := runNexus(t, "", "rel", "schema", "write", "../../defaults/drive/schema.yaml", "--data-dir="+demo); err != nil {
 		t.Fatal(err)
@@ -56,7 +58,7 @@ test_wrong if {
 	if _, err := runNexus(t, "", "rel", "import", "../../defaults/drive/tuples.txt", "--data-dir="+demo); err != nil {
 		t.Fatal(err)
 	}
-	storeTest := writeFiles(t, map[string]string{
+	storeTest := fixture.WriteTree(t, map[string]string{
 		"authz.rego": testedPolicy,
 		"t_test.rego": `package t_test
 
@@ -144,7 +146,7 @@ test_bob_reads if authz.allow with input as {"user": "user:bob", "method": "GET"
 
 // A test on which the targets disagree fails loudly, naming the test.
 func TestTestCommandDisagreement(t *testing.T) {
-	dir := writeFiles(t, map[string]string{"p.rego": "package p\n\ntest_one if true\n\ntest_two if 1 < 2\n"})
+	dir := fixture.WriteTree(t, map[string]string{"p.rego": "package p\n\ntest_one if true\n\ntest_two if 1 < 2\n"})
 	afterWasmHook = func(test string, res []byte, err error) ([]byte, error) {
 		if test == "data.p.test_two" {
 			return []byte("false"), nil
@@ -180,7 +182,7 @@ func TestTestCommandDisagreement(t *testing.T) {
 // store builtin that fails aborts the Wasm evaluation (nexus fails
 // closed).
 func TestTestCommandRealDisagreement(t *testing.T) {
-	dir := writeFiles(t, map[string]string{
+	dir := fixture.WriteTree(t, map[string]string{
 		"p.rego":      "package p\n\nallow if input.user == \"ann\"\n\nallow if nexus.check(\"file:x\", \"read\", input.user)\n",
 		"p_test.rego": "package p_test\n\nimport data.p\n\ntest_ann if p.allow with input as {\"user\": \"ann\"}\n",
 	})
