@@ -18,9 +18,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/util"
 )
 
-// signaturesFile is the name of a bundle's signatures.
-const signaturesFile = "/.signatures.json"
-
 // SignOptions says how to sign a bundle, as `opa build --signing-key` and
 // `opa sign` do.
 type SignOptions struct {
@@ -38,10 +35,18 @@ type SignOptions struct {
 	Scope string
 }
 
+// MaxSignBytes bounds each file Sign reads.
+const MaxSignBytes = 256 << 20
+
 // Sign returns the bundle archive with a /.signatures.json that signs
-// every file in it (a previous signature is replaced): a JWT listing each
-// file's SHA-256, as OPA hashes them (JSON files by their content, other
-// files by their bytes), signed with the key.
+// every file in it, as `opa sign` does: OPA's hasher takes each file's
+// SHA-256 (data and manifest files by their JSON or YAML content, others
+// by their bytes) and OPA's signer puts the list in a JWT signed with the
+// key. A previous signatures file, at any depth, is dropped, as OPA's
+// reader refuses a bundle with two. Every other entry is written back as
+// it was, header and bytes: OPA's bundle writer would merge the data files
+// into one /data.json, re-encode the manifest and drop files it does not
+// know.
 func Sign(tarball []byte, o SignOptions) ([]byte, error) {
 	if o.Key == "" {
 		return nil, errors.New("sign: no signing key")
@@ -49,67 +54,14 @@ func Sign(tarball []byte, o SignOptions) ([]byte, error) {
 	if o.KeyID == "" {
 		o.KeyID = "default"
 	}
-	type entry struct {
-		hdr  *tar.Header
-		body []byte
-	}
-	var entries []entry
-	gz, err := gzip.NewReader(bytes.NewReader(tarball))
+	entries, files, err := readToSign(tarball)
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
-	tr := tar.NewReader(gz)
-	hasher, err := opabundle.NewSignatureHasher(opabundle.SHA256)
-	if err != nil {
-		return nil, fmt.Errorf("sign: %w", err)
-	}
-	var files []opabundle.FileInfo
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sign: %w", err)
-		}
-		body, err := io.ReadAll(io.LimitReader(tr, MaxSignBytes+1))
-		if err != nil {
-			return nil, fmt.Errorf("sign: %w", err)
-		}
-		if len(body) > MaxSignBytes {
-			return nil, fmt.Errorf("sign: %s: %w", hdr.Name, ErrTooLarge)
-		}
-		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
-		switch {
-		case hdr.Typeflag == tar.TypeDir:
-			entries = append(entries, entry{hdr, nil})
-			continue
-		case hdr.Typeflag != tar.TypeReg:
-			return nil, fmt.Errorf("sign: %s: %w: not a regular file", hdr.Name, ErrUnsafeArchive)
-		case name == signaturesFile:
-			continue
-		}
-		entries = append(entries, entry{hdr, body})
-		var v any = body
-		if opabundle.IsStructuredDoc(name) {
-			if err := util.Unmarshal(body, &v); err != nil {
-				return nil, fmt.Errorf("sign: %s: %w", name, err)
-			}
-		}
-		sum, err := hasher.HashFile(v)
-		if err != nil {
-			return nil, fmt.Errorf("sign: %s: %w", name, err)
-		}
-		files = append(files, opabundle.NewFile(strings.TrimPrefix(name, "/"), hex.EncodeToString(sum), string(opabundle.SHA256)))
-	}
-	if err := gz.Close(); err != nil {
-		return nil, fmt.Errorf("sign: %w", err)
-	}
-
 	claims := o.ClaimsFile
 	if o.Scope != "" {
-		// OPA's signer reads extra claims from a file only: write one with
-		// the given claims and the scope.
+		// OPA's signer takes further claims from a file only: write one
+		// with the given claims and the scope.
 		tmp, cleanup, err := claimsWithScope(o.ClaimsFile, o.Scope, o.KeyID)
 		if err != nil {
 			return nil, err
@@ -121,56 +73,115 @@ func Sign(tarball []byte, o SignOptions) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
-	sig, err := json.Marshal(map[string][]string{"signatures": {token}})
+	sig, err := json.Marshal(opabundle.SignaturesConfig{Signatures: []string{token}})
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
+	hdr := &tar.Header{Name: "/.signatures.json", Mode: 0o644, Size: int64(len(sig)), Typeflag: tar.TypeReg}
+	if len(entries) > 0 {
+		hdr.ModTime = entries[0].hdr.ModTime
+	}
+	out, err := writeEntries(append(entries, tarFile{hdr, sig}))
+	if err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
+	}
+	return out, nil
+}
 
+// tarFile is an archive entry as read: a directory has no body.
+type tarFile struct {
+	hdr  *tar.Header
+	body []byte
+}
+
+// readToSign returns the archive's entries but its signatures, and the
+// signature's list of its files, each hashed as OPA hashes it.
+func readToSign(tarball []byte) ([]tarFile, []opabundle.FileInfo, error) {
+	hasher, err := opabundle.NewSignatureHasher(opabundle.SHA256)
+	if err != nil {
+		return nil, nil, err
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(tarball))
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := tar.NewReader(gz)
+	var entries []tarFile
+	var files []opabundle.FileInfo
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return entries, files, gz.Close()
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case hdr.Typeflag == tar.TypeDir:
+			entries = append(entries, tarFile{hdr, nil})
+			continue
+		case hdr.Typeflag != tar.TypeReg:
+			return nil, nil, fmt.Errorf("%s: %w: not a regular file", hdr.Name, ErrUnsafeArchive)
+		case opabundle.IsSignaturesFile(hdr.Name):
+			continue
+		}
+		body, err := io.ReadAll(io.LimitReader(tr, MaxSignBytes+1))
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(body) > MaxSignBytes {
+			return nil, nil, fmt.Errorf("%s: %w", hdr.Name, ErrTooLarge)
+		}
+		entries = append(entries, tarFile{hdr, body})
+		name := path.Clean("/" + strings.TrimPrefix(hdr.Name, "./"))
+		var doc any = body
+		if opabundle.IsStructuredDoc(name) {
+			if err := util.Unmarshal(body, &doc); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		sum, err := hasher.HashFile(doc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		files = append(files, opabundle.NewFile(strings.TrimPrefix(name, "/"), hex.EncodeToString(sum), string(opabundle.SHA256)))
+	}
+}
+
+// writeEntries writes entries as a gzipped tarball.
+func writeEntries(entries []tarFile) ([]byte, error) {
 	var out bytes.Buffer
 	zw := gzip.NewWriter(&out)
 	tw := tar.NewWriter(zw)
-	write := func(hdr *tar.Header, body []byte) error {
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		_, err := tw.Write(body)
-		return err
-	}
 	for _, e := range entries {
-		if err := write(e.hdr, e.body); err != nil {
-			return nil, fmt.Errorf("sign: %w", err)
+		if err := tw.WriteHeader(e.hdr); err != nil {
+			return nil, err
 		}
-	}
-	sigHdr := &tar.Header{Name: signaturesFile, Mode: 0o644, Size: int64(len(sig)), Typeflag: tar.TypeReg}
-	if len(entries) > 0 {
-		sigHdr.ModTime = entries[0].hdr.ModTime
-	}
-	if err := write(sigHdr, sig); err != nil {
-		return nil, fmt.Errorf("sign: %w", err)
+		if _, err := tw.Write(e.body); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("sign: %w", err)
+		return nil, err
 	}
 	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("sign: %w", err)
+		return nil, err
 	}
 	return out.Bytes(), nil
 }
 
-// MaxSignBytes bounds each file Sign reads.
-const MaxSignBytes = 256 << 20
-
-// claimsWithScope writes the claims of file (if any) with scope and keyid
-// to a temporary file.
+// claimsWithScope writes the claims of file (if any, read as OPA's signer
+// reads them) with scope, and keyid unless the file names one, to a
+// temporary file.
 func claimsWithScope(file, scope, keyID string) (string, func(), error) {
 	claims := map[string]any{}
 	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", nil, fmt.Errorf("sign: claims: %w", err)
-		}
-		if err := json.Unmarshal(b, &claims); err != nil {
+		var err error
+		if claims, err = opabundle.NewSigningConfig("", "", file).GetClaims(); err != nil {
 			return "", nil, fmt.Errorf("sign: claims %s: %w", file, err)
+		}
+		if claims == nil {
+			claims = map[string]any{}
 		}
 	}
 	claims["scope"] = scope
