@@ -18,6 +18,7 @@ import (
 	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
+	opastatus "github.com/nexuspdp/nexus/opacompat/status"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -44,7 +45,7 @@ type opaLogInputs struct {
 	Path, Query string
 	// Bundles returns the bundles' status for the status reports; nil when
 	// no bundle is downloaded.
-	Bundles func() []opalog.BundleStatus
+	Bundles func() []opastatus.Bundle
 	// Ready reports whether the server answers checks; nil means always.
 	Ready func() bool
 	// Logger receives operational logs.
@@ -64,7 +65,7 @@ type opaLogging struct {
 	// absent (nexus' own --decision-log is then unchanged).
 	Logger *opalog.Logger
 	// Reporter sends status reports; nil when status is absent.
-	Reporter *opalog.Reporter
+	Reporter *opastatus.Reporter
 	// Rules are the mask and drop entrypoints.
 	Rules opalog.Rules
 	// Labels are the labels events and reports carry.
@@ -101,7 +102,7 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 			}
 		}
 	}
-	sc, err := opalog.ParseStatus(in.Status, in.Services)
+	sc, err := opastatus.ParseConfig(in.Status, in.Services)
 	if err != nil {
 		if o.Logger != nil {
 			_ = o.Logger.Close(context.Background())
@@ -110,7 +111,7 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 	}
 	if sc != nil {
 		sc.Labels, sc.Bundles, sc.Ready, sc.DecisionLogs, sc.Logger = o.Labels, in.Bundles, in.Ready, o.Logger, in.Logger
-		o.Reporter = opalog.NewReporter(*sc)
+		o.Reporter = opastatus.New(*sc)
 	}
 	return o, nil
 }
@@ -142,7 +143,7 @@ func startOPALogging(c serveConfig, log *slog.Logger) (*opaLogging, error) {
 	in.Ready = ready.Load
 	syncer := new(atomic.Pointer[bundlesync.Syncer])
 	if c.opa.Config != nil && c.opa.Config.Bundles != nil {
-		in.Bundles = func() []opalog.BundleStatus { return bundleStatus(syncer.Load()) }
+		in.Bundles = func() []opastatus.Bundle { return bundleStatus(syncer.Load()) }
 	}
 	o, err := newOPALogging(in)
 	if err != nil {
@@ -216,14 +217,14 @@ func (o *opaLogging) activeRevision(revision string) bool {
 }
 
 // bundleStatus is the downloader's status as the status report takes it.
-func bundleStatus(s *bundlesync.Syncer) []opalog.BundleStatus {
+func bundleStatus(s *bundlesync.Syncer) []opastatus.Bundle {
 	if s == nil {
 		return nil
 	}
-	var out []opalog.BundleStatus
+	var out []opastatus.Bundle
 	for _, st := range s.Status() {
 		code, _ := strconv.Atoi(st.HTTPCode)
-		out = append(out, opalog.BundleStatus{
+		out = append(out, opastatus.Bundle{
 			Name: st.Name, ActiveRevision: st.ActiveRevision,
 			LastSuccessfulActivation: st.LastSuccessfulActivation, LastSuccessfulDownload: st.LastSuccessfulDownload,
 			LastSuccessfulRequest: st.LastSuccessfulRequest, LastRequest: st.LastRequest,
@@ -242,7 +243,7 @@ func checkOPALogSections(cfg *opaconfig.Config) error {
 			return err
 		}
 	}
-	_, err := opalog.ParseStatus(cfg.Status, cfg.Services)
+	_, err := opastatus.ParseConfig(cfg.Status, cfg.Services)
 	return err
 }
 

@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
-	"github.com/open-policy-agent/opa/v1/plugins/status"
+	statusplugin "github.com/open-policy-agent/opa/v1/plugins/status"
 	"google.golang.org/grpc/codes"
 
 	"github.com/nexuspdp/nexus/internal/version"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
-	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
+	opastatus "github.com/nexuspdp/nexus/opacompat/status"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -31,10 +31,10 @@ import (
 // configuration start a logger and a reporter with OPA's labels; the
 // reporter's first report reaches the control plane.
 func TestOPALogging(t *testing.T) {
-	reports := make(chan status.UpdateRequestV1, 4)
+	reports := make(chan statusplugin.UpdateRequestV1, 4)
 	cp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var rep status.UpdateRequestV1
+		var rep statusplugin.UpdateRequestV1
 		if r.URL.Path == "/status/" && json.Unmarshal(body, &rep) == nil {
 			reports <- rep
 		}
@@ -50,7 +50,7 @@ func TestOPALogging(t *testing.T) {
 		Services:     svcs,
 		Labels:       map[string]string{"region": "eu", "id": "mine"},
 		Bundle:       "authz",
-		Bundles:      func() []opalog.BundleStatus { return []opalog.BundleStatus{{Name: "authz", ActiveRevision: "r1"}} },
+		Bundles:      func() []opastatus.Bundle { return []opastatus.Bundle{{Name: "authz", ActiveRevision: "r1"}} },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestLoadPolicyCompilesLogRules(t *testing.T) {
 func TestRunOPADecisionLogs(t *testing.T) {
 	var mu sync.Mutex
 	var events []logs.EventV1
-	var reports []status.UpdateRequestV1
+	var reports []statusplugin.UpdateRequestV1
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -152,7 +152,7 @@ func TestRunOPADecisionLogs(t *testing.T) {
 			}
 			events = append(events, evs...)
 		case "/status/":
-			var rep status.UpdateRequestV1
+			var rep statusplugin.UpdateRequestV1
 			if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
 				http.Error(w, err.Error(), 400)
 				return

@@ -47,6 +47,7 @@ var rules = []rule{
 	{name: "transports do not import each other: forwardauth", from: "extauthz/internal/forwardauth", not: transportsBut("forwardauth")},
 	{name: "transports do not import each other: appapi", from: "extauthz/internal/appapi", not: transportsBut("appapi")},
 	{name: "transports do not import each other: admin", from: "extauthz/internal/admin", not: transportsBut("admin")},
+	{name: "the status reports know no bundle downloader", from: "opacompat/status", not: []string{"opacompat/bundles"}, deep: true},
 	{name: "internal/ holds leaf helpers and test support", from: "internal/...", except: []string{"internal/fixture/...", "internal/archtest"}, not: outsideInternal()},
 	{name: "only the command composes the whole", from: "...", except: []string{"cmd/..."}, not: []string{"cmd/..."}},
 }

@@ -79,7 +79,7 @@ type Config struct {
 	// buffer's drops.
 	QueueSize int
 	// OnStatus is called (from the uploader) when the upload status
-	// changes: a Reporter's Notify.
+	// changes: the status reporter's Notify (package status).
 	OnStatus func()
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger

@@ -1,6 +1,5 @@
-// Package decisionlogs writes nexus' decisions as OPA writes its decision logs
-// and reports nexus' status as OPA's status plugin does, so that a log
-// pipeline and a control plane built for OPA (and opa-envoy-plugin) take
+// Package decisionlogs writes nexus' decisions as OPA writes its decision
+// logs, so that a log pipeline built for OPA (and opa-envoy-plugin) takes
 // nexus' output unchanged.
 //
 // A Logger is a pdp.DecisionSink: the core hands it every decision (the
@@ -16,8 +15,9 @@
 //	p, err := pdp.New(ctx, pdp.Config{..., DecisionSink: lg})
 //	defer lg.Close(ctx)
 //
-// A Reporter POSTs OPA's status report (labels, bundles, plugin states,
-// decision log metrics) periodically and whenever Notify is called.
+// Package status reports the logger's upload status and counters
+// ([Logger.Status], [Logger.Metrics]) in OPA's status reports;
+// Config.OnStatus tells it when the upload status changes.
 //
 // # Caveats
 //

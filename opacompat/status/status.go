@@ -1,4 +1,4 @@
-package decisionlogs
+package status
 
 import (
 	"bytes"
@@ -8,15 +8,17 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
+	"github.com/nexuspdp/nexus/opacompat/decisionlogs"
 )
 
-// DefaultStatusInterval is how often a Reporter reports when nothing
+// DefaultInterval is how often a Reporter reports when nothing
 // prompts it sooner.
-const DefaultStatusInterval = 5 * time.Minute
+const DefaultInterval = 5 * time.Minute
 
 // Plugin states of the status report, OPA's.
 const (
@@ -25,9 +27,9 @@ const (
 	StateErr      = "ERROR"
 )
 
-// BundleStatus is the status of one bundle, the fields of OPA's bundle
+// Bundle is the status of one bundle, the fields of OPA's bundle
 // status.
-type BundleStatus struct {
+type Bundle struct {
 	Name                     string    `json:"name"`
 	ActiveRevision           string    `json:"active_revision,omitempty"`
 	LastSuccessfulActivation time.Time `json:"last_successful_activation"`
@@ -41,8 +43,8 @@ type BundleStatus struct {
 	HTTPCode int      `json:"http_code,omitempty"`
 }
 
-// StatusConfig configures a Reporter.
-type StatusConfig struct {
+// Config configures a Reporter.
+type Config struct {
 	// Labels identify this process (OPA's labels: id, version and the
 	// configured ones).
 	Labels map[string]string
@@ -54,26 +56,26 @@ type StatusConfig struct {
 	// OPA's console status logger prints it.
 	Console io.Writer
 	// Interval is how often to report when not prompted; zero means
-	// DefaultStatusInterval.
+	// DefaultInterval.
 	Interval time.Duration
 	// Bundles returns the bundles' status; nil means the report has no
 	// bundles and no "bundle" plugin. It is called from the reporter's
 	// goroutine.
-	Bundles func() []BundleStatus
+	Bundles func() []Bundle
 	// Ready reports whether the server answers checks (the
 	// envoy_ext_authz_grpc plugin's state), from the reporter's
 	// goroutine; nil means always.
 	Ready func() bool
 	// DecisionLogs is the decision logger whose status and counters the
 	// report carries; nil when decision logs are not configured.
-	DecisionLogs *Logger
+	DecisionLogs *decisionlogs.Logger
 	// Logger receives operational logs; nil discards them.
 	Logger *slog.Logger
 }
 
 // Reporter sends OPA status reports.
 type Reporter struct {
-	cfg    StatusConfig
+	cfg    Config
 	notify chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -82,10 +84,10 @@ type Reporter struct {
 
 var statusKeys = []string{"service", "partition_name", "console", "trigger"}
 
-// ParseStatus reads OPA's status section. Like OPA, with no service named
+// ParseConfig reads OPA's status section. Like OPA, with no service named
 // and no console, the only service configured receives the reports. It
 // returns nil when the section is absent or names nowhere to report to.
-func ParseStatus(raw json.RawMessage, services map[string]*opaconfig.Service) (*StatusConfig, error) {
+func ParseConfig(raw json.RawMessage, services map[string]*opaconfig.Service) (*Config, error) {
 	const where = "status"
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return nil, nil
@@ -95,7 +97,7 @@ func ParseStatus(raw json.RawMessage, services map[string]*opaconfig.Service) (*
 		return nil, err
 	}
 	var service, trigger string
-	cfg := &StatusConfig{}
+	cfg := &Config{}
 	var console bool
 	for key, dst := range map[string]any{"service": &service, "partition_name": &cfg.Partition, "console": &console, "trigger": &trigger} {
 		if err := opaconfig.Decode(where, m, key, dst); err != nil {
@@ -123,11 +125,11 @@ func ParseStatus(raw json.RawMessage, services map[string]*opaconfig.Service) (*
 	return cfg, nil
 }
 
-// NewReporter starts a Reporter: it reports at once, then every
+// New starts a Reporter: it reports at once, then every
 // Interval and whenever Notify is called.
-func NewReporter(cfg StatusConfig) *Reporter {
+func New(cfg Config) *Reporter {
 	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultStatusInterval
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -172,7 +174,7 @@ func (r *Reporter) Close(ctx context.Context) error {
 	case <-r.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("opalog: closing the status reporter: %w", ctx.Err())
+		return fmt.Errorf("status: closing the reporter: %w", ctx.Err())
 	}
 }
 
@@ -186,7 +188,7 @@ type pluginStatus struct {
 type statusReport struct {
 	Labels       map[string]string          `json:"labels"`
 	Bundles      map[string]json.RawMessage `json:"bundles,omitempty"`
-	DecisionLogs *UploadStatus              `json:"decision_logs,omitempty"`
+	DecisionLogs *decisionlogs.UploadStatus `json:"decision_logs,omitempty"`
 	Metrics      map[string]any             `json:"metrics,omitempty"`
 	Plugins      map[string]pluginStatus    `json:"plugins"`
 }
@@ -222,15 +224,15 @@ func (r *Reporter) Report() ([]byte, error) {
 	}
 	out, err := json.Marshal(&rep)
 	if err != nil {
-		return nil, fmt.Errorf("opalog: encoding the status report: %w", err)
+		return nil, fmt.Errorf("status: encoding the report: %w", err)
 	}
 	return out, nil
 }
 
 // encodeBundleStatus encodes b as OPA does, its errors as objects with a
 // message.
-func encodeBundleStatus(b *BundleStatus) (json.RawMessage, error) {
-	type plain BundleStatus
+func encodeBundleStatus(b *Bundle) (json.RawMessage, error) {
+	type plain Bundle
 	v := struct {
 		*plain
 		Errors []map[string]string `json:"errors,omitempty"`
@@ -240,7 +242,7 @@ func encodeBundleStatus(b *BundleStatus) (json.RawMessage, error) {
 	}
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("opalog: encoding bundle %q's status: %w", b.Name, err)
+		return nil, fmt.Errorf("status: encoding bundle %q's status: %w", b.Name, err)
 	}
 	return raw, nil
 }
@@ -279,3 +281,8 @@ func (r *Reporter) send(ctx context.Context) error {
 	}
 	return nil
 }
+
+// stdout writes to the process' standard output, looked up at each write.
+type stdout struct{}
+
+func (stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }

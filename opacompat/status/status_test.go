@@ -1,6 +1,7 @@
-package decisionlogs_test
+package status_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,10 +14,11 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/plugins"
-	"github.com/open-policy-agent/opa/v1/plugins/status"
+	statusplugin "github.com/open-policy-agent/opa/v1/plugins/status"
 
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
+	"github.com/nexuspdp/nexus/opacompat/status"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -25,7 +27,7 @@ import (
 type statusService struct {
 	srv     *httptest.Server
 	mu      sync.Mutex
-	reports []status.UpdateRequestV1
+	reports []statusplugin.UpdateRequestV1
 	paths   []string
 	errs    []string
 }
@@ -35,7 +37,7 @@ func newStatusService(t *testing.T) *statusService {
 	s := &statusService{}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var rep status.UpdateRequestV1
+		var rep statusplugin.UpdateRequestV1
 		err := json.Unmarshal(body, &rep)
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -51,12 +53,12 @@ func newStatusService(t *testing.T) *statusService {
 	return s
 }
 
-func (s *statusService) wait(t *testing.T, n int) ([]status.UpdateRequestV1, []string) {
+func (s *statusService) wait(t *testing.T, n int) ([]statusplugin.UpdateRequestV1, []string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		s.mu.Lock()
-		reps, paths, errs := append([]status.UpdateRequestV1(nil), s.reports...), append([]string(nil), s.paths...), s.errs
+		reps, paths, errs := append([]statusplugin.UpdateRequestV1(nil), s.reports...), append([]string(nil), s.paths...), s.errs
 		s.mu.Unlock()
 		if len(errs) > 0 {
 			t.Fatalf("status service: %v", errs)
@@ -80,7 +82,7 @@ func TestStatusReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := opalog.ParseStatus(json.RawMessage(`{"service": "cp", "partition_name": "edge"}`), svcs)
+	cfg, err := status.ParseConfig(json.RawMessage(`{"service": "cp", "partition_name": "edge"}`), svcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +108,11 @@ func TestStatusReports(t *testing.T) {
 	cfg.Interval = time.Hour
 	cfg.DecisionLogs = lg
 	cfg.Ready = ready.Load
-	cfg.Bundles = func() []opalog.BundleStatus {
-		return []opalog.BundleStatus{{Name: "authz", ActiveRevision: rev.Load().(string), LastSuccessfulActivation: activated,
+	cfg.Bundles = func() []status.Bundle {
+		return []status.Bundle{{Name: "authz", ActiveRevision: rev.Load().(string), LastSuccessfulActivation: activated,
 			LastSuccessfulDownload: activated, LastSuccessfulRequest: activated, LastRequest: activated, HTTPCode: 200}}
 	}
-	r := opalog.NewReporter(*cfg)
+	r := status.New(*cfg)
 	t.Cleanup(func() { _ = r.Close(t.Context()) })
 
 	reps, paths := ss.wait(t, 1)
@@ -152,7 +154,7 @@ func TestStatusReports(t *testing.T) {
 // console fields.
 func TestStatusConsole(t *testing.T) {
 	out := &syncBuffer{}
-	r := opalog.NewReporter(opalog.StatusConfig{Labels: map[string]string{"id": "p"}, Console: out, Interval: time.Hour})
+	r := status.New(status.Config{Labels: map[string]string{"id": "p"}, Console: out, Interval: time.Hour})
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.HasSuffix(out.String(), "\n") {
 		if time.Now().After(deadline) {
@@ -163,7 +165,7 @@ func TestStatusConsole(t *testing.T) {
 	if err := r.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	var rep status.UpdateRequestV1
+	var rep statusplugin.UpdateRequestV1
 	var fields map[string]any
 	line := strings.TrimSpace(out.String())
 	if err := json.Unmarshal([]byte(line), &rep); err != nil {
@@ -177,84 +179,15 @@ func TestStatusConsole(t *testing.T) {
 	}
 }
 
-func TestParseDecisionLogs(t *testing.T) {
-	svcs, err := opaconfig.ParseServices(json.RawMessage(`{"a": {"url": "http://a.example"}, "b": {"url": "http://b.example"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := map[string]*opaconfig.Service{"a": svcs["a"]}
-	tests := []struct {
-		name     string
-		raw      string
-		services map[string]*opaconfig.Service
-		check    func(t *testing.T, c opalog.Config, r opalog.Rules)
-		wantErr  string
-	}{
-		{name: "defaults", raw: `{"service": "a"}`, services: svcs, check: func(t *testing.T, c opalog.Config, r opalog.Rules) {
-			if c.Service != svcs["a"] || c.Resource != "/logs" || c.UploadSizeLimitBytes != 32768 || c.MinDelay != 300*time.Second ||
-				c.MaxDelay != 600*time.Second || c.BufferType != "size" || c.Console != nil || r.Mask != "system/log/mask" || r.Drop != "system/log/drop" {
-				t.Fatalf("%+v %+v", c, r)
-			}
-		}},
-		{name: "the only service", raw: `{}`, services: one, check: func(t *testing.T, c opalog.Config, _ opalog.Rules) {
-			if c.Service != svcs["a"] {
-				t.Fatal("no service")
-			}
-		}},
-		{name: "console only", raw: `{"console": true}`, services: svcs, check: func(t *testing.T, c opalog.Config, _ opalog.Rules) {
-			if c.Service != nil || c.Console == nil {
-				t.Fatalf("%+v", c)
-			}
-		}},
-		{name: "partition", raw: `{"service": "b", "partition_name": "p1", "resource": "/x"}`, services: svcs, check: func(t *testing.T, c opalog.Config, _ opalog.Rules) {
-			if c.Resource != "/logs/p1" || c.Service != svcs["b"] {
-				t.Fatalf("%+v", c)
-			}
-		}},
-		{name: "reporting", raw: `{"service": "a", "mask_decision": "/custom/mask", "drop_decision": "data/custom/drop", "reporting": {"buffer_type": "event", "buffer_size_limit_events": 50, "upload_size_limit_bytes": 10, "min_delay_seconds": 1, "max_delay_seconds": 2}}`, services: svcs,
-			check: func(t *testing.T, c opalog.Config, r opalog.Rules) {
-				if c.BufferType != "event" || c.BufferSizeLimitEvents != 50 || c.UploadSizeLimitBytes != 90 || c.MinDelay != time.Second || c.MaxDelay != 2*time.Second ||
-					r.Mask != "custom/mask" || r.Drop != "custom/drop" {
-					t.Fatalf("%+v %+v", c, r)
-				}
-			}},
-		{name: "ambiguous service", raw: `{}`, services: svcs, wantErr: "decision_logs.service: name a service"},
-		{name: "unknown service", raw: `{"service": "z"}`, services: svcs, wantErr: `no service named "z"`},
-		{name: "plugin", raw: `{"plugin": "x"}`, services: svcs, wantErr: "decision_logs.plugin: not supported by nexus"},
-		{name: "rate limit", raw: `{"service": "a", "reporting": {"max_decisions_per_second": 5}}`, services: svcs, wantErr: "decision_logs.reporting.max_decisions_per_second: not supported by nexus"},
-		{name: "unknown", raw: `{"servce": "a"}`, services: svcs, wantErr: "decision_logs.servce: unknown setting"},
-		{name: "manual trigger", raw: `{"service": "a", "reporting": {"trigger": "manual"}}`, services: svcs, wantErr: "not supported by nexus"},
-		{name: "bytes on the event buffer", raw: `{"service": "a", "reporting": {"buffer_type": "event", "buffer_size_limit_bytes": 5}}`, services: svcs, wantErr: "buffer_size_limit_bytes: applies to the \"size\" buffer type only"},
-		{name: "min without max", raw: `{"service": "a", "reporting": {"min_delay_seconds": 5}}`, services: svcs, wantErr: "min_delay_seconds needs max_delay_seconds"},
-		{name: "max below min", raw: `{"service": "a", "reporting": {"min_delay_seconds": 5, "max_delay_seconds": 4}}`, services: svcs, wantErr: "min_delay_seconds <= max_delay_seconds"},
-		{name: "bad buffer type", raw: `{"service": "a", "reporting": {"buffer_type": "disk"}}`, services: svcs, wantErr: `buffer_type: "disk"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, r, err := opalog.ParseDecisionLogs(json.RawMessage(tt.raw), tt.services)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, c, r)
-		})
-	}
-}
-
-func TestParseStatus(t *testing.T) {
+func TestParseConfig(t *testing.T) {
 	svcs, err := opaconfig.ParseServices(json.RawMessage(`{"a": {"url": "http://a.example"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := opalog.ParseStatus(nil, svcs); c != nil || err != nil {
+	if c, err := status.ParseConfig(nil, svcs); c != nil || err != nil {
 		t.Fatalf("absent: %v %v", c, err)
 	}
-	if c, err := opalog.ParseStatus(json.RawMessage(`{}`), svcs); err != nil || c.Service != svcs["a"] {
+	if c, err := status.ParseConfig(json.RawMessage(`{}`), svcs); err != nil || c.Service != svcs["a"] {
 		t.Fatalf("the only service: %+v %v", c, err)
 	}
 	for raw, want := range map[string]string{
@@ -264,8 +197,26 @@ func TestParseStatus(t *testing.T) {
 		`{"service": "b"}`:      `no service named "b"`,
 		`{"sevice": "a"}`:       "status.sevice: unknown setting",
 	} {
-		if _, err := opalog.ParseStatus(json.RawMessage(raw), svcs); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := status.ParseConfig(json.RawMessage(raw), svcs); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err %v, want %q", raw, err, want)
 		}
 	}
+}
+
+// syncBuffer is a console shared by the reporter's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
