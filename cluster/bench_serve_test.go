@@ -236,7 +236,7 @@ func policyPDP(b *testing.B, r *replica) *pdp.PDP {
 	b.Helper()
 	ctx := context.Background()
 	p, err := pdp.New(ctx, pdp.Config{
-		Engine: fixture.StoreEngine(b, r.store), Store: r.store, Relations: r.store, Deciders: fixture.Deciders(r.store), Policy: fixture.Bundle(b),
+		Engine: fixture.StoreEngine(b, r.store), Store: r.store, Relations: r.store, Policy: fixture.Bundle(b),
 		CacheDisabled: true, Revisions: r.Replica,
 	})
 	if err != nil {

@@ -119,9 +119,9 @@ func TestServeDefaultREADME(t *testing.T) {
 	start := time.Now()
 	p := nexusproc.Start(t, "", "127.0.0.1:8282", args...)
 	t.Logf("nexus serve ready after %v (time to first /readyz 200, including process start)", time.Since(start).Round(time.Millisecond))
-	// The embedded default policy is the one the server decides natively.
-	if l := policyLoadedLine(t, p); !strings.Contains(l, "native=true") {
-		t.Fatalf("the default policy is not decided natively: %s", l)
+	// The embedded default policy is the one loaded.
+	if l := policyLoadedLine(t, p); !strings.Contains(l, "revision=") {
+		t.Fatalf("the default policy's load names no revision: %s", l)
 	}
 
 	// The README has users export the application API key nexus serve
@@ -201,10 +201,12 @@ func policyLoadedLine(t *testing.T, p *nexusproc.Proc) string {
 	return ""
 }
 
-// TestServeWasmOnly: --wasm-only runs the default policy in its Wasm.
-func TestServeWasmOnly(t *testing.T) {
+// TestServeWasmOnlyDeprecated: --wasm-only, which every policy now
+// behaves as, still starts the server, which warns that it has no effect.
+func TestServeWasmOnlyDeprecated(t *testing.T) {
 	p := nexusproc.Start(t, "", "127.0.0.1:8282", append(readmeServeArgs(t), "--wasm-only")...)
-	if l := policyLoadedLine(t, p); !strings.Contains(l, "native=false") {
-		t.Fatalf("--wasm-only: %s", l)
+	policyLoadedLine(t, p)
+	if !strings.Contains(p.Output.String(), "--wasm-only (wasm_only) is deprecated and has no effect") {
+		t.Fatalf("--wasm-only: no deprecation warning in the server's log:\n%s", p.Output.String())
 	}
 }

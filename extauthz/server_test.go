@@ -60,17 +60,14 @@ func (s *syncBuffer) String() string {
 }
 
 // testConfig is what a test server is built from: the server's
-// configuration, the decision core's (Core) and WasmOnly, which leaves the
-// default policy's Go decider out as nexus serve --wasm-only does.
+// configuration and the decision core's (Core).
 type testConfig struct {
 	extauthz.Config
-	Core     pdp.Config
-	WasmOnly bool
+	Core pdp.Config
 }
 
 // build builds the decision core of c, as nexus serve does (over the
-// server's store, with its logger and registry, and the default policy's
-// Go decider unless WasmOnly), and a server over it, not started. The core
+// server's store, with its logger and registry), and a server over it, not started. The core
 // is closed when the test ends, after any shutdown of the server that a
 // cleanup registered later does.
 func (c testConfig) build(tb testing.TB) (*extauthz.Server, *pdp.PDP, error) {
@@ -86,8 +83,8 @@ func (c testConfig) build(tb testing.TB) (*extauthz.Server, *pdp.PDP, error) {
 	if core.Store == nil && c.Store != nil {
 		core.Store = c.Store
 	}
-	if !c.WasmOnly && c.Store != nil {
-		core.Relations, core.Deciders = c.Store, fixture.Deciders(c.Store)
+	if c.Store != nil {
+		core.Relations = c.Store
 	}
 	if core.Logger == nil {
 		core.Logger = c.Logger

@@ -34,13 +34,12 @@ var allowOnly = sync.OnceValues(func() (*bundle.Bundle, error) {
 
 // benchPolicy is a policy the server-side benchmarks run.
 type benchPolicy struct {
-	name     string
-	b        *bundle.Bundle
-	wasmOnly bool
+	name string
+	b    *bundle.Bundle
 }
 
 // benchPolicies are the policies the server-side benchmarks compare: the
-// default policy (decided natively, and in its Wasm) and the allow-only
+// default policy and the allow-only
 // baseline, on the same server and interface, so "above allow-only" is
 // the difference of two lines.
 func benchPolicies(b *testing.B) []benchPolicy {
@@ -49,7 +48,7 @@ func benchPolicies(b *testing.B) []benchPolicy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return []benchPolicy{{"default", fixture.Bundle(b), false}, {"default-wasm", fixture.Bundle(b), true}, {"allow-only", ao, false}}
+	return []benchPolicy{{"default", fixture.Bundle(b)}, {"allow-only", ao}}
 }
 
 // BenchmarkCheckServerSidePolicies is BenchmarkCheckServerSide for the
@@ -61,7 +60,6 @@ func BenchmarkCheckServerSidePolicies(b *testing.B) {
 				c.Core.CacheDisabled = !cache
 				c.Core.DecisionLog = nil
 				c.Core.Policy = pol.b
-				c.WasmOnly = pol.wasmOnly
 			})
 			for _, bc := range []struct {
 				name string
@@ -106,7 +104,6 @@ func BenchmarkHTTPServerSide(b *testing.B) {
 				c.Core.CacheDisabled = !cache
 				c.Core.DecisionLog = nil
 				c.Core.Policy = pol.b
-				c.WasmOnly = pol.wasmOnly
 			})
 			h := ts.srv.HTTPHandler()
 			for _, bc := range []struct{ name, path, body, want string }{

@@ -51,9 +51,6 @@ type suiteManifest struct {
 	// Default is nexus' default policy (with the demo store), decided at
 	// its Envoy entrypoint.
 	Default bool `json:"default"`
-	// WasmOnly runs nexus' decisions in the policy's Wasm even when nexus
-	// decides it natively (the default policy).
-	WasmOnly bool `json:"wasm_only"`
 	// Cases is the directory of the cases (NAME.json), relative to the
 	// policy's directory; empty means "cases".
 	Cases string `json:"cases"`
@@ -228,7 +225,6 @@ func newSuiteRig(tb testing.TB, p *suitePolicy) *suiteRig {
 	r.ts = newTestServer(tb, func(c *testConfig) {
 		c.Core.CacheDisabled = true
 		c.Core.DecisionLog = nil
-		c.WasmOnly = p.manifest.WasmOnly
 		if p.manifest.Default {
 			return // fixture.Bundle, the default policy
 		}

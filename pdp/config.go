@@ -16,7 +16,6 @@ import (
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/pdp/decider"
 )
 
 // Defaults of Config.
@@ -63,13 +62,6 @@ type Config struct {
 	// Relations is the store the engine's relationship builtins read; it
 	// answers ResourceTenant ("" for every resource when nil).
 	Relations builtins.Store `yaml:"-"`
-	// Deciders are offered each policy as it loads (decider.Factory):
-	// the first that accepts it decides its checks in Go, exactly as its
-	// Wasm would, several times faster, declining what it is not sure
-	// of; when none accepts (or there are none), the Wasm decides. Nexus'
-	// default policy brings its own (policy.Decider in
-	// defaults/policy).
-	Deciders []decider.Factory `yaml:"-"`
 	// Policy is the compiled policy. The core adds the schema's tenant
 	// roles (data.nexus.roles: role to grants) and each type's permissions
 	// (data.nexus.permissions) to its data before loading it, and again

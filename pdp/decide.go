@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/pdp/decider"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
 	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
@@ -54,43 +52,6 @@ type meta struct {
 	// start is when the core began, input building included (set only
 	// for a decision sink).
 	start time.Time
-	// fields, when set, is the check's fields: view's native decision
-	// decides from them, without an input document (envoyFields,
-	// checkFields), and the decision cache keys the check by them.
-	fields fieldsCheck
-}
-
-// fieldsCheck is a check the loaded policy's Go decider reads from its
-// fields.
-type fieldsCheck interface {
-	// decide is d's answer; ok false when d declines: the caller then
-	// builds the input document and decides on it.
-	decide(ctx context.Context, d decider.Decider) (a decider.Answer, ok bool)
-	// key appends what decide reads, the decision cache's key in place of
-	// the document.
-	key(d decider.Decider, dst []byte) []byte
-}
-
-// envoyCheck is a proxied request's fields (Envoy's or forward auth's).
-type envoyCheck input.Fields
-
-func (c *envoyCheck) decide(ctx context.Context, d decider.Decider) (decider.Answer, bool) {
-	return d.Envoy(ctx, (*decider.Request)(c))
-}
-
-func (c *envoyCheck) key(d decider.Decider, dst []byte) []byte {
-	return d.EnvoyKey(dst, (*decider.Request)(c))
-}
-
-// authzCheck is an application check's fields.
-type authzCheck decider.Check
-
-func (c *authzCheck) decide(ctx context.Context, d decider.Decider) (decider.Answer, bool) {
-	return d.Authz(ctx, (*decider.Check)(c))
-}
-
-func (c *authzCheck) key(d decider.Decider, dst []byte) []byte {
-	return d.AuthzKey(dst, (*decider.Check)(c))
 }
 
 // Envoy decides an Envoy CheckRequest with the envoy entrypoint, on the
@@ -112,14 +73,6 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
 	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse, UTF8Checked: utf8Checked}
 	tooLarge := !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes
-	if !tooLarge {
-		d, err, ok := p.envoyFields(ctx, iface, md, func(dst []byte, f *input.Fields) ([]byte, error) {
-			return input.EnvoyFields(dst, req, opts, f)
-		})
-		if ok {
-			return d, err
-		}
-	}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		if tooLarge {
 			return dst, ErrTooLarge
@@ -130,104 +83,12 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 	})
 }
 
-// envoyFields decides a proxied request natively from the fields the
-// default policy reads (which fields sets, checking the request as
-// building its input document checks it, with the same errors), without
-// writing the document, when the document has no other reader
-// (fieldsView): the loaded policy is the default one, decided natively,
-// and no decision sink takes the document. The decision cache keys it by
-// those fields. ok is false when it did not decide: the caller builds the
-// document and decides (the Wasm answers what the native decision does
-// not).
-func (p *PDP) envoyFields(ctx context.Context, iface string, md meta, fields func([]byte, *input.Fields) ([]byte, error)) (_ Decision, _ error, ok bool) {
-	ep := p.cfg.EnvoyEntrypoint
-	v := p.fieldsView(ep)
-	if v == nil {
-		return Decision{}, nil, false
-	}
-	f := p.fields.Get().(*input.Fields)
-	defer func() {
-		f.Headers, f.JWT = nil, nil
-		p.fields.Put(f)
-	}()
-	bp := p.buf()
-	buf, err := fields(*bp, f)
-	p.putBuf(bp, buf)
-	if err != nil {
-		p.CountError(iface, err)
-		return Decision{}, err, true
-	}
-	return p.decideFields(ctx, iface, ep, md, v, (*envoyCheck)(f))
-}
-
-// fieldsView is the loaded view if a check on entrypoint ep may be decided
-// from its fields (envoyFields, checkFields), nil if not: the loaded
-// policy's Go decider decides ep, and no decision sink takes the input
-// document. The decision cache keys such a check by the fields the
-// decision reads.
-func (p *PDP) fieldsView(ep string) *inputView {
-	v := p.view.Load()
-	if !v.decides(ep) || p.cfg.DecisionSink != nil {
-		return nil
-	}
-	return v
-}
-
-// decideFields decides natively a check whose fields fc were read for
-// view v; ok is false when the caller must build the input document and
-// decide on it.
-func (p *PDP) decideFields(ctx context.Context, iface, ep string, md meta, v *inputView, fc fieldsCheck) (_ Decision, _ error, ok bool) {
-	md.view, md.fields = v, fc
-	d, err := p.decide(ctx, iface, ep, nil, md, nil)
-	if err == errStale || err == errDeclined {
-		return Decision{}, nil, false
-	}
-	return d, err, true
-}
-
-// checkFields decides an application check natively from its fields,
-// without writing its input document, as envoyFields does a proxied
-// request: for a check without attributes or context (the native
-// decision reads none of those but the resource's attributes, and the
-// document path may refuse a map it cannot write) whose strings are
-// UTF-8 (the document writes others replaced). The one resource
-// attribute it takes is the tenant, as AuthZEN's resource.properties
-// carries it: {"tenant": the check's tenant}, which the native decision
-// reads as the document's.
-func (p *PDP) checkFields(ctx context.Context, iface string, md meta, c *Check) (_ Decision, _ error, ok bool) {
-	ep := p.cfg.AuthzEntrypoint
-	v := p.fieldsView(ep)
-	if v == nil || len(c.Subject.Attributes)+len(c.ActionAttributes)+len(c.Context) > 0 {
-		return Decision{}, nil, false
-	}
-	tenantAttr := len(c.Resource.Attributes) > 0
-	if tenantAttr {
-		t, ok := c.Resource.Attributes["tenant"].(string)
-		if len(c.Resource.Attributes) != 1 || !ok || t != c.Resource.Tenant {
-			return Decision{}, nil, false
-		}
-	}
-	f := authzCheck{Fields: [6]string{c.Subject.Type, c.Subject.ID, c.Action, c.Resource.Type, c.Resource.ID, c.Resource.Tenant}, TenantAttribute: tenantAttr}
-	for _, s := range f.Fields {
-		if !utf8.ValidString(s) {
-			return Decision{}, nil, false
-		}
-	}
-	return p.decideFields(ctx, iface, ep, md, v, &f)
-}
-
 // HTTP decides a proxied HTTP request (forward auth) from source (the
 // peer's address) with the envoy entrypoint, on the same input document
 // as Envoy's.
 func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source string) (Decision, error) {
 	md := meta{action: req.Method, resource: req.Path, envoy: true}
 	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse}
-	d, err, ok := p.envoyFields(ctx, iface, md, func(dst []byte, f *input.Fields) ([]byte, error) {
-		return input.HTTPFields(dst, req, source, opts, f)
-	})
-	if ok {
-		return d, err
-	}
 	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		o := opts
 		o.Keep = keep
@@ -249,9 +110,6 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 		}
 	}
 	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
-	if d, err, ok := p.checkFields(ctx, iface, md, c); ok {
-		return d, overBudget(ctx, err)
-	}
 	doc := c.Input()
 	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		if keep == nil {
@@ -345,8 +203,8 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole func([]byte, *prune.Tree) ([]byte, error)) (Decision, error) {
 	start := time.Now()
 	d, err := p.decideUncounted(ctx, entrypoint, input, &md)
-	if err == errStale || err == errDeclined {
-		return d, err // the caller builds the input (again)
+	if err == errStale {
+		return d, err // the caller builds the input again
 	}
 	elapsed := time.Since(start)
 	d.ID = p.decisionID()
@@ -466,8 +324,7 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 // decideUncounted decides input, written for view md.view (nil before a
 // policy is loaded), reading the result as opa-envoy-plugin does if
 // md.envoy. It returns errStale if the view is no longer the loaded one
-// when the decision is made, and errDeclined if the Go decider declined
-// md.fields.
+// when the decision is made.
 func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, md *meta) (d Decision, err error) {
 	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
@@ -494,12 +351,8 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		kb = strconv.AppendUint(kb, uint64(rev), 36)
 		kb = append(kb, '/')
 		kb = append(kb, entrypoint...)
-		if md.fields != nil {
-			kb = md.fields.key(v.decider, append(kb, resultKind(envoy), 1))
-		} else {
-			kb = append(kb, resultKind(envoy), 0)
-			kb = append(kb, input...)
-		}
+		kb = append(kb, resultKind(envoy))
+		kb = append(kb, input...)
 		// The lookup does not keep its key, so it reads the buffer in
 		// place; only a miss copies the key, to insert it.
 		r, hit := p.cache.GetIfPresent(unsafe.String(unsafe.SliceData(kb), len(kb)))
@@ -512,68 +365,26 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 			return d, nil
 		}
 	}
-	if md.fields != nil {
-		// The Go decider's answer is the decision: no result document
-		// to write and parse again. When it declines, the caller builds
-		// the input document, which the Wasm decides.
-		a, ok := md.fields.decide(ctx, v.decider)
-		if !ok {
-			return d, errDeclined
+	bp := p.buf()
+	// EvalTimeout bounds the evaluation through the engine's watchdog,
+	// without a timer per evaluation. Every input was written by this
+	// package's encoders (fuzzed to write UTF-8 JSON whatever the request
+	// held) or encoding/json: the engine need not scan it again.
+	out, err := p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, (*bp)[:0])
+	if err == nil {
+		d.Decision, err = p.parseResult(out, envoy)
+		if err == nil && p.cfg.DecisionSink != nil {
+			d.Raw = bytes.Clone(out)
 		}
-		d.Decision = answerDecision(&a)
-	} else {
-		bp := p.buf()
-		out, err := p.eval(ctx, entrypoint, input, (*bp)[:0], v)
-		if err == nil {
-			d.Decision, err = p.parseResult(out, envoy)
-			if err == nil && p.cfg.DecisionSink != nil {
-				d.Raw = bytes.Clone(out)
-			}
-		}
-		p.putBuf(bp, out)
-		if err != nil {
-			return d, err
-		}
+	}
+	p.putBuf(bp, out)
+	if err != nil {
+		return d, err
 	}
 	if cached {
 		p.cache.Set(key, d.Decision)
 	}
 	return d, nil
-}
-
-// eval evaluates entrypoint on input: the Go decider of view v answers
-// when it decides entrypoint and does not decline, else the Wasm.
-func (p *PDP) eval(ctx context.Context, entrypoint string, input, dst []byte, v *inputView) ([]byte, error) {
-	if v.decides(entrypoint) {
-		if out, ok := v.decider.Eval(ctx, entrypoint, input, dst); ok {
-			return out, nil
-		}
-	}
-	// EvalTimeout bounds the evaluation through the engine's watchdog,
-	// without a timer per evaluation. Every input was written by this
-	// package's encoders (fuzzed to write UTF-8 JSON whatever the request
-	// held) or encoding/json: the engine need not scan it again.
-	return p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, dst)
-}
-
-// answerDecision is the decision a Go decider's answer's result document
-// parses as (a.AppendJSON read by result.ParseEnvoy for an Envoy answer,
-// result.Parse otherwise), without the document.
-func answerDecision(a *decider.Answer) result.Decision {
-	d := result.Decision{Object: true, Allowed: a.Allowed, Reason: a.Reason, Subject: a.Subject}
-	if !a.Envoy {
-		return d
-	}
-	if a.NHeaders > 0 {
-		d.Headers = make([]result.Header, a.NHeaders)
-		for i, h := range a.Headers[:a.NHeaders] {
-			d.Headers[i] = result.Header{Key: h.Key, Value: h.Value}
-		}
-	}
-	if !a.Allowed {
-		d.HTTPStatus, d.Body = a.Status, a.Body
-	}
-	return d
 }
 
 // resultKind tells the two ways of reading a result apart in the keys of

@@ -50,10 +50,6 @@ var ErrOutcomeUnknown = errors.New("outcome unknown")
 // for another policy. Callers build the input again.
 var errStale = fmt.Errorf("%w: the policy changed during the decision", ErrNotReady)
 
-// errDeclined reports a check whose fields the loaded policy's Go
-// decider declined to decide: the caller builds its input document.
-var errDeclined = errors.New("pdp: the Go decider declined")
-
 // Errorf wraps sentinel with a message: errors.Is(err, sentinel) holds.
 func Errorf(sentinel error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))

@@ -2,12 +2,8 @@ package pdp
 
 import (
 	"fmt"
-	"reflect"
 	"sync"
 	"testing"
-
-	"github.com/nexuspdp/nexus/datastore/builtins"
-	"github.com/nexuspdp/nexus/pdp/internal/result"
 )
 
 // TestResultMemo: with more distinct results than the memo has slots, so
@@ -56,37 +52,5 @@ func TestResultMemo(t *testing.T) {
 	}
 	if e, _ := p.results.get(append([]byte{resultKind(false)}, bad...)); e != nil {
 		t.Fatalf("a result that failed to parse was memoised: %+v", e.d)
-	}
-}
-
-// TestAnswerDecision: a native answer's decision is the one its result
-// document parses as, for every shape of answer (Envoy's allow, its
-// denials with a status, a body and one or two headers, an application
-// check's allow and denial).
-func TestAnswerDecision(t *testing.T) {
-	json := builtins.Header{Key: "content-type", Value: "application/json"}
-	for _, a := range []builtins.Answer{
-		{Envoy: true, Allowed: true, Reason: "rebac", Subject: `a"<b`, NHeaders: 2,
-			Headers: [2]builtins.Header{{Key: "x-nexus-decision", Value: "rebac"}, {Key: "x-nexus-subject", Value: `a"<b`}}},
-		{Envoy: true, Reason: "no_grant", Subject: "bob", Status: 403, Body: `{"error":"forbidden"}`, NHeaders: 2,
-			Headers: [2]builtins.Header{json, {Key: "x-nexus-decision", Value: "no_grant"}}},
-		{Envoy: true, Reason: "no_subject", Status: 401, Body: "{}", NHeaders: 2,
-			Headers: [2]builtins.Header{json, {Key: "www-authenticate", Value: `Bearer realm="nexus"`}}},
-		{Envoy: true, Reason: "invalid_request", Status: 400, Body: "{}", NHeaders: 1, Headers: [2]builtins.Header{json}},
-		{Allowed: true, Reason: "rbac"},
-		{Reason: "tenant_mismatch"},
-	} {
-		parse := result.Parse
-		if a.Envoy {
-			parse = result.ParseEnvoy
-		}
-		doc := a.AppendJSON(nil)
-		want, err := parse(doc)
-		if err != nil {
-			t.Fatalf("%s: %v", doc, err)
-		}
-		if got := answerDecision(&a); !reflect.DeepEqual(got, want) {
-			t.Errorf("%s:\n got %+v\nwant %+v", doc, got, want)
-		}
 	}
 }

@@ -3,8 +3,6 @@ package pdp
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,9 +15,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/engine"
-	"github.com/nexuspdp/nexus/pdp/decider"
 	"github.com/nexuspdp/nexus/pdp/internal/decisionlog"
-	"github.com/nexuspdp/nexus/pdp/internal/input"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 	"github.com/nexuspdp/nexus/pdp/internal/result"
 )
@@ -61,8 +57,6 @@ type PDP struct {
 	idPrefix [8]byte // random; the version-4 nibble set
 	idSeq    atomic.Uint64
 	bufs     sync.Pool
-	// fields holds *input.Fields for envoyFields.
-	fields sync.Pool
 }
 
 // inputView is the part of the input the loaded policy reads. Every load
@@ -80,15 +74,6 @@ type inputView struct {
 	// logRules lists the decision log's mask and drop entrypoints the
 	// bundle has.
 	logRules []string
-	// decider is the Go decider a configured factory returned for the
-	// bundle (Config.Deciders), nil when none accepted it.
-	decider decider.Decider
-}
-
-// decides reports whether the view has a Go decider that decides
-// entrypoint.
-func (v *inputView) decides(entrypoint string) bool {
-	return v != nil && v.decider != nil && v.decider.Decides(entrypoint)
 }
 
 // has reports whether the view's bundle has the log rule entrypoint.
@@ -110,7 +95,6 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 	_, _ = rand.Read(p.idPrefix[:])
 	p.idPrefix[6] = p.idPrefix[6]&0x0f | 0x40
 	p.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
-	p.fields.New = func() any { return new(input.Fields) }
 	if !cfg.CacheDisabled {
 		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize, Executor: inline})
 		if err != nil {
@@ -188,9 +172,8 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 			v.keep[ep] = prune.New(paths)
 		}
 	}
-	v.decider = p.chooseDecider(&nb)
 	if fresh {
-		p.cfg.Logger.Info("policy loaded", "revision", b.Manifest.Revision, "native", v.decider != nil)
+		p.cfg.Logger.Info("policy loaded", "revision", b.Manifest.Revision)
 	}
 	p.view.Store(v)
 	rev := b.Manifest.Revision
@@ -201,33 +184,6 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	}
 	p.ready.Store(true)
 	return nil
-}
-
-// chooseDecider offers the bundle b, as loaded, to the configured
-// decider factories: the first that accepts it decides its checks in Go;
-// nil when none does (the Wasm decides).
-func (p *PDP) chooseDecider(b *bundle.Bundle) decider.Decider {
-	if len(p.cfg.Deciders) == 0 {
-		return nil
-	}
-	sum := sha256.Sum256(b.Wasm)
-	pol := &decider.Policy{
-		WasmSHA256: hex.EncodeToString(sum[:]), Data: b.Data,
-		EnvoyEntrypoint: p.cfg.EnvoyEntrypoint, AuthzEntrypoint: p.cfg.AuthzEntrypoint,
-	}
-	for _, f := range p.cfg.Deciders {
-		if d := f(pol); d != nil {
-			return d
-		}
-	}
-	return nil
-}
-
-// Native reports whether a Go decider (Config.Deciders) decides the
-// loaded policy's checks, rather than its Wasm alone.
-func (p *PDP) Native() bool {
-	v := p.view.Load()
-	return v != nil && v.decider != nil
 }
 
 // CheckBundle reports whether b could be loaded as far as can be told

@@ -99,55 +99,6 @@ func wasmEvaluator(t *testing.T, store datastore.Store, b *bundle.Bundle, data [
 	}
 }
 
-// nativeCounts is the native evaluator and what it answered.
-type nativeCounts struct {
-	eval               evaluator
-	answered, deferred int
-	reasons            map[string]bool
-}
-
-// nativeEvaluator evaluates with a PDP that loaded the default policy (b)
-// with data raw (its own loading adds the schema's data, giving data): its
-// native evaluation when it answers (canonical JSON: keys sorted, the
-// value the Wasm writes, its keys in a hash table's order), else the
-// Wasm.
-func nativeEvaluator(t *testing.T, store datastore.Store, b *bundle.Bundle, raw, data []byte) *nativeCounts {
-	t.Helper()
-	ctx := context.Background()
-	p, err := pdp.New(ctx, pdp.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Deciders: fixture.Deciders(store), CacheDisabled: true,
-		Policy: &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: raw},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.Native() {
-		t.Fatal("the PDP does not recognise the default policy")
-	}
-	wasm := wasmEvaluator(t, store, b, data)
-	eps := map[string]string{"data.nexus.envoy.result": policy.EnvoyEntrypoint, "data.nexus.authz.decision": policy.AuthzEntrypoint}
-	n := &nativeCounts{reasons: map[string]bool{}}
-	n.eval = func(ctx context.Context, query string, in []byte) string {
-		out, ok := p.EvalNative(ctx, eps[query], in)
-		if !ok {
-			n.deferred++
-			return wasm(ctx, query, in)
-		}
-		n.answered++
-		var v any // canonical: keys sorted, as json.Marshal writes them
-		if err := json.Unmarshal(out, &v); err != nil {
-			t.Fatalf("the native evaluation writes %s: %v", out, err)
-		}
-		canon, _ := json.Marshal(v)
-		if !bytes.Equal(canon, out) {
-			t.Fatalf("the native evaluation writes %s, not canonical JSON (%s)", out, canon)
-		}
-		n.reasons[v.(map[string]any)["reason"].(string)] = true
-		return string(out)
-	}
-	return n
-}
-
 // TestDefaultPolicyMatchesReference: the default policy, whose route
 // matching, tenant resolution, RBAC and ReBAC are host builtins, decides
 // every request exactly as its reference specification (the same
@@ -225,13 +176,11 @@ func TestDefaultPolicyMatchesReference(t *testing.T) {
 			noTable := cloneJSON(t, nil, data)
 			delete(noTable["nexus"].(map[string]any), "route_table")
 			plain, _ := json.Marshal(noTable)
-			native := nativeEvaluator(t, store, fast, raw, data)
 			evals := []struct {
 				name string
 				eval evaluator
 			}{
 				{"reference (OPA)", regoEvaluator(t, store, reference.FS, data)},
-				{"default (nexus native, else nexus Wasm)", native.eval},
 				{"default (nexus Wasm)", wasmEvaluator(t, store, fast, data)},
 				{"default (OPA)", regoEvaluator(t, store, policy.FS, data)},
 				{"default without the server's route table (nexus Wasm)", wasmEvaluator(t, store, fast, plain)},
@@ -284,14 +233,6 @@ func TestDefaultPolicyMatchesReference(t *testing.T) {
 			if raceEnabled {
 				return // a sample need not reach every outcome
 			}
-			// The native evaluation answers the requests a server builds
-			// (it defers to the Wasm on some of the odd shapes only).
-			for _, r := range want {
-				if r != "error" && !native.reasons[r] {
-					t.Errorf("the native evaluation answered no request decided %q (it answered %v)", r, native.reasons)
-				}
-			}
-			t.Logf("native evaluation: %d answered, %d deferred to the Wasm", native.answered, native.deferred)
 			for _, r := range want {
 				if !reasons[r] {
 					t.Errorf("no request was decided %q (outcomes: %v)", r, reasons)

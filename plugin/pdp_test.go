@@ -93,7 +93,7 @@ func startPDP(t *testing.T) (admin string, store *datastore.BoltStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pdp.New(ctx, pdp.Config{Engine: eng, Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b})
+	p, err := pdp.New(ctx, pdp.Config{Engine: eng, Store: store, Relations: store, Policy: b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,6 @@ import (
 	"github.com/nexuspdp/nexus/internal/version"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
-	"github.com/nexuspdp/nexus/pdp/decider"
 	"github.com/nexuspdp/nexus/policyload"
 	"github.com/nexuspdp/nexus/savedpolicy"
 )
@@ -55,7 +54,7 @@ type serveConfig struct {
 	Schema               string        `yaml:"schema"`
 	Entrypoints          []string      `yaml:"entrypoints"`
 	DecisionLog          string        `yaml:"decision_log"`
-	WasmOnly             bool          `yaml:"wasm_only"`
+	WasmOnly             bool          `yaml:"wasm_only"` // deprecated, no effect
 	BundleDataLimit      int64         `yaml:"bundle_data_limit"`
 	HTTPStdOnly          bool          `yaml:"http_std_only"` // deprecated, no effect
 	LogLevel             string        `yaml:"log_level"`
@@ -147,7 +146,8 @@ func addServeFlags(f *pflag.FlagSet, c *serveConfig) {
 	f.StringVar(&c.DecisionLog, "decision-log", "", `decision log: "stdout", "stderr" or a file path (default off)`)
 	f.IntVar(&c.Core.CacheSize, "cache-size", pdp.DefaultCacheSize, "decision cache entries")
 	f.BoolVar(&c.Core.CacheDisabled, "no-cache", false, "disable the decision cache")
-	f.BoolVar(&c.WasmOnly, "wasm-only", false, "run the default policy in its Wasm too (by default nexus decides it natively, exactly as its Wasm would)")
+	f.BoolVar(&c.WasmOnly, "wasm-only", false, "deprecated, no effect: every policy, the default one included, runs in Wasm")
+	_ = f.MarkDeprecated("wasm-only", "every policy, the default one included, runs in Wasm")
 	f.BoolVar(&c.Core.CacheNondeterministic, "cache-nondeterministic", false, "also cache decisions of policies that call non-deterministic builtins (time.now_ns, rand.intn, http.send, ...) or whose bundle does not say (opa build): one answer per input until the policy or the data changes, an opt-in like OPA's http.send cache option")
 	f.DurationVar(&c.Core.EvalTimeout, "eval-timeout", pdp.DefaultEvalTimeout, "deadline of one evaluation")
 	f.Int64Var(&c.Core.MaxBodyBytes, "max-body-bytes", pdp.DefaultMaxBodyBytes, "largest request body accepted")
@@ -247,6 +247,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	warnOPA(log, c)
 	if c.HTTPStdOnly {
 		log.Warn("--http-std-only (http_std_only) is deprecated and has no effect: the HTTP listeners are always served by Go's net/http")
+	}
+	if c.WasmOnly {
+		log.Warn("--wasm-only (wasm_only) is deprecated and has no effect: every policy, the default one included, runs in Wasm")
 	}
 	defer gctune.Tune(gctune.DefaultHeadroom, log).Stop()
 
@@ -465,7 +468,7 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 			}
 			switch {
 			case strings.HasSuffix(p, ".rego"):
-				mods[p] = string(b) // as compiled everywhere: the Wasm is then the one policy.WasmSHA256 names
+				mods[p] = string(b)
 			case p == "data.json":
 				data = b
 			}
@@ -480,16 +483,12 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 }
 
 // core is the decision core's configuration: serve's settings of it, the
-// policy bundle over the engine and the store, with the default
-// policy's Go decider unless --wasm-only (which also leaves the resource
-// tenants the store holds out of the application checks, as the Wasm
-// alone reads them through the policy).
+// policy bundle over the engine and the store, whose relationships the
+// builtins read.
 func (c serveConfig) core(eng *engine.Engine, store datastore.Store, b *bundle.Bundle, dlog io.Writer, log *slog.Logger) pdp.Config {
 	core := c.Core
 	core.Engine, core.Store, core.Policy, core.DecisionLog, core.Logger = eng, store, b, dlog, log
-	if !c.WasmOnly {
-		core.Relations, core.Deciders = store, []decider.Factory{policy.Decider(store)}
-	}
+	core.Relations = store
 	return core
 }
 

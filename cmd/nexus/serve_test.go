@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -136,19 +133,5 @@ func TestLoadPolicy(t *testing.T) {
 	def, err := loadPolicy(ctx, serveConfig{Core: pdp.Config{EnvoyEntrypoint: "nexus/envoy/result", AuthzEntrypoint: "nexus/authz/decision"}})
 	if err != nil || !slices.Contains(def.Manifest.Entrypoints, "nexus/envoy/result") || !slices.Contains(def.Manifest.Entrypoints, "nexus/authz/decision") {
 		t.Fatalf("embedded default: entrypoints %v, err %v", def.Manifest.Entrypoints, err)
-	}
-}
-
-// TestDefaultPolicyIsNative: the default policy `nexus serve` compiles is
-// the module the decision core recognises (policy.WasmSHA256) and decides
-// natively.
-func TestDefaultPolicyIsNative(t *testing.T) {
-	b, err := loadPolicy(t.Context(), serveConfig{Core: pdp.Config{EnvoyEntrypoint: pdp.DefaultEnvoyEntrypoint, AuthzEntrypoint: pdp.DefaultAuthzEntrypoint}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(b.Wasm)
-	if got := hex.EncodeToString(sum[:]); got != policy.WasmSHA256 {
-		t.Fatalf("the default policy's Wasm is %s, the core recognises %s", got, policy.WasmSHA256)
 	}
 }

@@ -2,7 +2,7 @@ package builtins
 
 import "testing"
 
-// TestAnswerJSON: every answer the native decisions give is written as
+// TestAnswerJSON: every answer nexus.envoy_decide gives is written as
 // the default policy's Wasm writes it, byte for byte (canonical JSON).
 func TestAnswerJSON(t *testing.T) {
 	for _, c := range []struct {

@@ -113,8 +113,7 @@ func envoyResult(r reader, dst []byte, t *Table, req *envoyRequest, path []strin
 	return a.AppendJSON(dst), nil
 }
 
-// envoyAnswer is the answer to req: the default policy's native
-// evaluation (DefaultPolicy) answers with it.
+// envoyAnswer is nexus.envoy_decide's answer to req.
 func envoyAnswer(r reader, t *Table, req *envoyRequest, path []string) (Answer, error) {
 	m, ok, err := t.route(req.method, path)
 	if err != nil {

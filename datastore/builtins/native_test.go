@@ -15,7 +15,7 @@ import (
 // over it reads through the Store's methods, one call at a time.
 type perCall struct{ *datastore.BoltStore }
 
-// TestDefaultPolicyView: the native decisions answer the same over a
+// TestDefaultPolicyView: the default policy answers the same over a
 // *datastore.BoltStore (one View per decision, the resource and the
 // subject read together) as over its methods, for allowed and denied
 // requests, tenants claimed, stored, missing or mismatched, userset
@@ -51,8 +51,8 @@ func TestDefaultPolicyView(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := benchTable()
-	view := newDefaultPolicy(s, table, "x-user", "x-tenant")
-	calls := newDefaultPolicy(perCall{s}, table, "x-user", "x-tenant")
+	view := newDefaultPolicy(t, s, table, "x-user", "x-tenant")
+	calls := newDefaultPolicy(t, perCall{s}, table, "x-user", "x-tenant")
 	envoy := func(method, user, tenant string, path string) string {
 		h := `"x-user":"` + user + `"`
 		if tenant != "" {

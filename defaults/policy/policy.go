@@ -25,10 +25,3 @@ const (
 	// AuthzEntrypoint answers application checks with {"allow", "reason"}.
 	AuthzEntrypoint = "nexus/authz/decision"
 )
-
-// WasmSHA256 is the SHA-256 digest (hex) of the Wasm module nexus compiles
-// this policy to, with these two entrypoints: a bundle with this module is
-// the default policy, whatever its data, and the server decides it
-// natively (see the RATIONALE). A test fails when a compiler change
-// changes the module.
-const WasmSHA256 = "bc3f013fe1426f29e866fca118fb1392c2b176fd49356fa24ee5a8aa2ec4879e"

@@ -236,7 +236,7 @@ func newStack(t *testing.T, modules map[string]string, cfg opalog.Config) *stack
 		t.Fatal(err)
 	}
 	p, err := pdp.New(ctx, pdp.Config{
-		Engine: eng, Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b,
+		Engine: eng, Store: store, Relations: store, Policy: b,
 		EnvoyEntrypoint: envoyPath, AuthzEntrypoint: appPath,
 		EvalTimeout:  5 * time.Second,
 		DecisionSink: lg,

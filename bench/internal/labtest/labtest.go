@@ -2,8 +2,7 @@
 // process, for the lab's tests: the one place in this module that
 // constructs a server. It reads the product's default policy and demo
 // data from the product's source tree (this module lives in its bench/
-// directory), and builds the decision core as nexus serve does, with the
-// default policy's Go decider.
+// directory), and builds the decision core as nexus serve does.
 //
 //	b, err := labtest.DefaultBundle()
 //	srv := labtest.Start(t, labtest.DemoStore(t), b, pdp.Config{}, extauthz.Config{AppAPIKey: key})
@@ -32,11 +31,9 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/datastore/schema"
-	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
-	"github.com/nexuspdp/nexus/pdp/decider"
 )
 
 // ProductDir is the product module's directory, or "" when this file's
@@ -149,8 +146,8 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // Start starts a server on store with policy b, the decision core's
-// settings core (its Engine, Store, Policy, Relations and Deciders, nexus
-// serve's, are set here) and the server's cfg (its PDP and Store are set
+// settings core (its Engine, Store, Policy and Relations, nexus serve's,
+// are set here) and the server's cfg (its PDP and Store are set
 // here; empty listener addresses become loopback port 0), stopped when the
 // test ends. The server owns store.
 func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, core pdp.Config, cfg extauthz.Config) *Server {
@@ -162,7 +159,7 @@ func Start(tb testing.TB, store *datastore.BoltStore, b *bundle.Bundle, core pdp
 		tb.Fatal(err)
 	}
 	core.Engine, core.Store, core.Policy = eng, store, b
-	core.Relations, core.Deciders = store, []decider.Factory{policy.Decider(store)}
+	core.Relations = store
 	if cfg.Registerer == nil {
 		reg := extauthz.NewRegistry()
 		cfg.Registerer, cfg.Gatherer = reg, reg

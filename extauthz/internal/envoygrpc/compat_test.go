@@ -147,7 +147,7 @@ func compatServer(t *testing.T, dir string) authv3.AuthorizationClient {
 	}
 	store := fixture.DemoStore(t)
 	p, err := pdp.New(ctx, pdp.Config{
-		Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Deciders: fixture.Deciders(store), Policy: b,
+		Engine: fixture.StoreEngine(t, store), Store: store, Relations: store, Policy: b,
 		EnvoyEntrypoint: compatPath, AuthzEntrypoint: pdp.Disabled,
 	})
 	if err != nil {
