@@ -6,6 +6,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nexuspdp/nexus/internal/exitcode"
 )
 
 // Output formats of the commands scripts read (--format).
@@ -22,7 +24,7 @@ func formatFlag(cmd *cobra.Command, f *string) {
 // checkFormat refuses a --format other than pretty and json (exit 2).
 func checkFormat(cmd *cobra.Command, f string) error {
 	if f != formatPretty && f != formatJSON {
-		return usageError(cmd, fmt.Errorf("--format %q: want pretty or json", f))
+		return exitcode.UsageError(cmd, fmt.Errorf("--format %q: want pretty or json", f))
 	}
 	return nil
 }
@@ -34,5 +36,5 @@ func writeJSON(w io.Writer, v any) error {
 
 // denied is the error of a deny under --fail-deny (exit 3).
 func denied(format string, args ...any) error {
-	return &cliExitError{exitDenied, fmt.Errorf(format, args...)}
+	return exitcode.With(exitcode.Denied, fmt.Errorf(format, args...))
 }

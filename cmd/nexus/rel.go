@@ -18,6 +18,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/exitcode"
 )
 
 // relDataFile is the relationship store's file inside the data directory.
@@ -399,7 +400,7 @@ validated against the server's schema first, then written in writes of
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ro.url != "" {
 				if o.from != "" || o.compact {
-					return usageError(cmd, fmt.Errorf("--admin-url imports through a server: --from and --compact do not apply"))
+					return exitcode.UsageError(cmd, fmt.Errorf("--admin-url imports through a server: --from and --compact do not apply"))
 				}
 				return runRemoteImport(cmd, args[0], o, ro)
 			}
@@ -422,13 +423,13 @@ validated against the server's schema first, then written in writes of
 func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions) error {
 	ctx := cmd.Context()
 	if o.interval <= 0 {
-		return usageError(cmd, fmt.Errorf("--progress-interval %v: want a positive duration", o.interval))
+		return exitcode.UsageError(cmd, fmt.Errorf("--progress-interval %v: want a positive duration", o.interval))
 	}
 	fm := datastore.FormatForPath(name)
 	if o.format != "" {
 		var err error
 		if fm, err = datastore.ParseFormat(o.format); err != nil {
-			return usageError(cmd, err)
+			return exitcode.UsageError(cmd, err)
 		}
 	}
 	var in io.Reader = cmd.InOrStdin()
@@ -640,7 +641,7 @@ func newRelExportCmd(f *relFlags) *cobra.Command {
 			if format != "" {
 				var err error
 				if fm, err = datastore.ParseFormat(format); err != nil {
-					return usageError(cmd, err)
+					return exitcode.UsageError(cmd, err)
 				}
 			}
 			s, err := f.open(cmd.Context(), true)

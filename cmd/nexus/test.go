@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/internal/exitcode"
 	"github.com/nexuspdp/nexus/policytest"
 )
 
@@ -64,7 +65,7 @@ load or compile (errors as file:line:col: message).`,
 			}
 			targets, err := policytest.ParseTargets(target)
 			if err != nil {
-				return usageError(cmd, fmt.Errorf("--target: %w", err))
+				return exitcode.UsageError(cmd, fmt.Errorf("--target: %w", err))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -166,7 +167,7 @@ func testsVerdict(rep *policytest.Report, skipIsPass bool) error {
 		msg = append(msg, fmt.Sprintf("%d of %d tests did not pass", len(bad), len(rep.Results)))
 	}
 	msg = append(msg, disagree...)
-	return &cliExitError{exitTestsFailed, fmt.Errorf("test: %s", strings.Join(msg, "\n"))}
+	return exitcode.With(exitTestsFailed, fmt.Errorf("test: %s", strings.Join(msg, "\n")))
 }
 
 var statusWords = map[policytest.Status]string{

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/bench/internal/lab"
+	"github.com/nexuspdp/nexus/internal/exitcode"
 )
 
 func newGateCmd() *cobra.Command {
@@ -33,7 +34,7 @@ and authzen POST to the HTTP listener.`,
 			switch iface {
 			case lab.InterfaceGRPC, lab.InterfaceAllowed, lab.InterfaceAuthZEN:
 			default:
-				return usageError(cmd, fmt.Errorf("--interface %q: want grpc, allowed or authzen", iface))
+				return exitcode.UsageError(cmd, fmt.Errorf("--interface %q: want grpc, allowed or authzen", iface))
 			}
 			if err := checkFormat(cmd, format); err != nil {
 				return err
