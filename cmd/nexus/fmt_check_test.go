@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nexuspdp/nexus/internal/exitcode"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -53,7 +53,7 @@ func TestFmtCommand(t *testing.T) {
 			out, err := runNexus(t, tt.stdin, args...)
 			code := 0
 			if err != nil {
-				code = exitcode.Of(err)
+				code = cli.ExitCode(err)
 			}
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, tt.code, out)
@@ -118,7 +118,7 @@ is_admin(user) if user in data.admins
 			out, err := runNexus(t, "", args...)
 			code := 0
 			if err != nil {
-				code = exitcode.Of(err)
+				code = cli.ExitCode(err)
 			}
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, tt.code, out)

@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nexuspdp/nexus/internal/exitcode"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 func main() {
@@ -19,6 +19,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nexus:", err)
-		os.Exit(exitcode.Of(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }

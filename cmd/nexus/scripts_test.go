@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nexuspdp/nexus/internal/exitcode"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 // exitOf runs nexus and returns its output and exit status.
@@ -14,9 +14,9 @@ func exitOf(t *testing.T, stdin string, args ...string) (string, int) {
 	t.Helper()
 	out, err := runNexus(t, stdin, args...)
 	if err != nil {
-		return out, exitcode.Of(err)
+		return out, cli.ExitCode(err)
 	}
-	return out, exitcode.OK
+	return out, cli.ExitOK
 }
 
 // TestWrongInvocationExits2: every kind of wrong invocation, of every
@@ -53,13 +53,13 @@ func TestWrongInvocationExits2(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, code := exitOf(t, "", tt.args...)
-			if code != exitcode.Usage || !strings.Contains(out, tt.want) {
-				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, exitcode.Usage, tt.want, out)
+			if code != cli.ExitUsage || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, cli.ExitUsage, tt.want, out)
 			}
 		})
 	}
 	// A group without a subcommand prints its help and succeeds.
-	if out, code := exitOf(t, "", "rel"); code != exitcode.OK || !strings.Contains(out, "Available Commands") {
+	if out, code := exitOf(t, "", "rel"); code != cli.ExitOK || !strings.Contains(out, "Available Commands") {
 		t.Fatalf("nexus rel: exit %d\n%s", code, out)
 	}
 }
@@ -80,19 +80,19 @@ func TestRelCheckAndReadForScripts(t *testing.T) {
 		code int
 		want string // the whole output, or with "~" a substring of it
 	}{
-		{"allowed", []string{"rel", "check", "file:report.pdf", "read", "user:bob"}, exitcode.OK, "allowed\n"},
-		{"denied", []string{"rel", "check", "file:report.pdf", "read", "user:carol"}, exitcode.OK, "denied\n"},
-		{"denied-fails", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:carol"}, exitcode.Denied, "~denied: user:carol may not read file:report.pdf"},
-		{"allowed-fail-deny", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:bob"}, exitcode.OK, "allowed\n"},
-		{"json", []string{"rel", "check", "--format", "json", "file:report.pdf", "write", "user:bob"}, exitcode.OK, `{"allowed":false}` + "\n"},
-		{"json-fail-deny", []string{"rel", "check", "--format", "json", "--fail-deny", "file:report.pdf", "write", "user:bob"}, exitcode.Denied, `~{"allowed":false}`},
-		{"json-trace", []string{"rel", "check", "--format", "json", "--trace", "group:eng", "member", "user:dave"}, exitcode.OK,
+		{"allowed", []string{"rel", "check", "file:report.pdf", "read", "user:bob"}, cli.ExitOK, "allowed\n"},
+		{"denied", []string{"rel", "check", "file:report.pdf", "read", "user:carol"}, cli.ExitOK, "denied\n"},
+		{"denied-fails", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:carol"}, cli.ExitDenied, "~denied: user:carol may not read file:report.pdf"},
+		{"allowed-fail-deny", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:bob"}, cli.ExitOK, "allowed\n"},
+		{"json", []string{"rel", "check", "--format", "json", "file:report.pdf", "write", "user:bob"}, cli.ExitOK, `{"allowed":false}` + "\n"},
+		{"json-fail-deny", []string{"rel", "check", "--format", "json", "--fail-deny", "file:report.pdf", "write", "user:bob"}, cli.ExitDenied, `~{"allowed":false}`},
+		{"json-trace", []string{"rel", "check", "--format", "json", "--trace", "group:eng", "member", "user:dave"}, cli.ExitOK,
 			`{"allowed":true,"trace":{"kind":"relation","object":"group:eng","name":"member","result":true,"children":[{"kind":"tuple","name":"group:eng#member@user:dave","result":true}]}}` + "\n"},
-		{"unknown-permission", []string{"rel", "check", "file:report.pdf", "print", "user:bob"}, exitcode.Failure, "~print"},
-		{"read-json", []string{"rel", "read", "--format", "json", "--object", "file:report.pdf"}, exitcode.OK,
+		{"unknown-permission", []string{"rel", "check", "file:report.pdf", "print", "user:bob"}, cli.ExitFailure, "~print"},
+		{"read-json", []string{"rel", "read", "--format", "json", "--object", "file:report.pdf"}, cli.ExitOK,
 			`{"tuples":["file:report.pdf#parent@folder:q3","file:report.pdf#tenant@tenant:acme"]}` + "\n"},
-		{"read-json-empty", []string{"rel", "read", "--format", "json", "--subject", "user:nobody"}, exitcode.OK, `{"tuples":[]}` + "\n"},
-		{"read-pretty", []string{"rel", "read", "--object", "file:report.pdf", "--relation", "parent"}, exitcode.OK, "file:report.pdf#parent@folder:q3\n"},
+		{"read-json-empty", []string{"rel", "read", "--format", "json", "--subject", "user:nobody"}, cli.ExitOK, `{"tuples":[]}` + "\n"},
+		{"read-pretty", []string{"rel", "read", "--object", "file:report.pdf", "--relation", "parent"}, cli.ExitOK, "file:report.pdf#parent@folder:q3\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,22 +134,22 @@ number := 7
 		code  int
 		want  string
 	}{
-		{"bool-json", `{"user":"bob"}`, []string{"-e", "p/allow", "--format", "json"}, exitcode.OK, `{"result":true}` + "\n"},
-		{"bool-deny", `{"user":"eve"}`, []string{"-e", "p/allow", "--fail-deny"}, exitcode.Denied, "false\n"},
-		{"object-deny-json", `{"user":"eve"}`, []string{"-e", "p/result", "--fail-deny", "--format", "json"}, exitcode.Denied, `{"result":{"allowed":false}}` + "\n"},
-		{"object-allow", `{"user":"bob"}`, []string{"-e", "p/result", "--fail-deny"}, exitcode.OK, "{\n  \"allowed\": true\n}\n"},
-		{"undefined-json", `{"user":"eve"}`, []string{"-e", "p/maybe", "--format", "json"}, exitcode.OK, "{}\n"},
-		{"undefined-deny", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail-deny"}, exitcode.Denied, "undefined\n"},
-		{"undefined-fail", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail"}, exitcode.Failure, "undefined\n"},
-		{"not-a-decision", `{}`, []string{"-e", "p/number", "--fail-deny"}, exitcode.Failure, "7\n"},
+		{"bool-json", `{"user":"bob"}`, []string{"-e", "p/allow", "--format", "json"}, cli.ExitOK, `{"result":true}` + "\n"},
+		{"bool-deny", `{"user":"eve"}`, []string{"-e", "p/allow", "--fail-deny"}, cli.ExitDenied, "false\n"},
+		{"object-deny-json", `{"user":"eve"}`, []string{"-e", "p/result", "--fail-deny", "--format", "json"}, cli.ExitDenied, `{"result":{"allowed":false}}` + "\n"},
+		{"object-allow", `{"user":"bob"}`, []string{"-e", "p/result", "--fail-deny"}, cli.ExitOK, "{\n  \"allowed\": true\n}\n"},
+		{"undefined-json", `{"user":"eve"}`, []string{"-e", "p/maybe", "--format", "json"}, cli.ExitOK, "{}\n"},
+		{"undefined-deny", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail-deny"}, cli.ExitDenied, "undefined\n"},
+		{"undefined-fail", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail"}, cli.ExitFailure, "undefined\n"},
+		{"not-a-decision", `{}`, []string{"-e", "p/number", "--fail-deny"}, cli.ExitFailure, "7\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"eval", "-b", bundle, "-i", "-"}, tt.args...)
 			out, err := runNexus(t, tt.stdin, args...)
-			code := exitcode.OK
+			code := cli.ExitOK
 			if err != nil {
-				code = exitcode.Of(err)
+				code = cli.ExitCode(err)
 				out = strings.TrimSuffix(out, err.Error())
 			}
 			if code != tt.code || out != tt.want {

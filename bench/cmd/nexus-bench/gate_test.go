@@ -11,7 +11,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bench/internal/labtest"
 	"github.com/nexuspdp/nexus/extauthz"
-	"github.com/nexuspdp/nexus/internal/exitcode"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -26,9 +26,9 @@ func exitOf(t *testing.T, args ...string) (string, int) {
 	err := cmd.ExecuteContext(context.Background())
 	if err != nil {
 		errOut.WriteString(err.Error())
-		return out.String() + errOut.String(), exitcode.Of(err)
+		return out.String() + errOut.String(), cli.ExitCode(err)
 	}
-	return out.String() + errOut.String(), exitcode.OK
+	return out.String() + errOut.String(), cli.ExitOK
 }
 
 // TestWrongInvocationExits2: every kind of wrong invocation exits 2 and
@@ -49,8 +49,8 @@ func TestWrongInvocationExits2(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, code := exitOf(t, tt.args...)
-			if code != exitcode.Usage || !strings.Contains(out, tt.want) {
-				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, exitcode.Usage, tt.want, out)
+			if code != cli.ExitUsage || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, cli.ExitUsage, tt.want, out)
 			}
 		})
 	}
@@ -98,11 +98,11 @@ func TestGateForScripts(t *testing.T) {
 		wrongLine int
 		wrongErr  string
 	}{
-		{"grpc", []string{"--target", grpcAddr, "--file", right}, "", exitcode.OK, 2, 0, ""},
-		{"grpc-wrong", []string{"--target", grpcAddr, "--file", wrong}, "", exitcode.Failure, 1, 2, ""},
-		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-app-key-0123456789", "--file", right}, "", exitcode.OK, 2, 0, ""},
-		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-app-key-0123456789", exitcode.OK, 2, 0, ""},
-		{"allowed-no-key", []string{"--target", httpAddr, "--interface", "allowed", "--file", right}, "", exitcode.Failure, 0, 1, "401"},
+		{"grpc", []string{"--target", grpcAddr, "--file", right}, "", cli.ExitOK, 2, 0, ""},
+		{"grpc-wrong", []string{"--target", grpcAddr, "--file", wrong}, "", cli.ExitFailure, 1, 2, ""},
+		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-app-key-0123456789", "--file", right}, "", cli.ExitOK, 2, 0, ""},
+		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-app-key-0123456789", cli.ExitOK, 2, 0, ""},
+		{"allowed-no-key", []string{"--target", httpAddr, "--interface", "allowed", "--file", right}, "", cli.ExitFailure, 0, 1, "401"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +116,7 @@ func TestGateForScripts(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &a); err != nil {
 				t.Fatalf("not one line of JSON: %v\n%s", err, out)
 			}
-			if a.Checks != 2 || a.Right != tt.right || a.Passed != (tt.code == exitcode.OK) || a.File == "" || a.Interface == "" || a.Wrong == nil {
+			if a.Checks != 2 || a.Right != tt.right || a.Passed != (tt.code == cli.ExitOK) || a.File == "" || a.Interface == "" || a.Wrong == nil {
 				t.Fatalf("answer %+v", a)
 			}
 			if tt.wrongLine != 0 && (a.Wrong[0].Line != tt.wrongLine || !strings.Contains(a.Wrong[0].Error, tt.wrongErr)) {

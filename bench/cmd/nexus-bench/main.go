@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nexuspdp/nexus/internal/exitcode"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 func main() {
@@ -24,6 +24,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nexus-bench:", err)
-		os.Exit(exitcode.Of(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -1,27 +1,30 @@
-// Package exitcode holds the exit statuses that nexus and nexus-bench
-// keep, so that scripts can rely on them, and makes every wrong
-// invocation of a cobra command tree exit with [Usage].
+// Package cli holds what the nexus and nexus-bench commands keep alike
+// so that scripts can rely on them: the exit statuses, exit status 2 for
+// every wrong invocation of a cobra command tree, and the --format flag
+// (pretty or json).
 //
 //	root := &cobra.Command{Use: "nexus"}
-//	exitcode.Scriptable(root)
+//	cli.Scriptable(root)
 //	if err := root.Execute(); err != nil {
-//		os.Exit(exitcode.Of(err))
+//		os.Exit(cli.ExitCode(err))
 //	}
-package exitcode
+package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 )
 
 // Exit statuses every command keeps.
 const (
-	OK      = 0
-	Failure = 1 // the command failed (an error, a failed test)
-	Usage   = 2 // a wrong invocation: unknown command or flag, bad arguments or values
-	Denied  = 3 // a deny, with --fail-deny
+	ExitOK      = 0
+	ExitFailure = 1 // the command failed (an error, a failed test)
+	ExitUsage   = 2 // a wrong invocation: unknown command or flag, bad arguments or values
+	ExitDenied  = 3 // a deny, with --fail-deny
 )
 
 // exitError carries the process exit status of an error.
@@ -33,30 +36,30 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// With makes err (not nil) exit with code.
-func With(code int, err error) error { return &exitError{code, err} }
+// WithExit makes err (not nil) exit with code.
+func WithExit(code int, err error) error { return &exitError{code, err} }
 
-// Of is the exit status for err: what a command chose with [With], or
-// [Failure].
-func Of(err error) int {
+// ExitCode is the exit status for err: what a command chose with
+// [WithExit], or [ExitFailure].
+func ExitCode(err error) int {
 	var e *exitError
 	if errors.As(err, &e) {
 		return e.code
 	}
-	return Failure
+	return ExitFailure
 }
 
-// UsageError makes err a wrong invocation of cmd ([Usage]); an err that
-// already carries a status keeps it.
+// UsageError makes err a wrong invocation of cmd ([ExitUsage]); an err
+// that already carries a status keeps it.
 func UsageError(cmd *cobra.Command, err error) error {
 	var e *exitError
 	if errors.As(err, &e) {
 		return err
 	}
-	return &exitError{Usage, fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())}
+	return &exitError{ExitUsage, fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())}
 }
 
-// Scriptable makes every wrong invocation under root exit with [Usage]:
+// Scriptable makes every wrong invocation under root exit with [ExitUsage]:
 // an unknown command (also under a command group, where cobra would print
 // the help and succeed), an unknown or malformed flag, a missing required
 // flag, the wrong number of arguments.
@@ -103,4 +106,29 @@ func Scriptable(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// Output formats of the commands scripts read (--format).
+const (
+	FormatPretty = "pretty" // for people: the default
+	FormatJSON   = "json"   // one JSON document on one line
+)
+
+// FormatFlag adds --format to cmd, stored in f.
+func FormatFlag(cmd *cobra.Command, f *string) {
+	cmd.Flags().StringVar(f, "format", FormatPretty, "output format: pretty (for people) or json (one JSON document, for scripts)")
+}
+
+// CheckFormat refuses a --format other than pretty and json
+// ([ExitUsage]).
+func CheckFormat(cmd *cobra.Command, f string) error {
+	if f != FormatPretty && f != FormatJSON {
+		return UsageError(cmd, fmt.Errorf("--format %q: want pretty or json", f))
+	}
+	return nil
+}
+
+// WriteJSON writes v as one line of JSON.
+func WriteJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
 }
