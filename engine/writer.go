@@ -192,9 +192,9 @@ func (p *jsonParser) value() error {
 	w := p.w
 	switch c := p.b[p.i]; {
 	case c == '{':
-		return p.object()
+		return p.container('}')
 	case c == '[':
-		return p.array()
+		return p.container(']')
 	case c == '"':
 		return p.str()
 	case c == 't':
@@ -277,18 +277,39 @@ func (p *jsonParser) enter() error {
 	return nil
 }
 
-func (p *jsonParser) array() error {
+// container reads an array (close ']') or an object (close '}'), whose
+// members are a string key, ':' and a value.
+func (p *jsonParser) container(close byte) error {
 	if err := p.enter(); err != nil {
 		return err
 	}
-	p.i++ // [
-	p.w.BeginArray()
+	p.i++ // [ or {
+	object := close == '}'
+	if object {
+		p.w.BeginObject()
+	} else {
+		p.w.BeginArray()
+	}
 	p.ws()
-	if p.i < len(p.b) && p.b[p.i] == ']' {
+	if p.i < len(p.b) && p.b[p.i] == close {
 		p.i++
 	} else {
 		for {
 			p.ws()
+			if object {
+				if p.i >= len(p.b) || p.b[p.i] != '"' {
+					return errSyntax
+				}
+				if err := p.str(); err != nil {
+					return err
+				}
+				p.ws()
+				if p.i >= len(p.b) || p.b[p.i] != ':' {
+					return errSyntax
+				}
+				p.i++
+				p.ws()
+			}
 			if err := p.value(); err != nil {
 				return err
 			}
@@ -300,54 +321,7 @@ func (p *jsonParser) array() error {
 				p.i++
 				continue
 			}
-			if p.b[p.i] == ']' {
-				p.i++
-				break
-			}
-			return errSyntax
-		}
-	}
-	p.depth--
-	p.w.End()
-	return nil
-}
-
-func (p *jsonParser) object() error {
-	if err := p.enter(); err != nil {
-		return err
-	}
-	p.i++ // {
-	p.w.BeginObject()
-	p.ws()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
-	} else {
-		for {
-			p.ws()
-			if p.i >= len(p.b) || p.b[p.i] != '"' {
-				return errSyntax
-			}
-			if err := p.str(); err != nil {
-				return err
-			}
-			p.ws()
-			if p.i >= len(p.b) || p.b[p.i] != ':' {
-				return errSyntax
-			}
-			p.i++
-			p.ws()
-			if err := p.value(); err != nil {
-				return err
-			}
-			p.ws()
-			if p.i >= len(p.b) {
-				return errSyntax
-			}
-			if p.b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.b[p.i] == '}' {
+			if p.b[p.i] == close {
 				p.i++
 				break
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/policyload"
 )
 
@@ -36,14 +37,14 @@ variables and imports, deprecated builtins, ...). Rego v1 is the default;
 Exit status: 0 when the policies are good, 1 when one has an error.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(cmd, format); err != nil {
+			if err := cli.CheckFormat(cmd, format); err != nil {
 				return err
 			}
 			errs, err := checkRego(args, strict, regoV0)
 			if err != nil {
 				return fmt.Errorf("check: %w", err)
 			}
-			if format == formatJSON {
+			if format == cli.FormatJSON {
 				type jsonErr struct {
 					File    string `json:"file"`
 					Line    int    `json:"line"`
@@ -57,7 +58,7 @@ Exit status: 0 when the policies are good, 1 when one has an error.`,
 				for _, e := range errs {
 					out.Errors = append(out.Errors, jsonErr{e.File, e.Line, e.Column, e.Code, e.Message})
 				}
-				if err := writeJSON(cmd.OutOrStdout(), out); err != nil {
+				if err := cli.WriteJSON(cmd.OutOrStdout(), out); err != nil {
 					return err
 				}
 				if len(errs) > 0 {
@@ -74,7 +75,7 @@ Exit status: 0 when the policies are good, 1 when one has an error.`,
 	f := cmd.Flags()
 	f.BoolVarP(&strict, "strict", "S", false, "enable the compiler's strict checks")
 	f.BoolVar(&regoV0, "v0-compatible", false, "check policies as Rego v0")
-	formatFlag(cmd, &format)
+	cli.FormatFlag(cmd, &format)
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/internal/cli"
 	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
 )
 
@@ -39,7 +40,7 @@ configuration).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(entrypoints) == 0 {
-				return usageError(cmd, fmt.Errorf("compile: at least one -e ENTRYPOINT is required"))
+				return cli.UsageError(cmd, fmt.Errorf("compile: at least one -e ENTRYPOINT is required"))
 			}
 			b, err := compiler.Compile(cmd.Context(), compiler.Options{
 				Paths:               args,
@@ -59,7 +60,7 @@ configuration).`,
 				return err
 			}
 			if sign.Key == "" && (cmd.Flags().Changed("signing-alg") || sign.ClaimsFile != "" || sign.Scope != "" || cmd.Flags().Changed("signing-key-id")) {
-				return usageError(cmd, fmt.Errorf("compile: --signing-alg, --signing-key-id, --claims-file and --scope need --signing-key"))
+				return cli.UsageError(cmd, fmt.Errorf("compile: --signing-alg, --signing-key-id, --claims-file and --scope need --signing-key"))
 			}
 			if sign.Key != "" {
 				signed, err := bundlesync.Sign(buf.Bytes(), sign)

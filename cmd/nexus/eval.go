@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/policyload"
 )
 
@@ -44,7 +45,7 @@ and data files, or a .rego file; Rego is compiled for the entrypoint.
 decision then exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(cmd, format); err != nil {
+			if err := cli.CheckFormat(cmd, format); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -81,7 +82,7 @@ decision then exits 1.`,
 			}
 			out, err := e.Eval(ctx, entrypoint, bytes.TrimSpace(input), nil)
 			if errors.Is(err, engine.ErrUndefined) {
-				if format == formatJSON {
+				if format == cli.FormatJSON {
 					fmt.Fprintln(cmd.OutOrStdout(), "{}")
 				} else {
 					fmt.Fprintln(cmd.OutOrStdout(), "undefined")
@@ -97,8 +98,8 @@ decision then exits 1.`,
 			if err != nil {
 				return err
 			}
-			if format == formatJSON {
-				err = writeJSON(cmd.OutOrStdout(), map[string]json.RawMessage{"result": out})
+			if format == cli.FormatJSON {
+				err = cli.WriteJSON(cmd.OutOrStdout(), map[string]json.RawMessage{"result": out})
 			} else {
 				var pretty bytes.Buffer
 				if json.Indent(&pretty, out, "", "  ") != nil {
@@ -128,7 +129,7 @@ decision then exits 1.`,
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "evaluation deadline (0: none)")
 	f.BoolVar(&fail, "fail", false, "exit 1 when the result is undefined")
 	f.BoolVar(&failDeny, "fail-deny", false, "exit 3 when the result is a deny (false, {\"allowed\": false} or undefined)")
-	formatFlag(cmd, &format)
+	cli.FormatFlag(cmd, &format)
 	_ = cmd.MarkFlagRequired("entrypoint")
 	return cmd
 }

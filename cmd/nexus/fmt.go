@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/compiler"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/policyload"
 )
 
@@ -67,7 +68,7 @@ file:line:col: message.`,
 				}
 			}
 			if f.fail && len(changed) > 0 {
-				return &cliExitError{exitUnformatted, fmt.Errorf("fmt: not formatted: %s", strings.Join(changed, ", "))}
+				return cli.WithExit(exitUnformatted, fmt.Errorf("fmt: not formatted: %s", strings.Join(changed, ", ")))
 			}
 			return nil
 		},
@@ -140,7 +141,7 @@ func fmtFile(out io.Writer, p string, f fmtFlags) (bool, error) {
 // fmtStdin formats standard input to standard output.
 func fmtStdin(cmd *cobra.Command, f fmtFlags) error {
 	if f.write || f.list || f.diff {
-		return usageError(cmd, errors.New("fmt: -w, -l and -d need files"))
+		return cli.UsageError(cmd, errors.New("fmt: -w, -l and -d need files"))
 	}
 	src, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<20))
 	if err != nil {
@@ -154,7 +155,7 @@ func fmtStdin(cmd *cobra.Command, f fmtFlags) error {
 		return err
 	}
 	if f.fail && !bytes.Equal(src, formatted) {
-		return &cliExitError{exitUnformatted, errors.New("fmt: not formatted: stdin")}
+		return cli.WithExit(exitUnformatted, errors.New("fmt: not formatted: stdin"))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -52,7 +53,7 @@ func TestFmtCommand(t *testing.T) {
 			out, err := runNexus(t, tt.stdin, args...)
 			code := 0
 			if err != nil {
-				code = exitCodeOf(err)
+				code = cli.ExitCode(err)
 			}
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, tt.code, out)
@@ -117,7 +118,7 @@ is_admin(user) if user in data.admins
 			out, err := runNexus(t, "", args...)
 			code := 0
 			if err != nil {
-				code = exitCodeOf(err)
+				code = cli.ExitCode(err)
 			}
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, tt.code, out)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 func main() {
@@ -17,6 +19,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nexus:", err)
-		os.Exit(exitCodeOf(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/nexuspdp/nexus/internal/cli"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -219,7 +220,7 @@ func runArgs(args ...string) (serveConfig, error) {
 		}
 	}
 	root.AddCommand(runCommand(func(_ context.Context, c serveConfig, _ io.Writer) error { got = c; return nil }))
-	scriptable(root)
+	cli.Scriptable(root)
 	root.SetArgs(append([]string{"run"}, args...))
 	root.SetOut(io.Discard)
 	root.SetErr(io.Discard)
@@ -259,8 +260,8 @@ func TestRunRefuses(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want one containing %q", err, tc.want)
 			}
-			if exitCodeOf(err) != 2 {
-				t.Fatalf("exit code %d, want 2 (a wrong invocation)", exitCodeOf(err))
+			if cli.ExitCode(err) != 2 {
+				t.Fatalf("exit code %d, want 2 (a wrong invocation)", cli.ExitCode(err))
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 // relDataFile is the relationship store's file inside the data directory.
@@ -213,7 +214,7 @@ func newRelReadCmd(f *relFlags) *cobra.Command {
 --format json as {"tuples": ["type:id#relation@type:id", ...]}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(cmd, format); err != nil {
+			if err := cli.CheckFormat(cmd, format); err != nil {
 				return err
 			}
 			var flt datastore.Filter
@@ -234,12 +235,12 @@ func newRelReadCmd(f *relFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if format == formatJSON {
+			if format == cli.FormatJSON {
 				out := make([]string, len(ts))
 				for i, t := range ts {
 					out[i] = t.String()
 				}
-				return writeJSON(cmd.OutOrStdout(), map[string][]string{"tuples": out})
+				return cli.WriteJSON(cmd.OutOrStdout(), map[string][]string{"tuples": out})
 			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			for _, t := range ts {
@@ -252,7 +253,7 @@ func newRelReadCmd(f *relFlags) *cobra.Command {
 	cmd.Flags().StringVar(&relation, "relation", "", "relation")
 	cmd.Flags().StringVar(&subject, "subject", "", "subject type, type:id or type:id#relation")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many tuples (0: all)")
-	formatFlag(cmd, &format)
+	cli.FormatFlag(cmd, &format)
 	return cmd
 }
 
@@ -271,7 +272,7 @@ exits 3, so that scripts can test the exit status.`,
   nexus rel check --fail-deny --format json file:report.pdf write user:bob`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(cmd, format); err != nil {
+			if err := cli.CheckFormat(cmd, format); err != nil {
 				return err
 			}
 			obj, err := api.ParseObject(args[0])
@@ -293,8 +294,8 @@ exits 3, so that scripts can test the exit status.`,
 			}
 			out := cmd.OutOrStdout()
 			switch {
-			case format == formatJSON:
-				err = writeJSON(out, res)
+			case format == cli.FormatJSON:
+				err = cli.WriteJSON(out, res)
 			default:
 				if trace && res.Trace != nil {
 					fmt.Fprint(out, res.Trace)
@@ -313,7 +314,7 @@ exits 3, so that scripts can test the exit status.`,
 	}
 	cmd.Flags().BoolVar(&trace, "trace", false, "print how the decision was reached")
 	cmd.Flags().BoolVar(&failDeny, "fail-deny", false, "exit 3 on a deny")
-	formatFlag(cmd, &format)
+	cli.FormatFlag(cmd, &format)
 	return cmd
 }
 
@@ -399,7 +400,7 @@ validated against the server's schema first, then written in writes of
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ro.url != "" {
 				if o.from != "" || o.compact {
-					return usageError(cmd, fmt.Errorf("--admin-url imports through a server: --from and --compact do not apply"))
+					return cli.UsageError(cmd, fmt.Errorf("--admin-url imports through a server: --from and --compact do not apply"))
 				}
 				return runRemoteImport(cmd, args[0], o, ro)
 			}
@@ -422,13 +423,13 @@ validated against the server's schema first, then written in writes of
 func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions) error {
 	ctx := cmd.Context()
 	if o.interval <= 0 {
-		return usageError(cmd, fmt.Errorf("--progress-interval %v: want a positive duration", o.interval))
+		return cli.UsageError(cmd, fmt.Errorf("--progress-interval %v: want a positive duration", o.interval))
 	}
 	fm := datastore.FormatForPath(name)
 	if o.format != "" {
 		var err error
 		if fm, err = datastore.ParseFormat(o.format); err != nil {
-			return usageError(cmd, err)
+			return cli.UsageError(cmd, err)
 		}
 	}
 	var in io.Reader = cmd.InOrStdin()
@@ -640,7 +641,7 @@ func newRelExportCmd(f *relFlags) *cobra.Command {
 			if format != "" {
 				var err error
 				if fm, err = datastore.ParseFormat(format); err != nil {
-					return usageError(cmd, err)
+					return cli.UsageError(cmd, err)
 				}
 			}
 			s, err := f.open(cmd.Context(), true)

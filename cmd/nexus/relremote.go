@@ -18,6 +18,7 @@ import (
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/schema"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 // remoteImportBatch is how many tuples one admin write carries: well under
@@ -62,13 +63,13 @@ func runRemoteImport(cmd *cobra.Command, name string, o importOptions, ro remote
 	ctx := cmd.Context()
 	token, err := ro.bearer()
 	if err != nil {
-		return usageError(cmd, err)
+		return cli.UsageError(cmd, err)
 	}
 	base := strings.TrimSuffix(ro.url, "/")
 	fm := datastore.FormatForPath(name)
 	if o.format != "" {
 		if fm, err = datastore.ParseFormat(o.format); err != nil {
-			return usageError(cmd, err)
+			return cli.UsageError(cmd, err)
 		}
 	}
 	var in io.Reader = cmd.InOrStdin()

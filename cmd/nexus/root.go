@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/internal/version"
 )
 
@@ -32,7 +33,7 @@ fails and nexus fmt --fail exits 2 when a file needs formatting.`,
 		newFmtCmd(),
 		newCheckCmd(),
 	)
-	scriptable(root)
+	cli.Scriptable(root)
 	return root
 }
 

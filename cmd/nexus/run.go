@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nexuspdp/nexus/internal/cli"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/policyload"
@@ -96,7 +97,7 @@ A flag of opa run that nexus does not implement is an error naming it.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := serveFromRun(cmd, f, args)
 			if err != nil {
-				return usageError(cmd, err)
+				return cli.UsageError(cmd, err)
 			}
 			return serve(cmd.Context(), c, cmd.ErrOrStderr())
 		},

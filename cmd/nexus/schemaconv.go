@@ -16,6 +16,7 @@ import (
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/schema"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/modeltest"
 	"github.com/nexuspdp/nexus/schemaconv"
 )
@@ -29,7 +30,7 @@ func schemaFormat(from, name string, src []byte) (schemaconv.Format, error) {
 	if from != "" {
 		f, err := schemaconv.ParseFormat(from)
 		if err != nil {
-			return "", &cliExitError{2, err}
+			return "", cli.WithExit(2, err)
 		}
 		return f, nil
 	}
@@ -151,7 +152,7 @@ func importText(cmd *cobra.Command, f *relFlags, file string) error {
 func importFrom(cmd *cobra.Command, f *relFlags, from, format string, batch int, file string) error {
 	lang, err := schemaconv.ParseFormat(from)
 	if err != nil {
-		return &cliExitError{2, err}
+		return cli.WithExit(2, err)
 	}
 	switch lang {
 	case schemaconv.SpiceDB, schemaconv.Nexus:
@@ -168,7 +169,7 @@ func importFrom(cmd *cobra.Command, f *relFlags, from, format string, batch int,
 	case "csv":
 		tf = schemaconv.TuplesCSV
 	default:
-		return &cliExitError{2, fmt.Errorf("--from openfga: unknown --format %q (want json, yaml, jsonl or csv)", format)}
+		return cli.WithExit(2, fmt.Errorf("--from openfga: unknown --format %q (want json, yaml, jsonl or csv)", format))
 	}
 	var in io.Reader = cmd.InOrStdin()
 	name := "stdin"
@@ -296,9 +297,9 @@ when every assertion holds, 1 when one fails, 2 when a file cannot run
 			}
 			switch {
 			case broken > 0:
-				return &cliExitError{2, fmt.Errorf("%d of %d test files could not run", broken, len(args))}
+				return cli.WithExit(2, fmt.Errorf("%d of %d test files could not run", broken, len(args)))
 			case failed > 0:
-				return &cliExitError{1, fmt.Errorf("%d of %d assertions failed", failed, total)}
+				return cli.WithExit(1, fmt.Errorf("%d of %d assertions failed", failed, total))
 			}
 			return nil
 		},

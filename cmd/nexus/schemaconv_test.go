@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 func TestRelSchemaConvert(t *testing.T) {
@@ -31,7 +33,7 @@ func TestRelSchemaConvert(t *testing.T) {
 			out, err := runNexus(t, tt.stdin, tt.args...)
 			code := 0
 			if err != nil {
-				code = exitCodeOf(err)
+				code = cli.ExitCode(err)
 			}
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d: %v\n%s", code, tt.code, err, out)
@@ -150,7 +152,7 @@ assertions:
 			out, err := runNexus(t, "", tt.args...)
 			code := 0
 			if err != nil {
-				code = exitCodeOf(err)
+				code = cli.ExitCode(err)
 			}
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d: %v\n%s", code, tt.code, err, out)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 // exitOf runs nexus and returns its output and exit status.
@@ -12,9 +14,9 @@ func exitOf(t *testing.T, stdin string, args ...string) (string, int) {
 	t.Helper()
 	out, err := runNexus(t, stdin, args...)
 	if err != nil {
-		return out, exitCodeOf(err)
+		return out, cli.ExitCode(err)
 	}
-	return out, exitOK
+	return out, cli.ExitOK
 }
 
 // TestWrongInvocationExits2: every kind of wrong invocation, of every
@@ -51,13 +53,13 @@ func TestWrongInvocationExits2(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, code := exitOf(t, "", tt.args...)
-			if code != exitUsage || !strings.Contains(out, tt.want) {
-				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, exitUsage, tt.want, out)
+			if code != cli.ExitUsage || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, cli.ExitUsage, tt.want, out)
 			}
 		})
 	}
 	// A group without a subcommand prints its help and succeeds.
-	if out, code := exitOf(t, "", "rel"); code != exitOK || !strings.Contains(out, "Available Commands") {
+	if out, code := exitOf(t, "", "rel"); code != cli.ExitOK || !strings.Contains(out, "Available Commands") {
 		t.Fatalf("nexus rel: exit %d\n%s", code, out)
 	}
 }
@@ -78,19 +80,19 @@ func TestRelCheckAndReadForScripts(t *testing.T) {
 		code int
 		want string // the whole output, or with "~" a substring of it
 	}{
-		{"allowed", []string{"rel", "check", "file:report.pdf", "read", "user:bob"}, exitOK, "allowed\n"},
-		{"denied", []string{"rel", "check", "file:report.pdf", "read", "user:carol"}, exitOK, "denied\n"},
-		{"denied-fails", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:carol"}, exitDenied, "~denied: user:carol may not read file:report.pdf"},
-		{"allowed-fail-deny", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:bob"}, exitOK, "allowed\n"},
-		{"json", []string{"rel", "check", "--format", "json", "file:report.pdf", "write", "user:bob"}, exitOK, `{"allowed":false}` + "\n"},
-		{"json-fail-deny", []string{"rel", "check", "--format", "json", "--fail-deny", "file:report.pdf", "write", "user:bob"}, exitDenied, `~{"allowed":false}`},
-		{"json-trace", []string{"rel", "check", "--format", "json", "--trace", "group:eng", "member", "user:dave"}, exitOK,
+		{"allowed", []string{"rel", "check", "file:report.pdf", "read", "user:bob"}, cli.ExitOK, "allowed\n"},
+		{"denied", []string{"rel", "check", "file:report.pdf", "read", "user:carol"}, cli.ExitOK, "denied\n"},
+		{"denied-fails", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:carol"}, cli.ExitDenied, "~denied: user:carol may not read file:report.pdf"},
+		{"allowed-fail-deny", []string{"rel", "check", "--fail-deny", "file:report.pdf", "read", "user:bob"}, cli.ExitOK, "allowed\n"},
+		{"json", []string{"rel", "check", "--format", "json", "file:report.pdf", "write", "user:bob"}, cli.ExitOK, `{"allowed":false}` + "\n"},
+		{"json-fail-deny", []string{"rel", "check", "--format", "json", "--fail-deny", "file:report.pdf", "write", "user:bob"}, cli.ExitDenied, `~{"allowed":false}`},
+		{"json-trace", []string{"rel", "check", "--format", "json", "--trace", "group:eng", "member", "user:dave"}, cli.ExitOK,
 			`{"allowed":true,"trace":{"kind":"relation","object":"group:eng","name":"member","result":true,"children":[{"kind":"tuple","name":"group:eng#member@user:dave","result":true}]}}` + "\n"},
-		{"unknown-permission", []string{"rel", "check", "file:report.pdf", "print", "user:bob"}, exitFailure, "~print"},
-		{"read-json", []string{"rel", "read", "--format", "json", "--object", "file:report.pdf"}, exitOK,
+		{"unknown-permission", []string{"rel", "check", "file:report.pdf", "print", "user:bob"}, cli.ExitFailure, "~print"},
+		{"read-json", []string{"rel", "read", "--format", "json", "--object", "file:report.pdf"}, cli.ExitOK,
 			`{"tuples":["file:report.pdf#parent@folder:q3","file:report.pdf#tenant@tenant:acme"]}` + "\n"},
-		{"read-json-empty", []string{"rel", "read", "--format", "json", "--subject", "user:nobody"}, exitOK, `{"tuples":[]}` + "\n"},
-		{"read-pretty", []string{"rel", "read", "--object", "file:report.pdf", "--relation", "parent"}, exitOK, "file:report.pdf#parent@folder:q3\n"},
+		{"read-json-empty", []string{"rel", "read", "--format", "json", "--subject", "user:nobody"}, cli.ExitOK, `{"tuples":[]}` + "\n"},
+		{"read-pretty", []string{"rel", "read", "--object", "file:report.pdf", "--relation", "parent"}, cli.ExitOK, "file:report.pdf#parent@folder:q3\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,22 +134,22 @@ number := 7
 		code  int
 		want  string
 	}{
-		{"bool-json", `{"user":"bob"}`, []string{"-e", "p/allow", "--format", "json"}, exitOK, `{"result":true}` + "\n"},
-		{"bool-deny", `{"user":"eve"}`, []string{"-e", "p/allow", "--fail-deny"}, exitDenied, "false\n"},
-		{"object-deny-json", `{"user":"eve"}`, []string{"-e", "p/result", "--fail-deny", "--format", "json"}, exitDenied, `{"result":{"allowed":false}}` + "\n"},
-		{"object-allow", `{"user":"bob"}`, []string{"-e", "p/result", "--fail-deny"}, exitOK, "{\n  \"allowed\": true\n}\n"},
-		{"undefined-json", `{"user":"eve"}`, []string{"-e", "p/maybe", "--format", "json"}, exitOK, "{}\n"},
-		{"undefined-deny", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail-deny"}, exitDenied, "undefined\n"},
-		{"undefined-fail", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail"}, exitFailure, "undefined\n"},
-		{"not-a-decision", `{}`, []string{"-e", "p/number", "--fail-deny"}, exitFailure, "7\n"},
+		{"bool-json", `{"user":"bob"}`, []string{"-e", "p/allow", "--format", "json"}, cli.ExitOK, `{"result":true}` + "\n"},
+		{"bool-deny", `{"user":"eve"}`, []string{"-e", "p/allow", "--fail-deny"}, cli.ExitDenied, "false\n"},
+		{"object-deny-json", `{"user":"eve"}`, []string{"-e", "p/result", "--fail-deny", "--format", "json"}, cli.ExitDenied, `{"result":{"allowed":false}}` + "\n"},
+		{"object-allow", `{"user":"bob"}`, []string{"-e", "p/result", "--fail-deny"}, cli.ExitOK, "{\n  \"allowed\": true\n}\n"},
+		{"undefined-json", `{"user":"eve"}`, []string{"-e", "p/maybe", "--format", "json"}, cli.ExitOK, "{}\n"},
+		{"undefined-deny", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail-deny"}, cli.ExitDenied, "undefined\n"},
+		{"undefined-fail", `{"user":"eve"}`, []string{"-e", "p/maybe", "--fail"}, cli.ExitFailure, "undefined\n"},
+		{"not-a-decision", `{}`, []string{"-e", "p/number", "--fail-deny"}, cli.ExitFailure, "7\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"eval", "-b", bundle, "-i", "-"}, tt.args...)
 			out, err := runNexus(t, tt.stdin, args...)
-			code := exitOK
+			code := cli.ExitOK
 			if err != nil {
-				code = exitCodeOf(err)
+				code = cli.ExitCode(err)
 				out = strings.TrimSuffix(out, err.Error())
 			}
 			if code != tt.code || out != tt.want {

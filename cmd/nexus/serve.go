@@ -28,6 +28,7 @@ import (
 	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/internal/gctune"
 	"github.com/nexuspdp/nexus/internal/version"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
@@ -95,7 +96,7 @@ An admin listener on an address other than loopback requires a token
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := parseLevel(c.LogLevel); err != nil {
-				return usageError(cmd, err)
+				return cli.UsageError(cmd, err)
 			}
 			if cfgFile != "" {
 				fileCfg, err := readServeConfig(cfgFile)

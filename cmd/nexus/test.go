@@ -13,6 +13,7 @@ import (
 
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/builtins"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/policytest"
 )
 
@@ -59,12 +60,12 @@ skipped (unless -z), or the targets disagree; 1 when the policy does not
 load or compile (errors as file:line:col: message).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(cmd, format); err != nil {
+			if err := cli.CheckFormat(cmd, format); err != nil {
 				return err
 			}
 			targets, err := policytest.ParseTargets(target)
 			if err != nil {
-				return usageError(cmd, fmt.Errorf("--target: %w", err))
+				return cli.UsageError(cmd, fmt.Errorf("--target: %w", err))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -88,8 +89,8 @@ load or compile (errors as file:line:col: message).`,
 			if err != nil {
 				return err
 			}
-			if format == formatJSON {
-				if err := writeJSON(cmd.OutOrStdout(), testJSON{Results: rep.Results, Summary: rep.Counts()}); err != nil {
+			if format == cli.FormatJSON {
+				if err := cli.WriteJSON(cmd.OutOrStdout(), testJSON{Results: rep.Results, Summary: rep.Counts()}); err != nil {
 					return err
 				}
 			} else if err := writeTestReport(cmd.OutOrStdout(), rep, verbose); err != nil {
@@ -106,7 +107,7 @@ load or compile (errors as file:line:col: message).`,
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "deadline of each test on each target")
 	f.BoolVar(&regoV0, "v0-compatible", false, "parse policies as Rego v0")
 	f.BoolVarP(&skipIsPass, "exit-zero-on-skipped", "z", false, "skipped tests do not make the command fail")
-	formatFlag(cmd, &format)
+	cli.FormatFlag(cmd, &format)
 	return cmd
 }
 
@@ -166,7 +167,7 @@ func testsVerdict(rep *policytest.Report, skipIsPass bool) error {
 		msg = append(msg, fmt.Sprintf("%d of %d tests did not pass", len(bad), len(rep.Results)))
 	}
 	msg = append(msg, disagree...)
-	return &cliExitError{exitTestsFailed, fmt.Errorf("test: %s", strings.Join(msg, "\n"))}
+	return cli.WithExit(exitTestsFailed, fmt.Errorf("test: %s", strings.Join(msg, "\n")))
 }
 
 var statusWords = map[policytest.Status]string{

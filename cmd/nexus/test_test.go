@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -104,7 +105,7 @@ test_bob_reads if authz.allow with input as {"user": "user:bob", "method": "GET"
 			out, err := runNexus(t, "", append([]string{"test"}, tt.args...)...)
 			code := 0
 			if err != nil {
-				code = exitCodeOf(err)
+				code = cli.ExitCode(err)
 			}
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, tt.code, out)
@@ -157,7 +158,7 @@ func TestTestCommandDisagreement(t *testing.T) {
 	for _, format := range []string{"pretty", "json"} {
 		t.Run(format, func(t *testing.T) {
 			out, err := runNexus(t, "", "test", "--format", format, dir)
-			if err == nil || exitCodeOf(err) != exitTestsFailed {
+			if err == nil || cli.ExitCode(err) != exitTestsFailed {
 				t.Fatalf("err = %v, want exit %d; output:\n%s", err, exitTestsFailed, out)
 			}
 			want := "the Wasm and the Go evaluator disagree on data.p.test_two: Go evaluator pass, Wasm fail"
@@ -187,7 +188,7 @@ func TestTestCommandRealDisagreement(t *testing.T) {
 		"p_test.rego": "package p_test\n\nimport data.p\n\ntest_ann if p.allow with input as {\"user\": \"ann\"}\n",
 	})
 	out, err := runNexus(t, "", "test", dir)
-	if err == nil || exitCodeOf(err) != exitTestsFailed || !strings.Contains(out, "disagree on data.p_test.test_ann: Go evaluator pass, Wasm error") {
+	if err == nil || cli.ExitCode(err) != exitTestsFailed || !strings.Contains(out, "disagree on data.p_test.test_ann: Go evaluator pass, Wasm error") {
 		t.Fatalf("err = %v; output:\n%s", err, out)
 	}
 }

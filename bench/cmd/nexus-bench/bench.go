@@ -17,6 +17,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bench/internal/lab"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 func newRootCmd() *cobra.Command {
@@ -67,7 +68,7 @@ Exit status: 0 success, 1 failure, 2 wrong invocation.`,
 			stop()
 		}
 	}
-	scriptable(cmd)
+	cli.Scriptable(cmd)
 	return cmd
 }
 
@@ -112,7 +113,7 @@ func newBenchGenCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, ok := lab.Profiles[profile]
 			if !ok {
-				return usageError(cmd, fmt.Errorf("profile %q: want small or large", profile))
+				return cli.UsageError(cmd, fmt.Errorf("profile %q: want small or large", profile))
 			}
 			start := time.Now()
 			m, err := lab.Generate(cmd.Context(), lab.GenConfig{Profile: p, Seed: seed, Out: out})
@@ -394,7 +395,7 @@ func (o *benchRunOptions) ensureData(ctx context.Context, errOut io.Writer) (lab
 	if _, err := lab.ReadManifest(o.data); err != nil {
 		p, ok := lab.Profiles[o.profile]
 		if !ok {
-			return lab.Manifest{}, &cliExitError{exitUsage, fmt.Errorf("profile %q: want small or large", o.profile)}
+			return lab.Manifest{}, cli.WithExit(cli.ExitUsage, fmt.Errorf("profile %q: want small or large", o.profile))
 		}
 		fmt.Fprintf(errOut, "generating the %s data set (seed %d) into %s\n", o.profile, o.seed, o.data)
 		if _, err := lab.Generate(ctx, lab.GenConfig{Profile: p, Seed: o.seed, Out: o.data}); err != nil {

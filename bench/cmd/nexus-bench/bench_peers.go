@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/bench/internal/lab"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 // benchSetup are the flags shared by bench gateway and bench peers: the
@@ -52,7 +53,7 @@ func (b *benchSetup) prepare(ctx context.Context, errOut io.Writer, stores ...st
 		return man, nil, err
 	}
 	if err := b.zipf.Validate(); err != nil {
-		return man, nil, &cliExitError{exitUsage, err}
+		return man, nil, cli.WithExit(cli.ExitUsage, err)
 	}
 	path := filepath.Join(b.data, lab.ZipfFile(b.zipf.S))
 	work, err := lab.ReadChecksFile(path)
@@ -347,7 +348,7 @@ GOPATH/bin (scripts/bench-peers.sh installs them).`,
 					stops = append(stops, p.Stop)
 					cs = append(cs, lab.Contender{Name: "OpenFGA", Target: lab.TargetConfig{Interface: lab.InterfaceOpenFGA, Addr: addr, Store: store, Model: model}, PID: p.PID()})
 				default:
-					return usageError(cmd, fmt.Errorf("peer %q: want opa or openfga", peer))
+					return cli.UsageError(cmd, fmt.Errorf("peer %q: want opa or openfga", peer))
 				}
 			}
 			cfg.Contenders = cs
@@ -358,7 +359,7 @@ GOPATH/bin (scripts/bench-peers.sh installs them).`,
 				default:
 					checks, err := lab.ReadChecksFile(filepath.Join(b.data, lab.GateFile(wl)))
 					if err != nil {
-						return usageError(cmd, fmt.Errorf("workload %q: want zipf or a gate profile: %w", wl, err))
+						return cli.UsageError(cmd, fmt.Errorf("workload %q: want zipf or a gate profile: %w", wl, err))
 					}
 					cfg.Workloads = append(cfg.Workloads, lab.Workload{Name: wl, Checks: checks, Limit: lab.LimitFor(wl)})
 				}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nexuspdp/nexus/bench/internal/lab"
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 func newGateCmd() *cobra.Command {
@@ -33,9 +34,9 @@ and authzen POST to the HTTP listener.`,
 			switch iface {
 			case lab.InterfaceGRPC, lab.InterfaceAllowed, lab.InterfaceAuthZEN:
 			default:
-				return usageError(cmd, fmt.Errorf("--interface %q: want grpc, allowed or authzen", iface))
+				return cli.UsageError(cmd, fmt.Errorf("--interface %q: want grpc, allowed or authzen", iface))
 			}
-			if err := checkFormat(cmd, format); err != nil {
+			if err := cli.CheckFormat(cmd, format); err != nil {
 				return err
 			}
 			if apiKey == "" {
@@ -55,11 +56,11 @@ and authzen POST to the HTTP listener.`,
 			if err != nil && !errors.Is(err, lab.ErrGateFailed) {
 				return err
 			}
-			if format == formatJSON {
+			if format == cli.FormatJSON {
 				if res.Wrong == nil {
 					res.Wrong = []lab.WrongCheck{}
 				}
-				if werr := writeJSON(out, struct {
+				if werr := cli.WriteJSON(out, struct {
 					File      string `json:"file"`
 					Interface string `json:"interface"`
 					Passed    bool   `json:"passed"`
@@ -87,7 +88,7 @@ and authzen POST to the HTTP listener.`,
 	f.StringVar(&iface, "interface", lab.InterfaceGRPC, "grpc, allowed or authzen")
 	f.StringVar(&file, "file", "", "gate file (NDJSON)")
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "timeout of one check")
-	formatFlag(cmd, &format)
+	cli.FormatFlag(cmd, &format)
 	f.StringVar(&apiKey, "api-key", "", "the server's application API key, for allowed and authzen (default $NEXUS_APP_API_KEY)")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd

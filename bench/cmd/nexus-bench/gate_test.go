@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexuspdp/nexus/bench/internal/labtest"
 	"github.com/nexuspdp/nexus/extauthz"
+	"github.com/nexuspdp/nexus/internal/cli"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -25,9 +26,9 @@ func exitOf(t *testing.T, args ...string) (string, int) {
 	err := cmd.ExecuteContext(context.Background())
 	if err != nil {
 		errOut.WriteString(err.Error())
-		return out.String() + errOut.String(), exitCodeOf(err)
+		return out.String() + errOut.String(), cli.ExitCode(err)
 	}
-	return out.String() + errOut.String(), exitOK
+	return out.String() + errOut.String(), cli.ExitOK
 }
 
 // TestWrongInvocationExits2: every kind of wrong invocation exits 2 and
@@ -48,8 +49,8 @@ func TestWrongInvocationExits2(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, code := exitOf(t, tt.args...)
-			if code != exitUsage || !strings.Contains(out, tt.want) {
-				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, exitUsage, tt.want, out)
+			if code != cli.ExitUsage || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d, want %d, with %q in:\n%s", code, cli.ExitUsage, tt.want, out)
 			}
 		})
 	}
@@ -97,11 +98,11 @@ func TestGateForScripts(t *testing.T) {
 		wrongLine int
 		wrongErr  string
 	}{
-		{"grpc", []string{"--target", grpcAddr, "--file", right}, "", exitOK, 2, 0, ""},
-		{"grpc-wrong", []string{"--target", grpcAddr, "--file", wrong}, "", exitFailure, 1, 2, ""},
-		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-app-key-0123456789", "--file", right}, "", exitOK, 2, 0, ""},
-		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-app-key-0123456789", exitOK, 2, 0, ""},
-		{"allowed-no-key", []string{"--target", httpAddr, "--interface", "allowed", "--file", right}, "", exitFailure, 0, 1, "401"},
+		{"grpc", []string{"--target", grpcAddr, "--file", right}, "", cli.ExitOK, 2, 0, ""},
+		{"grpc-wrong", []string{"--target", grpcAddr, "--file", wrong}, "", cli.ExitFailure, 1, 2, ""},
+		{"allowed-key", []string{"--target", httpAddr, "--interface", "allowed", "--api-key", "gate-app-key-0123456789", "--file", right}, "", cli.ExitOK, 2, 0, ""},
+		{"authzen-key-from-env", []string{"--target", httpAddr, "--interface", "authzen", "--file", right}, "gate-app-key-0123456789", cli.ExitOK, 2, 0, ""},
+		{"allowed-no-key", []string{"--target", httpAddr, "--interface", "allowed", "--file", right}, "", cli.ExitFailure, 0, 1, "401"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,7 +116,7 @@ func TestGateForScripts(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &a); err != nil {
 				t.Fatalf("not one line of JSON: %v\n%s", err, out)
 			}
-			if a.Checks != 2 || a.Right != tt.right || a.Passed != (tt.code == exitOK) || a.File == "" || a.Interface == "" || a.Wrong == nil {
+			if a.Checks != 2 || a.Right != tt.right || a.Passed != (tt.code == cli.ExitOK) || a.File == "" || a.Interface == "" || a.Wrong == nil {
 				t.Fatalf("answer %+v", a)
 			}
 			if tt.wrongLine != 0 && (a.Wrong[0].Line != tt.wrongLine || !strings.Contains(a.Wrong[0].Error, tt.wrongErr)) {

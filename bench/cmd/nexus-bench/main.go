@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/nexuspdp/nexus/internal/cli"
 )
 
 func main() {
@@ -22,6 +24,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nexus-bench:", err)
-		os.Exit(exitCodeOf(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/nexuspdp/nexus/bench/internal/freeport"
+	"github.com/nexuspdp/nexus/internal/freeport"
 )
 
 // Proxies a gateway run puts in front of nexus.

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nexuspdp/nexus/bench/internal/freeport"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+
+	"github.com/nexuspdp/nexus/internal/freeport"
 )
 
 // peerChecks are the checks a peer must answer right on the small data

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -265,16 +264,4 @@ func CheckURL(r *http.Request) error {
 		}
 	}
 	return nil
-}
-
-// ValidURL answers 400 to a request CheckURL refuses, and passes the
-// others to h.
-func ValidURL(log *slog.Logger, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := CheckURL(r); err != nil {
-			WriteError(log, w, err)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

@@ -256,9 +256,6 @@ func (h *Host) Close(ctx context.Context) error { return h.rt.Close(ctx) }
 // MemorySize returns the size of the plugin's linear memory in bytes.
 func (h *Host) MemorySize() uint32 { return h.mod.Memory().Size() }
 
-// Now returns the fake wall clock in nanoseconds.
-func (h *Host) Now() int64 { return h.now }
-
 // Advance moves the fake wall clock forward by d.
 func (h *Host) Advance(d time.Duration) { h.now += int64(d) }
 
