@@ -178,12 +178,15 @@ func (e *Engine) EvalTrustedWithin(ctx context.Context, timeout time.Duration, e
 // that writes the input straight into the policy instance's memory, and
 // must write exactly one value (writing none means no input). The writer
 // is valid only during the call. A misuse of the writer fails the
-// evaluation with an *EvalError of code CodeInvalidInput.
-func (e *Engine) EvalWrite(ctx context.Context, entrypoint string, write func(w *ValueWriter), dst []byte) ([]byte, error) {
-	if write == nil {
-		return e.eval(ctx, entrypoint, inputSource{}, dst)
-	}
+// evaluation with an *EvalError of code CodeInvalidInput. An error write
+// returns is returned as it is, and the policy is not evaluated.
+func (e *Engine) EvalWrite(ctx context.Context, entrypoint string, write func(w *ValueWriter) error, dst []byte) ([]byte, error) {
 	return e.eval(ctx, entrypoint, inputSource{write: write}, dst)
+}
+
+// EvalWriteWithin is EvalWrite bounded by timeout as EvalTrustedWithin is.
+func (e *Engine) EvalWriteWithin(ctx context.Context, timeout time.Duration, entrypoint string, write func(w *ValueWriter) error, dst []byte) ([]byte, error) {
+	return e.eval(ctx, entrypoint, inputSource{write: write, timeout: timeout}, dst)
 }
 
 func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, dst []byte) ([]byte, error) {
@@ -223,6 +226,10 @@ func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, d
 			ec := newEvalCtx(ctx, deadline)
 			out, err = in.eval(ec, entrypoint, id, src, dst)
 			ec.end(stateCanceled) // as a WithTimeout's cancel on return
+		}
+		if we, ok := err.(*writeError); ok {
+			p.put(in) // nothing ran
+			return out, we.err
 		}
 		if ee, ok := err.(*EvalError); err != nil && err != ErrUndefined && (!ok || ee.Code != CodeInvalidInput) {
 			p.discard(in)

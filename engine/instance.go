@@ -47,6 +47,12 @@ type instance struct {
 	vw     ValueWriter // writes into arena or barena
 }
 
+// writeError is the error an input writer (EvalWrite) returned: the
+// policy was not evaluated, and the instance is as good as before.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+
 // inputSource is where an evaluation's input comes from: JSON text
 // (none when empty) or a function writing it through a ValueWriter.
 type inputSource struct {
@@ -54,7 +60,7 @@ type inputSource struct {
 	// lenient: JSON text that does not parse is handed to the runtime's
 	// own parser (EvalTrusted), instead of being rejected.
 	lenient bool
-	write   func(*ValueWriter)
+	write   func(*ValueWriter) error
 	// runtimeParse hands JSON text (or OPA's value syntax) to the
 	// runtime's own parser, as every evaluation did before: the
 	// reference the tests compare the Go writer with.
@@ -76,7 +82,9 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src i
 	w.reset(a)
 	switch {
 	case src.write != nil:
-		src.write(w)
+		if err := src.write(w); err != nil {
+			return dst, &writeError{err}
+		}
 	case src.runtimeParse && len(src.json) > 0:
 		w.fail(errSyntax)
 	case len(src.json) > 0:

@@ -178,6 +178,15 @@ func TestTimeoutStopsRunaway(t *testing.T) {
 	if median := overruns[runs/2]; median > promised {
 		t.Fatalf("runaway evaluations stopped a median %v after their deadline, want at most %v: %v", median, promised, overruns)
 	}
+	// EvalWriteWithin is bounded the same way.
+	start := time.Now()
+	_, err := e.EvalWriteWithin(context.Background(), timeout, "limits/spin", func(w *engine.ValueWriter) error { w.Null(); return nil }, nil)
+	if ee := (*engine.EvalError)(nil); !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+		t.Fatalf("EvalWriteWithin: err = %v, want EvalError %s", err, engine.CodeDeadline)
+	}
+	if took := time.Since(start); took > timeout+promised {
+		t.Fatalf("EvalWriteWithin: the runaway ran %v, bound %v", took, timeout)
+	}
 
 	// The caller's own context still bounds it, and whichever ends first
 	// wins.
@@ -194,8 +203,8 @@ func TestTimeoutStopsRunaway(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(50 * time.Millisecond) // the spin holds the one instance
-	start := time.Now()
-	_, err := e.EvalTrustedWithin(context.Background(), timeout, "limits/ok", nil, nil)
+	start = time.Now()
+	_, err = e.EvalTrustedWithin(context.Background(), timeout, "limits/ok", nil, nil)
 	var ee *engine.EvalError
 	if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
 		t.Fatalf("waiting for an instance: err = %v, want %s", err, engine.CodeDeadline)

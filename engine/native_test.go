@@ -164,7 +164,7 @@ func compareNative(t *testing.T, e *engine.Engine, text string) {
 	ctx := context.Background()
 	ref := evalAll(t, func(ep string) ([]byte, error) { return e.EvalRuntimeParse(ctx, ep, []byte(text), nil) })
 	got := evalAll(t, func(ep string) ([]byte, error) {
-		return e.EvalWrite(ctx, ep, func(w *engine.ValueWriter) { writeTerm(w, term.Value) }, nil)
+		return e.EvalWrite(ctx, ep, func(w *engine.ValueWriter) error { writeTerm(w, term.Value); return nil }, nil)
 	})
 	for _, ep := range nvEntrypoints {
 		if ref[ep] != got[ep] {
@@ -259,7 +259,7 @@ func TestValueWriterJSON(t *testing.T) {
 		ref := evalAll(t, func(ep string) ([]byte, error) { return e.EvalRuntimeParse(ctx, ep, []byte(text), nil) })
 		got := evalAll(t, func(ep string) ([]byte, error) { return e.Eval(ctx, ep, []byte(text), nil) })
 		viaWriter := evalAll(t, func(ep string) ([]byte, error) {
-			return e.EvalWrite(ctx, ep, func(w *engine.ValueWriter) { w.JSON([]byte(text)) }, nil)
+			return e.EvalWrite(ctx, ep, func(w *engine.ValueWriter) error { w.JSON([]byte(text)); return nil }, nil)
 		})
 		if !reflect.DeepEqual(ref, got) || !reflect.DeepEqual(ref, viaWriter) {
 			t.Errorf("%s:\nEval      %v\nJSON      %v\nruntime   %v", text, got, viaWriter, ref)
@@ -281,15 +281,26 @@ func TestValueWriterMisuse(t *testing.T) {
 		"bad JSON":     func(w *engine.ValueWriter) { w.JSON([]byte(`{"a":}`)) },
 		"invalid UTF8": func(w *engine.ValueWriter) { w.JSON([]byte("\"\xff\"")) },
 	} {
-		_, err := e.EvalWrite(ctx, "nv/cnt", write, nil)
+		_, err := e.EvalWrite(ctx, "nv/cnt", func(w *engine.ValueWriter) error { write(w); return nil }, nil)
 		var ee *engine.EvalError
 		if !errors.As(err, &ee) || ee.Code != engine.CodeInvalidInput || !errors.Is(err, engine.ErrInvalidInput) {
 			t.Errorf("%s: %v, want invalid input", name, err)
 		}
 	}
-	out, err := e.EvalWrite(ctx, "nv/cnt", func(w *engine.ValueWriter) { w.BeginArray(); w.Int(1); w.End() }, nil)
+	out, err := e.EvalWrite(ctx, "nv/cnt", func(w *engine.ValueWriter) error { w.BeginArray(); w.Int(1); w.End(); return nil }, nil)
 	if err != nil || string(out) != "1" {
 		t.Fatalf("after misuse: %s %v", out, err)
+	}
+	// A writer's own error is the evaluation's, as it is: the policy does
+	// not run on the part written, and the instance is kept.
+	before := e.Stats()
+	errBuild := errors.New("the request does not parse")
+	out, err = e.EvalWrite(ctx, "nv/cnt", func(w *engine.ValueWriter) error { w.BeginArray(); return errBuild }, []byte("dst"))
+	if err != errBuild || string(out) != "dst" {
+		t.Fatalf("writer error: %q %v, want dst and the writer's error", out, err)
+	}
+	if after := e.Stats(); after.InstancesDiscarded != before.InstancesDiscarded || after.InstancesCreated != before.InstancesCreated {
+		t.Fatalf("writer error: instances %+v, then %+v; want the instance kept", before, after)
 	}
 	if _, err := e.EvalWrite(ctx, "nv/out", nil, nil); !errors.Is(err, engine.ErrUndefined) {
 		t.Fatalf("no input: %v, want undefined", err)
@@ -438,7 +449,7 @@ func TestBuiltinDifferential(t *testing.T) {
 			continue // OPA's evaluator has no JSON for them
 		}
 		// native: the builtin's result written by the Go writer
-		native, err := e.EvalWrite(ctx, "nv/echo", func(w *engine.ValueWriter) { writeTerm(w, term.Value) }, nil)
+		native, err := e.EvalWrite(ctx, "nv/echo", func(w *engine.ValueWriter) error { writeTerm(w, term.Value); return nil }, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", text, err)
 		}
