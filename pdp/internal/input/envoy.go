@@ -118,7 +118,7 @@ type HTTP struct {
 // as JSON (WriteEnvoy's document). Map keys are sorted, so that equal
 // requests give equal bytes. On error it returns dst.
 func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, error) {
-	return appendJSON(dst, func(w Writer) error { return WriteEnvoy(w, req, opts) })
+	return appendJSON(dst, func(b *builder) error { return b.envoy(req, opts) })
 }
 
 // WriteEnvoy writes the opa-envoy-plugin input document for req to w, the
@@ -150,7 +150,7 @@ func (b *builder) envoy(req *authv3.CheckRequest, opts Options) error {
 // as a CheckRequest (HTTP ext_authz and forward auth) to dst as JSON
 // (WriteHTTP's document). On error it returns dst.
 func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error) {
-	return appendJSON(dst, func(w Writer) error { return WriteHTTP(w, h, source, opts) })
+	return appendJSON(dst, func(b *builder) error { return b.http(h, source, opts) })
 }
 
 // WriteHTTP writes the input document for a request that did not come as
@@ -159,6 +159,10 @@ func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error
 // attributes.source.address from source (host:port). On error w may hold
 // part of a document: the caller discards it.
 func WriteHTTP(w Writer, h *HTTP, source string, opts Options) error {
+	return build(w, func(b *builder) error { return b.http(h, source, opts) })
+}
+
+func (b *builder) http(h *HTTP, source string, opts Options) error {
 	hf := httpFields{id: h.ID, method: h.Method, headers: h.Headers, path: h.Path, host: h.Host, scheme: h.Scheme,
 		size: h.Size, protocol: h.Protocol, body: h.Body, rawBody: h.RawBody}
 	if err := hf.valid(); err != nil {
@@ -167,30 +171,28 @@ func WriteHTTP(w Writer, h *HTTP, source string, opts Options) error {
 	if err := validStrings(source); err != nil {
 		return err
 	}
-	return build(w, func(b *builder) error {
-		o := b.object(opts.Keep)
-		if ac, ok := o.member("attributes"); ok {
-			a := b.object(ac)
-			if source != "" {
-				if sc, ok := a.member("source"); ok {
-					s := b.object(sc)
-					writeHostPort(&s, source)
-					s.close()
-				}
+	o := b.object(opts.Keep)
+	if ac, ok := o.member("attributes"); ok {
+		a := b.object(ac)
+		if source != "" {
+			if sc, ok := a.member("source"); ok {
+				s := b.object(sc)
+				writeHostPort(&s, source)
+				s.close()
 			}
-			if rc, ok := a.member("request"); ok {
-				r := b.object(rc)
-				if hc, ok := r.member("http"); ok {
-					if err := hf.write(b, hc); err != nil {
-						return err
-					}
-				}
-				r.close()
-			}
-			a.close()
 		}
-		return writeParsed(&o, h.Path, h.Headers, h.Body, h.RawBody, "", opts)
-	})
+		if rc, ok := a.member("request"); ok {
+			r := b.object(rc)
+			if hc, ok := r.member("http"); ok {
+				if err := hf.write(b, hc); err != nil {
+					return err
+				}
+			}
+			r.close()
+		}
+		a.close()
+	}
+	return writeParsed(&o, h.Path, h.Headers, h.Body, h.RawBody, "", opts)
 }
 
 // writeHostPort writes the address member of a peer from host:port.

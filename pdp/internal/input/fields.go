@@ -48,7 +48,7 @@ func EnvoyFields(dst []byte, req *authv3.CheckRequest, opts Options, f *Fields) 
 		return dst, err
 	}
 	if s, ok := a.GetMetadataContext().GetFilterMetadata()[JWTFilter]; ok {
-		if f.JWT, err = appendJSON(nil, func(w Writer) error { return build(w, func(b *builder) error { return b.structValue(nil, s) }) }); err != nil {
+		if f.JWT, err = appendJSON(nil, func(b *builder) error { return b.structValue(nil, s) }); err != nil {
 			return dst, err
 		}
 	}

@@ -139,42 +139,50 @@ func (w *jsonWriter) End() {
 	w.after()
 }
 
-var jsonWriters = sync.Pool{New: func() any { return &jsonWriter{stack: make([]byte, 0, 16)} }}
-
-// appendJSON appends to dst the document write writes, or returns dst and
-// write's error.
-func appendJSON(dst []byte, write func(Writer) error) ([]byte, error) {
-	w := jsonWriters.Get().(*jsonWriter)
-	w.reset(dst)
-	err := write(w)
-	out := w.buf
-	w.buf = nil
-	jsonWriters.Put(w)
-	if err != nil {
-		return dst, err
-	}
-	return out, nil
-}
-
 // builder writes the values of a document to a Writer, with a scratch
 // buffer for the text of numbers and base64.
+//
+// The JSON Writer is called through the interface too: a builder that
+// called it directly when it is the one written to measured no faster.
 type builder struct {
 	w   Writer
+	js  jsonWriter // the JSON Writer of appendJSON
 	tmp []byte
 }
 
-var builders = sync.Pool{New: func() any { return &builder{tmp: make([]byte, 0, 64)} }}
+var builders = sync.Pool{New: func() any {
+	return &builder{js: jsonWriter{stack: make([]byte, 0, 16)}, tmp: make([]byte, 0, 64)}
+}}
 
 // build runs f with a builder writing to w.
 func build(w Writer, f func(*builder) error) error {
 	b := builders.Get().(*builder)
 	b.w = w
 	err := f(b)
-	b.w = nil
-	if cap(b.tmp) <= 1<<16 {
+	b.release()
+	return err
+}
+
+// appendJSON appends to dst the JSON of the values f writes, or returns
+// dst and f's error.
+func appendJSON(dst []byte, f func(*builder) error) ([]byte, error) {
+	b := builders.Get().(*builder)
+	b.js.reset(dst)
+	b.w = &b.js
+	err := f(b)
+	out := b.js.buf
+	b.release()
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
+}
+
+func (b *builder) release() {
+	b.w, b.js.buf = nil, nil
+	if cap(b.tmp) <= 1<<16 && cap(b.js.stack) <= 1<<10 {
 		builders.Put(b)
 	}
-	return err
 }
 
 // scratch is b.tmp as a string, valid until b.tmp is written again.
