@@ -51,31 +51,26 @@ const (
 	atValue          // an object's value (after its key)
 )
 
+// sepBefore is what goes before a value at each place: a comma after
+// another element or member, a colon after a key.
+var sepBefore = [8]byte{atElem: ',', atKey: ',', atValue: ':'}
+
+// nextPlace is the place after a value at each place.
+var nextPlace = [8]byte{atFirstElem: atElem, atElem: atElem, atFirstKey: atValue, atKey: atValue, atValue: atKey}
+
 var _ Writer = (*jsonWriter)(nil)
 
 func (w *jsonWriter) reset(dst []byte) {
 	w.buf, w.st, w.stack = dst, atTop, w.stack[:0]
 }
 
-// before writes what goes before a value: a comma after another one.
 func (w *jsonWriter) before() {
-	if w.st == atElem || w.st == atKey {
-		w.buf = append(w.buf, ',')
+	if c := sepBefore[w.st&7]; c != 0 {
+		w.buf = append(w.buf, c)
 	}
 }
 
-// after moves past a value: a key is followed by its colon.
-func (w *jsonWriter) after() {
-	switch w.st {
-	case atFirstElem:
-		w.st = atElem
-	case atFirstKey, atKey:
-		w.buf = append(w.buf, ':')
-		w.st = atValue
-	case atValue:
-		w.st = atKey
-	}
-}
+func (w *jsonWriter) after() { w.st = nextPlace[w.st&7] }
 
 func (w *jsonWriter) Null() {
 	w.before()
