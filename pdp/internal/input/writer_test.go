@@ -153,10 +153,13 @@ func decodeNumbers(b []byte) (any, error) {
 }
 
 // assertSameError fails t unless the two errors are the same: both nil,
-// or the same message, the same kinds and the same cause.
+// or the same message, the same kinds and the same cause. A map with two
+// strings that are not UTF-8 is refused naming either (the map's order),
+// so for ErrInvalidUTF8 only the kind is compared.
 func assertSameError(t *testing.T, what string, js, vals error) {
 	t.Helper()
-	if (js == nil) != (vals == nil) || (js != nil && js.Error() != vals.Error()) {
+	sameText := js != nil && vals != nil && (js.Error() == vals.Error() || errors.Is(js, ErrInvalidUTF8) && errors.Is(vals, ErrInvalidUTF8))
+	if (js == nil) != (vals == nil) || (js != nil && !sameText) {
 		t.Fatalf("%s: JSON err = %v, Writer err = %v", what, js, vals)
 	}
 	for _, kind := range []error{ErrInvalidUTF8, ErrInvalidPath, ErrInvalidQuery, ErrInvalidBody} {
