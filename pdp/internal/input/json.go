@@ -19,8 +19,12 @@ import (
 // value (keys written with String); JSON writes a whole JSON text (one
 // compact, valid value) as one value.
 //
-// The strings and bytes given to a Writer are valid only during the call:
-// one that keeps them copies them.
+// The values are those encoding/json reads from AppendEnvoy's JSON:
+// every string is UTF-8 (a byte of a decoded path, query, form or
+// multipart body that is not is given as U+FFFD, as the JSON escapes it),
+// but for a string that Options.UTF8Checked wrongly vouches for. The
+// strings and bytes given to a Writer are valid only during the call: one
+// that keeps them copies them.
 type Writer interface {
 	Null()
 	Bool(v bool)
