@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/nexuspdp/nexus/internal/jsonw"
 	opautil "github.com/open-policy-agent/opa/v1/util"
 )
 
@@ -21,10 +20,10 @@ import (
 // authorization server only the first max_request_bytes of the body.
 const partialBodyHeader = "x-envoy-auth-partial-body"
 
-// appendBody appends parsed_body's value to dst when write (nothing when
-// it is null), and reports truncated_body, as opa-envoy-plugin computes
-// them; without write it only reports truncated_body, and never parses
-// the body:
+// body writes parsed_body's value when write (nothing when it is null,
+// and wrote says whether it wrote one), and reports truncated_body, as
+// opa-envoy-plugin computes them; without write it only reports
+// truncated_body, and never parses the body:
 //
 //   - a body Envoy marked partial is truncated, whatever its type;
 //   - only a JSON, form or multipart body (by its content-type) is parsed;
@@ -35,13 +34,13 @@ const partialBodyHeader = "x-envoy-auth-partial-body"
 //   - a content-length larger than the payload means truncated (null,
 //     unparsed); one that is not a number is an error;
 //   - a body that does not parse is an error.
-func appendBody(dst []byte, headers map[string]string, body string, rawBody []byte, write bool) ([]byte, bool, error) {
+func (b *builder) body(headers map[string]string, body string, rawBody []byte, write bool) (wrote, truncated bool, err error) {
 	if headers[partialBodyHeader] == "true" {
-		return dst, true, nil
+		return false, true, nil
 	}
 	ct, ok := headers["content-type"]
 	if !ok {
-		return dst, false, nil
+		return false, false, nil
 	}
 	const (
 		isJSON = iota
@@ -53,13 +52,13 @@ func appendBody(dst []byte, headers map[string]string, body string, rawBody []by
 	case strings.Contains(ct, "application/json"):
 		kind = isJSON
 	case strings.Contains(ct, "application/grpc"):
-		return dst, false, nil
+		return false, false, nil
 	case strings.Contains(ct, "application/x-www-form-urlencoded"):
 		kind = isForm
 	case strings.Contains(ct, "multipart/form-data"):
 		kind = isMultipart
 	default:
-		return dst, false, nil
+		return false, false, nil
 	}
 	payload := rawBody
 	if body != "" {
@@ -67,59 +66,58 @@ func appendBody(dst []byte, headers map[string]string, body string, rawBody []by
 		payload = unsafe.Slice(unsafe.StringData(body), len(body))
 	}
 	if len(payload) == 0 {
-		return dst, false, nil
+		return false, false, nil
 	}
 	if cl, ok := headers["content-length"]; ok {
 		n, err := strconv.ParseInt(cl, 10, 64)
 		if err != nil {
-			return dst, false, requestError(ErrInvalidBody, err, "content-length %q", truncate(cl))
+			return false, false, requestError(ErrInvalidBody, err, "content-length %q", truncate(cl))
 		}
 		if n > int64(len(payload)) { // -1, unknown, is never larger
-			return dst, true, nil
+			return false, true, nil
 		}
 	}
 	if !write {
-		return dst, false, nil
+		return false, false, nil
 	}
-	var err error
 	switch kind {
 	case isJSON:
-		dst, err = appendJSONBody(dst, payload, write)
+		err = b.jsonBody(payload)
+		wrote = err == nil
 	case isForm:
 		var vals url.Values
 		if vals, err = url.ParseQuery(string(payload)); err != nil {
-			return dst, false, requestError(ErrInvalidBody, err, "form")
+			return false, false, requestError(ErrInvalidBody, err, "form")
 		}
-		if write {
-			dst = appendValues(dst, vals)
-		}
+		b.values(vals)
+		wrote = true
 	case isMultipart:
-		dst, err = appendMultipart(dst, ct, payload, write)
+		wrote, err = b.multipart(ct, payload)
 	}
-	return dst, false, err
+	return wrote, false, err
 }
 
-// appendJSONBody appends a JSON body as the plugin's decoder reads it.
-// A valid UTF-8 body without surrogate escapes is copied without its
+// jsonBody writes a JSON body as the plugin's decoder reads it. A valid
+// UTF-8 body without surrogate escapes is written as its text without its
 // insignificant spaces; any other is decoded as encoding/json decodes it
 // (invalid UTF-8 and lone surrogates become U+FFFD, of two equal keys the
-// last wins) and written again.
-func appendJSONBody(dst, b []byte, write bool) ([]byte, error) {
-	if !json.Valid(b) {
-		_, err := decodeJSON(b)
-		return dst, requestError(ErrInvalidBody, err, "JSON")
+// last wins) and written as those values.
+func (b *builder) jsonBody(p []byte) error {
+	if !json.Valid(p) {
+		_, err := decodeJSON(p)
+		return requestError(ErrInvalidBody, err, "JSON")
 	}
-	if !write {
-		return dst, nil
+	if utf8.Valid(p) && !hasSurrogateEscape(p) {
+		b.tmp = appendCompact(b.tmp[:0], p)
+		b.w.JSON(b.tmp)
+		return nil
 	}
-	if utf8.Valid(b) && !hasSurrogateEscape(b) {
-		return appendCompact(dst, b), nil
-	}
-	v, err := decodeJSON(b)
+	v, err := decodeJSON(p)
 	if err != nil {
-		return dst, requestError(ErrInvalidBody, err, "JSON")
+		return requestError(ErrInvalidBody, err, "JSON")
 	}
-	return appendAny(dst, v), nil
+	b.anyValue(v)
+	return nil
 }
 
 // decodeJSON decodes one JSON value, numbers as json.Number, and nothing
@@ -174,44 +172,49 @@ func hasSurrogateEscape(b []byte) bool {
 	}
 }
 
-// appendAny appends a decoded JSON value, object keys sorted.
-func appendAny(dst []byte, v any) []byte {
+// anyValue writes a decoded JSON value (as decodeJSON gives them, or a
+// multipart part's string), object keys sorted.
+func (b *builder) anyValue(v any) {
 	switch v := v.(type) {
 	case nil:
-		return append(dst, "null"...)
+		b.w.Null()
 	case bool:
-		return strconv.AppendBool(dst, v)
+		b.w.Bool(v)
 	case json.Number:
-		return append(dst, v...)
+		b.w.Number(string(v))
 	case string:
-		return appendString(dst, v)
+		b.text(v)
 	case []any:
-		dst = append(dst, '[')
-		for i, e := range v {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendAny(dst, e)
+		b.w.BeginArray()
+		for _, e := range v {
+			b.anyValue(e)
 		}
-		return append(dst, ']')
+		b.w.End()
 	case map[string]any:
-		return jsonw.Object(dst, v, appendAny)
+		b.w.BeginObject()
+		var kb [8]string
+		for _, k := range sortedKeys(kb[:0], v) {
+			b.text(k)
+			b.anyValue(v[k])
+		}
+		b.w.End()
+	default:
+		panic(fmt.Sprintf("input: anyValue: unexpected %T", v))
 	}
-	panic(fmt.Sprintf("input: appendAny: unexpected %T", v))
 }
 
-// appendMultipart appends a multipart/form-data body as the plugin reads
-// it: each named part's values under its name, in order; a part whose
+// multipart writes a multipart/form-data body as the plugin reads it:
+// each named part's values under its name, in order; a part whose
 // content-type is JSON as its JSON value, any other as a string. A
-// content-type without a boundary is null.
-func appendMultipart(dst []byte, ct string, payload []byte, write bool) ([]byte, error) {
+// content-type without a boundary is null (nothing written).
+func (b *builder) multipart(ct string, payload []byte) (wrote bool, err error) {
 	_, params, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return dst, requestError(ErrInvalidBody, err, "multipart content-type")
+		return false, requestError(ErrInvalidBody, err, "multipart content-type")
 	}
 	boundary, ok := params["boundary"]
 	if !ok {
-		return dst, nil
+		return false, nil
 	}
 	values := map[string][]any{}
 	mr := multipart.NewReader(bytes.NewReader(payload), boundary)
@@ -221,26 +224,34 @@ func appendMultipart(dst []byte, ct string, payload []byte, write bool) ([]byte,
 			break
 		}
 		if err != nil {
-			return dst, requestError(ErrInvalidBody, err, "multipart")
+			return false, requestError(ErrInvalidBody, err, "multipart")
 		}
 		name := p.FormName()
 		if name == "" {
 			continue
 		}
-		b, err := io.ReadAll(p)
+		data, err := io.ReadAll(p)
 		if err != nil {
-			return dst, requestError(ErrInvalidBody, err, "multipart part %q", truncate(name))
+			return false, requestError(ErrInvalidBody, err, "multipart part %q", truncate(name))
 		}
-		var v any = string(b)
+		var v any = string(data)
 		if strings.Contains(p.Header.Get("Content-Type"), "application/json") {
-			if v, err = decodeJSON(b); err != nil {
-				return dst, requestError(ErrInvalidBody, err, "multipart part %q: JSON", truncate(name))
+			if v, err = decodeJSON(data); err != nil {
+				return false, requestError(ErrInvalidBody, err, "multipart part %q: JSON", truncate(name))
 			}
 		}
 		values[name] = append(values[name], v)
 	}
-	if !write {
-		return dst, nil
+	b.w.BeginObject()
+	var kb [8]string
+	for _, k := range sortedKeys(kb[:0], values) {
+		b.text(k)
+		b.w.BeginArray()
+		for _, v := range values[k] {
+			b.anyValue(v)
+		}
+		b.w.End()
 	}
-	return jsonw.Object(dst, values, func(dst []byte, vs []any) []byte { return appendAny(dst, vs) }), nil
+	b.w.End()
+	return true, nil
 }

@@ -17,12 +17,19 @@
 // With Options.SkipBody (the plugin's skip-request-body-parse) the body is
 // not read at all, and parsed_body and truncated_body are absent. With
 // Options.Keep the body is parsed only when the policy reads parsed_body.
+//
+// WriteEnvoy and WriteHTTP write the document as values to a Writer (the
+// engine's ValueWriter takes them straight into the policy's memory, with
+// no JSON in between); AppendEnvoy and AppendHTTP write the same values as
+// JSON text, for the decision cache's keys and the decision log. One
+// builder writes both, so the two cannot differ.
 package input
 
 import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -30,7 +37,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/nexuspdp/nexus/internal/jsonw"
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
 )
 
@@ -86,8 +92,10 @@ type Options struct {
 	// UTF8Checked says that every string of the CheckRequest is known to
 	// be UTF-8: it was decoded from protobuf's wire format, whose proto3
 	// decoding refuses any string field that is not (the ext_authz
-	// gRPC server's requests). AppendEnvoy does not check the strings
-	// again. Strings it writes stay valid JSON whatever they hold.
+	// gRPC server's requests). WriteEnvoy does not check the strings
+	// again. AppendEnvoy's JSON stays valid whatever they hold (a byte
+	// that is not UTF-8 is written as U+FFFD); another Writer is given
+	// such a string as it is.
 	UTF8Checked bool
 }
 
@@ -106,138 +114,143 @@ type HTTP struct {
 	RawBody  []byte
 }
 
-// AppendEnvoy appends the opa-envoy-plugin input document for req to dst.
-// Map keys are sorted, so that equal requests give equal bytes.
+// AppendEnvoy appends the opa-envoy-plugin input document for req to dst
+// as JSON (WriteEnvoy's document). Map keys are sorted, so that equal
+// requests give equal bytes. On error it returns dst.
 func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, error) {
+	return appendJSON(dst, func(b *builder) error { return b.envoy(req, opts) })
+}
+
+// WriteEnvoy writes the opa-envoy-plugin input document for req to w, the
+// values AppendEnvoy writes as JSON, in the same order. On error w may
+// hold part of a document: the caller discards it.
+func WriteEnvoy(w Writer, req *authv3.CheckRequest, opts Options) error {
+	return build(w, func(b *builder) error { return b.envoy(req, opts) })
+}
+
+func (b *builder) envoy(req *authv3.CheckRequest, opts Options) error {
 	a := req.GetAttributes()
-	o := obj{sel: opts.Keep}
-	o.open(dst)
+	o := b.object(opts.Keep)
 	if a != nil {
 		if c, ok := o.member("attributes"); ok {
-			var err error
-			if o.buf, err = appendAttributes(o.buf, c, a, opts.UTF8Checked); err != nil {
-				return dst, err
+			if err := b.attributes(c, a, opts.UTF8Checked); err != nil {
+				return err
 			}
 		} else if !opts.UTF8Checked {
 			if err := validAttributes(a); err != nil {
-				return dst, err
+				return err
 			}
 		}
 	}
 	h := a.GetRequest().GetHttp()
-	out, err := appendParsed(&o, h.GetPath(), h.GetHeaders(), h.GetBody(), h.GetRawBody(), a.GetSource().GetPrincipal(), opts)
-	if err != nil {
-		return dst, err
-	}
-	return out, nil
+	return writeParsed(&o, h.GetPath(), h.GetHeaders(), h.GetBody(), h.GetRawBody(), a.GetSource().GetPrincipal(), opts)
 }
 
 // AppendHTTP appends the input document for a request that did not come
-// as a CheckRequest (HTTP ext_authz and forward auth): the same shape, with
-// attributes.request.http filled from h and attributes.source.address from
-// source (host:port).
+// as a CheckRequest (HTTP ext_authz and forward auth) to dst as JSON
+// (WriteHTTP's document). On error it returns dst.
 func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error) {
+	return appendJSON(dst, func(b *builder) error { return b.http(h, source, opts) })
+}
+
+// WriteHTTP writes the input document for a request that did not come as
+// a CheckRequest (HTTP ext_authz and forward auth) to w: the same shape,
+// with attributes.request.http filled from h and
+// attributes.source.address from source (host:port). On error w may hold
+// part of a document: the caller discards it.
+func WriteHTTP(w Writer, h *HTTP, source string, opts Options) error {
+	return build(w, func(b *builder) error { return b.http(h, source, opts) })
+}
+
+func (b *builder) http(h *HTTP, source string, opts Options) error {
 	hf := httpFields{id: h.ID, method: h.Method, headers: h.Headers, path: h.Path, host: h.Host, scheme: h.Scheme,
 		size: h.Size, protocol: h.Protocol, body: h.Body, rawBody: h.RawBody}
 	if err := hf.valid(); err != nil {
-		return dst, err
+		return err
 	}
 	if err := validStrings(source); err != nil {
-		return dst, err
+		return err
 	}
-	o := obj{sel: opts.Keep}
-	o.open(dst)
+	o := b.object(opts.Keep)
 	if ac, ok := o.member("attributes"); ok {
-		a := obj{sel: ac}
-		a.open(o.buf)
+		a := b.object(ac)
 		if source != "" {
 			if sc, ok := a.member("source"); ok {
-				s := obj{sel: sc}
-				s.open(a.buf)
-				appendHostPort(&s, source)
-				a.buf = s.close()
+				s := b.object(sc)
+				writeHostPort(&s, source)
+				s.close()
 			}
 		}
 		if rc, ok := a.member("request"); ok {
-			r := obj{sel: rc}
-			r.open(a.buf)
+			r := b.object(rc)
 			if hc, ok := r.member("http"); ok {
-				var err error
-				if r.buf, err = hf.append(r.buf, hc); err != nil {
-					return dst, err
+				if err := hf.write(b, hc); err != nil {
+					return err
 				}
 			}
-			a.buf = r.close()
+			r.close()
 		}
-		o.buf = a.close()
+		a.close()
 	}
-	out, err := appendParsed(&o, h.Path, h.Headers, h.Body, h.RawBody, "", opts)
-	if err != nil {
-		return dst, err
-	}
-	return out, nil
+	return writeParsed(&o, h.Path, h.Headers, h.Body, h.RawBody, "", opts)
 }
 
-// appendHostPort writes the address member of a peer from host:port.
-func appendHostPort(o *obj, hostport string) {
+// writeHostPort writes the address member of a peer from host:port.
+func writeHostPort(o *obj, hostport string) {
 	host, port := hostport, uint64(0)
 	if i := strings.LastIndexByte(hostport, ':'); i >= 0 {
 		if p, err := strconv.ParseUint(hostport[i+1:], 10, 32); err == nil {
 			host, port = strings.Trim(hostport[:i], "[]"), p
 		}
 	}
-	appendAddress(o, host, uint32(port), port != 0)
+	writeAddress(o, host, uint32(port), port != 0)
 }
 
-// appendAddress writes the member "address" of a peer: a socket address
+// writeAddress writes the member "address" of a peer: a socket address
 // with its port (when hasPort: a set port_value oneof, even 0).
-func appendAddress(o *obj, host string, port uint32, hasPort bool) {
+func writeAddress(o *obj, host string, port uint32, hasPort bool) {
 	adc, ok := o.member("address")
 	if !ok {
 		return
 	}
-	ad := obj{sel: adc}
-	ad.open(o.buf)
+	ad := o.b.object(adc)
 	if sac, ok := ad.member("socketAddress"); ok {
-		sa := obj{sel: sac}
-		sa.open(ad.buf)
+		sa := o.b.object(sac)
 		sa.str("address", host)
 		if hasPort {
 			if _, ok := sa.member("portValue"); ok {
-				sa.buf = strconv.AppendUint(sa.buf, uint64(port), 10)
+				o.b.uint(uint64(port))
 			}
 		}
-		ad.buf = sa.close()
+		sa.close()
 	}
-	o.buf = ad.close()
+	ad.close()
 }
 
-// appendParsed writes the members the plugin computes from the request:
+// writeParsed writes the members the plugin computes from the request:
 // parsed_path, parsed_query, parsed_body, truncated_body, version and
 // source_principal, and closes the document.
-func appendParsed(o *obj, path string, headers map[string]string, body string, rawBody []byte, principal string, opts Options) ([]byte, error) {
+func writeParsed(o *obj, path string, headers map[string]string, body string, rawBody []byte, principal string, opts Options) error {
 	if !opts.UTF8Checked {
 		if err := validStrings(path, body, principal); err != nil {
-			return o.buf, err
+			return err
 		}
 	}
 	decoded, query, err := parsePath(path)
 	if err != nil {
-		return o.buf, err
+		return err
 	}
+	b := o.b
 	if _, ok := o.member("parsed_path"); ok {
-		o.buf = append(o.buf, '[')
+		b.w.BeginArray()
 		var segs [16]string
-		for i, seg := range appendSegments(segs[:0], decoded) {
-			if i > 0 {
-				o.buf = append(o.buf, ',')
-			}
-			o.buf = appendString(o.buf, seg)
+		for _, seg := range appendSegments(segs[:0], decoded) {
+			b.text(seg)
 		}
-		o.buf = append(o.buf, ']')
+		b.w.End()
 	}
 	if _, ok := o.member("parsed_query"); ok {
-		o.buf = appendValues(o.buf, query)
+		b.values(query)
 	}
 	if !opts.SkipBody {
 		// A kept body is written in place, after its key. One the policy
@@ -245,27 +258,33 @@ func appendParsed(o *obj, path string, headers map[string]string, body string, r
 		// truncated_body, if read, is worked out (from the headers).
 		var truncated bool
 		if _, ok := o.member("parsed_body"); ok {
-			mark := len(o.buf)
-			if o.buf, truncated, err = appendBody(o.buf, headers, body, rawBody, true); err != nil {
-				return o.buf, err
+			var wrote bool
+			if wrote, truncated, err = b.body(headers, body, rawBody, true); err != nil {
+				return err
 			}
-			if len(o.buf) == mark {
-				o.buf = append(o.buf, "null"...)
+			if !wrote {
+				b.w.Null()
 			}
 		} else if _, ok := o.sel.Child("truncated_body"); ok {
-			if _, truncated, err = appendBody(nil, headers, body, rawBody, false); err != nil {
-				return o.buf, err
+			if _, truncated, err = b.body(headers, body, rawBody, false); err != nil {
+				return err
 			}
 		}
 		if _, ok := o.member("truncated_body"); ok {
-			o.buf = strconv.AppendBool(o.buf, truncated)
+			b.w.Bool(truncated)
 		}
 	}
 	if _, ok := o.member("version"); ok {
-		o.buf = append(o.buf, `{"encoding":"protojson","ext_authz":"v3"}`...)
+		b.w.BeginObject()
+		b.w.String("encoding")
+		b.w.String("protojson")
+		b.w.String("ext_authz")
+		b.w.String("v3")
+		b.w.End()
 	}
 	o.str("source_principal", principal)
-	return o.close(), nil
+	o.close()
+	return nil
 }
 
 // parsePath splits a request path (":path", never an authority: a
@@ -299,95 +318,104 @@ func decodePath(path string) (string, error) {
 	return decoded, nil
 }
 
-func appendValues(dst []byte, v url.Values) []byte {
-	return jsonw.Object(dst, v, func(dst []byte, vs []string) []byte {
-		dst = append(dst, '[')
-		for j, s := range vs {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, s)
+// values writes a query or form as an object, each key (sorted) to its
+// list of values.
+func (b *builder) values(v url.Values) {
+	b.w.BeginObject()
+	var kb [8]string
+	for _, k := range sortedKeys(kb[:0], v) {
+		b.text(k)
+		b.w.BeginArray()
+		for _, s := range v[k] {
+			b.text(s)
 		}
-		return append(dst, ']')
-	})
+		b.w.End()
+	}
+	b.w.End()
 }
 
-// appendMap appends m as a JSON object with its keys sorted, only the keys
-// of sel if it is not nil.
-func appendMap(dst []byte, sel *prune.Tree, m map[string]string) []byte {
+// sortedKeys appends m's keys to dst, sorted.
+func sortedKeys[V any](dst []string, m map[string]V) []string {
+	for k := range m {
+		dst = append(dst, k)
+	}
+	slices.Sort(dst)
+	return dst
+}
+
+// stringMap writes m as an object with its keys sorted, only the keys of
+// sel if it is not nil.
+func (b *builder) stringMap(sel *prune.Tree, m map[string]string) {
+	b.w.BeginObject()
 	if sel == nil {
-		return jsonw.Object(dst, m, appendString)
-	}
-	dst = append(dst, '{')
-	first := true
-	for _, k := range sel.Keys() {
-		v, ok := m[k]
-		if !ok {
-			continue
+		var kb [8]string
+		for _, k := range sortedKeys(kb[:0], m) {
+			b.w.String(k)
+			b.w.String(m[k])
 		}
-		if !first {
-			dst = append(dst, ',')
+	} else {
+		for _, k := range sel.Keys() {
+			if v, ok := m[k]; ok {
+				b.w.String(k)
+				b.w.String(v)
+			}
 		}
-		first = false
-		dst = appendString(dst, k)
-		dst = append(dst, ':')
-		dst = appendString(dst, v)
 	}
-	return append(dst, '}')
+	b.w.End()
 }
 
-// appendAttributes writes the attributes: the fields every request has
-// by hand, the rest (metadata, TLS, header maps, other addresses) by
-// reflection, to the same mapping. With checked (Options.UTF8Checked)
-// the strings of the peers, the HTTP request and the context extensions
-// are not checked again.
-func appendAttributes(dst []byte, sel *prune.Tree, a *authv3.AttributeContext, checked bool) ([]byte, error) {
-	o := obj{sel: sel}
-	o.open(dst)
+// attributes writes the attributes: the fields every request has by hand,
+// the rest (metadata, TLS, header maps, other addresses) by reflection, to
+// the same mapping. With checked (Options.UTF8Checked) the strings of the
+// peers, the HTTP request and the context extensions are not checked
+// again.
+func (b *builder) attributes(sel *prune.Tree, a *authv3.AttributeContext, checked bool) error {
+	o := b.object(sel)
 	if a.Source != nil {
-		if err := appendPeer(&o, "source", a.Source, checked); err != nil {
-			return dst, err
+		if err := writePeer(&o, "source", a.Source, checked); err != nil {
+			return err
 		}
 	}
 	if a.Destination != nil {
-		if err := appendPeer(&o, "destination", a.Destination, checked); err != nil {
-			return dst, err
+		if err := writePeer(&o, "destination", a.Destination, checked); err != nil {
+			return err
 		}
 	}
 	if r := a.Request; r != nil {
-		if err := appendRequest(&o, r, checked); err != nil {
-			return dst, err
+		if err := writeRequest(&o, r, checked); err != nil {
+			return err
 		}
 	}
 	if len(a.ContextExtensions) > 0 {
 		if !checked {
 			if err := validMap(a.ContextExtensions); err != nil {
-				return dst, err
+				return err
 			}
 		}
 		if c, ok := o.member("contextExtensions"); ok {
-			o.buf = appendMap(o.buf, c, a.ContextExtensions)
+			b.stringMap(c, a.ContextExtensions)
 		}
 	}
 	if a.MetadataContext != nil {
-		if err := appendMetadata(&o, "metadataContext", a.MetadataContext); err != nil {
-			return dst, err
+		if err := writeMetadata(&o, "metadataContext", a.MetadataContext); err != nil {
+			return err
 		}
 	}
 	if a.RouteMetadataContext != nil {
-		if err := appendMetadata(&o, "routeMetadataContext", a.RouteMetadataContext); err != nil {
-			return dst, err
+		if err := writeMetadata(&o, "routeMetadataContext", a.RouteMetadataContext); err != nil {
+			return err
 		}
 	}
 	if a.TlsSession != nil {
-		if err := appendGeneric(&o, "tlsSession", a.TlsSession.ProtoReflect()); err != nil {
-			return dst, err
+		if err := writeGeneric(&o, "tlsSession", a.TlsSession.ProtoReflect()); err != nil {
+			return err
 		}
 	}
-	return o.close(), nil
+	o.close()
+	return nil
 }
 
-func appendRequest(parent *obj, r *authv3.AttributeContext_Request, checked bool) error {
+func writeRequest(parent *obj, r *authv3.AttributeContext_Request, checked bool) error {
 	var hf httpFields
 	if h := r.Http; h != nil {
 		hf = httpFields{id: h.Id, method: h.Method, headers: h.Headers, headerMap: h.HeaderMap, path: h.Path, host: h.Host,
@@ -402,30 +430,28 @@ func appendRequest(parent *obj, r *authv3.AttributeContext_Request, checked bool
 	if !ok {
 		return nil
 	}
-	o := obj{sel: sel}
-	o.open(parent.buf)
+	b := parent.b
+	o := b.object(sel)
 	if t := r.Time; t != nil {
 		if c, ok := o.member("time"); ok {
-			ts := obj{sel: c}
-			ts.open(o.buf)
+			ts := b.object(c)
 			ts.int64("seconds", t.Seconds)
 			ts.int64("nanos", int64(t.Nanos))
-			o.buf = ts.close()
+			ts.close()
 		}
 	}
 	if r.Http != nil {
 		if c, ok := o.member("http"); ok {
-			var err error
-			if o.buf, err = hf.append(o.buf, c); err != nil {
+			if err := hf.write(b, c); err != nil {
 				return err
 			}
 		}
 	}
-	parent.buf = o.close()
+	o.close()
 	return nil
 }
 
-// simpleSocket returns ad's socket address if appendPeer writes it by hand:
+// simpleSocket returns ad's socket address if writePeer writes it by hand:
 // an address and a port value, nothing else.
 func simpleSocket(ad *corev3.Address) (*corev3.SocketAddress, bool) {
 	sa := ad.GetSocketAddress()
@@ -435,7 +461,7 @@ func simpleSocket(ad *corev3.Address) (*corev3.SocketAddress, bool) {
 	return sa, true
 }
 
-// validAttributes checks what appendAttributes would refuse, without
+// validAttributes checks what attributes would refuse, without
 // writing anything.
 func validAttributes(a *authv3.AttributeContext) error {
 	for _, p := range []*authv3.AttributeContext_Peer{a.Source, a.Destination} {
@@ -468,7 +494,7 @@ func validAttributes(a *authv3.AttributeContext) error {
 	return nil
 }
 
-// validPeer checks what appendPeer would refuse.
+// validPeer checks what writePeer would refuse.
 func validPeer(p *authv3.AttributeContext_Peer) error {
 	if err := validStrings(p.Service, p.Principal, p.Certificate); err != nil {
 		return err
@@ -485,9 +511,9 @@ func validPeer(p *authv3.AttributeContext_Peer) error {
 	return nil
 }
 
-// appendPeer validates p (unless checked) and writes it as member name
-// of parent.
-func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer, checked bool) error {
+// writePeer validates p (unless checked) and writes it as member name of
+// parent.
+func writePeer(parent *obj, name string, p *authv3.AttributeContext_Peer, checked bool) error {
 	if !checked {
 		if err := validPeer(p); err != nil {
 			return err
@@ -497,15 +523,14 @@ func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer, check
 	if !ok {
 		return nil
 	}
-	o := obj{sel: sel}
-	o.open(parent.buf)
+	b := parent.b
+	o := b.object(sel)
 	if ad := p.Address; ad != nil {
 		if sa, ok := simpleSocket(ad); ok {
 			_, hasPort := sa.PortSpecifier.(*corev3.SocketAddress_PortValue)
-			appendAddress(&o, sa.Address, sa.GetPortValue(), hasPort)
+			writeAddress(&o, sa.Address, sa.GetPortValue(), hasPort)
 		} else if c, ok := o.member("address"); ok {
-			var err error
-			if o.buf, err = appendMessage(o.buf, c, ad.ProtoReflect()); err != nil {
+			if err := b.message(c, ad.ProtoReflect()); err != nil {
 				return err
 			}
 		}
@@ -513,12 +538,12 @@ func appendPeer(parent *obj, name string, p *authv3.AttributeContext_Peer, check
 	o.str("service", p.Service)
 	if len(p.Labels) > 0 {
 		if c, ok := o.member("labels"); ok {
-			o.buf = appendMap(o.buf, c, p.Labels)
+			b.stringMap(c, p.Labels)
 		}
 	}
 	o.str("principal", p.Principal)
 	o.str("certificate", p.Certificate)
-	parent.buf = o.close()
+	o.close()
 	return nil
 }
 
@@ -534,7 +559,7 @@ type httpFields struct {
 	rawBody            []byte
 }
 
-// valid checks what append writes, kept or not.
+// valid checks what write writes, kept or not.
 func (h *httpFields) valid() error {
 	if err := validStrings(h.id, h.method, h.path, h.host, h.scheme, h.query, h.fragment, h.protocol, h.body); err != nil {
 		return err
@@ -548,14 +573,13 @@ func (h *httpFields) valid() error {
 	return nil
 }
 
-func (h *httpFields) append(dst []byte, sel *prune.Tree) ([]byte, error) {
-	o := obj{sel: sel}
-	o.open(dst)
+func (h *httpFields) write(b *builder, sel *prune.Tree) error {
+	o := b.object(sel)
 	o.str("id", h.id)
 	o.str("method", h.method)
 	if len(h.headers) > 0 {
 		if c, ok := o.member("headers"); ok {
-			o.buf = appendMap(o.buf, c, h.headers)
+			b.stringMap(c, h.headers)
 		}
 	}
 	o.str("path", h.path)
@@ -569,13 +593,13 @@ func (h *httpFields) append(dst []byte, sel *prune.Tree) ([]byte, error) {
 	o.bytes("rawBody", h.rawBody)
 	if h.headerMap != nil {
 		if c, ok := o.member("headerMap"); ok {
-			var err error
-			if o.buf, err = appendMessage(o.buf, c, h.headerMap.ProtoReflect()); err != nil {
-				return dst, err
+			if err := b.message(c, h.headerMap.ProtoReflect()); err != nil {
+				return err
 			}
 		}
 	}
-	return o.close(), nil
+	o.close()
+	return nil
 }
 
 func validStrings(ss ...string) error {

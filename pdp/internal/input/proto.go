@@ -1,11 +1,8 @@
 package input
 
 import (
-	"encoding/base64"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -37,13 +34,12 @@ import (
 // selection (prune.Tree) leaves out the object members it does not keep,
 // exactly as pruning the whole document would.
 
-// appendMessage writes m as an object (a Struct as the object it holds).
-func appendMessage(dst []byte, sel *prune.Tree, m protoreflect.Message) ([]byte, error) {
+// message writes m as an object (a Struct as the object it holds).
+func (b *builder) message(sel *prune.Tree, m protoreflect.Message) error {
 	if s, ok := m.Interface().(*structpb.Struct); ok {
-		return appendStruct(dst, sel, s)
+		return b.structValue(sel, s)
 	}
-	o := obj{sel: sel}
-	o.open(dst)
+	o := b.object(sel)
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
@@ -54,108 +50,100 @@ func appendMessage(dst []byte, sel *prune.Tree, m protoreflect.Message) ([]byte,
 		c, ok := o.member(fd.JSONName())
 		if !ok {
 			if err := validField(fd, v); err != nil {
-				return dst, err
+				return err
 			}
 			continue
 		}
-		var err error
-		if o.buf, err = appendField(o.buf, c, fd, v); err != nil {
-			return dst, err
+		if err := b.field(c, fd, v); err != nil {
+			return err
 		}
 	}
-	return o.close(), nil
+	o.close()
+	return nil
 }
 
-// appendGeneric writes m as member name of o, or only validates it when
+// writeGeneric writes m as member name of o, or only validates it when
 // the selection leaves it out.
-func appendGeneric(o *obj, name string, m protoreflect.Message) error {
+func writeGeneric(o *obj, name string, m protoreflect.Message) error {
 	c, ok := o.member(name)
 	if !ok {
 		return validMessage(m)
 	}
-	var err error
-	o.buf, err = appendMessage(o.buf, c, m)
-	return err
+	return o.b.message(c, m)
 }
 
-func appendField(dst []byte, sel *prune.Tree, fd protoreflect.FieldDescriptor, v protoreflect.Value) ([]byte, error) {
+func (b *builder) field(sel *prune.Tree, fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
 	switch {
 	case fd.IsMap():
-		return appendProtoMap(dst, sel, fd.MapKey(), fd.MapValue(), v.Map())
+		return b.protoMap(sel, fd.MapKey(), fd.MapValue(), v.Map())
 	case fd.IsList():
 		// Arrays are kept or dropped whole.
 		l := v.List()
-		dst = append(dst, '[')
+		b.w.BeginArray()
 		for i := range l.Len() {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			var err error
-			if dst, err = appendSingular(dst, nil, fd, l.Get(i)); err != nil {
-				return dst, err
+			if err := b.singular(nil, fd, l.Get(i)); err != nil {
+				return err
 			}
 		}
-		return append(dst, ']'), nil
+		b.w.End()
+		return nil
 	}
-	return appendSingular(dst, sel, fd, v)
+	return b.singular(sel, fd, v)
 }
 
-func appendSingular(dst []byte, sel *prune.Tree, fd protoreflect.FieldDescriptor, v protoreflect.Value) ([]byte, error) {
+func (b *builder) singular(sel *prune.Tree, fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
-		return strconv.AppendBool(dst, v.Bool()), nil
+		b.w.Bool(v.Bool())
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return strconv.AppendInt(dst, v.Int(), 10), nil
+		b.w.Int(v.Int())
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return strconv.AppendUint(dst, v.Uint(), 10), nil
+		b.uint(v.Uint())
 	case protoreflect.EnumKind:
-		return strconv.AppendInt(dst, int64(v.Enum()), 10), nil
+		b.w.Int(int64(v.Enum()))
 	case protoreflect.FloatKind:
-		f := v.Float()
-		if nonFinite(f) {
-			return appendNonFinite(dst, f), nil
-		}
-		return strconv.AppendFloat(dst, f, 'f', -1, 32), nil
+		b.float32(v.Float())
 	case protoreflect.DoubleKind:
-		return appendDouble(dst, v.Float()), nil
+		b.double(v.Float())
 	case protoreflect.StringKind:
 		s := v.String()
 		if err := validStrings(s); err != nil {
-			return dst, err
+			return err
 		}
-		return appendString(dst, s), nil
+		b.w.String(s)
 	case protoreflect.BytesKind:
-		return appendBase64(dst, v.Bytes()), nil
+		b.base64(v.Bytes())
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return appendMessage(dst, sel, v.Message())
+		return b.message(sel, v.Message())
+	default:
+		return fmt.Errorf("input: field %s has unknown kind %v", fd.FullName(), fd.Kind())
 	}
-	return dst, fmt.Errorf("input: field %s has unknown kind %v", fd.FullName(), fd.Kind())
+	return nil
 }
 
-// appendProtoMap writes a map as an object, its keys (as text) sorted.
-func appendProtoMap(dst []byte, sel *prune.Tree, kd, vd protoreflect.FieldDescriptor, m protoreflect.Map) ([]byte, error) {
+// protoMap writes a map as an object, its keys (as text) sorted.
+func (b *builder) protoMap(sel *prune.Tree, kd, vd protoreflect.FieldDescriptor, m protoreflect.Map) error {
 	if kd.Kind() == protoreflect.StringKind && sel != nil {
 		// Only the kept keys, looked up: the same members, in the same
 		// (sorted) order, as the whole map pruned.
-		o := obj{sel: sel}
-		o.open(dst)
 		var err error
 		m.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
 			err = validStrings(k.String())
 			return err == nil
 		})
 		if err != nil {
-			return dst, err
+			return err
 		}
+		o := b.object(sel)
 		for _, k := range sel.Keys() {
 			v := m.Get(protoreflect.ValueOfString(k).MapKey())
 			if !v.IsValid() {
 				continue
 			}
 			c, _ := o.member(k)
-			if o.buf, err = appendSingular(o.buf, c, vd, v); err != nil {
-				return dst, err
+			if err := b.singular(c, vd, v); err != nil {
+				return err
 			}
 		}
 		m.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
@@ -165,9 +153,10 @@ func appendProtoMap(dst []byte, sel *prune.Tree, kd, vd protoreflect.FieldDescri
 			return err == nil
 		})
 		if err != nil {
-			return dst, err
+			return err
 		}
-		return o.close(), nil
+		o.close()
+		return nil
 	}
 	keys := make([]protoreflect.MapKey, 0, m.Len())
 	m.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
@@ -183,93 +172,91 @@ func appendProtoMap(dst []byte, sel *prune.Tree, kd, vd protoreflect.FieldDescri
 		}
 		return 0
 	})
-	o := obj{sel: sel}
-	o.open(dst)
+	o := b.object(sel)
 	for _, k := range keys {
 		ks := k.String()
 		if err := validStrings(ks); err != nil {
-			return dst, err
+			return err
 		}
 		v := m.Get(k)
 		c, ok := o.member(ks)
 		if !ok {
 			if err := validField(vd, v); err != nil {
-				return dst, err
+				return err
 			}
 			continue
 		}
-		var err error
-		if o.buf, err = appendSingular(o.buf, c, vd, v); err != nil {
-			return dst, err
+		if err := b.singular(c, vd, v); err != nil {
+			return err
 		}
 	}
-	return o.close(), nil
+	o.close()
+	return nil
 }
 
-// appendStruct writes a Struct as the JSON object it holds (structpb's
+// structValue writes a Struct as the JSON object it holds (structpb's
 // AsMap), its keys sorted.
-func appendStruct(dst []byte, sel *prune.Tree, s *structpb.Struct) ([]byte, error) {
-	return appendObject(dst, sel, s.GetFields(), appendStructValue, validStructValue)
+func (b *builder) structValue(sel *prune.Tree, s *structpb.Struct) error {
+	return writeObject(b, sel, s.GetFields(), (*builder).value, validStructValue)
 }
 
-// appendObject writes m as an object, its keys sorted, only those sel
+// writeObject writes m as an object, its keys sorted, only those sel
 // keeps (when it is not nil); val writes a value, valid checks one that
 // is left out.
-func appendObject[V any](dst []byte, sel *prune.Tree, m map[string]V, val func([]byte, *prune.Tree, V) ([]byte, error), valid func(string, V) error) ([]byte, error) {
-	o := obj{sel: sel}
-	o.open(dst)
+func writeObject[V any](b *builder, sel *prune.Tree, m map[string]V, val func(*builder, *prune.Tree, V) error, valid func(string, V) error) error {
 	if sel != nil {
 		for k, v := range m {
 			if _, kept := sel.Child(k); !kept {
 				if err := valid(k, v); err != nil {
-					return dst, err
+					return err
 				}
 			}
 		}
+		o := b.object(sel)
 		for _, k := range sel.Keys() {
 			v, ok := m[k]
 			if !ok {
 				continue
 			}
 			c, _ := o.member(k)
-			var err error
-			if o.buf, err = val(o.buf, c, v); err != nil {
-				return dst, err
+			if err := val(b, c, v); err != nil {
+				return err
 			}
 		}
-		return o.close(), nil
+		o.close()
+		return nil
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		if err := validStrings(k); err != nil {
-			return dst, err
+			return err
 		}
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	b.w.BeginObject()
 	for _, k := range keys {
-		o.key(k)
-		var err error
-		if o.buf, err = val(o.buf, nil, m[k]); err != nil {
-			return dst, err
+		b.w.String(k)
+		if err := val(b, nil, m[k]); err != nil {
+			return err
 		}
 	}
-	return o.close(), nil
+	b.w.End()
+	return nil
 }
 
-// appendMetadata writes Envoy's Metadata as member name of parent: the
-// mapping of appendMessage, without reflection for filter_metadata.
-func appendMetadata(parent *obj, name string, md *corev3.Metadata) error {
+// writeMetadata writes Envoy's Metadata as member name of parent: the
+// mapping of message, without reflection for filter_metadata.
+func writeMetadata(parent *obj, name string, md *corev3.Metadata) error {
 	sel, ok := parent.member(name)
 	if !ok {
 		return validMetadata(md)
 	}
-	o := obj{sel: sel}
-	o.open(parent.buf)
+	b := parent.b
+	o := b.object(sel)
 	if len(md.FilterMetadata) > 0 {
 		if c, ok := o.member("filterMetadata"); ok {
-			var err error
-			if o.buf, err = appendObject(o.buf, c, md.FilterMetadata, appendStruct, validStruct); err != nil {
+			if err := writeObject(b, c, md.FilterMetadata, (*builder).structValue, validStruct); err != nil {
 				return err
 			}
 		} else if err := validMetadata(&corev3.Metadata{FilterMetadata: md.FilterMetadata}); err != nil {
@@ -280,15 +267,14 @@ func appendMetadata(parent *obj, name string, md *corev3.Metadata) error {
 		m := md.ProtoReflect()
 		fd := m.Descriptor().Fields().ByName("typed_filter_metadata")
 		if c, ok := o.member(fd.JSONName()); ok {
-			var err error
-			if o.buf, err = appendField(o.buf, c, fd, m.Get(fd)); err != nil {
+			if err := b.field(c, fd, m.Get(fd)); err != nil {
 				return err
 			}
 		} else if err := validField(fd, m.Get(fd)); err != nil {
 			return err
 		}
 	}
-	parent.buf = o.close()
+	o.close()
 	return nil
 }
 
@@ -316,66 +302,36 @@ func validStruct(k string, s *structpb.Struct) error {
 	return nil
 }
 
-// appendStructValue writes v as structpb's AsInterface gives it: a value
-// without a kind is null.
-func appendStructValue(dst []byte, sel *prune.Tree, v *structpb.Value) ([]byte, error) {
+// value writes a Struct's value as structpb's AsInterface gives it: a
+// value without a kind is null.
+func (b *builder) value(sel *prune.Tree, v *structpb.Value) error {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NumberValue:
-		return appendDouble(dst, k.NumberValue), nil
+		b.double(k.NumberValue)
 	case *structpb.Value_StringValue:
 		if err := validStrings(k.StringValue); err != nil {
-			return dst, err
+			return err
 		}
-		return appendString(dst, k.StringValue), nil
+		b.w.String(k.StringValue)
 	case *structpb.Value_BoolValue:
-		return strconv.AppendBool(dst, k.BoolValue), nil
+		b.w.Bool(k.BoolValue)
 	case *structpb.Value_StructValue:
-		return appendStruct(dst, sel, k.StructValue)
+		return b.structValue(sel, k.StructValue)
 	case *structpb.Value_ListValue:
-		dst = append(dst, '[')
-		for i, e := range k.ListValue.GetValues() {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			var err error
-			if dst, err = appendStructValue(dst, nil, e); err != nil {
-				return dst, err
+		b.w.BeginArray()
+		for _, e := range k.ListValue.GetValues() {
+			if err := b.value(nil, e); err != nil {
+				return err
 			}
 		}
-		return append(dst, ']'), nil
+		b.w.End()
+	default:
+		b.w.Null()
 	}
-	return append(dst, "null"...), nil
+	return nil
 }
 
-// appendDouble writes a double as OPA holds a Go float64 (strconv's
-// shortest 'g' form), or, for NaN and the infinities, as the strings
-// structpb turns them into.
-func appendDouble(dst []byte, f float64) []byte {
-	if nonFinite(f) {
-		return appendNonFinite(dst, f)
-	}
-	return strconv.AppendFloat(dst, f, 'g', -1, 64)
-}
-
-func nonFinite(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }
-
-func appendNonFinite(dst []byte, f float64) []byte {
-	switch {
-	case math.IsNaN(f):
-		return append(dst, `"NaN"`...)
-	case f > 0:
-		return append(dst, `"Infinity"`...)
-	}
-	return append(dst, `"-Infinity"`...)
-}
-
-func appendBase64(dst, b []byte) []byte {
-	dst = append(dst, '"')
-	dst = base64.StdEncoding.AppendEncode(dst, b)
-	return append(dst, '"')
-}
-
-// validMessage checks what appendMessage would refuse (a string that is
+// validMessage checks what message would refuse (a string that is
 // not UTF-8) without writing anything.
 func validMessage(m protoreflect.Message) error {
 	var err error
@@ -420,7 +376,7 @@ func validSingular(fd protoreflect.FieldDescriptor, v protoreflect.Value) error 
 }
 
 // validStructValue checks the key and value of a Struct's field, as
-// appendStructValue would.
+// value would.
 func validStructValue(k string, v *structpb.Value) error {
 	if err := validStrings(k); err != nil {
 		return err
