@@ -73,13 +73,23 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
 	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse, UTF8Checked: utf8Checked}
 	tooLarge := !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes
-	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		if tooLarge {
-			return dst, ErrTooLarge
-		}
-		o := opts // opts is captured by value: one allocation less
-		o.Keep = keep
-		return input.AppendEnvoy(dst, req, o)
+	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, builder{
+		json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
+			if tooLarge {
+				return dst, ErrTooLarge
+			}
+			o := opts // opts is captured by value: one allocation less
+			o.Keep = keep
+			return input.AppendEnvoy(dst, req, o)
+		},
+		values: func(w input.Writer, keep *prune.Tree) error {
+			if tooLarge {
+				return ErrTooLarge
+			}
+			o := opts
+			o.Keep = keep
+			return input.WriteEnvoy(w, req, o)
+		},
 	})
 }
 
@@ -89,10 +99,17 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source string) (Decision, error) {
 	md := meta{action: req.Method, resource: req.Path, envoy: true}
 	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse}
-	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		o := opts
-		o.Keep = keep
-		return input.AppendHTTP(dst, req, source, o)
+	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, builder{
+		json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
+			o := opts
+			o.Keep = keep
+			return input.AppendHTTP(dst, req, source, o)
+		},
+		values: func(w input.Writer, keep *prune.Tree) error {
+			o := opts
+			o.Keep = keep
+			return input.WriteHTTP(w, req, source, o)
+		},
 	})
 }
 
@@ -111,7 +128,7 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 	}
 	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
 	doc := c.Input()
-	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, func(dst []byte, keep *prune.Tree) ([]byte, error) {
+	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, builder{json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
 		if keep == nil {
 			return append(dst, doc...), nil
 		}
@@ -120,8 +137,24 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 			return out, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
 		}
 		return out, nil
-	})
+	}})
 }
+
+// builder writes a request's input document, pruned to a selection (nil
+// means everything): json as JSON text, values (when not nil) straight
+// into the policy's memory as the runtime's values, the same document
+// either way.
+type builder struct {
+	json   func(dst []byte, keep *prune.Tree) ([]byte, error)
+	values func(w input.Writer, keep *prune.Tree) error
+}
+
+// buildError is an error of the input's builder met while the engine
+// asked for the input (builder.values): the request, not the policy,
+// failed, and it is counted as a build error is.
+type buildError struct{ err error }
+
+func (e *buildError) Error() string { return e.err.Error() }
 
 // Budget bounds ctx by the time budget of one request that makes many
 // evaluations (a batch, a listing, a search): twice Config.EvalTimeout,
@@ -150,11 +183,16 @@ func (p *PDP) CountError(iface string, err error) string {
 	return code
 }
 
-// decideBuilt decides the input build writes with what the loaded policy
-// reads (build gets the selection; nil means everything). If a policy is
+// decideBuilt decides the input b writes with what the loaded policy
+// reads (b gets the selection; nil means everything). If a policy is
 // loaded meanwhile it builds again, so that the policy deciding always
 // gets the input pruned for it. Build errors are counted as decisions.
-func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta, build func([]byte, *prune.Tree) ([]byte, error)) (Decision, error) {
+//
+// The input goes into the policy as values, without JSON text, when b
+// can write it so and nothing else wants the text: the decision cache
+// (keyed by it) does not take the decision, and no decision sink logs
+// the input.
+func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta, b builder) (Decision, error) {
 	if entrypoint == Disabled {
 		err := fmt.Errorf("%w: this kind of check is disabled (its entrypoint is %q)", ErrNotReady, Disabled)
 		p.CountError(iface, err)
@@ -172,19 +210,33 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 		if v != nil {
 			keep = v.keep[entrypoint]
 		}
-		var err error
-		if buf, err = build(buf[:0], keep); err != nil {
-			p.CountError(iface, err)
-			return Decision{}, err
-		}
 		md.view = v
-		var whole func([]byte, *prune.Tree) ([]byte, error)
-		if p.cfg.DecisionSink != nil && keep != nil {
-			// OPA logs the input document the request made, not the
-			// parts this policy reads.
-			whole = build
+		var d Decision
+		var err error
+		if b.values != nil && p.cfg.DecisionSink == nil && (p.cache == nil || !v.cached(entrypoint)) {
+			d, err = p.decide(ctx, iface, entrypoint, nil, md, nil, func(w *engine.ValueWriter) error {
+				if err := b.values(w, keep); err != nil {
+					return &buildError{err}
+				}
+				return nil
+			})
+			if be, ok := err.(*buildError); ok {
+				p.CountError(iface, be.err)
+				return Decision{}, be.err
+			}
+		} else {
+			if buf, err = b.json(buf[:0], keep); err != nil {
+				p.CountError(iface, err)
+				return Decision{}, err
+			}
+			var whole func([]byte, *prune.Tree) ([]byte, error)
+			if p.cfg.DecisionSink != nil && keep != nil {
+				// OPA logs the input document the request made, not the
+				// parts this policy reads.
+				whole = b.json
+			}
+			d, err = p.decide(ctx, iface, entrypoint, buf, md, whole, nil)
 		}
-		d, err := p.decide(ctx, iface, entrypoint, buf, md, whole)
 		if err != errStale {
 			return d, err
 		}
@@ -200,11 +252,17 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 // whole input document, unpruned, for a decision sink (nil when the
 // policy saw the whole document already). It is a parameter, not a field
 // of md, so that the input builder it is does not escape to the heap.
-func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole func([]byte, *prune.Tree) ([]byte, error)) (Decision, error) {
+// write, when not nil, writes the input instead of input, as values and
+// bypassing the decision cache; an error of its own (a *buildError) is
+// returned uncounted, for the caller to count.
+func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole func([]byte, *prune.Tree) ([]byte, error), write func(*engine.ValueWriter) error) (Decision, error) {
 	start := time.Now()
-	d, err := p.decideUncounted(ctx, entrypoint, input, &md)
+	d, err := p.decideUncounted(ctx, entrypoint, input, write, &md)
 	if err == errStale {
 		return d, err // the caller builds the input again
+	}
+	if _, ok := err.(*buildError); ok {
+		return d, err
 	}
 	elapsed := time.Since(start)
 	d.ID = p.decisionID()
@@ -325,7 +383,7 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 // policy is loaded), reading the result as opa-envoy-plugin does if
 // md.envoy. It returns errStale if the view is no longer the loaded one
 // when the decision is made.
-func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, md *meta) (d Decision, err error) {
+func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, write func(*engine.ValueWriter) error, md *meta) (d Decision, err error) {
 	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
 	if !p.ready.Load() {
@@ -337,7 +395,7 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		}
 	}()
 	var key string
-	cached := p.cache != nil && v.cached(entrypoint)
+	cached := p.cache != nil && v.cached(entrypoint) && write == nil
 	if cached {
 		d.Cache = CacheMiss
 		rev, err := p.store.Revision(ctx)
@@ -370,7 +428,12 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	// without a timer per evaluation. Every input was written by this
 	// package's encoders (fuzzed to write UTF-8 JSON whatever the request
 	// held) or encoding/json: the engine need not scan it again.
-	out, err := p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, (*bp)[:0])
+	var out []byte
+	if write != nil {
+		out, err = p.eng.EvalWriteWithin(ctx, p.cfg.EvalTimeout, entrypoint, write, (*bp)[:0])
+	} else {
+		out, err = p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, (*bp)[:0])
+	}
 	if err == nil {
 		d.Decision, err = p.parseResult(out, envoy)
 		if err == nil && p.cfg.DecisionSink != nil {

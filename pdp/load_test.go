@@ -23,25 +23,52 @@ func newTestPDP(t *testing.T) *PDP {
 }
 
 // TestPolicyLoadDuringDecision: an input pruned for a policy that was
-// replaced before the decision is built again for the new one.
+// replaced before the decision is built again for the new one, whether
+// it is written as JSON (for the decision cache) or as values (the cache
+// off).
 func TestPolicyLoadDuringDecision(t *testing.T) {
-	p := newTestPDP(t)
 	ctx := context.Background()
 	req := fixture.EnvoyRequest("GET", "/tenants/acme/files/report.pdf", map[string]string{"x-user": "alice"})
-	builds := 0
-	d, err := p.decideBuilt(ctx, IfaceGRPC, p.cfg.EnvoyEntrypoint, meta{}, func(dst []byte, keep *prune.Tree) ([]byte, error) {
-		builds++
-		out, err := input.AppendEnvoy(dst, req, input.Options{Keep: keep})
-		if builds == 1 && err == nil {
-			err = p.Load(ctx, nil)
+	for _, values := range []bool{false, true} {
+		p := newTestPDP(t)
+		if values {
+			p.cache = nil
 		}
-		return out, err
-	})
-	if err != nil || !d.Allowed {
-		t.Fatalf("decision = %v, %v; want allowed", d.Allowed, err)
-	}
-	if builds != 2 {
-		t.Fatalf("input built %d times, want 2 (again after the load)", builds)
+		builds := 0
+		reload := func() error {
+			builds++
+			if builds == 1 {
+				return p.Load(ctx, nil)
+			}
+			return nil
+		}
+		d, err := p.decideBuilt(ctx, IfaceGRPC, p.cfg.EnvoyEntrypoint, meta{}, builder{
+			json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
+				if values {
+					t.Fatal("the input was written as JSON with the cache off")
+				}
+				out, err := input.AppendEnvoy(dst, req, input.Options{Keep: keep})
+				if err == nil {
+					err = reload()
+				}
+				return out, err
+			},
+			values: func(w input.Writer, keep *prune.Tree) error {
+				if !values {
+					t.Fatal("the input was written as values for the decision cache")
+				}
+				if err := input.WriteEnvoy(w, req, input.Options{Keep: keep}); err != nil {
+					return err
+				}
+				return reload()
+			},
+		})
+		if err != nil || !d.Allowed {
+			t.Fatalf("values %v: decision = %v, %v; want allowed", values, d.Allowed, err)
+		}
+		if builds != 2 {
+			t.Fatalf("values %v: input built %d times, want 2 (again after the load)", values, builds)
+		}
 	}
 }
 
