@@ -73,23 +73,16 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 	md := meta{action: h.GetMethod(), resource: h.GetPath(), envoy: true}
 	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse, UTF8Checked: utf8Checked}
 	tooLarge := !p.cfg.SkipRequestBodyParse && int64(len(h.GetBody())+len(h.GetRawBody())) > p.cfg.MaxBodyBytes
-	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, builder{
-		json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
-			if tooLarge {
-				return dst, ErrTooLarge
-			}
-			o := opts // opts is captured by value: one allocation less
-			o.Keep = keep
-			return input.AppendEnvoy(dst, req, o)
-		},
-		values: func(w input.Writer, keep *prune.Tree) error {
-			if tooLarge {
-				return ErrTooLarge
-			}
-			o := opts
-			o.Keep = keep
-			return input.WriteEnvoy(w, req, o)
-		},
+	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, true, func(dst []byte, w input.Writer, keep *prune.Tree) ([]byte, error) {
+		if tooLarge {
+			return dst, ErrTooLarge
+		}
+		o := opts // opts is captured by value: one allocation less
+		o.Keep = keep
+		if w != nil {
+			return dst, input.WriteEnvoy(w, req, o)
+		}
+		return input.AppendEnvoy(dst, req, o)
 	})
 }
 
@@ -99,17 +92,13 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source string) (Decision, error) {
 	md := meta{action: req.Method, resource: req.Path, envoy: true}
 	opts := input.Options{SkipBody: p.cfg.SkipRequestBodyParse}
-	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, builder{
-		json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
-			o := opts
-			o.Keep = keep
-			return input.AppendHTTP(dst, req, source, o)
-		},
-		values: func(w input.Writer, keep *prune.Tree) error {
-			o := opts
-			o.Keep = keep
-			return input.WriteHTTP(w, req, source, o)
-		},
+	return p.decideBuilt(ctx, iface, p.cfg.EnvoyEntrypoint, md, true, func(dst []byte, w input.Writer, keep *prune.Tree) ([]byte, error) {
+		o := opts
+		o.Keep = keep
+		if w != nil {
+			return dst, input.WriteHTTP(w, req, source, o)
+		}
+		return input.AppendHTTP(dst, req, source, o)
 	})
 }
 
@@ -128,7 +117,7 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 	}
 	md := meta{subject: c.Subject.Type + ":" + c.Subject.ID, action: c.Action, resource: c.Resource.Type + ":" + c.Resource.ID}
 	doc := c.Input()
-	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, builder{json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
+	return p.decideBuilt(ctx, iface, p.cfg.AuthzEntrypoint, md, false, func(dst []byte, _ input.Writer, keep *prune.Tree) ([]byte, error) {
 		if keep == nil {
 			return append(dst, doc...), nil
 		}
@@ -137,24 +126,42 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 			return out, fmt.Errorf("%w: %w", engine.ErrInvalidInput, err)
 		}
 		return out, nil
-	}})
+	})
 }
 
-// builder writes a request's input document, pruned to a selection (nil
-// means everything): json as JSON text, values (when not nil) straight
-// into the policy's memory as the runtime's values, the same document
-// either way.
-type builder struct {
-	json   func(dst []byte, keep *prune.Tree) ([]byte, error)
-	values func(w input.Writer, keep *prune.Tree) error
-}
+// build writes a request's input document, pruned to keep (nil means
+// everything): appended to dst as JSON text when w is nil, else through
+// w, the same document either way (then dst is returned as it is).
+type build func(dst []byte, w input.Writer, keep *prune.Tree) ([]byte, error)
 
 // buildError is an error of the input's builder met while the engine
-// asked for the input (builder.values): the request, not the policy,
+// asked for the input (valuesInput): the request, not the policy,
 // failed, and it is counted as a build error is.
 type buildError struct{ err error }
 
 func (e *buildError) Error() string { return e.err.Error() }
+
+// valuesInput hands a build to the engine as its input writer. It is
+// pooled with its method value bound once, so that a decision allocates
+// no closure for it.
+type valuesInput struct {
+	b    build
+	keep *prune.Tree
+	fn   func(*engine.ValueWriter) error
+}
+
+func newValuesInput() any {
+	v := &valuesInput{}
+	v.fn = v.write
+	return v
+}
+
+func (v *valuesInput) write(w *engine.ValueWriter) error {
+	if _, err := v.b(nil, w, v.keep); err != nil {
+		return &buildError{err}
+	}
+	return nil
+}
 
 // Budget bounds ctx by the time budget of one request that makes many
 // evaluations (a batch, a listing, a search): twice Config.EvalTimeout,
@@ -184,7 +191,8 @@ func (p *PDP) CountError(iface string, err error) string {
 }
 
 // decideBuilt decides the input b writes with what the loaded policy
-// reads (b gets the selection; nil means everything). If a policy is
+// reads (b gets the selection; nil means everything); values says that b
+// can write it as values. If a policy is
 // loaded meanwhile it builds again, so that the policy deciding always
 // gets the input pruned for it. Build errors are counted as decisions.
 //
@@ -192,7 +200,7 @@ func (p *PDP) CountError(iface string, err error) string {
 // can write it so and nothing else wants the text: the decision cache
 // (keyed by it) does not take the decision, and no decision sink logs
 // the input.
-func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta, b builder) (Decision, error) {
+func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta, values bool, b build) (Decision, error) {
 	if entrypoint == Disabled {
 		err := fmt.Errorf("%w: this kind of check is disabled (its entrypoint is %q)", ErrNotReady, Disabled)
 		p.CountError(iface, err)
@@ -213,19 +221,18 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 		md.view = v
 		var d Decision
 		var err error
-		if b.values != nil && p.cfg.DecisionSink == nil && (p.cache == nil || !v.cached(entrypoint)) {
-			d, err = p.decide(ctx, iface, entrypoint, nil, md, nil, func(w *engine.ValueWriter) error {
-				if err := b.values(w, keep); err != nil {
-					return &buildError{err}
-				}
-				return nil
-			})
+		if values && p.cfg.DecisionSink == nil && (p.cache == nil || !v.cached(entrypoint)) {
+			vi := p.inputs.Get().(*valuesInput)
+			vi.b, vi.keep = b, keep
+			d, err = p.decide(ctx, iface, entrypoint, nil, md, nil, vi.fn)
+			vi.b, vi.keep = nil, nil
+			p.inputs.Put(vi)
 			if be, ok := err.(*buildError); ok {
 				p.CountError(iface, be.err)
 				return Decision{}, be.err
 			}
 		} else {
-			if buf, err = b.json(buf[:0], keep); err != nil {
+			if buf, err = b(buf[:0], nil, keep); err != nil {
 				p.CountError(iface, err)
 				return Decision{}, err
 			}
@@ -233,7 +240,7 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 			if p.cfg.DecisionSink != nil && keep != nil {
 				// OPA logs the input document the request made, not the
 				// parts this policy reads.
-				whole = b.json
+				whole = func(dst []byte, keep *prune.Tree) ([]byte, error) { return b(dst, nil, keep) }
 			}
 			d, err = p.decide(ctx, iface, entrypoint, buf, md, whole, nil)
 		}

@@ -42,26 +42,20 @@ func TestPolicyLoadDuringDecision(t *testing.T) {
 			}
 			return nil
 		}
-		d, err := p.decideBuilt(ctx, IfaceGRPC, p.cfg.EnvoyEntrypoint, meta{}, builder{
-			json: func(dst []byte, keep *prune.Tree) ([]byte, error) {
-				if values {
-					t.Fatal("the input was written as JSON with the cache off")
-				}
-				out, err := input.AppendEnvoy(dst, req, input.Options{Keep: keep})
-				if err == nil {
-					err = reload()
-				}
-				return out, err
-			},
-			values: func(w input.Writer, keep *prune.Tree) error {
-				if !values {
-					t.Fatal("the input was written as values for the decision cache")
-				}
-				if err := input.WriteEnvoy(w, req, input.Options{Keep: keep}); err != nil {
-					return err
-				}
-				return reload()
-			},
+		d, err := p.decideBuilt(ctx, IfaceGRPC, p.cfg.EnvoyEntrypoint, meta{}, true, func(dst []byte, w input.Writer, keep *prune.Tree) ([]byte, error) {
+			if (w != nil) != values {
+				t.Fatalf("the input was written as values %v, want %v", w != nil, values)
+			}
+			var err error
+			if w != nil {
+				err = input.WriteEnvoy(w, req, input.Options{Keep: keep})
+			} else {
+				dst, err = input.AppendEnvoy(dst, req, input.Options{Keep: keep})
+			}
+			if err == nil {
+				err = reload()
+			}
+			return dst, err
 		})
 		if err != nil || !d.Allowed {
 			t.Fatalf("values %v: decision = %v, %v; want allowed", values, d.Allowed, err)
