@@ -156,8 +156,9 @@ func readPageToken(tok string, fp uint64) (int, error) {
 //     a tenant role that grants it in the resource's tenant (the stored
 //     one, else the one the request names);
 //   - resources: those of the type on which the store says the subject
-//     has the action, and those assigned to a tenant where the subject
-//     holds a role that grants it;
+//     has the action, and those in a tenant where the subject holds a
+//     role that grants it (their own tenant or one they inherit,
+//     tenantResources);
 //   - actions: the permissions of the resource's type and the actions
 //     tenant roles grant on it.
 //
@@ -220,12 +221,8 @@ func (s *API) candidates(ctx context.Context, q checkapi.Search) ([]string, erro
 				if t.Subject.Relation != "" || !sc.Grants([]string{t.Relation}, c.Resource.Type, c.Action) {
 					continue
 				}
-				rs, err := s.Store.Read(ctx, datastore.Filter{ObjectType: c.Resource.Type, Relation: "tenant", SubjectType: tt, SubjectID: t.Object.ID})
-				if err != nil {
+				if out, err = s.tenantResources(ctx, sc, t.Object.ID, c.Resource.Type, out); err != nil {
 					return nil, err
-				}
-				for _, rt := range rs {
-					out = append(out, rt.Object.ID)
 				}
 			}
 		}
@@ -234,6 +231,63 @@ func (s *API) candidates(ctx context.Context, q checkapi.Search) ([]string, erro
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// maxTenantDepth bounds tenantResources' walk down the tenancy
+// relations, as the policy's walk up them is bounded.
+const maxTenantDepth = 32
+
+// tenantResources appends to out the IDs of the resources of type typ in
+// tenant: those assigned to it, and those that inherit it through their
+// type's tenancy relations (a file whose folder is in it, at any depth).
+// It walks down from the objects assigned to the tenant, each object
+// once; a resource below one that names a tenant of its own is a
+// candidate too, which the policy's confirmation then denies.
+func (s *API) tenantResources(ctx context.Context, sc *schema.Schema, tenant, typ string, out []string) ([]string, error) {
+	tt := sc.TenantType()
+	var level []api.Object
+	for _, ot := range sc.Types() {
+		if !sc.Tenanted(ot) {
+			continue
+		}
+		ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: ot, Relation: "tenant", SubjectType: tt, SubjectID: tenant})
+		if err != nil {
+			return out, err
+		}
+		for _, t := range ts {
+			if t.Subject.Relation == "" {
+				level = append(level, t.Object)
+			}
+		}
+	}
+	seen := map[api.Object]bool{}
+	for depth := 0; len(level) > 0 && depth <= maxTenantDepth; depth++ {
+		var next []api.Object
+		for _, o := range level {
+			if seen[o] {
+				continue
+			}
+			seen[o] = true
+			if o.Type == typ {
+				out = append(out, o.ID)
+			}
+			for _, ct := range sc.Types() {
+				for _, rel := range sc.TenancyOf(ct).Inherit {
+					ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: ct, Relation: rel, SubjectType: o.Type, SubjectID: o.ID})
+					if err != nil {
+						return out, err
+					}
+					for _, t := range ts {
+						if t.Subject.Relation == "" && !seen[t.Object] {
+							next = append(next, t.Object)
+						}
+					}
+				}
+			}
+		}
+		level = next
+	}
+	return out, nil
 }
 
 // isMember reports whether name is a relation or permission of typ.
