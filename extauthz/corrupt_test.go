@@ -27,7 +27,7 @@ import (
 func serveStore(t *testing.T, s *datastore.BoltStore) *testServer {
 	t.Helper()
 	ctx := context.Background()
-	ts := &testServer{store: s, log: &syncBuffer{}}
+	ts := &testServer{store: s, log: &fixture.SyncBuffer{}}
 	srv, p, err := testConfig{
 		Config: extauthz.Config{
 			Store: s, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",

@@ -22,7 +22,7 @@ func TestLifecycleLeavesNoGoroutines(t *testing.T) {
 	b := fixture.Bundle(t)
 	before := runtime.NumGoroutine()
 
-	p, err := pdp.New(ctx, pdp.Config{Engine: eng, Store: store, Policy: b, DecisionLog: &syncBuffer{}})
+	p, err := pdp.New(ctx, pdp.Config{Engine: eng, Store: store, Policy: b, DecisionLog: &fixture.SyncBuffer{}})
 	if err != nil {
 		t.Fatal(err)
 	}

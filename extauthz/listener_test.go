@@ -85,7 +85,7 @@ func get(t *testing.T, url string) (int, string) {
 // of file descriptors) are logged and retried; the listener then serves,
 // and the server stays ready.
 func TestAcceptErrorsBackOff(t *testing.T) {
-	var logs syncBuffer
+	var logs fixture.SyncBuffer
 	var mu sync.Mutex
 	fl := map[string]*faultyListener{}
 	ts := newTestServer(t, func(c *testConfig) {
@@ -120,7 +120,7 @@ func TestAcceptErrorsBackOff(t *testing.T) {
 // takes /readyz and /health to not ready and gRPC health to NOT_SERVING,
 // and Failed delivers it; the other listeners keep serving.
 func TestListenerStopNotReady(t *testing.T) {
-	var logs syncBuffer
+	var logs fixture.SyncBuffer
 	stop := make(chan struct{})
 	ts := newTestServer(t, func(c *testConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))

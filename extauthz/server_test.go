@@ -39,24 +39,7 @@ type testServer struct {
 	conn  *grpc.ClientConn
 	http  string // base URL of the HTTP listener
 	admin string // base URL of the admin listener
-	log   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log   *fixture.SyncBuffer
 }
 
 // testConfig is what a test server is built from: the server's
@@ -109,7 +92,7 @@ func newTestServer(tb testing.TB, mutate func(*testConfig)) *testServer {
 	tb.Helper()
 	ctx := context.Background()
 	store := fixture.DemoStore(tb)
-	ts := &testServer{store: store, log: &syncBuffer{}}
+	ts := &testServer{store: store, log: &fixture.SyncBuffer{}}
 	cfg := testConfig{
 		Config: extauthz.Config{
 			Store:    store,
@@ -950,7 +933,7 @@ func TestAdminReadParams(t *testing.T) {
 // denies with a stable reason; the client never sees Go's description of
 // the mismatch, which goes to the log.
 func TestPolicyResultShapeHidden(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &fixture.SyncBuffer{}
 	ts := newTestServer(t, func(c *testConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/pdp"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // An endpoint that reads a JSON body, with a valid body for it.
@@ -228,7 +230,7 @@ func TestNoInternalTextToClients(t *testing.T) {
 	}
 	for name, modules := range policies {
 		t.Run(name, func(t *testing.T) {
-			logs := &syncBuffer{}
+			logs := &fixture.SyncBuffer{}
 			ts := newTestServer(t, func(c *testConfig) {
 				c.Core.EvalTimeout = 50 * time.Millisecond
 				c.Logger = slog.New(slog.NewTextHandler(logs, nil))

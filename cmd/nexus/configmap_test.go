@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // configMapMount lays out a directory as the kubelet mounts a ConfigMap
@@ -66,8 +68,8 @@ func TestRunConfigMapMountWithoutIgnore(t *testing.T) {
 	defer cancel()
 	cmd := newRootCmd()
 	cmd.SetArgs([]string{"run", "--server", "--config-file=" + config, "--addr=127.0.0.1:0", "--diagnostic-addr=127.0.0.1:0", policy})
-	cmd.SetOut(&lockedBuffer{})
-	cmd.SetErr(&lockedBuffer{})
+	cmd.SetOut(&fixture.SyncBuffer{})
+	cmd.SetErr(&fixture.SyncBuffer{})
 	err := cmd.ExecuteContext(ctx)
 	if err == nil {
 		t.Fatal("nexus run started with every rule loaded three times")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +23,8 @@ import (
 	"github.com/nexuspdp/nexus/internal/cli"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // quickStartPolicy is a policy in the shape of opa-envoy-plugin's quick
@@ -269,25 +269,8 @@ func TestRunRefuses(t *testing.T) {
 
 // nexusProc is nexus run in process, as its command line starts it.
 type nexusProc struct {
-	log   *lockedBuffer
+	log   *fixture.SyncBuffer
 	addrs map[string]string
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var listening = regexp.MustCompile(`listener"?[=:]"?([a-z]+)"?[ ,]"?addr"?[=:]"?([^"\s]+)`)
@@ -297,7 +280,7 @@ var listening = regexp.MustCompile(`listener"?[=:]"?([a-z]+)"?[ ,]"?addr"?[=:]"?
 func startNexus(t *testing.T, args ...string) *nexusProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &nexusProc{log: &lockedBuffer{}, addrs: map[string]string{}}
+	p := &nexusProc{log: &fixture.SyncBuffer{}, addrs: map[string]string{}}
 	cmd := newRootCmd()
 	cmd.SetArgs(args)
 	cmd.SetOut(io.Discard)

@@ -730,28 +730,10 @@ func TestUploadSizeLimit(t *testing.T) {
 	}
 }
 
-// syncBuffer is a console shared by the logger's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestConsole: console events are one JSON line each, with OPA's
 // console fields, and OPA's EventV1 reads them.
 func TestConsole(t *testing.T) {
-	out := &syncBuffer{}
+	out := &fixture.SyncBuffer{}
 	s := newStack(t, map[string]string{"envoy.rego": headerPolicy, "app.rego": appPolicy, "mask.rego": maskPolicy}, opalog.Config{
 		Labels: map[string]string{"id": "p", "version": "v"}, Bundle: "nexus", Console: out,
 	})

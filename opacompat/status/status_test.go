@@ -1,7 +1,6 @@
 package status_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +19,8 @@ import (
 	opalog "github.com/nexuspdp/nexus/opacompat/decisionlogs"
 	"github.com/nexuspdp/nexus/opacompat/status"
 	"github.com/nexuspdp/nexus/pdp"
+
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // statusService is a control plane: it decodes every report with OPA's
@@ -153,7 +154,7 @@ func TestStatusReports(t *testing.T) {
 // TestStatusConsole: a console report is one JSON line with OPA's
 // console fields.
 func TestStatusConsole(t *testing.T) {
-	out := &syncBuffer{}
+	out := &fixture.SyncBuffer{}
 	r := status.New(status.Config{Labels: map[string]string{"id": "p"}, Console: out, Interval: time.Hour})
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.HasSuffix(out.String(), "\n") {
@@ -201,22 +202,4 @@ func TestParseConfig(t *testing.T) {
 			t.Errorf("%s: err %v, want %q", raw, err, want)
 		}
 	}
-}
-
-// syncBuffer is a console shared by the reporter's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
