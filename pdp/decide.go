@@ -192,9 +192,9 @@ func (p *PDP) CountError(iface string, err error) string {
 
 // decideBuilt decides the input b writes with what the loaded policy
 // reads (b gets the selection; nil means everything); values says that b
-// can write it as values. If a policy is
-// loaded meanwhile it builds again, so that the policy deciding always
-// gets the input pruned for it. Build errors are counted as decisions.
+// can write it as values. If a policy is loaded meanwhile it builds
+// again, so that the policy deciding always gets the input pruned for
+// it. Build errors are counted as decisions.
 //
 // The input goes into the policy as values, without JSON text, when b
 // can write it so and nothing else wants the text: the decision cache
