@@ -6,37 +6,27 @@ import (
 	"github.com/nexuspdp/nexus/internal/jsonw"
 )
 
-// Answer is nexus.envoy_decide's answer (or an application check's) as
-// fields: AppendJSON writes its result document.
-type Answer struct {
-	// Envoy marks an opa-envoy-plugin result object (allowed, headers,
-	// and on a denial its status and body); otherwise the answer is an
-	// application check's {"allow", "reason"}.
-	Envoy   bool
+// answer is nexus.envoy_decide's answer, an opa-envoy-plugin result
+// object, as fields: appendJSON writes its result document.
+type answer struct {
 	Allowed bool
 	Reason  string
-	// Subject is who an Envoy answer names, "" when it names nobody.
+	// Subject is who the answer names, "" when it names nobody.
 	Subject string
-	// Status and Body are an Envoy denial's HTTP status and body.
+	// Status and Body are a denial's HTTP status and body.
 	Status int
 	Body   string
-	// Headers[:NHeaders] are an Envoy answer's headers, sorted by key.
-	Headers  [2]Header
+	// Headers[:NHeaders] are the answer's headers, sorted by key.
+	Headers  [2]header
 	NHeaders int
 }
 
-// Header is one header of an Envoy answer.
-type Header struct{ Key, Value string }
+// header is one header of an answer.
+type header struct{ Key, Value string }
 
-// AppendJSON appends the answer's result document, canonical (keys
+// appendJSON appends the answer's result document, canonical (keys
 // sorted, compact).
-func (a *Answer) AppendJSON(dst []byte) []byte {
-	if !a.Envoy {
-		dst = append(dst, `{"allow":`...)
-		dst = strconv.AppendBool(dst, a.Allowed)
-		dst = append(dst, `,"reason":`...)
-		return append(jsonw.String(dst, a.Reason), '}')
-	}
+func (a *answer) appendJSON(dst []byte) []byte {
 	dst = append(dst, `{"allowed":`...)
 	dst = strconv.AppendBool(dst, a.Allowed)
 	if !a.Allowed {
@@ -62,31 +52,31 @@ func (a *Answer) AppendJSON(dst []byte) []byte {
 
 // The Envoy answers that do not depend on the store.
 var (
-	jsonType     = Header{Key: "content-type", Value: "application/json"}
-	answerNoRule = Answer{Envoy: true, Reason: "no_route", Status: 403,
-		Body: `{"error":"no route rule matches this request"}`, Headers: [2]Header{jsonType}, NHeaders: 1}
-	answerNoSubject = Answer{Envoy: true, Reason: "no_subject", Status: 401,
+	jsonType     = header{Key: "content-type", Value: "application/json"}
+	answerNoRule = answer{Reason: "no_route", Status: 403,
+		Body: `{"error":"no route rule matches this request"}`, Headers: [2]header{jsonType}, NHeaders: 1}
+	answerNoSubject = answer{Reason: "no_subject", Status: 401,
 		Body:    `{"error":"no subject: a verified JWT is required"}`,
-		Headers: [2]Header{jsonType, {Key: "www-authenticate", Value: `Bearer realm="nexus"`}}, NHeaders: 2}
+		Headers: [2]header{jsonType, {Key: "www-authenticate", Value: `Bearer realm="nexus"`}}, NHeaders: 2}
 )
 
 // invalidAnswer is the 400 answer to a request of subject ("" when not
 // known) whose what ("subject", "tenant" or "resource") is not a valid ID.
-func invalidAnswer(what, subject string) Answer {
-	return Answer{Envoy: true, Reason: "invalid_request", Status: 400, Subject: subject,
-		Body: `{"error":"the request's ` + what + ` is not a valid ID"}`, Headers: [2]Header{jsonType}, NHeaders: 1}
+func invalidAnswer(what, subject string) answer {
+	return answer{Reason: "invalid_request", Status: 400, Subject: subject,
+		Body: `{"error":"the request's ` + what + ` is not a valid ID"}`, Headers: [2]header{jsonType}, NHeaders: 1}
 }
 
 // envoyAllow is the Envoy answer allowing subject, for reason.
-func envoyAllow(reason, subject string) Answer {
-	return Answer{Envoy: true, Allowed: true, Reason: reason, Subject: subject,
-		Headers: [2]Header{{Key: "x-nexus-decision", Value: reason}, {Key: "x-nexus-subject", Value: subject}}, NHeaders: 2}
+func envoyAllow(reason, subject string) answer {
+	return answer{Allowed: true, Reason: reason, Subject: subject,
+		Headers: [2]header{{Key: "x-nexus-decision", Value: reason}, {Key: "x-nexus-subject", Value: subject}}, NHeaders: 2}
 }
 
 // envoyDeny is the Envoy answer denying subject, for reason.
-func envoyDeny(reason, subject string) Answer {
-	return Answer{Envoy: true, Reason: reason, Subject: subject, Status: 403, Body: forbiddenBody(reason),
-		Headers: [2]Header{jsonType, {Key: "x-nexus-decision", Value: reason}}, NHeaders: 2}
+func envoyDeny(reason, subject string) answer {
+	return answer{Reason: reason, Subject: subject, Status: 403, Body: forbiddenBody(reason),
+		Headers: [2]header{jsonType, {Key: "x-nexus-decision", Value: reason}}, NHeaders: 2}
 }
 
 // forbiddenBody is the body of a 403 for reason; the common ones are not

@@ -87,7 +87,7 @@ func envoyDecideValues(ctx context.Context, s Store, w *engine.ValueWriter, tabl
 		}
 		path = req.path
 	}
-	var a Answer
+	var a answer
 	if err := withView(ctx, s, func(l storeView) error {
 		a, err = envoyAnswer(reader{l}, t, &req, path)
 		return nil
@@ -110,14 +110,14 @@ func envoyResult(r reader, dst []byte, t *Table, req *envoyRequest, path []strin
 	if err != nil {
 		return dst, err
 	}
-	return a.AppendJSON(dst), nil
+	return a.appendJSON(dst), nil
 }
 
 // envoyAnswer is nexus.envoy_decide's answer to req.
-func envoyAnswer(r reader, t *Table, req *envoyRequest, path []string) (Answer, error) {
+func envoyAnswer(r reader, t *Table, req *envoyRequest, path []string) (answer, error) {
 	m, ok, err := t.route(req.method, path)
 	if err != nil {
-		return Answer{}, fmt.Errorf("nexus.envoy_decide: %w", err)
+		return answer{}, fmt.Errorf("nexus.envoy_decide: %w", err)
 	}
 	// The subject the request names, when it is a valid ID: the early
 	// denials name it too, for the decision log.
@@ -147,7 +147,7 @@ func envoyAnswer(r reader, t *Table, req *envoyRequest, path []string) (Answer, 
 	}
 	allow, reason, err := decide(r, t, "user", req.subject, m.rule.Action, m.rule.Type, m.id.value, tenant)
 	if err != nil {
-		return Answer{}, err
+		return answer{}, err
 	}
 	if allow {
 		return envoyAllow(reason, req.subject), nil
@@ -272,18 +272,10 @@ func valueStr(v engine.Value) (string, bool) {
 	return jsonscan.Unquote(string(v.AppendJSON(nil)))
 }
 
-// writeAnswer writes a's result document as AppendJSON writes it, key
+// writeAnswer writes a's result document as appendJSON writes it, key
 // for key in the same order, as values.
-func writeAnswer(w *engine.ValueWriter, a *Answer) {
+func writeAnswer(w *engine.ValueWriter, a *answer) {
 	w.BeginObject()
-	if !a.Envoy {
-		w.String("allow")
-		w.Bool(a.Allowed)
-		w.String("reason")
-		writeStr(w, a.Reason)
-		w.End()
-		return
-	}
 	w.String("allowed")
 	w.Bool(a.Allowed)
 	if !a.Allowed {
@@ -310,7 +302,7 @@ func writeAnswer(w *engine.ValueWriter, a *Answer) {
 	w.End()
 }
 
-// writeStr writes s as AppendJSON's text of it reads: a byte that is not
+// writeStr writes s as appendJSON's text of it reads: a byte that is not
 // UTF-8 becomes U+FFFD.
 func writeStr(w *engine.ValueWriter, s string) {
 	if utf8.ValidString(s) {
