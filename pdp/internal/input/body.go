@@ -242,16 +242,6 @@ func (b *builder) multipart(ct string, payload []byte) (wrote bool, err error) {
 		}
 		values[name] = append(values[name], v)
 	}
-	b.w.BeginObject()
-	var kb [8]string
-	for _, k := range sortedKeys(kb[:0], values) {
-		b.text(k)
-		b.w.BeginArray()
-		for _, v := range values[k] {
-			b.anyValue(v)
-		}
-		b.w.End()
-	}
-	b.w.End()
+	writeLists(b, values, b.anyValue)
 	return true, nil
 }

@@ -320,14 +320,18 @@ func decodePath(path string) (string, error) {
 
 // values writes a query or form as an object, each key (sorted) to its
 // list of values.
-func (b *builder) values(v url.Values) {
+func (b *builder) values(v url.Values) { writeLists(b, v, b.text) }
+
+// writeLists writes m as an object, each key (sorted) to the list of its
+// values, each written by value.
+func writeLists[V any](b *builder, m map[string][]V, value func(V)) {
 	b.w.BeginObject()
 	var kb [8]string
-	for _, k := range sortedKeys(kb[:0], v) {
+	for _, k := range sortedKeys(kb[:0], m) {
 		b.text(k)
 		b.w.BeginArray()
-		for _, s := range v[k] {
-			b.text(s)
+		for _, v := range m[k] {
+			value(v)
 		}
 		b.w.End()
 	}
