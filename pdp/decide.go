@@ -206,9 +206,13 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 		p.CountError(iface, err)
 		return Decision{}, err
 	}
-	bp := p.buf()
-	buf := *bp
-	defer func() { p.putBuf(bp, buf) }()
+	var bp *[]byte // the JSON's buffer, taken when the input is JSON
+	var buf []byte
+	defer func() {
+		if bp != nil {
+			p.putBuf(bp, buf)
+		}
+	}()
 	if p.cfg.DecisionSink != nil {
 		md.start = time.Now()
 	}
@@ -232,6 +236,10 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 				return Decision{}, be.err
 			}
 		} else {
+			if bp == nil {
+				bp = p.buf()
+				buf = *bp
+			}
 			if buf, err = b(buf[:0], nil, keep); err != nil {
 				p.CountError(iface, err)
 				return Decision{}, err
