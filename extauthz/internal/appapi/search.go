@@ -260,6 +260,18 @@ func (s *API) tenantResources(ctx context.Context, sc *schema.Schema, tenant, ty
 			}
 		}
 	}
+	// edges[X] are the types and relations through which a resource
+	// inherits the tenant of an object of type X.
+	edges := map[string][][2]string{}
+	for _, ct := range sc.Types() {
+		for _, rel := range sc.TenancyOf(ct).Inherit {
+			for _, st := range sc.AllowedSubjects(ct, rel) {
+				if st.Relation == "" {
+					edges[st.Type] = append(edges[st.Type], [2]string{ct, rel})
+				}
+			}
+		}
+	}
 	seen := map[api.Object]bool{}
 	for depth := 0; len(level) > 0 && depth <= maxTenantDepth; depth++ {
 		var next []api.Object
@@ -271,16 +283,14 @@ func (s *API) tenantResources(ctx context.Context, sc *schema.Schema, tenant, ty
 			if o.Type == typ {
 				out = append(out, o.ID)
 			}
-			for _, ct := range sc.Types() {
-				for _, rel := range sc.TenancyOf(ct).Inherit {
-					ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: ct, Relation: rel, SubjectType: o.Type, SubjectID: o.ID})
-					if err != nil {
-						return out, err
-					}
-					for _, t := range ts {
-						if t.Subject.Relation == "" && !seen[t.Object] {
-							next = append(next, t.Object)
-						}
+			for _, e := range edges[o.Type] {
+				ts, err := s.Store.Read(ctx, datastore.Filter{ObjectType: e[0], Relation: e[1], SubjectType: o.Type, SubjectID: o.ID})
+				if err != nil {
+					return out, err
+				}
+				for _, t := range ts {
+					if t.Subject.Relation == "" && !seen[t.Object] {
+						next = append(next, t.Object)
 					}
 				}
 			}
