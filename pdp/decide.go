@@ -244,11 +244,11 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 				p.CountError(iface, err)
 				return Decision{}, err
 			}
-			var whole func([]byte, *prune.Tree) ([]byte, error)
+			var whole build
 			if p.cfg.DecisionSink != nil && keep != nil {
 				// OPA logs the input document the request made, not the
 				// parts this policy reads.
-				whole = func(dst []byte, keep *prune.Tree) ([]byte, error) { return b(dst, nil, keep) }
+				whole = b
 			}
 			d, err = p.decide(ctx, iface, entrypoint, buf, md, whole, nil)
 		}
@@ -270,7 +270,7 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 // write, when not nil, writes the input instead of input, as values and
 // bypassing the decision cache; an error of its own (a *buildError) is
 // returned uncounted, for the caller to count.
-func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole func([]byte, *prune.Tree) ([]byte, error), write func(*engine.ValueWriter) error) (Decision, error) {
+func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole build, write func(*engine.ValueWriter) error) (Decision, error) {
 	start := time.Now()
 	d, err := p.decideUncounted(ctx, entrypoint, input, write, &md)
 	if err == errStale {
@@ -327,10 +327,10 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 
 // record hands the decision to the decision sink, with the whole input
 // document and the result.
-func (p *PDP) record(iface, entrypoint string, input []byte, d *Decision, err error, start time.Time, elapsed time.Duration, md *meta, whole func([]byte, *prune.Tree) ([]byte, error)) {
+func (p *PDP) record(iface, entrypoint string, input []byte, d *Decision, err error, start time.Time, elapsed time.Duration, md *meta, whole build) {
 	var in []byte
 	if whole != nil {
-		if w, err := whole(nil, nil); err == nil {
+		if w, err := whole(nil, nil, nil); err == nil {
 			in = w // freshly written: the sink may own it
 		}
 	}
