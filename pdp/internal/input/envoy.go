@@ -338,6 +338,20 @@ func writeLists[V any](b *builder, m map[string][]V, value func(V)) {
 	b.w.End()
 }
 
+// appendSegments appends the segments of parsed_path for the decoded
+// path p.
+func appendSegments(dst []string, p string) []string {
+	p = strings.TrimLeft(p, "/")
+	for {
+		seg, rest, more := strings.Cut(p, "/")
+		dst = append(dst, seg)
+		if !more {
+			return dst
+		}
+		p = rest
+	}
+}
+
 // sortedKeys appends m's keys to dst, sorted.
 func sortedKeys[V any](dst []string, m map[string]V) []string {
 	for k := range m {
