@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -129,4 +130,98 @@ func appendArgKey(dst, m []byte, p uint32, depth int) ([]byte, bool) {
 		return dst, ok && seen == n
 	}
 	return dst, false
+}
+
+// An instance also keeps the results of OPA's builtins that are functions
+// of their arguments alone (pure), by the builtin and the arguments'
+// content: a route table's glob.match of one path, a sprintf of the same
+// values, an io.jwt.decode of a session's token are worked out once.
+// Booleans come back as the module's own true and false; other results
+// are written into the evaluation's heap on every use, as a call's are.
+// Only calls that answered (a result or undefined) are kept, never one
+// that failed, and results larger than resultMemoMaxSize are not kept.
+const (
+	resultMemoMaxEntries = 256
+	resultMemoMaxSize    = 4 << 10
+)
+
+type resultMemo struct {
+	results map[string]*ast.Term // nil: the call was undefined
+	key     []byte
+}
+
+// memoKey appends the key of a call of builtin id with args to the memo's
+// buffer; false when an argument cannot be keyed (argKey).
+func (c *resultMemo) memoKey(m []byte, id uint32, args []uint32) ([]byte, bool) {
+	key := binary.AppendUvarint(c.key[:0], uint64(id))
+	ok := true
+	for _, a := range args {
+		if key, ok = argKey(key, m, a); !ok {
+			break
+		}
+	}
+	c.key = key
+	return key, ok
+}
+
+func (c *resultMemo) get(key []byte) (*ast.Term, bool) {
+	t, ok := c.results[string(key)]
+	return t, ok
+}
+
+func (c *resultMemo) put(key []byte, t *ast.Term) {
+	if t != nil && !withinSize(t.Value, resultMemoMaxSize) {
+		return
+	}
+	if c.results == nil || len(c.results) >= resultMemoMaxEntries {
+		c.results = make(map[string]*ast.Term, resultMemoMaxEntries)
+	}
+	c.results[string(key)] = t
+}
+
+// withinSize reports whether v's content (its strings' and numbers' bytes
+// and a few bytes per value) is at most budget bytes.
+func withinSize(v ast.Value, budget int) bool {
+	left := budget
+	var walk func(v ast.Value) bool
+	walk = func(v ast.Value) bool {
+		left -= 8
+		switch x := v.(type) {
+		case ast.String:
+			left -= len(x)
+		case ast.Number:
+			left -= len(x)
+		case *ast.Array:
+			for i := 0; i < x.Len() && left >= 0; i++ {
+				walk(x.Elem(i).Value)
+			}
+		case ast.Object:
+			x.Until(func(k, e *ast.Term) bool { return !walk(k.Value) || !walk(e.Value) })
+		case ast.Set:
+			x.Until(func(e *ast.Term) bool { return !walk(e.Value) })
+		}
+		return left >= 0
+	}
+	return walk(v)
+}
+
+// pureBuiltin reports whether OPA's builtin name answers from its
+// arguments alone, so that its results may be kept: not one OPA marks
+// nondeterministic (time.now_ns, rand.intn, http.send, ...), nor one that
+// reads the clock or signs with randomness although OPA does not mark it
+// (certificate chain verification, JWT signing and verification, whose
+// verified tokens have a cache of their own), nor one called for its
+// effect (trace, print).
+func pureBuiltin(name string) bool {
+	b, ok := ast.BuiltinMap[name]
+	if !ok || b.Nondeterministic {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(name, "io.jwt.") && name != ast.JWTDecode.Name,
+		strings.HasPrefix(name, "crypto.x509.parse_and_verify"),
+		name == ast.Trace.Name, name == ast.Print.Name:
+		return false
+	}
+	return true
 }

@@ -9,3 +9,6 @@ import "context"
 func (e *Engine) EvalRuntimeParse(ctx context.Context, entrypoint string, input, dst []byte) ([]byte, error) {
 	return e.eval(ctx, entrypoint, inputSource{json: input, runtimeParse: true}, dst)
 }
+
+// PureBuiltin is pureBuiltin, for the tests of the result memo.
+var PureBuiltin = pureBuiltin

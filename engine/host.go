@@ -192,6 +192,16 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		}
 		return in.termValue(ctx, hb, out)
 	case kindTopdown:
+		var key []byte
+		memo := p.pure[id]
+		if memo {
+			m, _ := in.mem.Read(0, in.mem.Size())
+			if key, memo = in.memo.memoKey(m, id, args); memo {
+				if t, hit := in.memo.get(key); hit {
+					return in.topdownResult(ctx, hb, t)
+				}
+			}
+		}
 		terms := in.termArgs(ctx, hb, args, true)
 		if in.bstate == nil {
 			in.bstate = &builtinState{}
@@ -209,12 +219,28 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 			}
 			return 0 // non-halting errors make the call undefined, as in OPA's Wasm runtime
 		}
-		if out == nil {
-			return 0
+		if memo {
+			in.memo.put(key, out)
 		}
-		return in.termValue(ctx, hb, out)
+		return in.topdownResult(ctx, hb, out)
 	}
 	panic(&abortPanic{msg: "unreachable builtin kind"})
+}
+
+// topdownResult is the address of an OPA builtin's result: 0 for
+// undefined (nil), the module's own true and false for a boolean, else
+// the value written into the heap.
+func (in *instance) topdownResult(ctx context.Context, hb *hostBuiltin, t *ast.Term) uint32 {
+	if t == nil {
+		return 0
+	}
+	if b, ok := t.Value.(ast.Boolean); ok {
+		if b {
+			return in.p.trueAddr
+		}
+		return in.p.falseAddr
+	}
+	return in.termValue(ctx, hb, t)
 }
 
 // termArgs reads a builtin's arguments as terms; with cached, small ones
@@ -383,32 +409,50 @@ func (in *instance) parseJSON(ctx context.Context, b []byte) uint32 {
 // builtins a policy may call was settled when it was compiled.
 var builtinCapabilities = &ast.Capabilities{}
 
-// builtinState is the topdown context of one evaluation, made on the first
-// call of an OPA Go builtin so that evaluations without one allocate nothing.
+// builtinState is the topdown context of an instance's evaluations, made
+// on the first call of an OPA Go builtin (evaluations without one
+// allocate nothing) and used again by the next evaluations: their own
+// context, clock and per-evaluation cache, the same metrics, and a new
+// Cancel only once one was raised.
 type builtinState struct {
-	bctx   *topdown.BuiltinContext
-	cancel topdown.Cancel
+	bctx    topdown.BuiltinContext
+	live    bool // bctx is this evaluation's
+	watched bool // the watchdog holds cancel
+	cancel  topdown.Cancel
+	cache   builtins.Cache
+	metrics metrics.Metrics
 }
 
 // context returns the evaluation's builtin context. Its Cancel is raised
 // by the engine's watchdog, as the instance's interrupt flag is, when the
 // evaluation's context is done: no timer per evaluation.
 func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hook) *topdown.BuiltinContext {
-	if s.bctx != nil {
-		return s.bctx
+	if s.live {
+		return &s.bctx
 	}
-	s.cancel = topdown.NewCancel()
-	s.bctx = &topdown.BuiltinContext{
+	if s.cancel == nil || s.cancel.Cancelled() {
+		s.cancel = topdown.NewCancel()
+	}
+	if s.cache == nil {
+		s.cache = make(builtins.Cache)
+		s.metrics = metrics.New()
+	} else {
+		clear(s.cache)
+		s.metrics.Clear()
+	}
+	s.bctx = topdown.BuiltinContext{
 		Context:      ctx,
-		Metrics:      metrics.New(),
+		Metrics:      s.metrics,
 		Seed:         rand.Reader,
 		Time:         ast.NumberTerm(jsonNumber(time.Now().UnixNano())),
 		Cancel:       s.cancel,
-		Cache:        make(builtins.Cache),
+		Cache:        s.cache,
 		PrintHook:    hook,
 		Capabilities: builtinCapabilities,
 	}
+	s.live = true
 	if ctx.Done() != nil {
+		s.watched = true
 		in.wmu.Lock()
 		in.tdCancel = s.cancel
 		if in.fired || ctx.Err() != nil {
@@ -416,17 +460,19 @@ func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hoo
 		}
 		in.wmu.Unlock()
 	}
-	return s.bctx
+	return &s.bctx
 }
 
-// done ends the evaluation's builtin state.
+// done ends the evaluation's use of the builtin context.
 func (s *builtinState) done(in *instance) {
-	if s.cancel != nil {
+	if s.watched {
 		in.wmu.Lock()
 		in.tdCancel = nil
 		in.wmu.Unlock()
+		s.watched = false
 	}
-	*s = builtinState{}
+	s.live = false
+	s.bctx.Context = nil
 }
 
 // printWriter is the print hook of OPA's print builtin: one line per call.

@@ -40,7 +40,8 @@ type instance struct {
 	bstate *builtinState
 	strs   []string
 	buf    []byte
-	args   argCache // terms of OPA builtins' arguments
+	args   argCache   // terms of OPA builtins' arguments
+	memo   resultMemo // results of pure OPA builtins
 
 	arena  arena       // input written into the heap
 	barena arena       // builtin results

@@ -33,6 +33,7 @@ type policy struct {
 	entrypoints map[string]int32
 	builtins    []*hostBuiltin // by builtin id
 	topdown     []topdown.BuiltinFunc
+	pure        []bool // by id: an OPA builtin whose results an instance may keep (pureBuiltin)
 
 	snapshot    []byte // memory [0, evalHeapPtr) after data parsing
 	pages       uint32 // memory pages at snapshot time
@@ -129,6 +130,7 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle)
 	}
 	p.builtins = make([]*hostBuiltin, maxID+1)
 	p.topdown = make([]topdown.BuiltinFunc, maxID+1)
+	p.pure = make([]bool, maxID+1)
 	var missing []string
 	for name, id := range bis {
 		if hb := p.cfg.Builtins.lookup(name); hb != nil {
@@ -142,6 +144,7 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle)
 		if f := topdown.GetBuiltin(opaName); f != nil {
 			p.builtins[id] = &hostBuiltin{name: opaName, kind: kindTopdown}
 			p.topdown[id] = jwtCached(opaName, f)
+			p.pure[id] = pureBuiltin(opaName)
 			continue
 		}
 		missing = append(missing, name)

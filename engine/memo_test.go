@@ -1,0 +1,122 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/nexuspdp/nexus/engine"
+)
+
+// TestBuiltinResultMemo: an instance keeps the results of pure OPA
+// builtins by their arguments' content, and what it answers is what OPA's
+// evaluator answers, for more distinct calls than the memo holds (it
+// starts again empty), with calls that repeat and calls that do not,
+// with results of every kind (booleans, strings, numbers, undefined,
+// arrays, objects).
+func TestBuiltinResultMemo(t *testing.T) {
+	const policy = `package m
+
+import rego.v1
+
+result := {
+	"glob": glob.match(input.pattern, ["/"], input.path),
+	"globs": [p | some p in ["/a/*", "/b/**", "/c/x"]; glob.match(p, ["/"], input.path)],
+	"fmt": sprintf("%s-%d", [input.path, input.n]),
+	"units": units.parse_bytes(sprintf("%dKi", [input.n])),
+	"decoded": io.jwt.decode(input.token),
+	"split": regex.split("/", input.path),
+	"bad": bad,
+}
+
+default bad := "undefined"
+
+bad := glob.match(concat("", ["[", input.pattern]), [], input.path)
+`
+	b := compileModules(t, map[string]string{"m.rego": policy}, nil, "m/result")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	ctx := context.Background()
+	pq, err := rego.New(rego.Query("data.m.result"), rego.Module("m.rego", policy)).PrepareForEval(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2ln",
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJib2IiLCJuIjoxfQ.c2ln",
+	}
+	paths := []string{"/a/x", "/b/x/y", "/c/x", "/d"}
+	for i := range 700 {
+		in := map[string]any{
+			"pattern": []string{"/a/*", "/b/**", "*"}[i%3],
+			"path":    paths[i%len(paths)],
+			"n":       i % 300, // past the memo's 256 entries, and back
+			"token":   tokens[i%2],
+		}
+		if i%5 == 0 {
+			in["path"] = fmt.Sprintf("/a/%d", i)
+		}
+		raw, _ := json.Marshal(in)
+		got, err := e.Eval(ctx, "m/result", raw, nil)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		rs, err := pq.Eval(ctx, rego.EvalInput(in))
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("%d: OPA: %v, %v", i, rs, err)
+		}
+		want, _ := json.Marshal(rs[0].Expressions[0].Value)
+		if !jsonEqual(t, got, want) {
+			t.Fatalf("%d: input %s\n got %s\nwant %s", i, raw, got, want)
+		}
+	}
+}
+
+// TestBuiltinMemoSkipsImpure: results of builtins that do not answer from
+// their arguments alone are never kept: the clock moves between
+// evaluations of one instance.
+func TestBuiltinMemoSkipsImpure(t *testing.T) {
+	b := compileModules(t, map[string]string{"t.rego": "package t\n\nnow := time.now_ns()\n"}, nil, "t/now")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	ctx := context.Background()
+	first, err := e.Eval(ctx, "t/now", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	second, err := e.Eval(ctx, "t/now", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(first) == string(second) {
+		t.Fatalf("time.now_ns answered %s twice: its result was kept", first)
+	}
+	for name, want := range map[string]bool{
+		"glob.match": true, "sprintf": true, "io.jwt.decode": true, "regex.match": true,
+		"time.now_ns": false, "rand.intn": false, "http.send": false, "uuid.rfc4122": false,
+		"io.jwt.decode_verify": false, "io.jwt.verify_rs256": false, "io.jwt.encode_sign": false,
+		"crypto.x509.parse_and_verify_certificates": false, "trace": false, "print": false,
+		"no.such.builtin": false,
+	} {
+		if got := engine.PureBuiltin(name); got != want {
+			t.Errorf("pureBuiltin(%s) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}
