@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -236,7 +237,8 @@ func writeParsed(o *obj, path string, headers map[string]string, body string, ra
 			return err
 		}
 	}
-	decoded, query, err := parsePath(path)
+	_, readQuery := o.sel.Child("parsed_query")
+	decoded, query, err := parsePath(path, readQuery)
 	if err != nil {
 		return err
 	}
@@ -291,14 +293,17 @@ func writeParsed(o *obj, path string, headers map[string]string, body string, ra
 // leading "//" is part of the path) at its first "?", percent-decodes the
 // path part and parses the query, as opa-envoy-plugin does. A path that
 // does not decode or a query that does not parse (a ";" separator, a bad
-// escape) is an error, never a silently different request.
-func parsePath(path string) (decoded string, query url.Values, err error) {
+// escape) is an error, never a silently different request, whether or not
+// the policy reads them. Without parse, a query is only checked (query is
+// nil), without making its values when it holds nothing ParseQuery
+// refuses.
+func parsePath(path string, parse bool) (decoded string, query url.Values, err error) {
 	decoded, err = decodePath(path)
 	if err != nil {
 		return "", nil, err
 	}
 	_, rawQuery, _ := strings.Cut(path, "?")
-	if rawQuery == "" {
+	if rawQuery == "" || !parse && plainQuery(rawQuery) {
 		return decoded, nil, nil // no parameters, as ParseQuery would find
 	}
 	query, err = url.ParseQuery(rawQuery)
@@ -306,6 +311,34 @@ func parsePath(path string) (decoded string, query url.Values, err error) {
 		return "", nil, requestError(ErrInvalidQuery, err, "%q", truncate(rawQuery))
 	}
 	return decoded, query, nil
+}
+
+// plainQuery reports whether url.ParseQuery accepts q for certain: no ";"
+// (which it refuses as a separator), every "%" followed by two hex
+// digits, and far fewer parameters than its limit (unless GODEBUG sets
+// another). false sends q to ParseQuery for its verdict.
+func plainQuery(q string) bool {
+	if len(q) > 4096 || queryLimitSet {
+		return false
+	}
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case ';':
+			return false
+		case '%':
+			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// queryLimitSet: GODEBUG sets url.ParseQuery's limit on parameters.
+var queryLimitSet = strings.Contains(os.Getenv("GODEBUG"), "urlmaxqueryparams")
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // decodePath is parsePath's decoded path alone: the query is not parsed.

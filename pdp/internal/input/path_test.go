@@ -3,6 +3,7 @@ package input
 import (
 	"encoding/json"
 	"errors"
+	"net/url"
 	"slices"
 	"testing"
 
@@ -73,4 +74,20 @@ func TestParsedPathAndQuery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzPlainQuery: a query the path reader checks without parsing is one
+// url.ParseQuery accepts; a query it has ParseQuery parse is refused only
+// by ParseQuery's own verdict.
+func FuzzPlainQuery(f *testing.F) {
+	for _, q := range []string{"a=1&b=2", "a=%41", "a=%4", "a=%zz", "a;b=1", "%", "a=1&&b", "=x", "a+b=c%20d", "ü=ä", "a=%"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		if plainQuery(q) {
+			if _, err := url.ParseQuery(q); err != nil {
+				t.Fatalf("plainQuery(%q) but ParseQuery: %v", q, err)
+			}
+		}
+	})
 }
