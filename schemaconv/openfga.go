@@ -219,7 +219,7 @@ func (p *fgaParser) parseDefine(t *typeDef) error {
 // parseDef parses a definition; allowDirect says whether a direct
 // assignment may start it.
 func (p *fgaParser) parseDef(md *memberDef, allowDirect bool) (*node, error) {
-	l, err := p.parseFirst(md, allowDirect)
+	l, err := p.parseOperand(md, allowDirect)
 	if err != nil {
 		return nil, err
 	}
@@ -257,10 +257,7 @@ func (p *fgaParser) parseDef(md *memberDef, allowDirect bool) (*node, error) {
 			}
 		}
 		first = t
-		if p.is(tokPunct, "[") {
-			return nil, syntaxErr(p.peek().at, "a direct assignment [...] must come first in a definition")
-		}
-		r, err := p.parseOperand(md)
+		r, err := p.parseOperand(md, false)
 		if err != nil {
 			return nil, err
 		}
@@ -268,7 +265,9 @@ func (p *fgaParser) parseDef(md *memberDef, allowDirect bool) (*node, error) {
 	}
 }
 
-func (p *fgaParser) parseFirst(md *memberDef, allowDirect bool) (*node, error) {
+// parseOperand parses a direct assignment (where allowDirect), a
+// parenthesised definition or a rewrite.
+func (p *fgaParser) parseOperand(md *memberDef, allowDirect bool) (*node, error) {
 	t := p.peek()
 	if t.kind == tokPunct && t.text == "[" {
 		if !allowDirect {
@@ -281,20 +280,6 @@ func (p *fgaParser) parseFirst(md *memberDef, allowDirect bool) (*node, error) {
 			return nil, err
 		}
 		e, err := p.parseDef(md, allowDirect)
-		if err != nil {
-			return nil, err
-		}
-		return e, p.close()
-	}
-	return p.parseRewrite()
-}
-
-func (p *fgaParser) parseOperand(md *memberDef) (*node, error) {
-	if p.is(tokPunct, "(") {
-		if err := p.open(); err != nil {
-			return nil, err
-		}
-		e, err := p.parseDef(md, false)
 		if err != nil {
 			return nil, err
 		}
