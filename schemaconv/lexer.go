@@ -1,6 +1,7 @@
 package schemaconv
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -25,11 +26,11 @@ type token struct {
 }
 
 type dialect struct {
-	newlines      bool              // a newline is a token (OpenFGA), not a blank
-	slashComments bool              // // and /* */ are comments (SpiceDB)
-	wordByte      func(byte) bool   // the bytes a word is made of
-	puncts        []string          // the punctuation, each before its prefixes
-	keyword       func(string) bool // the words that are not names
+	newlines      bool     // a newline is a token (OpenFGA), not a blank
+	slashComments bool     // // and /* */ are comments (SpiceDB)
+	wordBytes     string   // what a word may hold besides letters, digits and '_'
+	puncts        []string // the punctuation, each before its prefixes
+	keywords      []string // the words that are not names
 }
 
 type lexer struct {
@@ -49,6 +50,10 @@ func newLexer(d dialect, src string) *lexer {
 // expression it becomes may need up to twice as many, and nexus accepts
 // 64).
 const maxDepth = 30
+
+func (l *lexer) isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || strings.IndexByte(l.wordBytes, c) >= 0
+}
 
 func (l *lexer) advance(n int) {
 	for range n {
@@ -103,9 +108,9 @@ func (l *lexer) lex() token {
 	if l.i >= len(l.src) {
 		return token{kind: tokEOF, at: at}
 	}
-	if l.wordByte(l.src[l.i]) {
+	if l.isWordByte(l.src[l.i]) {
 		start := l.i
-		for l.i < len(l.src) && l.wordByte(l.src[l.i]) {
+		for l.i < len(l.src) && l.isWordByte(l.src[l.i]) {
 			l.advance(1)
 		}
 		return token{kind: tokWord, text: l.src[start:l.i], at: at}
@@ -172,7 +177,7 @@ func (l *lexer) expect(kind tokKind, text string) (token, error) {
 // what says what it names.
 func (l *lexer) expectName(what string) (token, error) {
 	t := l.next()
-	if t.kind != tokWord || l.keyword(t.text) {
+	if t.kind != tokWord || slices.Contains(l.keywords, t.text) {
 		return t, l.fail(t, "want %s, found %s", what, describe(t))
 	}
 	return t, nil

@@ -19,12 +19,10 @@ package schemaconv
 // comments.
 
 var fgaDialect = dialect{
-	newlines: true,
-	wordByte: func(c byte) bool {
-		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == '/'
-	},
-	puncts:  []string{"[", "]", ",", ":", "#", "(", ")", "*"},
-	keyword: isFGAKeyword,
+	newlines:  true,
+	wordBytes: "-./",
+	puncts:    []string{"[", "]", ",", ":", "#", "(", ")", "*"},
+	keywords:  []string{"or", "and", "but", "from", "define", "relations", "condition", "with"},
 }
 
 // stripFGAComments blanks comments (keeping every other byte in place, so
@@ -75,14 +73,6 @@ func (p *fgaParser) close() error {
 	p.depth--
 	_, err := p.expect(tokPunct, ")")
 	return err
-}
-
-func isFGAKeyword(s string) bool {
-	switch s {
-	case "or", "and", "but", "from", "define", "relations", "condition", "with":
-		return true
-	}
-	return false
 }
 
 func (p *fgaParser) skipNL() {

@@ -18,24 +18,13 @@ package schemaconv
 
 var zedDialect = dialect{
 	slashComments: true,
-	wordByte: func(c byte) bool {
-		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
-	},
-	puncts:  []string{"...", "->", "{", "}", "(", ")", ":", "|", "#", "*", "+", "-", "&", "=", ";", ",", ".", "/"},
-	keyword: isZedKeyword,
+	puncts:        []string{"...", "->", "{", "}", "(", ")", ":", "|", "#", "*", "+", "-", "&", "=", ";", ",", ".", "/"},
+	keywords:      []string{"definition", "caveat", "relation", "permission", "nil", "with"},
 }
 
 type zedParser struct {
 	*lexer
 	m *model
-}
-
-func isZedKeyword(s string) bool {
-	switch s {
-	case "definition", "caveat", "relation", "permission", "nil", "with":
-		return true
-	}
-	return false
 }
 
 func parseSpiceDB(src []byte) (*model, error) {
