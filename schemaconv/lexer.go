@@ -16,7 +16,7 @@ const (
 	tokNL          // a run of newlines, in a dialect where they are tokens
 	tokWord
 	tokPunct
-	tokBad // a byte or rune of no token, or an unterminated /* comment
+	tokBad // a rune that starts no token, or an unterminated /* comment
 )
 
 type token struct {
