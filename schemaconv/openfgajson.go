@@ -162,7 +162,7 @@ func jsonDirect(md *memberDef, types *yaml.Node, at pos) error {
 
 // jsonUserset converts one userset rewrite.
 func jsonUserset(md *memberDef, n *yaml.Node, depth int) (*node, error) {
-	if depth > maxFGADepth {
+	if depth > maxDepth {
 		return nil, syntaxErr(nodePos(n), "relation definition nested too deeply")
 	}
 	if n.Kind != yaml.MappingNode || len(n.Content) != 2 {

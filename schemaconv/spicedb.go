@@ -1,10 +1,5 @@
 package schemaconv
 
-import (
-	"strings"
-	"unicode/utf8"
-)
-
 // The SpiceDB schema language, as authzed/spicedb's schemadsl parser reads
 // it:
 //
@@ -21,159 +16,19 @@ import (
 // and a + b & c is (a + b) & c, unlike nexus' own precedence; the
 // converter writes the parentheses nexus needs.
 
-type zedTokKind uint8
-
-const (
-	zedEOF zedTokKind = iota
-	zedIdent
-	zedPunct
-	zedBad
-)
-
-type zedTok struct {
-	kind zedTokKind
-	text string
-	at   pos
-}
-
-type zedLexer struct {
-	src       string
-	i         int
-	line, col int
-	peeked    *zedTok
-	err       *Error // an unterminated comment
-}
-
-func (l *zedLexer) advance(n int) {
-	for range n {
-		if l.src[l.i] == '\n' {
-			l.line++
-			l.col = 1
-		} else {
-			l.col++
-		}
-		l.i++
-	}
-}
-
-func isZedIdentByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
-}
-
-func (l *zedLexer) lex() zedTok {
-	for l.i < len(l.src) {
-		c := l.src[l.i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f':
-			l.advance(1)
-		case strings.HasPrefix(l.src[l.i:], "//"):
-			for l.i < len(l.src) && l.src[l.i] != '\n' {
-				l.advance(1)
-			}
-		case strings.HasPrefix(l.src[l.i:], "/*"):
-			at := pos{l.line, l.col}
-			end := strings.Index(l.src[l.i+2:], "*/")
-			if end < 0 {
-				l.err = syntaxErr(at, "unterminated /* comment")
-				l.advance(len(l.src) - l.i)
-				return zedTok{kind: zedBad, text: "/*", at: at}
-			}
-			l.advance(end + 4)
-		default:
-			goto token
-		}
-	}
-	return zedTok{kind: zedEOF, at: pos{l.line, l.col}}
-token:
-	at := pos{l.line, l.col}
-	c := l.src[l.i]
-	if isZedIdentByte(c) {
-		start := l.i
-		for l.i < len(l.src) && isZedIdentByte(l.src[l.i]) {
-			l.advance(1)
-		}
-		return zedTok{kind: zedIdent, text: l.src[start:l.i], at: at}
-	}
-	for _, p := range []string{"...", "->", "{", "}", "(", ")", ":", "|", "#", "*", "+", "-", "&", "=", ";", ",", ".", "/"} {
-		if strings.HasPrefix(l.src[l.i:], p) {
-			l.advance(len(p))
-			return zedTok{kind: zedPunct, text: p, at: at}
-		}
-	}
-	_, n := utf8.DecodeRuneInString(l.src[l.i:])
-	l.advance(n)
-	return zedTok{kind: zedBad, text: l.src[l.i-n : l.i], at: at}
-}
-
-func (l *zedLexer) peek() zedTok {
-	if l.peeked == nil {
-		t := l.lex()
-		l.peeked = &t
-	}
-	return *l.peeked
-}
-
-func (l *zedLexer) next() zedTok {
-	t := l.peek()
-	l.peeked = nil
-	return t
+var zedDialect = dialect{
+	slashComments: true,
+	puncts:        []string{"...", "->", "{", "}", "(", ")", ":", "|", "#", "*", "+", "-", "&", "=", ";", ",", ".", "/"},
+	keywords:      []string{"definition", "caveat", "relation", "permission", "nil", "with"},
 }
 
 type zedParser struct {
-	lx *zedLexer
-	m  *model
-}
-
-func zedDescribe(t zedTok) string {
-	if t.kind == zedEOF {
-		return "end of input"
-	}
-	return "`" + t.text + "`"
-}
-
-func (p *zedParser) fail(t zedTok, format string, args ...any) *Error {
-	if t.kind == zedBad && p.lx.err != nil {
-		return p.lx.err
-	}
-	return syntaxErr(t.at, format, args...)
-}
-
-func isZedKeyword(s string) bool {
-	switch s {
-	case "definition", "caveat", "relation", "permission", "nil", "with":
-		return true
-	}
-	return false
-}
-
-func (p *zedParser) ident(what string) (zedTok, error) {
-	t := p.lx.next()
-	if t.kind != zedIdent || isZedKeyword(t.text) {
-		return t, p.fail(t, "want %s, found %s", what, zedDescribe(t))
-	}
-	return t, nil
-}
-
-func (p *zedParser) punct(c string) (zedTok, error) {
-	t := p.lx.next()
-	if t.kind != zedPunct || t.text != c {
-		return t, p.fail(t, "want `%s`, found %s", c, zedDescribe(t))
-	}
-	return t, nil
-}
-
-func (p *zedParser) isPunct(c string) bool {
-	t := p.lx.peek()
-	return t.kind == zedPunct && t.text == c
-}
-
-func (p *zedParser) isIdent(s string) bool {
-	t := p.lx.peek()
-	return t.kind == zedIdent && t.text == s
+	*lexer
+	m *model
 }
 
 func parseSpiceDB(src []byte) (*model, error) {
-	p := &zedParser{lx: &zedLexer{src: string(src), line: 1, col: 1}, m: &model{from: SpiceDB}}
+	p := &zedParser{lexer: newLexer(zedDialect, string(src)), m: &model{from: SpiceDB}}
 	if err := p.parse(); err != nil {
 		return nil, err
 	}
@@ -182,19 +37,19 @@ func parseSpiceDB(src []byte) (*model, error) {
 
 func (p *zedParser) parse() error {
 	for {
-		t := p.lx.next()
+		t := p.next()
 		switch {
-		case t.kind == zedEOF:
+		case t.kind == tokEOF:
 			return nil
-		case t.kind == zedPunct && t.text == ";":
-		case t.kind == zedIdent && t.text == "definition":
+		case t.kind == tokPunct && t.text == ";":
+		case t.kind == tokWord && t.text == "definition":
 			if err := p.parseDefinition(); err != nil {
 				return err
 			}
-		case t.kind == zedIdent && t.text == "caveat":
-			return unsupportedErr(t.at, "SpiceDB caveats", "caveat %s", p.lx.peek().text)
-		case t.kind == zedIdent && t.text == "use":
-			flag := p.lx.next()
+		case t.kind == tokWord && t.text == "caveat":
+			return unsupportedErr(t.at, "SpiceDB caveats", "caveat %s", p.peek().text)
+		case t.kind == tokWord && t.text == "use":
+			flag := p.next()
 			switch flag.text {
 			case "typechecking":
 				// Only checks permission type annotations, which are dropped.
@@ -207,12 +62,12 @@ func (p *zedParser) parse() error {
 			default:
 				return unsupportedErr(t.at, "SpiceDB use flags", "use %s", flag.text)
 			}
-		case t.kind == zedIdent && t.text == "import":
+		case t.kind == tokWord && t.text == "import":
 			return unsupportedErr(t.at, "SpiceDB schema imports", "compile the schema into one file first")
-		case t.kind == zedIdent && t.text == "partial":
-			return unsupportedErr(t.at, "SpiceDB partials", "partial %s", p.lx.peek().text)
+		case t.kind == tokWord && t.text == "partial":
+			return unsupportedErr(t.at, "SpiceDB partials", "partial %s", p.peek().text)
 		default:
-			return p.fail(t, "want `definition` or `caveat`, found %s", zedDescribe(t))
+			return p.fail(t, "want `definition` or `caveat`, found %s", describe(t))
 		}
 	}
 }
@@ -220,14 +75,14 @@ func (p *zedParser) parse() error {
 // typePath reads name or prefix/name (nexus accepts neither '/' nor
 // prefixes; the validation names the type).
 func (p *zedParser) typePath(what string) (string, pos, error) {
-	t, err := p.ident(what)
+	t, err := p.expectName(what)
 	if err != nil {
 		return "", t.at, err
 	}
 	name := t.text
-	for p.isPunct("/") {
-		p.lx.next()
-		n, err := p.ident("a name after `/`")
+	for p.is(tokPunct, "/") {
+		p.next()
+		n, err := p.expectName("a name after `/`")
 		if err != nil {
 			return "", n.at, err
 		}
@@ -245,33 +100,33 @@ func (p *zedParser) parseDefinition() error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.punct("{"); err != nil {
+	if _, err := p.expect(tokPunct, "{"); err != nil {
 		return err
 	}
 	for {
-		tok := p.lx.next()
+		tok := p.next()
 		switch {
-		case tok.kind == zedPunct && tok.text == "}":
+		case tok.kind == tokPunct && tok.text == "}":
 			return nil
-		case tok.kind == zedPunct && tok.text == ";":
-		case tok.kind == zedIdent && tok.text == "relation":
+		case tok.kind == tokPunct && tok.text == ";":
+		case tok.kind == tokWord && tok.text == "relation":
 			if err := p.parseRelation(t); err != nil {
 				return err
 			}
-		case tok.kind == zedIdent && tok.text == "permission":
+		case tok.kind == tokWord && tok.text == "permission":
 			if err := p.parsePermission(t); err != nil {
 				return err
 			}
-		case tok.kind == zedPunct && tok.text == "...":
-			return unsupportedErr(tok.at, "SpiceDB partials", "...%s", p.lx.peek().text)
+		case tok.kind == tokPunct && tok.text == "...":
+			return unsupportedErr(tok.at, "SpiceDB partials", "...%s", p.peek().text)
 		default:
-			return p.fail(tok, "want `relation`, `permission` or `}`, found %s", zedDescribe(tok))
+			return p.fail(tok, "want `relation`, `permission` or `}`, found %s", describe(tok))
 		}
 	}
 }
 
 func (p *zedParser) parseRelation(t *typeDef) error {
-	name, err := p.ident("a relation name")
+	name, err := p.expectName("a relation name")
 	if err != nil {
 		return err
 	}
@@ -279,7 +134,7 @@ func (p *zedParser) parseRelation(t *typeDef) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.punct(":"); err != nil {
+	if _, err := p.expect(tokPunct, ":"); err != nil {
 		return err
 	}
 	md.hasDirect, md.directAt = true, name.at
@@ -290,42 +145,42 @@ func (p *zedParser) parseRelation(t *typeDef) error {
 		}
 		s := subjectRef{typ: typ, at: at}
 		switch {
-		case p.isPunct(":"):
-			p.lx.next()
-			if _, err := p.punct("*"); err != nil {
+		case p.is(tokPunct, ":"):
+			p.next()
+			if _, err := p.expect(tokPunct, "*"); err != nil {
 				return err
 			}
 			return unsupportedErr(at, "wildcard subjects", "%s:* in relation %s", typ, name.text)
-		case p.isPunct("#"):
-			p.lx.next()
-			if p.isPunct("...") {
-				p.lx.next() // type#... is the type itself
+		case p.is(tokPunct, "#"):
+			p.next()
+			if p.is(tokPunct, "...") {
+				p.next() // type#... is the type itself
 			} else {
-				rel, err := p.ident("a relation after `#`")
+				rel, err := p.expectName("a relation after `#`")
 				if err != nil {
 					return err
 				}
 				s.rel = rel.text
 			}
 		}
-		if p.isIdent("with") {
-			w := p.lx.next()
-			what := p.lx.peek()
+		if p.is(tokWord, "with") {
+			w := p.next()
+			what := p.peek()
 			if what.text == "expiration" {
 				return unsupportedErr(w.at, "SpiceDB relationship expiration", "%s with expiration", s)
 			}
 			return unsupportedErr(w.at, "SpiceDB caveats", "%s with %s", s, what.text)
 		}
 		md.direct = append(md.direct, s)
-		if !p.isPunct("|") {
+		if !p.is(tokPunct, "|") {
 			return nil
 		}
-		p.lx.next()
+		p.next()
 	}
 }
 
 func (p *zedParser) parsePermission(t *typeDef) error {
-	name, err := p.ident("a permission name")
+	name, err := p.expectName("a permission name")
 	if err != nil {
 		return err
 	}
@@ -333,19 +188,19 @@ func (p *zedParser) parsePermission(t *typeDef) error {
 	if err != nil {
 		return err
 	}
-	if p.isPunct(":") { // a type annotation, only checked by SpiceDB
-		p.lx.next()
+	if p.is(tokPunct, ":") { // a type annotation, only checked by SpiceDB
+		p.next()
 		for {
 			if _, _, err := p.typePath("a type"); err != nil {
 				return err
 			}
-			if !p.isPunct("|") {
+			if !p.is(tokPunct, "|") {
 				break
 			}
-			p.lx.next()
+			p.next()
 		}
 	}
-	if _, err := p.punct("="); err != nil {
+	if _, err := p.expect(tokPunct, "="); err != nil {
 		return err
 	}
 	e, err := p.parseBinary(0, 0)
@@ -362,10 +217,6 @@ var zedOps = []struct {
 	kind nodeKind
 }{{"-", nodeExclude}, {"&", nodeIntersect}, {"+", nodeUnion}}
 
-// maxZedDepth bounds the parentheses of an expression (the nexus expression
-// may need up to twice as many, and nexus accepts 64).
-const maxZedDepth = 30
-
 func (p *zedParser) parseBinary(level, depth int) (*node, error) {
 	if level == len(zedOps) {
 		return p.parseArrow(depth)
@@ -374,8 +225,8 @@ func (p *zedParser) parseBinary(level, depth int) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	for p.isPunct(zedOps[level].tok) {
-		op := p.lx.next()
+	for p.is(tokPunct, zedOps[level].tok) {
+		op := p.next()
 		r, err := p.parseBinary(level+1, depth)
 		if err != nil {
 			return nil, err
@@ -386,36 +237,36 @@ func (p *zedParser) parseBinary(level, depth int) (*node, error) {
 }
 
 func (p *zedParser) parseArrow(depth int) (*node, error) {
-	t := p.lx.peek()
+	t := p.peek()
 	switch {
-	case t.kind == zedPunct && t.text == "(":
-		if depth >= maxZedDepth {
+	case t.kind == tokPunct && t.text == "(":
+		if depth >= maxDepth {
 			return nil, syntaxErr(t.at, "expression nested too deeply")
 		}
-		p.lx.next()
+		p.next()
 		e, err := p.parseBinary(0, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := p.punct(")"); err != nil {
+		if _, err := p.expect(tokPunct, ")"); err != nil {
 			return nil, err
 		}
 		return e, nil
-	case t.kind == zedIdent && t.text == "nil":
+	case t.kind == tokWord && t.text == "nil":
 		return nil, unsupportedErr(t.at, "SpiceDB nil", "nexus has no empty expression; drop the nil")
-	case t.kind == zedIdent && t.text == "self":
+	case t.kind == tokWord && t.text == "self":
 		return nil, unsupportedErr(t.at, "SpiceDB self", "")
 	}
-	name, err := p.ident("a relation or permission name, or `(`")
+	name, err := p.expectName("a relation or permission name, or `(`")
 	if err != nil {
 		return nil, err
 	}
 	e := &node{kind: nodeRef, name: name.text, at: name.at}
 	for {
 		switch {
-		case p.isPunct("->"):
-			arrow := p.lx.next()
-			target, err := p.ident("a relation or permission name after `->`")
+		case p.is(tokPunct, "->"):
+			arrow := p.next()
+			target, err := p.expectName("a relation or permission name after `->`")
 			if err != nil {
 				return nil, err
 			}
@@ -423,23 +274,23 @@ func (p *zedParser) parseArrow(depth int) (*node, error) {
 				return nil, unsupportedErr(arrow.at, "nested arrows", "%s->%s->%s", e.via, e.name, target.text)
 			}
 			e = &node{kind: nodeArrow, via: e.name, viaAt: e.at, name: target.text, at: target.at}
-		case p.isPunct("."):
-			dot := p.lx.next()
-			fn, err := p.ident("any or all after `.`")
+		case p.is(tokPunct, "."):
+			dot := p.next()
+			fn, err := p.expectName("any or all after `.`")
 			if err != nil {
 				return nil, err
 			}
 			if fn.text != "any" && fn.text != "all" {
 				return nil, syntaxErr(fn.at, "want any or all after `.`, found `%s`", fn.text)
 			}
-			if _, err := p.punct("("); err != nil {
+			if _, err := p.expect(tokPunct, "("); err != nil {
 				return nil, err
 			}
-			target, err := p.ident("a relation or permission name")
+			target, err := p.expectName("a relation or permission name")
 			if err != nil {
 				return nil, err
 			}
-			if _, err := p.punct(")"); err != nil {
+			if _, err := p.expect(tokPunct, ")"); err != nil {
 				return nil, err
 			}
 			if fn.text == "all" {

@@ -105,30 +105,31 @@ type fgaKey struct {
 	Condition json.RawMessage `json:"condition,omitempty"`
 }
 
-// toTuple converts an OpenFGA tuple key; at is where it was read.
-func (k fgaKey) toTuple(at pos, hasCondition bool) (api.Tuple, error) {
+// send converts an OpenFGA tuple key and hands it to fn; at is where it
+// was read.
+func (k fgaKey) send(at pos, hasCondition bool, fn func(api.Tuple, int) error) error {
 	if hasCondition {
-		return api.Tuple{}, unsupportedErr(at, "OpenFGA conditions", "tuple %s %s %s has a condition", k.User, k.Relation, k.Object)
+		return unsupportedErr(at, "OpenFGA conditions", "tuple %s %s %s has a condition", k.User, k.Relation, k.Object)
 	}
 	if k.User == "" || k.Relation == "" || k.Object == "" {
-		return api.Tuple{}, syntaxErr(at, "a tuple needs user, relation and object")
+		return syntaxErr(at, "a tuple needs user, relation and object")
 	}
 	if strings.HasSuffix(k.User, ":*") {
-		return api.Tuple{}, unsupportedErr(at, "wildcard subjects", "user %s", k.User)
+		return unsupportedErr(at, "wildcard subjects", "user %s", k.User)
 	}
 	o, err := api.ParseObject(k.Object)
 	if err != nil {
-		return api.Tuple{}, invalidErr(at, "object %q: %v", k.Object, err)
+		return invalidErr(at, "object %q: %v", k.Object, err)
 	}
 	s, err := api.ParseSubject(k.User)
 	if err != nil {
-		return api.Tuple{}, invalidErr(at, "user %q: %v", k.User, err)
+		return invalidErr(at, "user %q: %v", k.User, err)
 	}
 	t := api.Tuple{Object: o, Relation: k.Relation, Subject: s}
 	if err := t.Validate(); err != nil {
-		return api.Tuple{}, invalidErr(at, "tuple %s %s %s: %v", k.User, k.Relation, k.Object, err)
+		return invalidErr(at, "tuple %s %s %s: %v", k.User, k.Relation, k.Object, err)
 	}
-	return t, nil
+	return fn(t, at.line)
 }
 
 func readFGAJSONL(r *bufio.Reader, fn func(api.Tuple, int) error) error {
@@ -143,11 +144,7 @@ func readFGAJSONL(r *bufio.Reader, fn func(api.Tuple, int) error) error {
 		if err := json.Unmarshal(b, &k); err != nil {
 			return syntaxErr(pos{line, 1}, "json: %v", err)
 		}
-		t, err := k.toTuple(pos{line, 1}, len(k.Condition) > 0 && string(k.Condition) != "null")
-		if err != nil {
-			return err
-		}
-		if err := fn(t, line); err != nil {
+		if err := k.send(pos{line, 1}, len(k.Condition) > 0 && string(k.Condition) != "null", fn); err != nil {
 			return err
 		}
 	}
@@ -200,11 +197,7 @@ func readFGACSV(r io.Reader, fn func(api.Tuple, int) error) error {
 		if ur := get(rec, "user_relation"); ur != "" {
 			k.User += "#" + ur
 		}
-		t, err := k.toTuple(pos{line, 1}, get(rec, "condition_name") != "")
-		if err != nil {
-			return err
-		}
-		if err := fn(t, line); err != nil {
+		if err := k.send(pos{line, 1}, get(rec, "condition_name") != "", fn); err != nil {
 			return err
 		}
 	}
@@ -262,11 +255,7 @@ func FGATupleNodes(list *yaml.Node, fn func(api.Tuple, int) error) error {
 				}
 			}
 		}
-		t, err := k.toTuple(nodePos(it), len(k.Condition) > 0)
-		if err != nil {
-			return err
-		}
-		if err := fn(t, it.Line); err != nil {
+		if err := k.send(nodePos(it), len(k.Condition) > 0, fn); err != nil {
 			return err
 		}
 	}
