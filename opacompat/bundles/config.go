@@ -86,11 +86,9 @@ func ParseConfig(bundles, keys json.RawMessage, services map[string]*opaconfig.S
 	if err != nil {
 		return nil, err
 	}
-	top := map[string]json.RawMessage{}
-	if t := strings.TrimSpace(string(bundles)); t != "" && t != "null" {
-		if err := json.Unmarshal(bundles, &top); err != nil {
-			return nil, fmt.Errorf("bundles: want an object: %w", err)
-		}
+	top, err := opaconfig.Entries("bundles", bundles)
+	if err != nil {
+		return nil, err
 	}
 	names := make([]string, 0, len(top))
 	for n := range top {
@@ -223,11 +221,9 @@ func parseSigning(where string, raw json.RawMessage, pubKeys map[string]*opakeys
 }
 
 func parseKeys(raw json.RawMessage) (map[string]*opakeys.Config, error) {
-	top := map[string]json.RawMessage{}
-	if t := strings.TrimSpace(string(raw)); t != "" && t != "null" {
-		if err := json.Unmarshal(raw, &top); err != nil {
-			return nil, fmt.Errorf("keys: want an object: %w", err)
-		}
+	top, err := opaconfig.Entries("keys", raw)
+	if err != nil {
+		return nil, err
 	}
 	out := make(map[string]*opakeys.Config, len(top))
 	for id, r := range top {

@@ -380,7 +380,7 @@ func parseJSON(js []byte) (*Config, error) {
 
 // raw is a section as written, nil when absent or null.
 func raw(r json.RawMessage) json.RawMessage {
-	if len(r) == 0 || string(r) == "null" {
+	if Absent(r) {
 		return nil
 	}
 	return r

@@ -14,12 +14,9 @@ import (
 // with "not supported by nexus" (OPA settings nexus knows and does not
 // implement). A null or empty raw is an empty object.
 func Object(where string, raw json.RawMessage, known []string, unsupported ...string) (map[string]json.RawMessage, error) {
-	m := map[string]json.RawMessage{}
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-		return m, nil
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("%s: want an object: %w", where, err)
+	m, err := Entries(where, raw)
+	if err != nil {
+		return nil, err
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -36,6 +33,26 @@ func Object(where string, raw json.RawMessage, known []string, unsupported ...st
 		}
 	}
 	return m, nil
+}
+
+// Entries decodes raw as a JSON object whose keys are names the
+// configuration chooses (bundles, keys), naming where in its error. A null
+// or empty raw is an empty object.
+func Entries(where string, raw json.RawMessage) (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	if Absent(raw) {
+		return m, nil
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%s: want an object: %w", where, err)
+	}
+	return m, nil
+}
+
+// Absent reports whether a section is absent: empty or null.
+func Absent(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
 }
 
 // Decode decodes the value at m[key] into dst when present, naming

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -92,10 +93,10 @@ func jsonName(f reflect.StructField) string {
 // service, or a list of services each with a name (OPA accepts both).
 func ParseServices(raw json.RawMessage) (map[string]*Service, error) {
 	out := map[string]*Service{}
-	raw = json.RawMessage(strings.TrimSpace(string(raw)))
-	if len(raw) == 0 || string(raw) == "null" {
+	if Absent(raw) {
 		return out, nil
 	}
+	raw = bytes.TrimSpace(raw)
 	entries := map[string]json.RawMessage{}
 	if raw[0] == '[' {
 		var list []json.RawMessage

@@ -89,7 +89,7 @@ var statusKeys = []string{"service", "partition_name", "console", "trigger"}
 // returns nil when the section is absent or names nowhere to report to.
 func ParseConfig(raw json.RawMessage, services map[string]*opaconfig.Service) (*Config, error) {
 	const where = "status"
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+	if opaconfig.Absent(raw) {
 		return nil, nil
 	}
 	m, err := opaconfig.Object(where, raw, statusKeys, "plugin", "prometheus", "prometheus_config")
