@@ -6,14 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -274,39 +273,18 @@ func (l *Logger) send(ctx context.Context, n int) error {
 	return nil
 }
 
-// httpError is a collector's answer other than 2xx.
-type httpError struct{ code int }
-
-func (e httpError) Error() string {
-	return fmt.Sprintf("log upload failed, server replied with HTTP %d %s", e.code, http.StatusText(e.code))
-}
-
 func (l *Logger) post(ctx context.Context, body []byte) error {
-	req, err := l.cfg.Service.NewRequest(ctx, http.MethodPost, l.cfg.Resource, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := l.cfg.Service.Do(req)
-	if err != nil {
-		return fmt.Errorf("log upload failed: %w", err)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return httpError{resp.StatusCode}
-	}
-	return nil
+	return l.cfg.Service.Post(ctx, "log upload", l.cfg.Resource, body,
+		map[string]string{"Content-Type": "application/json", "Content-Encoding": "gzip"})
 }
 
 func (l *Logger) setStatus(err error) {
 	var s UploadStatus
 	if err != nil {
 		s = UploadStatus{Code: "decision_log_error", Message: err.Error()}
-		var he httpError
+		var he *opaconfig.HTTPError
 		if errors.As(err, &he) {
-			s.HTTPCode = he.code
+			s.HTTPCode = he.Code
 		}
 	}
 	l.statusMu.Lock()

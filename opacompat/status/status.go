@@ -1,13 +1,11 @@
 package status
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -265,21 +263,7 @@ func (r *Reporter) send(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := r.cfg.Service.NewRequest(ctx, http.MethodPost, "/status/"+r.cfg.Partition, bytes.NewReader(rep))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.cfg.Service.Do(req)
-	if err != nil {
-		return fmt.Errorf("status update failed: %w", err)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("status update failed, server replied with HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-	}
-	return nil
+	return r.cfg.Service.Post(ctx, "status update", "/status/"+r.cfg.Partition, rep, map[string]string{"Content-Type": "application/json"})
 }
 
 // stdout writes to the process' standard output, looked up at each write.
