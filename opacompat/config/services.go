@@ -408,3 +408,25 @@ func Lookup(services map[string]*Service, where, name string) (*Service, error) 
 	}
 	return s, nil
 }
+
+// ReportTo applies OPA's rule for a section that reports (decision_logs,
+// status): the reports go to the service it names or, when it names none
+// and does not print to the console, to the only service configured.
+// stdout is Stdout when console is set, nil otherwise. where names the
+// section.
+func ReportTo(services map[string]*Service, where, service string, console bool) (svc *Service, stdout io.Writer, err error) {
+	if console {
+		stdout = Stdout{}
+	}
+	if service != "" || (!console && len(services) > 0) {
+		if svc, err = Lookup(services, where+".service", service); err != nil {
+			return nil, nil, err
+		}
+	}
+	return svc, stdout, nil
+}
+
+// Stdout writes to the process' standard output, looked up at each write.
+type Stdout struct{}
+
+func (Stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }

@@ -165,13 +165,8 @@ func ParseDecisionLogs(raw json.RawMessage, services map[string]*opaconfig.Servi
 			return cfg, rules, err
 		}
 	}
-	if console {
-		cfg.Console = stdout{}
-	}
-	if service != "" || (!console && len(services) > 0) {
-		if cfg.Service, err = opaconfig.Lookup(services, where+".service", service); err != nil {
-			return cfg, rules, err
-		}
+	if cfg.Service, cfg.Console, err = opaconfig.ReportTo(services, where, service, console); err != nil {
+		return cfg, rules, err
 	}
 	switch {
 	case partition != "":

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -461,8 +460,3 @@ func (b *buffer) len() int {
 	defer b.mu.Unlock()
 	return len(b.evs)
 }
-
-// stdout writes to the process' standard output, looked up at each write.
-type stdout struct{}
-
-func (stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }

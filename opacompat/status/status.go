@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -109,13 +108,8 @@ func ParseConfig(raw json.RawMessage, services map[string]*opaconfig.Service) (*
 	default:
 		return nil, fmt.Errorf("%s.trigger: %q is not a trigger mode", where, trigger)
 	}
-	if console {
-		cfg.Console = stdout{}
-	}
-	if service != "" || (!console && len(services) > 0) {
-		if cfg.Service, err = opaconfig.Lookup(services, where+".service", service); err != nil {
-			return nil, err
-		}
+	if cfg.Service, cfg.Console, err = opaconfig.ReportTo(services, where, service, console); err != nil {
+		return nil, err
 	}
 	if cfg.Service == nil && cfg.Console == nil {
 		return nil, nil // as in OPA: nowhere to report to, nothing to do
@@ -265,8 +259,3 @@ func (r *Reporter) send(ctx context.Context) error {
 	defer cancel()
 	return r.cfg.Service.Post(ctx, "status update", "/status/"+r.cfg.Partition, rep, map[string]string{"Content-Type": "application/json"})
 }
-
-// stdout writes to the process' standard output, looked up at each write.
-type stdout struct{}
-
-func (stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }
