@@ -307,36 +307,23 @@ func (s *Service) Do(req *http.Request) (*http.Response, error) {
 }
 
 // Post sends body to the service's URL joined with path, with header set
-// over the service's own, reads the answer away and fails unless it is
-// 2xx. what names the request in its errors ("log upload").
-func (s *Service) Post(ctx context.Context, what, path string, body []byte, header map[string]string) error {
+// over the service's own, reads the answer away and returns its status
+// code. what names the request in its error ("log upload").
+func (s *Service) Post(ctx context.Context, what, path string, body []byte, header map[string]string) (int, error) {
 	req, err := s.NewRequest(ctx, http.MethodPost, path, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	resp, err := s.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s failed: %w", what, err)
+		return 0, fmt.Errorf("%s failed: %w", what, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return &HTTPError{What: what, Code: resp.StatusCode}
-	}
-	return nil
-}
-
-// HTTPError is a service's answer other than 2xx to Post.
-type HTTPError struct {
-	What string // the request, as Post was told
-	Code int    // the HTTP status code
-}
-
-func (e *HTTPError) Error() string {
-	return fmt.Sprintf("%s failed, server replied with HTTP %d %s", e.What, e.Code, http.StatusText(e.Code))
+	return resp.StatusCode, nil
 }
 
 // Client returns OPA's REST client for the service, as OPA's bundle

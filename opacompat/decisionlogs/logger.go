@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
+	lstat "github.com/open-policy-agent/opa/v1/plugins/logs/status"
+
 	"github.com/nexuspdp/nexus/pdp"
 )
 
@@ -62,11 +62,7 @@ var _ pdp.DecisionSink = (*Logger)(nil)
 
 // UploadStatus is the outcome of the last upload, OPA's decision_logs
 // status: empty after a success.
-type UploadStatus struct {
-	Code     string `json:"code,omitempty"`
-	Message  string `json:"message,omitempty"`
-	HTTPCode int    `json:"http_code,omitempty"`
-}
+type UploadStatus = lstat.Status
 
 // New validates cfg and starts a Logger; Close flushes it.
 func New(cfg Config) (*Logger, error) {
@@ -273,19 +269,17 @@ func (l *Logger) send(ctx context.Context, n int) error {
 }
 
 func (l *Logger) post(ctx context.Context, body []byte) error {
-	return l.cfg.Service.Post(ctx, "log upload", l.cfg.Resource, body,
+	code, err := l.cfg.Service.Post(ctx, "log upload", l.cfg.Resource, body,
 		map[string]string{"Content-Type": "application/json", "Content-Encoding": "gzip"})
+	if err == nil && (code < 200 || code > 299) {
+		err = lstat.HTTPError{StatusCode: code}
+	}
+	return err
 }
 
 func (l *Logger) setStatus(err error) {
 	var s UploadStatus
-	if err != nil {
-		s = UploadStatus{Code: "decision_log_error", Message: err.Error()}
-		var he *opaconfig.HTTPError
-		if errors.As(err, &he) {
-			s.HTTPCode = he.Code
-		}
-	}
+	s.SetError(err)
 	l.statusMu.Lock()
 	changed := s != l.status
 	l.status = s

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -257,5 +258,9 @@ func (r *Reporter) send(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return r.cfg.Service.Post(ctx, "status update", "/status/"+r.cfg.Partition, rep, map[string]string{"Content-Type": "application/json"})
+	code, err := r.cfg.Service.Post(ctx, "status update", "/status/"+r.cfg.Partition, rep, map[string]string{"Content-Type": "application/json"})
+	if err == nil && (code < 200 || code > 299) {
+		err = fmt.Errorf("status update failed, server replied with HTTP %d %s", code, http.StatusText(code))
+	}
+	return err
 }
