@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/plugins"
+
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/opacompat/decisionlogs"
 )
@@ -17,13 +19,6 @@ import (
 // DefaultInterval is how often a Reporter reports when nothing
 // prompts it sooner.
 const DefaultInterval = 5 * time.Minute
-
-// Plugin states of the status report, OPA's.
-const (
-	StateOK       = "OK"
-	StateNotReady = "NOT_READY"
-	StateErr      = "ERROR"
-)
 
 // Bundle is the status of one bundle, the fields of OPA's bundle
 // status.
@@ -171,35 +166,29 @@ func (r *Reporter) Close(ctx context.Context) error {
 	}
 }
 
-// pluginStatus is OPA's plugin status.
-type pluginStatus struct {
-	State   string `json:"state"`
-	Message string `json:"message,omitempty"`
-}
-
 // statusReport is OPA's status report (UpdateRequestV1).
 type statusReport struct {
 	Labels       map[string]string          `json:"labels"`
 	Bundles      map[string]json.RawMessage `json:"bundles,omitempty"`
 	DecisionLogs *decisionlogs.UploadStatus `json:"decision_logs,omitempty"`
 	Metrics      map[string]any             `json:"metrics,omitempty"`
-	Plugins      map[string]pluginStatus    `json:"plugins"`
+	Plugins      map[string]plugins.Status  `json:"plugins"`
 }
 
 // Report returns the current status report.
 func (r *Reporter) Report() ([]byte, error) {
-	rep := statusReport{Labels: r.cfg.Labels, Plugins: map[string]pluginStatus{"status": {State: StateOK}}}
-	authz := StateOK
+	rep := statusReport{Labels: r.cfg.Labels, Plugins: map[string]plugins.Status{"status": {State: plugins.StateOK}}}
+	authz := plugins.StateOK
 	if r.cfg.Ready != nil && !r.cfg.Ready() {
-		authz = StateNotReady
+		authz = plugins.StateNotReady
 	}
-	rep.Plugins["envoy_ext_authz_grpc"] = pluginStatus{State: authz}
+	rep.Plugins["envoy_ext_authz_grpc"] = plugins.Status{State: authz}
 	if r.cfg.Bundles != nil {
-		state := StateOK
+		state := plugins.StateOK
 		rep.Bundles = map[string]json.RawMessage{}
 		for _, b := range r.cfg.Bundles() {
 			if b.ActiveRevision == "" && b.LastSuccessfulActivation.IsZero() {
-				state = StateNotReady
+				state = plugins.StateNotReady
 			}
 			raw, err := encodeBundleStatus(&b)
 			if err != nil {
@@ -207,12 +196,12 @@ func (r *Reporter) Report() ([]byte, error) {
 			}
 			rep.Bundles[b.Name] = raw
 		}
-		rep.Plugins["bundle"] = pluginStatus{State: state}
+		rep.Plugins["bundle"] = plugins.Status{State: state}
 	}
 	if l := r.cfg.DecisionLogs; l != nil {
 		st := l.Status()
 		rep.DecisionLogs = &st
-		rep.Plugins["decision_logs"] = pluginStatus{State: StateOK}
+		rep.Plugins["decision_logs"] = plugins.Status{State: plugins.StateOK}
 		rep.Metrics = map[string]any{"prometheus": l.Metrics()}
 	}
 	out, err := json.Marshal(&rep)
