@@ -172,10 +172,8 @@ func parsePolling(where string, raw json.RawMessage, s *Source) error {
 		return err
 	}
 	var minS, maxS, longS, ttlS *int64
-	for k, dst := range map[string]**int64{"min_delay_seconds": &minS, "max_delay_seconds": &maxS, "long_polling_timeout_seconds": &longS, "superseded_etag_ttl_seconds": &ttlS} {
-		if err := opaconfig.Decode(where, m, k, dst); err != nil {
-			return err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"min_delay_seconds": &minS, "max_delay_seconds": &maxS, "long_polling_timeout_seconds": &longS, "superseded_etag_ttl_seconds": &ttlS}); err != nil {
+		return err
 	}
 	switch {
 	case minS != nil && maxS == nil:
@@ -209,10 +207,8 @@ func parseSigning(where string, raw json.RawMessage, pubKeys map[string]*opakeys
 		return nil, err
 	}
 	vc := &opabundle.VerificationConfig{}
-	for k, dst := range map[string]any{"keyid": &vc.KeyID, "scope": &vc.Scope, "exclude_files": &vc.Exclude} {
-		if err := opaconfig.Decode(where, m, k, dst); err != nil {
-			return nil, err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"keyid": &vc.KeyID, "scope": &vc.Scope, "exclude_files": &vc.Exclude}); err != nil {
+		return nil, err
 	}
 	if err := vc.ValidateAndInjectDefaults(pubKeys); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -233,10 +229,8 @@ func parseKeys(raw json.RawMessage) (map[string]*opakeys.Config, error) {
 			return nil, err
 		}
 		kc := &opakeys.Config{}
-		for k, dst := range map[string]*string{"algorithm": &kc.Algorithm, "key": &kc.Key, "scope": &kc.Scope} {
-			if err := opaconfig.Decode(where, m, k, dst); err != nil {
-				return nil, err
-			}
+		if err := opaconfig.DecodeFields(where, m, map[string]any{"algorithm": &kc.Algorithm, "key": &kc.Key, "scope": &kc.Scope}); err != nil {
+			return nil, err
 		}
 		if kc.Algorithm == "" {
 			kc.Algorithm = "RS256"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -64,6 +65,17 @@ func Decode(where string, m map[string]json.RawMessage, key string, dst any) err
 	}
 	if err := json.Unmarshal(raw, dst); err != nil {
 		return fmt.Errorf("%s: %w", join(where, key), err)
+	}
+	return nil
+}
+
+// DecodeFields decodes each field present in m into its destination, as
+// Decode does, in the order of the fields' names.
+func DecodeFields(where string, m map[string]json.RawMessage, fields map[string]any) error {
+	for _, key := range slices.Sorted(maps.Keys(fields)) {
+		if err := Decode(where, m, key, fields[key]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

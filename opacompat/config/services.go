@@ -150,10 +150,8 @@ func parseService(where, name string, raw json.RawMessage) (*Service, error) {
 		timeout *int64
 		headers map[string]string
 	)
-	for key, dst := range map[string]any{"url": &u, "type": &typ, "response_header_timeout_seconds": &timeout, "headers": &headers} {
-		if err := Decode(where, m, key, dst); err != nil {
-			return nil, err
-		}
+	if err := DecodeFields(where, m, map[string]any{"url": &u, "type": &typ, "response_header_timeout_seconds": &timeout, "headers": &headers}); err != nil {
+		return nil, err
 	}
 	if typ != "" {
 		return nil, fmt.Errorf("%s.type %q: %w (nexus reads bundles over HTTP from a bundle server)", where, typ, ErrUnsupported)
@@ -249,10 +247,8 @@ func checkCredentials(where string, raw json.RawMessage) (string, error) {
 // passphrase is left to OPA.
 func checkClientCert(where string, m map[string]json.RawMessage) error {
 	var cert, key, pass string
-	for k, dst := range map[string]*string{"cert": &cert, "private_key": &key, "private_key_passphrase": &pass} {
-		if err := Decode(where, m, k, dst); err != nil {
-			return err
-		}
+	if err := DecodeFields(where, m, map[string]any{"cert": &cert, "private_key": &key, "private_key_passphrase": &pass}); err != nil {
+		return err
 	}
 	if cert == "" || key == "" || pass != "" {
 		return nil // OPA names a missing cert or key

@@ -159,11 +159,9 @@ func ParseDecisionLogs(raw json.RawMessage, services map[string]*opaconfig.Servi
 	var service, partition string
 	var resource, mask, drop *string
 	var console bool
-	for key, dst := range map[string]any{"service": &service, "partition_name": &partition, "resource": &resource,
-		"mask_decision": &mask, "drop_decision": &drop, "console": &console} {
-		if err := opaconfig.Decode(where, m, key, dst); err != nil {
-			return cfg, rules, err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"service": &service, "partition_name": &partition, "resource": &resource,
+		"mask_decision": &mask, "drop_decision": &drop, "console": &console}); err != nil {
+		return cfg, rules, err
 	}
 	if cfg.Service, cfg.Console, err = opaconfig.ReportTo(services, where, service, console); err != nil {
 		return cfg, rules, err
@@ -205,12 +203,10 @@ func parseReporting(where string, raw json.RawMessage, cfg *Config) error {
 	}
 	var minS, maxS, bytesLimit, eventsLimit, upload *int64
 	var trigger string
-	for key, dst := range map[string]any{"buffer_type": &cfg.BufferType, "buffer_size_limit_bytes": &bytesLimit,
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"buffer_type": &cfg.BufferType, "buffer_size_limit_bytes": &bytesLimit,
 		"buffer_size_limit_events": &eventsLimit, "upload_size_limit_bytes": &upload, "min_delay_seconds": &minS,
-		"max_delay_seconds": &maxS, "trigger": &trigger} {
-		if err := opaconfig.Decode(where, m, key, dst); err != nil {
-			return err
-		}
+		"max_delay_seconds": &maxS, "trigger": &trigger}); err != nil {
+		return err
 	}
 	switch trigger {
 	case "", "periodic":

@@ -92,10 +92,8 @@ func ParseConfig(raw json.RawMessage, services map[string]*opaconfig.Service) (*
 	var service, trigger string
 	cfg := &Config{}
 	var console bool
-	for key, dst := range map[string]any{"service": &service, "partition_name": &cfg.Partition, "console": &console, "trigger": &trigger} {
-		if err := opaconfig.Decode(where, m, key, dst); err != nil {
-			return nil, err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"service": &service, "partition_name": &cfg.Partition, "console": &console, "trigger": &trigger}); err != nil {
+		return nil, err
 	}
 	switch trigger {
 	case "", "periodic":
