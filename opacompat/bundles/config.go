@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -90,11 +90,7 @@ func ParseConfig(bundles, keys json.RawMessage, services map[string]*opaconfig.S
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(top))
-	for n := range top {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(top))
 	if len(names) > 1 {
 		return nil, fmt.Errorf("bundles: %d bundles are configured (%s); nexus serves one policy, so configure one bundle holding all of it: %w",
 			len(names), strings.Join(names, ", "), opaconfig.ErrUnsupported)

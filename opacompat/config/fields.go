@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -19,11 +18,7 @@ func Object(where string, raw json.RawMessage, known []string, unsupported ...st
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	for _, k := range keys {
 		switch {
 		case slices.Contains(known, k):

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -121,11 +123,7 @@ func ParseServices(raw json.RawMessage) (map[string]*Service, error) {
 	} else if err := json.Unmarshal(raw, &entries); err != nil {
 		return nil, fmt.Errorf("services: want an object or a list: %w", err)
 	}
-	names := make([]string, 0, len(entries))
-	for n := range entries {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(entries))
 	for _, n := range names {
 		s, err := parseService("services."+n, n, entries[n])
 		if err != nil {
@@ -203,11 +201,7 @@ func parseService(where, name string, raw json.RawMessage) (*Service, error) {
 // kind, or a setting the kind does not know, by name. It returns the
 // setting that names the kind given (where itself when none is).
 func checkCredentials(where string, raw json.RawMessage) (string, error) {
-	kinds := make([]string, 0, len(credentialKinds))
-	for k := range credentialKinds {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
+	kinds := slices.Sorted(maps.Keys(credentialKinds))
 	cm, err := Object(where, raw, kinds, "plugin")
 	if err != nil {
 		return "", err
