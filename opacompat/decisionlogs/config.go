@@ -157,10 +157,10 @@ func ParseDecisionLogs(raw json.RawMessage, services map[string]*opaconfig.Servi
 		return cfg, rules, err
 	}
 	var service, partition string
-	var resource, mask, drop *string
+	var resource *string
 	var console bool
 	if err := opaconfig.DecodeFields(where, m, map[string]any{"service": &service, "partition_name": &partition, "resource": &resource,
-		"mask_decision": &mask, "drop_decision": &drop, "console": &console}); err != nil {
+		"mask_decision": &rules.Mask, "drop_decision": &rules.Drop, "console": &console}); err != nil {
 		return cfg, rules, err
 	}
 	if cfg.Service, cfg.Console, err = opaconfig.ReportTo(services, where, service, console); err != nil {
@@ -173,19 +173,14 @@ func ParseDecisionLogs(raw json.RawMessage, services map[string]*opaconfig.Servi
 		cfg.Resource = *resource
 	}
 	for _, r := range []struct {
-		p   *string
-		dst *string
-		key string
-	}{{mask, &rules.Mask, "mask_decision"}, {drop, &rules.Drop, "drop_decision"}} {
-		if r.p == nil {
-			continue
+		key  string
+		rule *string
+	}{{"mask_decision", &rules.Mask}, {"drop_decision", &rules.Drop}} {
+		given := *r.rule
+		*r.rule = strings.TrimPrefix(strings.Trim(given, "/"), "data/")
+		if *r.rule == "" {
+			return cfg, rules, fmt.Errorf("%s.%s: %q names no rule", where, r.key, given)
 		}
-		p := strings.Trim(*r.p, "/")
-		p = strings.TrimPrefix(p, "data/")
-		if p == "" {
-			return cfg, rules, fmt.Errorf("%s.%s: %q names no rule", where, r.key, *r.p)
-		}
-		*r.dst = p
 	}
 	if err := parseReporting(where+".reporting", m["reporting"], &cfg); err != nil {
 		return cfg, rules, err
