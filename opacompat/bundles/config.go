@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -86,17 +86,11 @@ func ParseConfig(bundles, keys json.RawMessage, services map[string]*opaconfig.S
 	if err != nil {
 		return nil, err
 	}
-	top := map[string]json.RawMessage{}
-	if t := strings.TrimSpace(string(bundles)); t != "" && t != "null" {
-		if err := json.Unmarshal(bundles, &top); err != nil {
-			return nil, fmt.Errorf("bundles: want an object: %w", err)
-		}
+	top, err := opaconfig.Entries("bundles", bundles)
+	if err != nil {
+		return nil, err
 	}
-	names := make([]string, 0, len(top))
-	for n := range top {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(top))
 	if len(names) > 1 {
 		return nil, fmt.Errorf("bundles: %d bundles are configured (%s); nexus serves one policy, so configure one bundle holding all of it: %w",
 			len(names), strings.Join(names, ", "), opaconfig.ErrUnsupported)
@@ -174,10 +168,8 @@ func parsePolling(where string, raw json.RawMessage, s *Source) error {
 		return err
 	}
 	var minS, maxS, longS, ttlS *int64
-	for k, dst := range map[string]**int64{"min_delay_seconds": &minS, "max_delay_seconds": &maxS, "long_polling_timeout_seconds": &longS, "superseded_etag_ttl_seconds": &ttlS} {
-		if err := opaconfig.Decode(where, m, k, dst); err != nil {
-			return err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"min_delay_seconds": &minS, "max_delay_seconds": &maxS, "long_polling_timeout_seconds": &longS, "superseded_etag_ttl_seconds": &ttlS}); err != nil {
+		return err
 	}
 	switch {
 	case minS != nil && maxS == nil:
@@ -211,10 +203,8 @@ func parseSigning(where string, raw json.RawMessage, pubKeys map[string]*opakeys
 		return nil, err
 	}
 	vc := &opabundle.VerificationConfig{}
-	for k, dst := range map[string]any{"keyid": &vc.KeyID, "scope": &vc.Scope, "exclude_files": &vc.Exclude} {
-		if err := opaconfig.Decode(where, m, k, dst); err != nil {
-			return nil, err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"keyid": &vc.KeyID, "scope": &vc.Scope, "exclude_files": &vc.Exclude}); err != nil {
+		return nil, err
 	}
 	if err := vc.ValidateAndInjectDefaults(pubKeys); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -223,11 +213,9 @@ func parseSigning(where string, raw json.RawMessage, pubKeys map[string]*opakeys
 }
 
 func parseKeys(raw json.RawMessage) (map[string]*opakeys.Config, error) {
-	top := map[string]json.RawMessage{}
-	if t := strings.TrimSpace(string(raw)); t != "" && t != "null" {
-		if err := json.Unmarshal(raw, &top); err != nil {
-			return nil, fmt.Errorf("keys: want an object: %w", err)
-		}
+	top, err := opaconfig.Entries("keys", raw)
+	if err != nil {
+		return nil, err
 	}
 	out := make(map[string]*opakeys.Config, len(top))
 	for id, r := range top {
@@ -237,10 +225,8 @@ func parseKeys(raw json.RawMessage) (map[string]*opakeys.Config, error) {
 			return nil, err
 		}
 		kc := &opakeys.Config{}
-		for k, dst := range map[string]*string{"algorithm": &kc.Algorithm, "key": &kc.Key, "scope": &kc.Scope} {
-			if err := opaconfig.Decode(where, m, k, dst); err != nil {
-				return nil, err
-			}
+		if err := opaconfig.DecodeFields(where, m, map[string]any{"algorithm": &kc.Algorithm, "key": &kc.Key, "scope": &kc.Scope}); err != nil {
+			return nil, err
 		}
 		if kc.Algorithm == "" {
 			kc.Algorithm = "RS256"

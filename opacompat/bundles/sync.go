@@ -1,12 +1,10 @@
 package bundles
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -331,29 +329,29 @@ func (s *Syncer) persistPath(src *Source) string {
 // writing a temporary file, syncing it and renaming it into place.
 func (s *Syncer) persist(src *Source, raw []byte) error {
 	dst := s.persistPath(src)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+	dir := filepath.Dir(dst)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("persist: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".bundle-*.tar.gz")
+	tmp, err := os.CreateTemp(dir, ".bundle-*.tar.gz")
 	if err != nil {
 		return fmt.Errorf("persist: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, bytes.NewReader(raw)); err != nil {
-		tmp.Close()
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	_, err = tmp.Write(raw)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
 		return fmt.Errorf("persist: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("persist: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("persist: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("persist: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(dst)); err == nil {
+	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}

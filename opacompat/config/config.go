@@ -380,7 +380,7 @@ func parseJSON(js []byte) (*Config, error) {
 
 // raw is a section as written, nil when absent or null.
 func raw(r json.RawMessage) json.RawMessage {
-	if len(r) == 0 || string(r) == "null" {
+	if Absent(r) {
 		return nil
 	}
 	return r
@@ -532,15 +532,13 @@ func parsePlugins(c *Config, m map[string]json.RawMessage) error {
 	}
 	var path, query string
 	var recv, send *int
-	for key, dst := range map[string]any{
+	if err := DecodeFields(where, pm, map[string]any{
 		"addr": &p.Addr, "path": &path, "query": &query,
 		"dry-run": &p.DryRun, "enable-reflection": &p.EnableReflection, "skip-request-body-parse": &p.SkipRequestBodyParse,
 		"grpc-max-recv-msg-size": &recv, "grpc-max-send-msg-size": &send,
 		"enable-performance-metrics": &p.EnablePerformanceMetrics, "grpc-request-duration-seconds-buckets": &p.GRPCRequestDurationSecondsBuckets,
-	} {
-		if err := Decode(where, pm, key, dst); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	if p.Addr, err = grpcAddr(p.Addr); err != nil {
 		return fmt.Errorf("%s.addr: %w", where, err)

@@ -1,15 +1,18 @@
 package config
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -92,10 +95,10 @@ func jsonName(f reflect.StructField) string {
 // service, or a list of services each with a name (OPA accepts both).
 func ParseServices(raw json.RawMessage) (map[string]*Service, error) {
 	out := map[string]*Service{}
-	raw = json.RawMessage(strings.TrimSpace(string(raw)))
-	if len(raw) == 0 || string(raw) == "null" {
+	if Absent(raw) {
 		return out, nil
 	}
+	raw = bytes.TrimSpace(raw)
 	entries := map[string]json.RawMessage{}
 	if raw[0] == '[' {
 		var list []json.RawMessage
@@ -120,11 +123,7 @@ func ParseServices(raw json.RawMessage) (map[string]*Service, error) {
 	} else if err := json.Unmarshal(raw, &entries); err != nil {
 		return nil, fmt.Errorf("services: want an object or a list: %w", err)
 	}
-	names := make([]string, 0, len(entries))
-	for n := range entries {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(entries))
 	for _, n := range names {
 		s, err := parseService("services."+n, n, entries[n])
 		if err != nil {
@@ -149,10 +148,8 @@ func parseService(where, name string, raw json.RawMessage) (*Service, error) {
 		timeout *int64
 		headers map[string]string
 	)
-	for key, dst := range map[string]any{"url": &u, "type": &typ, "response_header_timeout_seconds": &timeout, "headers": &headers} {
-		if err := Decode(where, m, key, dst); err != nil {
-			return nil, err
-		}
+	if err := DecodeFields(where, m, map[string]any{"url": &u, "type": &typ, "response_header_timeout_seconds": &timeout, "headers": &headers}); err != nil {
+		return nil, err
 	}
 	if typ != "" {
 		return nil, fmt.Errorf("%s.type %q: %w (nexus reads bundles over HTTP from a bundle server)", where, typ, ErrUnsupported)
@@ -204,11 +201,7 @@ func parseService(where, name string, raw json.RawMessage) (*Service, error) {
 // kind, or a setting the kind does not know, by name. It returns the
 // setting that names the kind given (where itself when none is).
 func checkCredentials(where string, raw json.RawMessage) (string, error) {
-	kinds := make([]string, 0, len(credentialKinds))
-	for k := range credentialKinds {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
+	kinds := slices.Sorted(maps.Keys(credentialKinds))
 	cm, err := Object(where, raw, kinds, "plugin")
 	if err != nil {
 		return "", err
@@ -248,10 +241,8 @@ func checkCredentials(where string, raw json.RawMessage) (string, error) {
 // passphrase is left to OPA.
 func checkClientCert(where string, m map[string]json.RawMessage) error {
 	var cert, key, pass string
-	for k, dst := range map[string]*string{"cert": &cert, "private_key": &key, "private_key_passphrase": &pass} {
-		if err := Decode(where, m, k, dst); err != nil {
-			return err
-		}
+	if err := DecodeFields(where, m, map[string]any{"cert": &cert, "private_key": &key, "private_key_passphrase": &pass}); err != nil {
+		return err
 	}
 	if cert == "" || key == "" || pass != "" {
 		return nil // OPA names a missing cert or key
@@ -303,6 +294,26 @@ func (s *Service) Do(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	return resp, nil
+}
+
+// Post sends body to the service's URL joined with path, with header set
+// over the service's own, reads the answer away and returns its status
+// code. what names the request in its error ("log upload").
+func (s *Service) Post(ctx context.Context, what, path string, body []byte, header map[string]string) (int, error) {
+	req, err := s.NewRequest(ctx, http.MethodPost, path, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := s.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s failed: %w", what, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // Client returns OPA's REST client for the service, as OPA's bundle
@@ -374,3 +385,25 @@ func Lookup(services map[string]*Service, where, name string) (*Service, error) 
 	}
 	return s, nil
 }
+
+// ReportTo applies OPA's rule for a section that reports (decision_logs,
+// status): the reports go to the service it names or, when it names none
+// and does not print to the console, to the only service configured.
+// stdout is Stdout when console is set, nil otherwise. where names the
+// section.
+func ReportTo(services map[string]*Service, where, service string, console bool) (svc *Service, stdout io.Writer, err error) {
+	if console {
+		stdout = Stdout{}
+	}
+	if service != "" || (!console && len(services) > 0) {
+		if svc, err = Lookup(services, where+".service", service); err != nil {
+			return nil, nil, err
+		}
+	}
+	return svc, stdout, nil
+}
+
+// Stdout writes to the process' standard output, looked up at each write.
+type Stdout struct{}
+
+func (Stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }

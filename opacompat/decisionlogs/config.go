@@ -157,21 +157,14 @@ func ParseDecisionLogs(raw json.RawMessage, services map[string]*opaconfig.Servi
 		return cfg, rules, err
 	}
 	var service, partition string
-	var resource, mask, drop *string
+	var resource *string
 	var console bool
-	for key, dst := range map[string]any{"service": &service, "partition_name": &partition, "resource": &resource,
-		"mask_decision": &mask, "drop_decision": &drop, "console": &console} {
-		if err := opaconfig.Decode(where, m, key, dst); err != nil {
-			return cfg, rules, err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"service": &service, "partition_name": &partition, "resource": &resource,
+		"mask_decision": &rules.Mask, "drop_decision": &rules.Drop, "console": &console}); err != nil {
+		return cfg, rules, err
 	}
-	if console {
-		cfg.Console = stdout{}
-	}
-	if service != "" || (!console && len(services) > 0) {
-		if cfg.Service, err = opaconfig.Lookup(services, where+".service", service); err != nil {
-			return cfg, rules, err
-		}
+	if cfg.Service, cfg.Console, err = opaconfig.ReportTo(services, where, service, console); err != nil {
+		return cfg, rules, err
 	}
 	switch {
 	case partition != "":
@@ -180,19 +173,14 @@ func ParseDecisionLogs(raw json.RawMessage, services map[string]*opaconfig.Servi
 		cfg.Resource = *resource
 	}
 	for _, r := range []struct {
-		p   *string
-		dst *string
-		key string
-	}{{mask, &rules.Mask, "mask_decision"}, {drop, &rules.Drop, "drop_decision"}} {
-		if r.p == nil {
-			continue
+		key  string
+		rule *string
+	}{{"mask_decision", &rules.Mask}, {"drop_decision", &rules.Drop}} {
+		given := *r.rule
+		*r.rule = strings.TrimPrefix(strings.Trim(given, "/"), "data/")
+		if *r.rule == "" {
+			return cfg, rules, fmt.Errorf("%s.%s: %q names no rule", where, r.key, given)
 		}
-		p := strings.Trim(*r.p, "/")
-		p = strings.TrimPrefix(p, "data/")
-		if p == "" {
-			return cfg, rules, fmt.Errorf("%s.%s: %q names no rule", where, r.key, *r.p)
-		}
-		*r.dst = p
 	}
 	if err := parseReporting(where+".reporting", m["reporting"], &cfg); err != nil {
 		return cfg, rules, err
@@ -210,12 +198,10 @@ func parseReporting(where string, raw json.RawMessage, cfg *Config) error {
 	}
 	var minS, maxS, bytesLimit, eventsLimit, upload *int64
 	var trigger string
-	for key, dst := range map[string]any{"buffer_type": &cfg.BufferType, "buffer_size_limit_bytes": &bytesLimit,
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"buffer_type": &cfg.BufferType, "buffer_size_limit_bytes": &bytesLimit,
 		"buffer_size_limit_events": &eventsLimit, "upload_size_limit_bytes": &upload, "min_delay_seconds": &minS,
-		"max_delay_seconds": &maxS, "trigger": &trigger} {
-		if err := opaconfig.Decode(where, m, key, dst); err != nil {
-			return err
-		}
+		"max_delay_seconds": &maxS, "trigger": &trigger}); err != nil {
+		return err
 	}
 	switch trigger {
 	case "", "periodic":

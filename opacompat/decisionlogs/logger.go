@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	lstat "github.com/open-policy-agent/opa/v1/plugins/logs/status"
 
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -64,11 +62,7 @@ var _ pdp.DecisionSink = (*Logger)(nil)
 
 // UploadStatus is the outcome of the last upload, OPA's decision_logs
 // status: empty after a success.
-type UploadStatus struct {
-	Code     string `json:"code,omitempty"`
-	Message  string `json:"message,omitempty"`
-	HTTPCode int    `json:"http_code,omitempty"`
-}
+type UploadStatus = lstat.Status
 
 // New validates cfg and starts a Logger; Close flushes it.
 func New(cfg Config) (*Logger, error) {
@@ -274,41 +268,18 @@ func (l *Logger) send(ctx context.Context, n int) error {
 	return nil
 }
 
-// httpError is a collector's answer other than 2xx.
-type httpError struct{ code int }
-
-func (e httpError) Error() string {
-	return fmt.Sprintf("log upload failed, server replied with HTTP %d %s", e.code, http.StatusText(e.code))
-}
-
 func (l *Logger) post(ctx context.Context, body []byte) error {
-	req, err := l.cfg.Service.NewRequest(ctx, http.MethodPost, l.cfg.Resource, bytes.NewReader(body))
-	if err != nil {
-		return err
+	code, err := l.cfg.Service.Post(ctx, "log upload", l.cfg.Resource, body,
+		map[string]string{"Content-Type": "application/json", "Content-Encoding": "gzip"})
+	if err == nil && (code < 200 || code > 299) {
+		err = lstat.HTTPError{StatusCode: code}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := l.cfg.Service.Do(req)
-	if err != nil {
-		return fmt.Errorf("log upload failed: %w", err)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return httpError{resp.StatusCode}
-	}
-	return nil
+	return err
 }
 
 func (l *Logger) setStatus(err error) {
 	var s UploadStatus
-	if err != nil {
-		s = UploadStatus{Code: "decision_log_error", Message: err.Error()}
-		var he httpError
-		if errors.As(err, &he) {
-			s.HTTPCode = he.code
-		}
-	}
+	s.SetError(err)
 	l.statusMu.Lock()
 	changed := s != l.status
 	l.status = s
@@ -483,8 +454,3 @@ func (b *buffer) len() int {
 	defer b.mu.Unlock()
 	return len(b.evs)
 }
-
-// stdout writes to the process' standard output, looked up at each write.
-type stdout struct{}
-
-func (stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }

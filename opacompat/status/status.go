@@ -1,16 +1,16 @@
 package status
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/open-policy-agent/opa/v1/plugins"
 
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
 	"github.com/nexuspdp/nexus/opacompat/decisionlogs"
@@ -19,13 +19,6 @@ import (
 // DefaultInterval is how often a Reporter reports when nothing
 // prompts it sooner.
 const DefaultInterval = 5 * time.Minute
-
-// Plugin states of the status report, OPA's.
-const (
-	StateOK       = "OK"
-	StateNotReady = "NOT_READY"
-	StateErr      = "ERROR"
-)
 
 // Bundle is the status of one bundle, the fields of OPA's bundle
 // status.
@@ -89,7 +82,7 @@ var statusKeys = []string{"service", "partition_name", "console", "trigger"}
 // returns nil when the section is absent or names nowhere to report to.
 func ParseConfig(raw json.RawMessage, services map[string]*opaconfig.Service) (*Config, error) {
 	const where = "status"
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+	if opaconfig.Absent(raw) {
 		return nil, nil
 	}
 	m, err := opaconfig.Object(where, raw, statusKeys, "plugin", "prometheus", "prometheus_config")
@@ -99,10 +92,8 @@ func ParseConfig(raw json.RawMessage, services map[string]*opaconfig.Service) (*
 	var service, trigger string
 	cfg := &Config{}
 	var console bool
-	for key, dst := range map[string]any{"service": &service, "partition_name": &cfg.Partition, "console": &console, "trigger": &trigger} {
-		if err := opaconfig.Decode(where, m, key, dst); err != nil {
-			return nil, err
-		}
+	if err := opaconfig.DecodeFields(where, m, map[string]any{"service": &service, "partition_name": &cfg.Partition, "console": &console, "trigger": &trigger}); err != nil {
+		return nil, err
 	}
 	switch trigger {
 	case "", "periodic":
@@ -111,13 +102,8 @@ func ParseConfig(raw json.RawMessage, services map[string]*opaconfig.Service) (*
 	default:
 		return nil, fmt.Errorf("%s.trigger: %q is not a trigger mode", where, trigger)
 	}
-	if console {
-		cfg.Console = stdout{}
-	}
-	if service != "" || (!console && len(services) > 0) {
-		if cfg.Service, err = opaconfig.Lookup(services, where+".service", service); err != nil {
-			return nil, err
-		}
+	if cfg.Service, cfg.Console, err = opaconfig.ReportTo(services, where, service, console); err != nil {
+		return nil, err
 	}
 	if cfg.Service == nil && cfg.Console == nil {
 		return nil, nil // as in OPA: nowhere to report to, nothing to do
@@ -178,35 +164,29 @@ func (r *Reporter) Close(ctx context.Context) error {
 	}
 }
 
-// pluginStatus is OPA's plugin status.
-type pluginStatus struct {
-	State   string `json:"state"`
-	Message string `json:"message,omitempty"`
-}
-
 // statusReport is OPA's status report (UpdateRequestV1).
 type statusReport struct {
 	Labels       map[string]string          `json:"labels"`
 	Bundles      map[string]json.RawMessage `json:"bundles,omitempty"`
 	DecisionLogs *decisionlogs.UploadStatus `json:"decision_logs,omitempty"`
 	Metrics      map[string]any             `json:"metrics,omitempty"`
-	Plugins      map[string]pluginStatus    `json:"plugins"`
+	Plugins      map[string]plugins.Status  `json:"plugins"`
 }
 
 // Report returns the current status report.
 func (r *Reporter) Report() ([]byte, error) {
-	rep := statusReport{Labels: r.cfg.Labels, Plugins: map[string]pluginStatus{"status": {State: StateOK}}}
-	authz := StateOK
+	rep := statusReport{Labels: r.cfg.Labels, Plugins: map[string]plugins.Status{"status": {State: plugins.StateOK}}}
+	authz := plugins.StateOK
 	if r.cfg.Ready != nil && !r.cfg.Ready() {
-		authz = StateNotReady
+		authz = plugins.StateNotReady
 	}
-	rep.Plugins["envoy_ext_authz_grpc"] = pluginStatus{State: authz}
+	rep.Plugins["envoy_ext_authz_grpc"] = plugins.Status{State: authz}
 	if r.cfg.Bundles != nil {
-		state := StateOK
+		state := plugins.StateOK
 		rep.Bundles = map[string]json.RawMessage{}
 		for _, b := range r.cfg.Bundles() {
 			if b.ActiveRevision == "" && b.LastSuccessfulActivation.IsZero() {
-				state = StateNotReady
+				state = plugins.StateNotReady
 			}
 			raw, err := encodeBundleStatus(&b)
 			if err != nil {
@@ -214,12 +194,12 @@ func (r *Reporter) Report() ([]byte, error) {
 			}
 			rep.Bundles[b.Name] = raw
 		}
-		rep.Plugins["bundle"] = pluginStatus{State: state}
+		rep.Plugins["bundle"] = plugins.Status{State: state}
 	}
 	if l := r.cfg.DecisionLogs; l != nil {
 		st := l.Status()
 		rep.DecisionLogs = &st
-		rep.Plugins["decision_logs"] = pluginStatus{State: StateOK}
+		rep.Plugins["decision_logs"] = plugins.Status{State: plugins.StateOK}
 		rep.Metrics = map[string]any{"prometheus": l.Metrics()}
 	}
 	out, err := json.Marshal(&rep)
@@ -265,24 +245,9 @@ func (r *Reporter) send(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := r.cfg.Service.NewRequest(ctx, http.MethodPost, "/status/"+r.cfg.Partition, bytes.NewReader(rep))
-	if err != nil {
-		return err
+	code, err := r.cfg.Service.Post(ctx, "status update", "/status/"+r.cfg.Partition, rep, map[string]string{"Content-Type": "application/json"})
+	if err == nil && (code < 200 || code > 299) {
+		err = fmt.Errorf("status update failed, server replied with HTTP %d %s", code, http.StatusText(code))
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.cfg.Service.Do(req)
-	if err != nil {
-		return fmt.Errorf("status update failed: %w", err)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("status update failed, server replied with HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-	}
-	return nil
+	return err
 }
-
-// stdout writes to the process' standard output, looked up at each write.
-type stdout struct{}
-
-func (stdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }
