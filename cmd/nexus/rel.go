@@ -142,6 +142,14 @@ func readArg(cmd *cobra.Command, name string) ([]byte, error) {
 	return os.ReadFile(name)
 }
 
+// openArg opens the file name, or standard input for "-".
+func openArg(cmd *cobra.Command, name string) (io.ReadCloser, error) {
+	if name == "-" {
+		return io.NopCloser(cmd.InOrStdin()), nil
+	}
+	return os.Open(name)
+}
+
 // tupleArgs parses tuples from args, or from stdin lines when args is "-".
 func tupleArgs(cmd *cobra.Command, args []string) ([]api.Tuple, error) {
 	if len(args) == 1 && args[0] == "-" {
@@ -432,18 +440,16 @@ func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions)
 			return cli.UsageError(cmd, err)
 		}
 	}
-	var in io.Reader = cmd.InOrStdin()
+	in, err := openArg(cmd, name)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
 	size := int64(-1)
-	if name != "-" {
-		fh, err := os.Open(name)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
+	if fh, ok := in.(*os.File); ok {
 		if fi, err := fh.Stat(); err == nil {
 			size = fi.Size()
 		}
-		in = fh
 	}
 	cr := &countingReader{r: in}
 	s, err := f.open(ctx, false)

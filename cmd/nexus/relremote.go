@@ -72,15 +72,11 @@ func runRemoteImport(cmd *cobra.Command, name string, o importOptions, ro remote
 			return cli.UsageError(cmd, err)
 		}
 	}
-	var in io.Reader = cmd.InOrStdin()
-	if name != "-" {
-		fh, err := os.Open(name)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
-		in = fh
+	in, err := openArg(cmd, name)
+	if err != nil {
+		return err
 	}
+	defer in.Close()
 	client := &http.Client{Timeout: time.Minute}
 	schemaSrc, err := adminCall(ctx, client, "GET", base+"/v1/schema", token, "", nil)
 	if err != nil {
