@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -115,12 +114,9 @@ func (t clusterTLS) config() (*tls.Config, error) {
 // writes nothing: a replica's store takes writes only from the log. A
 // store written in single-node mode is refused.
 func openClusterStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
-	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, relDataFile), Logger: log})
+	store, err := openDataDir(ctx, c.DataDir, log)
 	if err != nil {
-		return nil, openHint(err, c.DataDir)
+		return nil, err
 	}
 	if err := cluster.CheckStore(ctx, store); err != nil {
 		_ = store.Close()

@@ -61,10 +61,20 @@ The store is locked while a command runs: stop a running server first.`,
 
 func (f *relFlags) path() string { return filepath.Join(f.dataDir, relDataFile) }
 
+// exists refuses a data directory that holds no relationship store.
+func (f *relFlags) exists() error {
+	if _, err := os.Stat(f.path()); err != nil {
+		return fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+	}
+	return nil
+}
+
+// open opens the store of the data directory: read-only, one that
+// exists; else created where there is none.
 func (f *relFlags) open(ctx context.Context, readOnly bool) (*datastore.BoltStore, error) {
 	if readOnly {
-		if _, err := os.Stat(f.path()); err != nil {
-			return nil, fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+		if err := f.exists(); err != nil {
+			return nil, err
 		}
 	} else if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return nil, err
@@ -603,8 +613,8 @@ saves the relationships it can read).
 The store is locked while it runs: stop a running server first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := os.Stat(f.path()); err != nil {
-				return fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+			if err := f.exists(); err != nil {
+				return err
 			}
 			start := time.Now()
 			rep, err := datastore.Verify(cmd.Context(), f.path())

@@ -389,12 +389,9 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 	if c.Cluster.enabled() {
 		return openClusterStore(ctx, c, log)
 	}
-	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, relDataFile), Logger: log})
+	store, err := openDataDir(ctx, c.DataDir, log)
 	if err != nil {
-		return nil, openHint(err, c.DataDir)
+		return nil, err
 	}
 	fail := func(err error) (*datastore.BoltStore, error) {
 		_ = store.Close()
@@ -436,6 +433,19 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 			return fail(err)
 		}
 		log.Info("replaced the schema", "file", c.Schema)
+	}
+	return store, nil
+}
+
+// openDataDir opens the store in the data directory, which it creates
+// when there is none.
+func openDataDir(ctx context.Context, dataDir string, log *slog.Logger) (*datastore.BoltStore, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(dataDir, relDataFile), Logger: log})
+	if err != nil {
+		return nil, openHint(err, dataDir)
 	}
 	return store, nil
 }
