@@ -110,21 +110,15 @@ func (t clusterTLS) config() (*tls.Config, error) {
 	return c, nil
 }
 
-// openClusterStore opens the data directory's store for a replica. It
-// writes nothing: a replica's store takes writes only from the log. A
-// store written in single-node mode is refused.
-func openClusterStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
-	store, err := openDataDir(ctx, c.DataDir, log)
-	if err != nil {
-		return nil, err
-	}
+// checkReplicaStore refuses a replica's data directory whose store was
+// written in single-node mode.
+func checkReplicaStore(ctx context.Context, c serveConfig, store *datastore.BoltStore) error {
 	if err := cluster.CheckStore(ctx, store); err != nil {
-		_ = store.Close()
-		return nil, fmt.Errorf("serve --cluster: data directory %s: %w\n"+
+		return fmt.Errorf("serve --cluster: data directory %s: %w\n"+
 			"A replica's store holds exactly the cluster log's history, so a data directory written in single-node mode cannot join a cluster. "+
 			"Start the replica on an empty --data-dir, and copy the data in through the cluster (nexus rel export, then nexus rel import --admin-url against a replica)", c.DataDir, err)
 	}
-	return store, nil
+	return nil
 }
 
 // clusterNode is the cluster side of a serving replica: the Replica, the
@@ -201,15 +195,8 @@ func (n *clusterNode) seed(ctx context.Context) error {
 		return err
 	}
 	if n.cfg.Schema != "" {
-		src, err := os.ReadFile(n.cfg.Schema)
-		if err != nil {
-			return fmt.Errorf("schema: %w", err)
-		}
-		if cur != nil && bytes.Equal(cur.Source(), src) {
-			return nil
-		}
-		sc, err := schema.Parse(src)
-		if err != nil {
+		sc, err := schemaChange(n.cfg.Schema, cur)
+		if err != nil || sc == nil {
 			return err
 		}
 		if err := n.seedWrite(ctx, "schema", func(ctx context.Context) error {

@@ -24,7 +24,6 @@ import (
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/demo"
-	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
@@ -384,70 +383,66 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 // openStore opens the store in the data directory. On first start (no
 // schema yet) it writes the schema (--schema, or the embedded drive
 // schema with its demo relationships). A --schema that differs from the
-// stored one replaces it unless that would orphan tuples.
+// stored one replaces it unless that would orphan tuples. A replica's
+// store is only opened: it takes writes from the cluster's log alone.
 func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
-	if c.Cluster.enabled() {
-		return openClusterStore(ctx, c, log)
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	store, err := openDataDir(ctx, c.DataDir, log)
+	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, relDataFile), Logger: log})
 	if err != nil {
-		return nil, err
+		return nil, openHint(err, c.DataDir)
 	}
 	fail := func(err error) (*datastore.BoltStore, error) {
 		_ = store.Close()
 		return nil, err
 	}
-	src, isDemo := drive.Schema, true
-	if c.Schema != "" {
-		if src, err = os.ReadFile(c.Schema); err != nil {
-			return fail(fmt.Errorf("schema: %w", err))
+	if c.Cluster.enabled() {
+		if err := checkReplicaStore(ctx, c, store); err != nil {
+			return fail(err)
 		}
-		isDemo = false
+		return store, nil
 	}
 	cur, err := store.Schema(ctx)
+	if err != nil && !errors.Is(err, datastore.ErrNoSchema) {
+		return fail(err)
+	}
 	switch {
-	case errors.Is(err, datastore.ErrNoSchema):
-		if isDemo {
-			n, err := demo.Load(ctx, store)
-			if err != nil {
-				return fail(err)
-			}
-			log.Info("wrote the demo schema and relationships", "tuples", n)
+	case c.Schema != "":
+		sc, err := schemaChange(c.Schema, cur)
+		if err != nil {
+			return fail(err)
+		}
+		if sc == nil {
 			break
 		}
-		sc, err := schema.Parse(src)
-		if err != nil {
-			return fail(err)
-		}
 		if _, err := store.WriteSchema(ctx, sc, false); err != nil {
 			return fail(err)
 		}
-	case err != nil:
-		return fail(err)
-	case c.Schema != "" && !bytes.Equal(cur.Source(), src):
-		sc, err := schema.Parse(src)
+		if cur != nil {
+			log.Info("replaced the schema", "file", c.Schema)
+		}
+	case cur == nil:
+		n, err := demo.Load(ctx, store)
 		if err != nil {
 			return fail(err)
 		}
-		if _, err := store.WriteSchema(ctx, sc, false); err != nil {
-			return fail(err)
-		}
-		log.Info("replaced the schema", "file", c.Schema)
+		log.Info("wrote the demo schema and relationships", "tuples", n)
 	}
 	return store, nil
 }
 
-// openDataDir opens the store in the data directory, which it creates
-// when there is none.
-func openDataDir(ctx context.Context, dataDir string, log *slog.Logger) (*datastore.BoltStore, error) {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(dataDir, relDataFile), Logger: log})
+// schemaChange reads the schema file and returns it parsed, or nil when
+// it is cur (nil: no schema stored).
+func schemaChange(file string, cur *schema.Schema) (*schema.Schema, error) {
+	src, err := os.ReadFile(file)
 	if err != nil {
-		return nil, openHint(err, dataDir)
+		return nil, fmt.Errorf("schema: %w", err)
 	}
-	return store, nil
+	if cur != nil && bytes.Equal(cur.Source(), src) {
+		return nil, nil
+	}
+	return schema.Parse(src)
 }
 
 // loadPolicy compiles the embedded default policy, or loads --policy: a
