@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/nexuspdp/nexus/compiler"
 	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
 	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
-	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/policyload"
 )
 
@@ -71,16 +69,7 @@ func serveBundles(ctx context.Context, c serveConfig, log *slog.Logger, load fun
 	if c.opa.Config == nil || c.opa.Config.Bundles == nil {
 		return nil, nil
 	}
-	eps := slices.Clone(c.Entrypoints)
-	if len(eps) == 0 {
-		// A disabled (or unset) entrypoint is none to compile.
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != "" && ep != pdp.Disabled {
-				eps = append(eps, ep)
-			}
-		}
-	}
-	return startBundles(ctx, c.opa.Config, c.DataDir, eps, c.TrustedSubjectHeader, c.bundleLimits(), log, load)
+	return startBundles(ctx, c.opa.Config, c.DataDir, c.compileEntrypoints(), c.TrustedSubjectHeader, c.bundleLimits(), log, load)
 }
 
 // awaitedBundle tracks, when the policy comes from a bundle server alone,

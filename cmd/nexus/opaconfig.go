@@ -104,13 +104,7 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 		// section names one.
 		c.Core.AuthzEntrypoint = pdp.Disabled
 	}
-	if len(c.Entrypoints) == 0 {
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != pdp.Disabled {
-				c.Entrypoints = append(c.Entrypoints, ep)
-			}
-		}
-	}
+	c.Entrypoints = c.compileEntrypoints()
 	if c.Server.Reflection && !p.EnableReflection {
 		return c, fmt.Errorf("nexus.reflection and %s.enable-reflection disagree: set it once", where)
 	}

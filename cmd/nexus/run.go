@@ -245,11 +245,5 @@ func runDefaults(c *serveConfig) {
 	if c.Core.AuthzEntrypoint == "" {
 		c.Core.AuthzEntrypoint = pdp.Disabled
 	}
-	if len(c.Entrypoints) == 0 {
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != pdp.Disabled {
-				c.Entrypoints = append(c.Entrypoints, ep)
-			}
-		}
-	}
+	c.Entrypoints = c.compileEntrypoints()
 }

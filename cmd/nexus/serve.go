@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -449,15 +450,7 @@ func schemaChange(file string, cur *schema.Schema) (*schema.Schema, error) {
 // .rego file, a directory, an OPA bundle of Rego sources (opa build) or a
 // compiled bundle (see policyload.Load).
 func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
-	eps := c.Entrypoints
-	if len(eps) == 0 {
-		// A disabled (or unset) entrypoint is none to compile.
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != "" && ep != pdp.Disabled {
-				eps = append(eps, ep)
-			}
-		}
-	}
+	eps := c.compileEntrypoints()
 	if c.opa.AwaitBundle {
 		return denyAll(ctx, eps)
 	}
@@ -486,6 +479,22 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
 	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore, Limits: c.bundleLimits()})
+}
+
+// compileEntrypoints are the entrypoints to compile a policy for:
+// --entrypoint, else the envoy and authz decisions, where set and not
+// disabled.
+func (c serveConfig) compileEntrypoints() []string {
+	if len(c.Entrypoints) > 0 {
+		return slices.Clone(c.Entrypoints)
+	}
+	var eps []string
+	for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
+		if ep != "" && ep != pdp.Disabled {
+			eps = append(eps, ep)
+		}
+	}
+	return eps
 }
 
 // core is the decision core's configuration: serve's settings of it, the
