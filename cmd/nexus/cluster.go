@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -221,18 +220,9 @@ func (n *clusterNode) seed(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("demo schema through the cluster log: %w", err)
 	}
-	var touches []api.Tuple
-	sc2 := bufio.NewScanner(bytes.NewReader(drive.Tuples))
-	for sc2.Scan() {
-		line := bytes.TrimSpace(sc2.Bytes())
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		t, err := api.ParseTuple(string(line))
-		if err != nil {
-			return fmt.Errorf("demo tuples: %w", err)
-		}
-		touches = append(touches, t)
+	touches, err := tupleLines(bytes.NewReader(drive.Tuples), "demo tuples")
+	if err != nil {
+		return err
 	}
 	if err := n.seedWrite(ctx, "demo-tuples", func(ctx context.Context) error {
 		_, err := n.r.Write(ctx, datastore.WriteRequest{Touches: touches})
@@ -281,12 +271,18 @@ func (n *clusterNode) policy(ctx context.Context) (*bundle.Bundle, bool, error) 
 	if err != nil {
 		return nil, false, err
 	}
+	b, err := n.readPolicy(p)
+	return b, err == nil, err
+}
+
+// readPolicy reads a policy of the log as this replica serves it, with
+// the trusted subject header.
+func (n *clusterNode) readPolicy(p cluster.Policy) (*bundle.Bundle, error) {
 	b, err := bundle.ReadLimited(bytes.NewReader(p.Bundle), n.cfg.bundleLimits())
 	if err != nil {
-		return nil, false, fmt.Errorf("the cluster's policy (revision %d): %w", p.Revision, err)
+		return nil, fmt.Errorf("the cluster's policy (revision %d): %w", p.Revision, err)
 	}
-	b, err = trustSubjectHeader(b, n.cfg.TrustedSubjectHeader)
-	return b, err == nil, err
+	return trustSubjectHeader(b, n.cfg.TrustedSubjectHeader)
 }
 
 // loadPolicy is the policy to start with: the cluster's, if its log loaded
@@ -413,11 +409,8 @@ func (n *clusterNode) onPolicy(ctx context.Context, p cluster.Policy) error {
 	if n.pdp == nil {
 		return nil // attach loads it
 	}
-	b, err := bundle.ReadLimited(bytes.NewReader(p.Bundle), n.cfg.bundleLimits())
+	b, err := n.readPolicy(p)
 	if err != nil {
-		return err
-	}
-	if b, err = trustSubjectHeader(b, n.cfg.TrustedSubjectHeader); err != nil {
 		return err
 	}
 	if err := n.pdp.Load(ctx, b); err != nil {
@@ -513,9 +506,7 @@ func clusterError(rev datastore.Revision, err error) error {
 			return fmt.Errorf("%w: %w: the log took it at revision %d; retry with the same Idempotency-Key to learn its outcome", pdp.ErrOutcomeUnknown, err, rev)
 		}
 		return fmt.Errorf("%w: %w: retry with the same Idempotency-Key to learn its outcome", pdp.ErrOutcomeUnknown, err)
-	case errors.Is(err, cluster.ErrContention):
-		return fmt.Errorf("%w: %w", pdp.ErrUnavailable, err)
-	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
+	case errors.Is(err, cluster.ErrContention), errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
 		return fmt.Errorf("%w: %w", pdp.ErrUnavailable, err)
 	}
 	return err

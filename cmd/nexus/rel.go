@@ -163,20 +163,7 @@ func openArg(cmd *cobra.Command, name string) (io.ReadCloser, error) {
 // tupleArgs parses tuples from args, or from stdin lines when args is "-".
 func tupleArgs(cmd *cobra.Command, args []string) ([]api.Tuple, error) {
 	if len(args) == 1 && args[0] == "-" {
-		var out []api.Tuple
-		sc := bufio.NewScanner(cmd.InOrStdin())
-		for n := 1; sc.Scan(); n++ {
-			l := strings.TrimSpace(sc.Text())
-			if l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "//") {
-				continue
-			}
-			t, err := api.ParseTuple(l)
-			if err != nil {
-				return nil, fmt.Errorf("stdin line %d: %w", n, err)
-			}
-			out = append(out, t)
-		}
-		return out, sc.Err()
+		return tupleLines(cmd.InOrStdin(), "stdin")
 	}
 	out := make([]api.Tuple, 0, len(args))
 	for _, a := range args {
@@ -187,6 +174,25 @@ func tupleArgs(cmd *cobra.Command, args []string) ([]api.Tuple, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// tupleLines parses a tuple a line of r, what names it in errors; blank
+// lines and lines starting with # or // are skipped.
+func tupleLines(r io.Reader, what string) ([]api.Tuple, error) {
+	var out []api.Tuple
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "//") {
+			continue
+		}
+		t, err := api.ParseTuple(l)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", what, n, err)
+		}
+		out = append(out, t)
+	}
+	return out, sc.Err()
 }
 
 func newRelWriteCmd(f *relFlags, del bool) *cobra.Command {
