@@ -68,9 +68,6 @@ load or compile (errors as file:line:col: message).`,
 				return cli.UsageError(cmd, fmt.Errorf("--target: %w", err))
 			}
 			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
 			opts := policytest.Options{
 				Paths:     args,
 				Run:       run,
