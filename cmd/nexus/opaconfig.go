@@ -139,15 +139,8 @@ func agree(dst *string, v, opaName, nexusName string) error {
 // and keys sections are read by the bundle downloader (bundles.go), the
 // decision_logs and status sections by startOPALogging.
 func managementSections(cfg *opaconfig.Config) error {
-	for _, s := range []struct {
-		name, hint string
-		raw        []byte
-	}{
-		{"bundle", "write it as a bundles section (bundles.<name>.service, resource, ...)", cfg.Bundle},
-	} {
-		if s.raw != nil {
-			return fmt.Errorf("%s: not supported yet by nexus: %s", s.name, s.hint)
-		}
+	if cfg.Bundle != nil {
+		return errors.New("bundle: not supported yet by nexus: write it as a bundles section (bundles.<name>.service, resource, ...)")
 	}
 	return checkOPALogSections(cfg)
 }
