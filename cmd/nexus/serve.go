@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -258,21 +257,19 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	token, tokenFile, err := adminToken(c, log)
-	if err != nil {
-		_ = store.Close()
-		return err
-	}
-	appKey, appKeyFile, err := appAPIKey(c, log)
-	if err != nil {
-		_ = store.Close()
-		return err
-	}
 	defer func() {
 		if err := store.Close(); err != nil {
 			log.Error("closing the store", "err", err)
 		}
 	}()
+	token, tokenFile, err := adminToken(c, log)
+	if err != nil {
+		return err
+	}
+	appKey, appKeyFile, err := appAPIKey(c, log)
+	if err != nil {
+		return err
+	}
 	cl, err := startCluster(ctx, c, store, log)
 	if err != nil {
 		return err
@@ -456,23 +453,15 @@ func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
 	}
 	if c.Policy == "" {
 		mods := map[string]string{}
-		var data []byte
-		err := fs.WalkDir(policy.FS, ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			b, err := policy.FS.ReadFile(p)
+		names, _ := fs.Glob(policy.FS, "*.rego") // the only error is a bad pattern
+		for _, name := range names {
+			b, err := policy.FS.ReadFile(name)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			switch {
-			case strings.HasSuffix(p, ".rego"):
-				mods[p] = string(b)
-			case p == "data.json":
-				data = b
-			}
-			return nil
-		})
+			mods[name] = string(b)
+		}
+		data, err := policy.FS.ReadFile("data.json")
 		if err != nil {
 			return nil, err
 		}
