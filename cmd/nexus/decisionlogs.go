@@ -249,10 +249,8 @@ func checkOPALogSections(cfg *opaconfig.Config) error {
 
 // logRuleEntrypoints are the mask and drop rules to compile policies
 // with: those the configuration's decision_logs names, else OPA's.
-func logRuleEntrypoints(c serveConfig) []string { return logRulesOf(c.opa.Config) }
-
-// logRulesOf is logRuleEntrypoints for an OPA configuration (nil: none).
-func logRulesOf(oc *opaconfig.Config) []string {
+func logRuleEntrypoints(c serveConfig) []string {
+	oc := c.opa.Config
 	if oc == nil || len(oc.DecisionLogs) == 0 {
 		return defaultLogRules
 	}
