@@ -53,7 +53,7 @@ The store is locked while a command runs: stop a running server first.`,
 		newRelRolesCmd(f),
 		newRelImportCmd(f),
 		newRelExportCmd(f),
-		newRelTestCmd(f),
+		newRelTestCmd(),
 		newRelVerifyCmd(f),
 	)
 	return cmd

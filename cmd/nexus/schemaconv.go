@@ -232,8 +232,8 @@ func importFrom(cmd *cobra.Command, f *relFlags, from, format string, batch int,
 	return err
 }
 
-func newRelTestCmd(_ *relFlags) *cobra.Command {
-	cmd := &cobra.Command{
+func newRelTestCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "test FILE...",
 		Short: "Run model tests offline: a schema, tuples and expected checks",
 		Long: `Run model tests on a temporary store: load the schema (nexus YAML, an
@@ -298,5 +298,4 @@ when every assertion holds, 1 when one fails, 2 when a file cannot run
 			return nil
 		},
 	}
-	return cmd
 }
