@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -350,11 +351,7 @@ func (n *clusterNode) writes() (bool, string) {
 func (n *clusterNode) ready() error {
 	st := n.r.Status()
 	if st.Applied == 0 && !st.Followed {
-		reason := st.Reason
-		if reason == "" {
-			reason = "not yet read"
-		}
-		return fmt.Errorf("%w: this replica has not read the cluster log yet and its store is empty: %s", pdp.ErrNotReady, reason)
+		return fmt.Errorf("%w: this replica has not read the cluster log yet and its store is empty: %s", pdp.ErrNotReady, cmp.Or(st.Reason, "not yet read"))
 	}
 	return nil
 }
@@ -372,11 +369,7 @@ func (n *clusterNode) degraded() (string, map[string]any) {
 	if !st.Degraded {
 		return "", details
 	}
-	reason := st.Reason
-	if reason == "" {
-		reason = "the cluster log is unavailable"
-	}
-	return reason + ": writes are refused, checks answer from local data", details
+	return cmp.Or(st.Reason, "the cluster log is unavailable") + ": writes are refused, checks answer from local data", details
 }
 
 // attach links the decision core: policies the log loads from now on go

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,9 +80,7 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 		Rules:  opalog.Rules{Mask: pdp.DefaultMaskDecision, Drop: pdp.DefaultDropDecision},
 		Labels: opaLabels(in.Labels),
 	}
-	if in.Logger == nil {
-		in.Logger = slog.New(slog.DiscardHandler)
-	}
+	in.Logger = cmp.Or(in.Logger, slog.New(slog.DiscardHandler))
 	if len(in.DecisionLogs) > 0 && string(in.DecisionLogs) != "null" {
 		cfg, rules, err := opalog.ParseDecisionLogs(in.DecisionLogs, in.Services)
 		if err != nil {

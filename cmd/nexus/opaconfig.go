@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -98,12 +99,10 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 	if err := agree(&c.Core.EnvoyEntrypoint, p.Entrypoint, where+".path", "nexus.envoy_entrypoint"); err != nil {
 		return c, err
 	}
-	if c.Core.AuthzEntrypoint == "" {
-		// An opa-envoy-plugin policy has no application decision: the
-		// AuthZEN and Permit-compatible checks stay off unless the nexus
-		// section names one.
-		c.Core.AuthzEntrypoint = pdp.Disabled
-	}
+	// An opa-envoy-plugin policy has no application decision: the AuthZEN
+	// and Permit-compatible checks stay off unless the nexus section names
+	// one.
+	c.Core.AuthzEntrypoint = cmp.Or(c.Core.AuthzEntrypoint, pdp.Disabled)
 	c.Entrypoints = c.compileEntrypoints()
 	if c.Server.Reflection && !p.EnableReflection {
 		return c, fmt.Errorf("nexus.reflection and %s.enable-reflection disagree: set it once", where)
@@ -112,12 +111,9 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 	c.Core.DryRun = p.DryRun
 	c.Core.SkipRequestBodyParse = p.SkipRequestBodyParse
 	c.Server.GRPCMaxRecvMsgSize = p.GRPCMaxRecvMsgSize
-	if c.Core.MaxBodyBytes == 0 {
-		// The plugin bounds a request body by the gRPC message alone:
-		// nexus' body limit (1 MiB by default) would refuse bodies the
-		// plugin reads.
-		c.Core.MaxBodyBytes = int64(p.GRPCMaxRecvMsgSize)
-	}
+	// The plugin bounds a request body by the gRPC message alone: nexus'
+	// body limit (1 MiB by default) would refuse bodies the plugin reads.
+	c.Core.MaxBodyBytes = cmp.Or(c.Core.MaxBodyBytes, int64(p.GRPCMaxRecvMsgSize))
 	c.Server.GRPCMaxSendMsgSize = p.GRPCMaxSendMsgSize
 	c.Server.PerformanceMetrics = p.EnablePerformanceMetrics
 	c.Server.PerformanceMetricsBuckets = p.GRPCRequestDurationSecondsBuckets

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,10 +40,7 @@ Tuples are written type:id#relation@type:id[#relation], e.g.
 folder:d1#viewer@user:alice or folder:d1#editor@group:eng#member.
 The store is locked while a command runs: stop a running server first.`,
 	}
-	def := os.Getenv("NEXUS_DATA_DIR")
-	if def == "" {
-		def = "./nexus-data"
-	}
+	def := cmp.Or(os.Getenv("NEXUS_DATA_DIR"), "./nexus-data")
 	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", def, "data directory (env NEXUS_DATA_DIR)")
 	cmd.AddCommand(
 		newRelSchemaCmd(f),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -236,14 +237,8 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 // runDefaults fills what serve's flags would have: nexus run has none of
 // them.
 func runDefaults(c *serveConfig) {
-	if c.DataDir == "" {
-		c.DataDir = "./nexus-data"
-	}
-	if c.Core.EnvoyEntrypoint == "" {
-		c.Core.EnvoyEntrypoint = opaconfig.DefaultEnvoyEntrypoint
-	}
-	if c.Core.AuthzEntrypoint == "" {
-		c.Core.AuthzEntrypoint = pdp.Disabled
-	}
+	c.DataDir = cmp.Or(c.DataDir, "./nexus-data")
+	c.Core.EnvoyEntrypoint = cmp.Or(c.Core.EnvoyEntrypoint, opaconfig.DefaultEnvoyEntrypoint)
+	c.Core.AuthzEntrypoint = cmp.Or(c.Core.AuthzEntrypoint, pdp.Disabled)
 	c.Entrypoints = c.compileEntrypoints()
 }
