@@ -139,9 +139,7 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 	if !f.server {
 		return c, errors.New("nexus run needs --server: nexus has no interactive shell")
 	}
-	switch len(args) {
-	case 0, 1:
-	default:
+	if len(args) > 1 {
 		return c, fmt.Errorf("nexus run: %d policy paths: nexus loads one (a .rego file, a directory or a bundle); put the files in one directory", len(args))
 	}
 	var raw []byte
