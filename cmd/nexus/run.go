@@ -34,8 +34,6 @@ type opaRunFlags struct {
 	shutdownGrace int
 	tlsCert       string
 	tlsKey        string
-	skipVersion   bool
-	skipTelemetry bool
 }
 
 // opaRunRefused are opa run's flags that nexus does not implement, each
@@ -117,8 +115,8 @@ A flag of opa run that nexus does not implement is an error naming it.`,
 	fs.IntVar(&f.shutdownGrace, "shutdown-grace-period", 10, "seconds in-flight requests may take after SIGTERM")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "TLS certificate of the HTTP listener (PEM)")
 	fs.StringVar(&f.tlsKey, "tls-private-key-file", "", "TLS key of the HTTP listener (PEM)")
-	fs.BoolVar(&f.skipVersion, "skip-version-check", false, "accepted: nexus never checks for new versions")
-	fs.BoolVar(&f.skipTelemetry, "disable-telemetry", false, "accepted: nexus sends no telemetry")
+	fs.Bool("skip-version-check", false, "accepted: nexus never checks for new versions")
+	fs.Bool("disable-telemetry", false, "accepted: nexus sends no telemetry")
 	for _, r := range opaRunRefused {
 		fs.StringP(r.name, r.short, "", "not supported by nexus: "+r.why)
 		fs.Lookup(r.name).NoOptDefVal = "true"
