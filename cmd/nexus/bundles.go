@@ -8,24 +8,27 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync/atomic"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	bundlesync "github.com/nexuspdp/nexus/opacompat/bundles"
-	opaconfig "github.com/nexuspdp/nexus/opacompat/config"
-	"github.com/nexuspdp/nexus/pdp"
 	"github.com/nexuspdp/nexus/policyload"
 )
 
-// startBundles starts keeping the configured bundles up to date: each new
-// bundle is compiled when it holds Rego (for the entrypoints), given the
-// trusted subject header, and loaded with load; the last good one keeps
-// serving when one fails. Persisted bundles live under
-// <dataDir>/bundles/<name>/. It returns nil when no bundle is configured.
-func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, entrypoints []string, subjectHeader string, limits bundle.Limits, log *slog.Logger, load func(context.Context, *bundle.Bundle) error) (*bundlesync.Syncer, error) {
+// serveBundles starts keeping the bundles of serve's OPA configuration
+// (its bundles, keys and services sections) up to date, if it has any:
+// each new bundle is compiled when it holds Rego (for the entrypoints),
+// given the trusted subject header, and loaded with load (the server's
+// LoadPolicy); the last good one keeps serving when one fails. Persisted
+// bundles live under <data-dir>/bundles/<name>/. It returns nil when no
+// bundle is configured.
+func serveBundles(ctx context.Context, c serveConfig, log *slog.Logger, load func(context.Context, *bundle.Bundle) error) (*bundlesync.Syncer, error) {
+	cfg := c.opa.Config
+	if cfg == nil || cfg.Bundles == nil {
+		return nil, nil
+	}
 	srcs, err := bundlesync.ParseConfig(cfg.Bundles, cfg.Keys, cfg.Services)
 	if err != nil {
 		return nil, fmt.Errorf("opa config: %w", err)
@@ -33,15 +36,16 @@ func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, en
 	if len(srcs) == 0 {
 		return nil, nil
 	}
+	entrypoints := c.compileEntrypoints()
 	s, err := bundlesync.New(bundlesync.Options{
 		Sources: srcs,
-		Dir:     filepath.Join(dataDir, "bundles"),
+		Dir:     filepath.Join(c.DataDir, "bundles"),
 		Compile: func(ctx context.Context, raw []byte) (*bundle.Bundle, error) {
-			b, err := policyload.FromTarGz(ctx, bytes.NewReader(raw), policyload.Options{Entrypoints: entrypoints, OptionalEntrypoints: logRulesOf(cfg), Limits: limits})
+			b, err := policyload.FromTarGz(ctx, bytes.NewReader(raw), policyload.Options{Entrypoints: entrypoints, OptionalEntrypoints: logRuleEntrypoints(c), Limits: c.bundleLimits()})
 			if err != nil {
 				return nil, err
 			}
-			return trustSubjectHeader(b, subjectHeader)
+			return trustSubjectHeader(b, c.TrustedSubjectHeader)
 		},
 		OnBundle: load,
 		Logger:   log.With("component", "bundles"),
@@ -62,25 +66,6 @@ func startBundles(ctx context.Context, cfg *opaconfig.Config, dataDir string, en
 	}
 	go s.Run(ctx)
 	return s, nil
-}
-
-// serveBundles starts fetching the bundles of serve's OPA configuration
-// (its bundles, keys and services sections), if it has any, into load
-// (the server's LoadPolicy). It returns nil when there are none.
-func serveBundles(ctx context.Context, c serveConfig, log *slog.Logger, load func(context.Context, *bundle.Bundle) error) (*bundlesync.Syncer, error) {
-	if c.opa.Config == nil || c.opa.Config.Bundles == nil {
-		return nil, nil
-	}
-	eps := slices.Clone(c.Entrypoints)
-	if len(eps) == 0 {
-		// A disabled (or unset) entrypoint is none to compile.
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != "" && ep != pdp.Disabled {
-				eps = append(eps, ep)
-			}
-		}
-	}
-	return startBundles(ctx, c.opa.Config, c.DataDir, eps, c.TrustedSubjectHeader, c.bundleLimits(), log, load)
 }
 
 // awaitedBundle tracks, when the policy comes from a bundle server alone,

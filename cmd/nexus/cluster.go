@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -111,24 +110,15 @@ func (t clusterTLS) config() (*tls.Config, error) {
 	return c, nil
 }
 
-// openClusterStore opens the data directory's store for a replica. It
-// writes nothing: a replica's store takes writes only from the log. A
-// store written in single-node mode is refused.
-func openClusterStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
-	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	store, err := datastore.Open(ctx, datastore.Config{Path: filepath.Join(c.DataDir, relDataFile), Logger: log})
-	if err != nil {
-		return nil, openHint(err, c.DataDir)
-	}
+// checkReplicaStore refuses a replica's data directory whose store was
+// written in single-node mode.
+func checkReplicaStore(ctx context.Context, c serveConfig, store *datastore.BoltStore) error {
 	if err := cluster.CheckStore(ctx, store); err != nil {
-		_ = store.Close()
-		return nil, fmt.Errorf("serve --cluster: data directory %s: %w\n"+
+		return fmt.Errorf("serve --cluster: data directory %s: %w\n"+
 			"A replica's store holds exactly the cluster log's history, so a data directory written in single-node mode cannot join a cluster. "+
 			"Start the replica on an empty --data-dir, and copy the data in through the cluster (nexus rel export, then nexus rel import --admin-url against a replica)", c.DataDir, err)
 	}
-	return store, nil
+	return nil
 }
 
 // clusterNode is the cluster side of a serving replica: the Replica, the
@@ -205,15 +195,8 @@ func (n *clusterNode) seed(ctx context.Context) error {
 		return err
 	}
 	if n.cfg.Schema != "" {
-		src, err := os.ReadFile(n.cfg.Schema)
-		if err != nil {
-			return fmt.Errorf("schema: %w", err)
-		}
-		if cur != nil && bytes.Equal(cur.Source(), src) {
-			return nil
-		}
-		sc, err := schema.Parse(src)
-		if err != nil {
+		sc, err := schemaChange(n.cfg.Schema, cur)
+		if err != nil || sc == nil {
 			return err
 		}
 		if err := n.seedWrite(ctx, "schema", func(ctx context.Context) error {
@@ -238,18 +221,9 @@ func (n *clusterNode) seed(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("demo schema through the cluster log: %w", err)
 	}
-	var touches []api.Tuple
-	sc2 := bufio.NewScanner(bytes.NewReader(drive.Tuples))
-	for sc2.Scan() {
-		line := bytes.TrimSpace(sc2.Bytes())
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		t, err := api.ParseTuple(string(line))
-		if err != nil {
-			return fmt.Errorf("demo tuples: %w", err)
-		}
-		touches = append(touches, t)
+	touches, err := tupleLines(bytes.NewReader(drive.Tuples), "demo tuples")
+	if err != nil {
+		return err
 	}
 	if err := n.seedWrite(ctx, "demo-tuples", func(ctx context.Context) error {
 		_, err := n.r.Write(ctx, datastore.WriteRequest{Touches: touches})
@@ -298,12 +272,18 @@ func (n *clusterNode) policy(ctx context.Context) (*bundle.Bundle, bool, error) 
 	if err != nil {
 		return nil, false, err
 	}
+	b, err := n.readPolicy(p)
+	return b, err == nil, err
+}
+
+// readPolicy reads a policy of the log as this replica serves it, with
+// the trusted subject header.
+func (n *clusterNode) readPolicy(p cluster.Policy) (*bundle.Bundle, error) {
 	b, err := bundle.ReadLimited(bytes.NewReader(p.Bundle), n.cfg.bundleLimits())
 	if err != nil {
-		return nil, false, fmt.Errorf("the cluster's policy (revision %d): %w", p.Revision, err)
+		return nil, fmt.Errorf("the cluster's policy (revision %d): %w", p.Revision, err)
 	}
-	b, err = trustSubjectHeader(b, n.cfg.TrustedSubjectHeader)
-	return b, err == nil, err
+	return trustSubjectHeader(b, n.cfg.TrustedSubjectHeader)
 }
 
 // loadPolicy is the policy to start with: the cluster's, if its log loaded
@@ -371,11 +351,7 @@ func (n *clusterNode) writes() (bool, string) {
 func (n *clusterNode) ready() error {
 	st := n.r.Status()
 	if st.Applied == 0 && !st.Followed {
-		reason := st.Reason
-		if reason == "" {
-			reason = "not yet read"
-		}
-		return fmt.Errorf("%w: this replica has not read the cluster log yet and its store is empty: %s", pdp.ErrNotReady, reason)
+		return fmt.Errorf("%w: this replica has not read the cluster log yet and its store is empty: %s", pdp.ErrNotReady, cmp.Or(st.Reason, "not yet read"))
 	}
 	return nil
 }
@@ -393,11 +369,7 @@ func (n *clusterNode) degraded() (string, map[string]any) {
 	if !st.Degraded {
 		return "", details
 	}
-	reason := st.Reason
-	if reason == "" {
-		reason = "the cluster log is unavailable"
-	}
-	return reason + ": writes are refused, checks answer from local data", details
+	return cmp.Or(st.Reason, "the cluster log is unavailable") + ": writes are refused, checks answer from local data", details
 }
 
 // attach links the decision core: policies the log loads from now on go
@@ -430,11 +402,8 @@ func (n *clusterNode) onPolicy(ctx context.Context, p cluster.Policy) error {
 	if n.pdp == nil {
 		return nil // attach loads it
 	}
-	b, err := bundle.ReadLimited(bytes.NewReader(p.Bundle), n.cfg.bundleLimits())
+	b, err := n.readPolicy(p)
 	if err != nil {
-		return err
-	}
-	if b, err = trustSubjectHeader(b, n.cfg.TrustedSubjectHeader); err != nil {
 		return err
 	}
 	if err := n.pdp.Load(ctx, b); err != nil {
@@ -530,9 +499,7 @@ func clusterError(rev datastore.Revision, err error) error {
 			return fmt.Errorf("%w: %w: the log took it at revision %d; retry with the same Idempotency-Key to learn its outcome", pdp.ErrOutcomeUnknown, err, rev)
 		}
 		return fmt.Errorf("%w: %w: retry with the same Idempotency-Key to learn its outcome", pdp.ErrOutcomeUnknown, err)
-	case errors.Is(err, cluster.ErrContention):
-		return fmt.Errorf("%w: %w", pdp.ErrUnavailable, err)
-	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
+	case errors.Is(err, cluster.ErrContention), errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
 		return fmt.Errorf("%w: %w", pdp.ErrUnavailable, err)
 	}
 	return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -53,9 +54,7 @@ func (c credential) resolve(log *slog.Logger) (value, file string, err error) {
 			return "", "", fmt.Errorf("%s file %s is empty", c.name, c.valueFile)
 		}
 	}
-	if value == "" {
-		value = os.Getenv(c.env)
-	}
+	value = cmp.Or(value, os.Getenv(c.env))
 	if value != "" || c.addr == "-" {
 		return value, "", nil
 	}

@@ -1,17 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/internal/version"
@@ -79,9 +80,7 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 		Rules:  opalog.Rules{Mask: pdp.DefaultMaskDecision, Drop: pdp.DefaultDropDecision},
 		Labels: opaLabels(in.Labels),
 	}
-	if in.Logger == nil {
-		in.Logger = slog.New(slog.DiscardHandler)
-	}
+	in.Logger = cmp.Or(in.Logger, slog.New(slog.DiscardHandler))
 	if len(in.DecisionLogs) > 0 && string(in.DecisionLogs) != "null" {
 		cfg, rules, err := opalog.ParseDecisionLogs(in.DecisionLogs, in.Services)
 		if err != nil {
@@ -249,10 +248,8 @@ func checkOPALogSections(cfg *opaconfig.Config) error {
 
 // logRuleEntrypoints are the mask and drop rules to compile policies
 // with: those the configuration's decision_logs names, else OPA's.
-func logRuleEntrypoints(c serveConfig) []string { return logRulesOf(c.opa.Config) }
-
-// logRulesOf is logRuleEntrypoints for an OPA configuration (nil: none).
-func logRulesOf(oc *opaconfig.Config) []string {
+func logRuleEntrypoints(c serveConfig) []string {
+	oc := c.opa.Config
 	if oc == nil || len(oc.DecisionLogs) == 0 {
 		return defaultLogRules
 	}
@@ -313,11 +310,5 @@ func opaLabels(configured map[string]string) map[string]string {
 }
 
 // processID identifies this process in decision events and status
-// reports.
-var processID = func() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}()
+// reports: a random UUID.
+var processID = uuid.NewString()

@@ -49,9 +49,6 @@ decision then exits 1.`,
 				return err
 			}
 			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
 			b, err := policyload.Load(ctx, bundlePath, policyload.Options{Entrypoints: []string{entrypoint}})
 			if err != nil {
 				return fmt.Errorf("eval: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -98,19 +99,11 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 	if err := agree(&c.Core.EnvoyEntrypoint, p.Entrypoint, where+".path", "nexus.envoy_entrypoint"); err != nil {
 		return c, err
 	}
-	if c.Core.AuthzEntrypoint == "" {
-		// An opa-envoy-plugin policy has no application decision: the
-		// AuthZEN and Permit-compatible checks stay off unless the nexus
-		// section names one.
-		c.Core.AuthzEntrypoint = pdp.Disabled
-	}
-	if len(c.Entrypoints) == 0 {
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != pdp.Disabled {
-				c.Entrypoints = append(c.Entrypoints, ep)
-			}
-		}
-	}
+	// An opa-envoy-plugin policy has no application decision: the AuthZEN
+	// and Permit-compatible checks stay off unless the nexus section names
+	// one.
+	c.Core.AuthzEntrypoint = cmp.Or(c.Core.AuthzEntrypoint, pdp.Disabled)
+	c.Entrypoints = c.compileEntrypoints()
 	if c.Server.Reflection && !p.EnableReflection {
 		return c, fmt.Errorf("nexus.reflection and %s.enable-reflection disagree: set it once", where)
 	}
@@ -118,12 +111,9 @@ func serveFromOPA(cfg *opaconfig.Config, run bool) (serveConfig, error) {
 	c.Core.DryRun = p.DryRun
 	c.Core.SkipRequestBodyParse = p.SkipRequestBodyParse
 	c.Server.GRPCMaxRecvMsgSize = p.GRPCMaxRecvMsgSize
-	if c.Core.MaxBodyBytes == 0 {
-		// The plugin bounds a request body by the gRPC message alone:
-		// nexus' body limit (1 MiB by default) would refuse bodies the
-		// plugin reads.
-		c.Core.MaxBodyBytes = int64(p.GRPCMaxRecvMsgSize)
-	}
+	// The plugin bounds a request body by the gRPC message alone: nexus'
+	// body limit (1 MiB by default) would refuse bodies the plugin reads.
+	c.Core.MaxBodyBytes = cmp.Or(c.Core.MaxBodyBytes, int64(p.GRPCMaxRecvMsgSize))
 	c.Server.GRPCMaxSendMsgSize = p.GRPCMaxSendMsgSize
 	c.Server.PerformanceMetrics = p.EnablePerformanceMetrics
 	c.Server.PerformanceMetricsBuckets = p.GRPCRequestDurationSecondsBuckets
@@ -145,15 +135,8 @@ func agree(dst *string, v, opaName, nexusName string) error {
 // and keys sections are read by the bundle downloader (bundles.go), the
 // decision_logs and status sections by startOPALogging.
 func managementSections(cfg *opaconfig.Config) error {
-	for _, s := range []struct {
-		name, hint string
-		raw        []byte
-	}{
-		{"bundle", "write it as a bundles section (bundles.<name>.service, resource, ...)", cfg.Bundle},
-	} {
-		if s.raw != nil {
-			return fmt.Errorf("%s: not supported yet by nexus: %s", s.name, s.hint)
-		}
+	if cfg.Bundle != nil {
+		return errors.New("bundle: not supported yet by nexus: write it as a bundles section (bundles.<name>.service, resource, ...)")
 	}
 	return checkOPALogSections(cfg)
 }

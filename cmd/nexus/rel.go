@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,10 +40,7 @@ Tuples are written type:id#relation@type:id[#relation], e.g.
 folder:d1#viewer@user:alice or folder:d1#editor@group:eng#member.
 The store is locked while a command runs: stop a running server first.`,
 	}
-	def := os.Getenv("NEXUS_DATA_DIR")
-	if def == "" {
-		def = "./nexus-data"
-	}
+	def := cmp.Or(os.Getenv("NEXUS_DATA_DIR"), "./nexus-data")
 	cmd.PersistentFlags().StringVar(&f.dataDir, "data-dir", def, "data directory (env NEXUS_DATA_DIR)")
 	cmd.AddCommand(
 		newRelSchemaCmd(f),
@@ -53,7 +51,7 @@ The store is locked while a command runs: stop a running server first.`,
 		newRelRolesCmd(f),
 		newRelImportCmd(f),
 		newRelExportCmd(f),
-		newRelTestCmd(f),
+		newRelTestCmd(),
 		newRelVerifyCmd(f),
 	)
 	return cmd
@@ -61,10 +59,20 @@ The store is locked while a command runs: stop a running server first.`,
 
 func (f *relFlags) path() string { return filepath.Join(f.dataDir, relDataFile) }
 
+// exists refuses a data directory that holds no relationship store.
+func (f *relFlags) exists() error {
+	if _, err := os.Stat(f.path()); err != nil {
+		return fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+	}
+	return nil
+}
+
+// open opens the store of the data directory: read-only, one that
+// exists; else created where there is none.
 func (f *relFlags) open(ctx context.Context, readOnly bool) (*datastore.BoltStore, error) {
 	if readOnly {
-		if _, err := os.Stat(f.path()); err != nil {
-			return nil, fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+		if err := f.exists(); err != nil {
+			return nil, err
 		}
 	} else if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return nil, err
@@ -142,23 +150,18 @@ func readArg(cmd *cobra.Command, name string) ([]byte, error) {
 	return os.ReadFile(name)
 }
 
+// openArg opens the file name, or standard input for "-".
+func openArg(cmd *cobra.Command, name string) (io.ReadCloser, error) {
+	if name == "-" {
+		return io.NopCloser(cmd.InOrStdin()), nil
+	}
+	return os.Open(name)
+}
+
 // tupleArgs parses tuples from args, or from stdin lines when args is "-".
 func tupleArgs(cmd *cobra.Command, args []string) ([]api.Tuple, error) {
 	if len(args) == 1 && args[0] == "-" {
-		var out []api.Tuple
-		sc := bufio.NewScanner(cmd.InOrStdin())
-		for n := 1; sc.Scan(); n++ {
-			l := strings.TrimSpace(sc.Text())
-			if l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "//") {
-				continue
-			}
-			t, err := api.ParseTuple(l)
-			if err != nil {
-				return nil, fmt.Errorf("stdin line %d: %w", n, err)
-			}
-			out = append(out, t)
-		}
-		return out, sc.Err()
+		return tupleLines(cmd.InOrStdin(), "stdin")
 	}
 	out := make([]api.Tuple, 0, len(args))
 	for _, a := range args {
@@ -169,6 +172,25 @@ func tupleArgs(cmd *cobra.Command, args []string) ([]api.Tuple, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// tupleLines parses a tuple a line of r, what names it in errors; blank
+// lines and lines starting with # or // are skipped.
+func tupleLines(r io.Reader, what string) ([]api.Tuple, error) {
+	var out []api.Tuple
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "//") {
+			continue
+		}
+		t, err := api.ParseTuple(l)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", what, n, err)
+		}
+		out = append(out, t)
+	}
+	return out, sc.Err()
 }
 
 func newRelWriteCmd(f *relFlags, del bool) *cobra.Command {
@@ -432,18 +454,16 @@ func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions)
 			return cli.UsageError(cmd, err)
 		}
 	}
-	var in io.Reader = cmd.InOrStdin()
+	in, err := openArg(cmd, name)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
 	size := int64(-1)
-	if name != "-" {
-		fh, err := os.Open(name)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
+	if fh, ok := in.(*os.File); ok {
 		if fi, err := fh.Stat(); err == nil {
 			size = fi.Size()
 		}
-		in = fh
 	}
 	cr := &countingReader{r: in}
 	s, err := f.open(ctx, false)
@@ -597,8 +617,8 @@ saves the relationships it can read).
 The store is locked while it runs: stop a running server first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := os.Stat(f.path()); err != nil {
-				return fmt.Errorf("no relationship store in %s: %w", f.dataDir, err)
+			if err := f.exists(); err != nil {
+				return err
 			}
 			start := time.Now()
 			rep, err := datastore.Verify(cmd.Context(), f.path())

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,15 +71,11 @@ func runRemoteImport(cmd *cobra.Command, name string, o importOptions, ro remote
 			return cli.UsageError(cmd, err)
 		}
 	}
-	var in io.Reader = cmd.InOrStdin()
-	if name != "-" {
-		fh, err := os.Open(name)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
-		in = fh
+	in, err := openArg(cmd, name)
+	if err != nil {
+		return err
 	}
+	defer in.Close()
 	client := &http.Client{Timeout: time.Minute}
 	schemaSrc, err := adminCall(ctx, client, "GET", base+"/v1/schema", token, "", nil)
 	if err != nil {
@@ -107,19 +102,19 @@ func runRemoteImport(cmd *cobra.Command, name string, o importOptions, ro remote
 	if err != nil {
 		return fmt.Errorf("%w (nothing was written)", err)
 	}
-	var text bytes.Buffer
-	if _, err := scratch.Export(ctx, &text, datastore.FormatText); err != nil {
+	tuples, err := scratch.Read(ctx, datastore.Filter{})
+	if err != nil {
 		return err
 	}
 	start := time.Now()
 	var written int
 	var rev uint64
-	batch := make([]string, 0, remoteImportBatch)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
+	for batch := range slices.Chunk(tuples, remoteImportBatch) {
+		touches := make([]string, len(batch))
+		for i, t := range batch {
+			touches[i] = t.String()
 		}
-		body, _ := json.Marshal(map[string][]string{"touches": batch})
+		body, _ := json.Marshal(map[string][]string{"touches": touches})
 		var out struct {
 			Revision uint64 `json:"revision"`
 		}
@@ -128,24 +123,6 @@ func runRemoteImport(cmd *cobra.Command, name string, o importOptions, ro remote
 		}
 		written += len(batch)
 		rev = out.Revision
-		batch = batch[:0]
-		return nil
-	}
-	lines := bufio.NewScanner(&text)
-	for lines.Scan() {
-		line := strings.TrimSpace(lines.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		batch = append(batch, line)
-		if len(batch) == remoteImportBatch {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
 	}
 	el := time.Since(start)
 	fmt.Fprintf(cmd.OutOrStdout(), "imported %d tuples from %d lines through %s in %v (%.0f tuples/s), revision %d\n",

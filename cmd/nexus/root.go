@@ -49,3 +49,8 @@ func newVersionCmd() *cobra.Command {
 		},
 	}
 }
+
+// denied is the error of a deny under --fail-deny (exit 3).
+func denied(format string, args ...any) error {
+	return cli.WithExit(cli.ExitDenied, fmt.Errorf(format, args...))
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,8 +34,6 @@ type opaRunFlags struct {
 	shutdownGrace int
 	tlsCert       string
 	tlsKey        string
-	skipVersion   bool
-	skipTelemetry bool
 }
 
 // opaRunRefused are opa run's flags that nexus does not implement, each
@@ -116,8 +115,8 @@ A flag of opa run that nexus does not implement is an error naming it.`,
 	fs.IntVar(&f.shutdownGrace, "shutdown-grace-period", 10, "seconds in-flight requests may take after SIGTERM")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "TLS certificate of the HTTP listener (PEM)")
 	fs.StringVar(&f.tlsKey, "tls-private-key-file", "", "TLS key of the HTTP listener (PEM)")
-	fs.BoolVar(&f.skipVersion, "skip-version-check", false, "accepted: nexus never checks for new versions")
-	fs.BoolVar(&f.skipTelemetry, "disable-telemetry", false, "accepted: nexus sends no telemetry")
+	fs.Bool("skip-version-check", false, "accepted: nexus never checks for new versions")
+	fs.Bool("disable-telemetry", false, "accepted: nexus sends no telemetry")
 	for _, r := range opaRunRefused {
 		fs.StringP(r.name, r.short, "", "not supported by nexus: "+r.why)
 		fs.Lookup(r.name).NoOptDefVal = "true"
@@ -138,9 +137,7 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 	if !f.server {
 		return c, errors.New("nexus run needs --server: nexus has no interactive shell")
 	}
-	switch len(args) {
-	case 0, 1:
-	default:
+	if len(args) > 1 {
 		return c, fmt.Errorf("nexus run: %d policy paths: nexus loads one (a .rego file, a directory or a bundle); put the files in one directory", len(args))
 	}
 	var raw []byte
@@ -236,20 +233,8 @@ func serveFromRun(cmd *cobra.Command, f opaRunFlags, args []string) (serveConfig
 // runDefaults fills what serve's flags would have: nexus run has none of
 // them.
 func runDefaults(c *serveConfig) {
-	if c.DataDir == "" {
-		c.DataDir = "./nexus-data"
-	}
-	if c.Core.EnvoyEntrypoint == "" {
-		c.Core.EnvoyEntrypoint = opaconfig.DefaultEnvoyEntrypoint
-	}
-	if c.Core.AuthzEntrypoint == "" {
-		c.Core.AuthzEntrypoint = pdp.Disabled
-	}
-	if len(c.Entrypoints) == 0 {
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != pdp.Disabled {
-				c.Entrypoints = append(c.Entrypoints, ep)
-			}
-		}
-	}
+	c.DataDir = cmp.Or(c.DataDir, "./nexus-data")
+	c.Core.EnvoyEntrypoint = cmp.Or(c.Core.EnvoyEntrypoint, opaconfig.DefaultEnvoyEntrypoint)
+	c.Core.AuthzEntrypoint = cmp.Or(c.Core.AuthzEntrypoint, pdp.Disabled)
+	c.Entrypoints = c.compileEntrypoints()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -126,15 +125,11 @@ Exit status: 0 converted, 1 the model cannot be converted, 2 wrong usage.`,
 // importText imports SpiceDB relationships (document:1#viewer@user:anne),
 // which are nexus' text tuple syntax.
 func importText(cmd *cobra.Command, f *relFlags, file string) error {
-	var in io.Reader = cmd.InOrStdin()
-	if file != "-" {
-		fh, err := os.Open(file)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
-		in = fh
+	in, err := openArg(cmd, file)
+	if err != nil {
+		return err
 	}
+	defer in.Close()
 	s, err := f.open(cmd.Context(), false)
 	if err != nil {
 		return err
@@ -171,15 +166,14 @@ func importFrom(cmd *cobra.Command, f *relFlags, from, format string, batch int,
 	default:
 		return cli.WithExit(2, fmt.Errorf("--from openfga: unknown --format %q (want json, yaml, jsonl or csv)", format))
 	}
-	var in io.Reader = cmd.InOrStdin()
-	name := "stdin"
-	if file != "-" {
-		fh, err := os.Open(file)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
-		in, name = fh, file
+	in, err := openArg(cmd, file)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	name := file
+	if file == "-" {
+		name = "stdin"
 	}
 	ctx := cmd.Context()
 	s, err := f.open(ctx, false)
@@ -238,8 +232,8 @@ func importFrom(cmd *cobra.Command, f *relFlags, from, format string, batch int,
 	return err
 }
 
-func newRelTestCmd(_ *relFlags) *cobra.Command {
-	cmd := &cobra.Command{
+func newRelTestCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "test FILE...",
 		Short: "Run model tests offline: a schema, tuples and expected checks",
 		Long: `Run model tests on a temporary store: load the schema (nexus YAML, an
@@ -304,5 +298,4 @@ when every assertion holds, 1 when one fails, 2 when a file cannot run
 			return nil
 		},
 	}
-	return cmd
 }

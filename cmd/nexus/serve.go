@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,7 +24,6 @@ import (
 	"github.com/nexuspdp/nexus/datastore/builtins"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/demo"
-	"github.com/nexuspdp/nexus/defaults/drive"
 	"github.com/nexuspdp/nexus/defaults/policy"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/nexuspdp/nexus/extauthz"
@@ -258,21 +257,19 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	token, tokenFile, err := adminToken(c, log)
-	if err != nil {
-		_ = store.Close()
-		return err
-	}
-	appKey, appKeyFile, err := appAPIKey(c, log)
-	if err != nil {
-		_ = store.Close()
-		return err
-	}
 	defer func() {
 		if err := store.Close(); err != nil {
 			log.Error("closing the store", "err", err)
 		}
 	}()
+	token, tokenFile, err := adminToken(c, log)
+	if err != nil {
+		return err
+	}
+	appKey, appKeyFile, err := appAPIKey(c, log)
+	if err != nil {
+		return err
+	}
 	cl, err := startCluster(ctx, c, store, log)
 	if err != nil {
 		return err
@@ -384,11 +381,9 @@ func runServe(ctx context.Context, c serveConfig, stderr io.Writer) error {
 // openStore opens the store in the data directory. On first start (no
 // schema yet) it writes the schema (--schema, or the embedded drive
 // schema with its demo relationships). A --schema that differs from the
-// stored one replaces it unless that would orphan tuples.
+// stored one replaces it unless that would orphan tuples. A replica's
+// store is only opened: it takes writes from the cluster's log alone.
 func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore.BoltStore, error) {
-	if c.Cluster.enabled() {
-		return openClusterStore(ctx, c, log)
-	}
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -400,87 +395,95 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (*datastore
 		_ = store.Close()
 		return nil, err
 	}
-	src, isDemo := drive.Schema, true
-	if c.Schema != "" {
-		if src, err = os.ReadFile(c.Schema); err != nil {
-			return fail(fmt.Errorf("schema: %w", err))
+	if c.Cluster.enabled() {
+		if err := checkReplicaStore(ctx, c, store); err != nil {
+			return fail(err)
 		}
-		isDemo = false
+		return store, nil
 	}
 	cur, err := store.Schema(ctx)
+	if err != nil && !errors.Is(err, datastore.ErrNoSchema) {
+		return fail(err)
+	}
 	switch {
-	case errors.Is(err, datastore.ErrNoSchema):
-		if isDemo {
-			n, err := demo.Load(ctx, store)
-			if err != nil {
-				return fail(err)
-			}
-			log.Info("wrote the demo schema and relationships", "tuples", n)
+	case c.Schema != "":
+		sc, err := schemaChange(c.Schema, cur)
+		if err != nil {
+			return fail(err)
+		}
+		if sc == nil {
 			break
 		}
-		sc, err := schema.Parse(src)
-		if err != nil {
-			return fail(err)
-		}
 		if _, err := store.WriteSchema(ctx, sc, false); err != nil {
 			return fail(err)
 		}
-	case err != nil:
-		return fail(err)
-	case c.Schema != "" && !bytes.Equal(cur.Source(), src):
-		sc, err := schema.Parse(src)
+		if cur != nil {
+			log.Info("replaced the schema", "file", c.Schema)
+		}
+	case cur == nil:
+		n, err := demo.Load(ctx, store)
 		if err != nil {
 			return fail(err)
 		}
-		if _, err := store.WriteSchema(ctx, sc, false); err != nil {
-			return fail(err)
-		}
-		log.Info("replaced the schema", "file", c.Schema)
+		log.Info("wrote the demo schema and relationships", "tuples", n)
 	}
 	return store, nil
+}
+
+// schemaChange reads the schema file and returns it parsed, or nil when
+// it is cur (nil: no schema stored).
+func schemaChange(file string, cur *schema.Schema) (*schema.Schema, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	if cur != nil && bytes.Equal(cur.Source(), src) {
+		return nil, nil
+	}
+	return schema.Parse(src)
 }
 
 // loadPolicy compiles the embedded default policy, or loads --policy: a
 // .rego file, a directory, an OPA bundle of Rego sources (opa build) or a
 // compiled bundle (see policyload.Load).
 func loadPolicy(ctx context.Context, c serveConfig) (*bundle.Bundle, error) {
-	eps := c.Entrypoints
-	if len(eps) == 0 {
-		// A disabled (or unset) entrypoint is none to compile.
-		for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
-			if ep != "" && ep != pdp.Disabled {
-				eps = append(eps, ep)
-			}
-		}
-	}
+	eps := c.compileEntrypoints()
 	if c.opa.AwaitBundle {
 		return denyAll(ctx, eps)
 	}
 	if c.Policy == "" {
 		mods := map[string]string{}
-		var data []byte
-		err := fs.WalkDir(policy.FS, ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			b, err := policy.FS.ReadFile(p)
+		names, _ := fs.Glob(policy.FS, "*.rego") // the only error is a bad pattern
+		for _, name := range names {
+			b, err := policy.FS.ReadFile(name)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			switch {
-			case strings.HasSuffix(p, ".rego"):
-				mods[p] = string(b)
-			case p == "data.json":
-				data = b
-			}
-			return nil
-		})
+			mods[name] = string(b)
+		}
+		data, err := policy.FS.ReadFile("data.json")
 		if err != nil {
 			return nil, err
 		}
 		return compiler.Compile(ctx, compiler.Options{Modules: mods, DataJSON: data, Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Revision: "default-" + version.Get().Version})
 	}
 	return policyload.Load(ctx, c.Policy, policyload.Options{Entrypoints: eps, OptionalEntrypoints: logRuleEntrypoints(c), Ignore: c.PolicyIgnore, Limits: c.bundleLimits()})
+}
+
+// compileEntrypoints are the entrypoints to compile a policy for:
+// --entrypoint, else the envoy and authz decisions, where set and not
+// disabled.
+func (c serveConfig) compileEntrypoints() []string {
+	if len(c.Entrypoints) > 0 {
+		return slices.Clone(c.Entrypoints)
+	}
+	var eps []string
+	for _, ep := range []string{c.Core.EnvoyEntrypoint, c.Core.AuthzEntrypoint} {
+		if ep != "" && ep != pdp.Disabled {
+			eps = append(eps, ep)
+		}
+	}
+	return eps
 }
 
 // core is the decision core's configuration: serve's settings of it, the

@@ -68,9 +68,6 @@ load or compile (errors as file:line:col: message).`,
 				return cli.UsageError(cmd, fmt.Errorf("--target: %w", err))
 			}
 			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
 			opts := policytest.Options{
 				Paths:     args,
 				Run:       run,
@@ -115,13 +112,9 @@ load or compile (errors as file:line:col: message).`,
 // temporary directory removed by the returned function.
 func testStore(ctx context.Context, dataDir string) (builtins.Store, func(), error) {
 	if dataDir != "" {
-		p := filepath.Join(dataDir, relDataFile)
-		if _, err := os.Stat(p); err != nil {
-			return nil, nil, fmt.Errorf("no relationship store in %s: %w", dataDir, err)
-		}
-		s, err := datastore.Open(ctx, datastore.Config{Path: p, ReadOnly: true})
+		s, err := (&relFlags{dataDir: dataDir}).open(ctx, true)
 		if err != nil {
-			return nil, nil, openHint(err, dataDir)
+			return nil, nil, err
 		}
 		return s, func() { _ = s.Close() }, nil
 	}
