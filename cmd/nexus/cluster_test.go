@@ -524,10 +524,27 @@ func TestRelImportThroughCluster(t *testing.T) {
 	if _, err := run("import", "--admin-url", "http://"+a.admin, "--admin-token", "wrong", in); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("wrong token: %v", err)
 	}
-	// Directly into the replica's data directory: refused.
+	// Directly into the replica's data directory: every command that
+	// writes is refused, and nothing is written.
 	a.stop(t)
-	if _, err := run("import", "--data-dir", dir, in); err == nil || !strings.Contains(err.Error(), "cluster replica's data directory") {
-		t.Fatalf("direct import into a replica's store: %v", err)
+	schema := filepath.Join(t.TempDir(), "schema.zed")
+	if err := os.WriteFile(schema, []byte("definition user {}\ndefinition file {\n  relation viewer: user\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"import", "--data-dir", dir, in},
+		{"import", "--from", "spicedb", "--data-dir", dir, in},
+		{"write", "--data-dir", dir, "file:direct#viewer@user:x"},
+		{"delete", "--data-dir", dir, "file:imp-1#viewer@user:imp"},
+		{"schema", "write", "--data-dir", dir, "--force", schema},
+	} {
+		if out, err := run(args...); err == nil || !strings.Contains(err.Error(), "cluster replica's data directory") {
+			t.Errorf("rel %v into a replica's store: %v\n%s", args, err, out)
+		}
+	}
+	out, err = run("export", "--data-dir", dir, "--format", "text")
+	if err != nil || strings.Contains(out, "direct") || !strings.Contains(out, "imp-1") {
+		t.Fatalf("after the refused writes, the replica's store reads %q, %v", out, err)
 	}
 }
 

@@ -68,7 +68,9 @@ func (f *relFlags) exists() error {
 }
 
 // open opens the store of the data directory: read-only, one that
-// exists; else created where there is none.
+// exists; else created where there is none, and refused if it is a
+// cluster replica's (refuseReplicaStore): every command that writes
+// goes through here.
 func (f *relFlags) open(ctx context.Context, readOnly bool) (*datastore.BoltStore, error) {
 	if readOnly {
 		if err := f.exists(); err != nil {
@@ -78,7 +80,16 @@ func (f *relFlags) open(ctx context.Context, readOnly bool) (*datastore.BoltStor
 		return nil, err
 	}
 	s, err := datastore.Open(ctx, datastore.Config{Path: f.path(), ReadOnly: readOnly})
-	return s, openHint(err, f.dataDir)
+	if err != nil {
+		return nil, openHint(err, f.dataDir)
+	}
+	if !readOnly {
+		if err := refuseReplicaStore(ctx, s, f.dataDir); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // openHint adds to an error of datastore.Open what to do about it.
@@ -468,10 +479,6 @@ func runRelImport(cmd *cobra.Command, f *relFlags, name string, o importOptions)
 	cr := &countingReader{r: in}
 	s, err := f.open(ctx, false)
 	if err != nil {
-		return err
-	}
-	if err := refuseReplicaStore(ctx, s, f.dataDir); err != nil {
-		_ = s.Close()
 		return err
 	}
 	start := time.Now()
