@@ -7,7 +7,7 @@
 // time. The bundle's data is parsed once, into the heap of a first
 // instance; its memory is then snapshot and copied into every new instance,
 // so no instance parses data again. The input is read in Go (JSON, or
-// written by the caller through a ValueWriter with EvalWrite) and written
+// written ahead by the caller into an Input, with EvalInput) and written
 // into the instance's heap directly as the values of OPA's Wasm runtime:
 // its structs, its hash tables with its hash function and bucket order,
 // its allocator's block headers. Evaluation then runs the module's eval

@@ -132,7 +132,7 @@ func (e *Engine) Stats() Stats {
 // not allocate, a steady-state evaluation allocates nothing.
 //
 // The input is read in Go and written into the policy instance's memory
-// as the values of OPA's Wasm runtime (see EvalWrite); input that is not
+// as the values of OPA's Wasm runtime (see EvalInput); input that is not
 // valid UTF-8 JSON is rejected with an *EvalError of code
 // CodeInvalidInput (matching ErrInvalidInput) before it reaches the
 // policy.
@@ -173,20 +173,18 @@ func (e *Engine) EvalTrustedWithin(ctx context.Context, timeout time.Duration, e
 	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true, timeout: timeout}, dst)
 }
 
-// EvalWrite is Eval for a caller that builds its input with a value
-// builder rather than as JSON: write is called once, with a ValueWriter
-// that writes the input straight into the policy instance's memory, and
-// must write exactly one value (writing none means no input). The writer
-// is valid only during the call. A misuse of the writer fails the
-// evaluation with an *EvalError of code CodeInvalidInput. An error write
-// returns is returned as it is, and the policy is not evaluated.
-func (e *Engine) EvalWrite(ctx context.Context, entrypoint string, write func(w *ValueWriter) error, dst []byte) ([]byte, error) {
-	return e.eval(ctx, entrypoint, inputSource{write: write}, dst)
+// EvalInput is Eval for input written ahead as values (through in's
+// Writer) rather than as JSON: no JSON is written or parsed on the way.
+// A misuse of the writer fails the evaluation with an *EvalError of code
+// CodeInvalidInput before the policy runs. in is only read; it may be
+// evaluated again, by one evaluation at a time.
+func (e *Engine) EvalInput(ctx context.Context, entrypoint string, in *Input, dst []byte) ([]byte, error) {
+	return e.eval(ctx, entrypoint, inputSource{input: in}, dst)
 }
 
-// EvalWriteWithin is EvalWrite bounded by timeout as EvalTrustedWithin is.
-func (e *Engine) EvalWriteWithin(ctx context.Context, timeout time.Duration, entrypoint string, write func(w *ValueWriter) error, dst []byte) ([]byte, error) {
-	return e.eval(ctx, entrypoint, inputSource{write: write, timeout: timeout}, dst)
+// EvalInputWithin is EvalInput bounded by timeout as EvalTrustedWithin is.
+func (e *Engine) EvalInputWithin(ctx context.Context, timeout time.Duration, entrypoint string, in *Input, dst []byte) ([]byte, error) {
+	return e.eval(ctx, entrypoint, inputSource{input: in, timeout: timeout}, dst)
 }
 
 func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, dst []byte) ([]byte, error) {
@@ -226,10 +224,6 @@ func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, d
 			ec := newEvalCtx(ctx, deadline)
 			out, err = in.eval(ec, entrypoint, id, src, dst)
 			ec.end(stateCanceled) // as a WithTimeout's cancel on return
-		}
-		if we, ok := err.(*writeError); ok {
-			p.put(in) // nothing ran
-			return out, we.err
 		}
 		if ee, ok := err.(*EvalError); err != nil && err != ErrUndefined && (!ok || ee.Code != CodeInvalidInput) {
 			p.discard(in)

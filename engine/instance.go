@@ -48,20 +48,14 @@ type instance struct {
 	vw     ValueWriter // writes into arena or barena
 }
 
-// writeError is the error an input writer (EvalWrite) returned: the
-// policy was not evaluated, and the instance is as good as before.
-type writeError struct{ err error }
-
-func (e *writeError) Error() string { return e.err.Error() }
-
 // inputSource is where an evaluation's input comes from: JSON text
-// (none when empty) or a function writing it through a ValueWriter.
+// (none when empty) or values written ahead (an Input).
 type inputSource struct {
 	json []byte
 	// lenient: JSON text that does not parse is handed to the runtime's
 	// own parser (EvalTrusted), instead of being rejected.
 	lenient bool
-	write   func(*ValueWriter) error
+	input   *Input
 	// runtimeParse hands JSON text (or OPA's value syntax) to the
 	// runtime's own parser, as every evaluation did before: the
 	// reference the tests compare the Go writer with.
@@ -76,16 +70,25 @@ type inputSource struct {
 // are set; the module's eval export then runs the policy.
 func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src inputSource, dst []byte) ([]byte, error) {
 	p := in.p
-	a := &in.arena
-	a.reset()
-	ctxp := a.alloc(sizeCtx)
-	w := &in.vw
-	w.reset(a)
-	switch {
-	case src.write != nil:
-		if err := src.write(w); err != nil {
-			return dst, &writeError{err}
+	var (
+		a    *arena
+		ctxp uint32
+		w    *ValueWriter
+	)
+	if v := src.input; v != nil {
+		if !v.ready {
+			v.Writer() // the zero Input: no input
 		}
+		a, ctxp, w = &v.a, v.ctxp, &v.w
+	} else {
+		a = &in.arena
+		a.reset()
+		ctxp = a.alloc(sizeCtx)
+		w = &in.vw
+		w.reset(a)
+	}
+	switch {
+	case src.input != nil:
 	case src.runtimeParse && len(src.json) > 0:
 		w.fail(errSyntax)
 	case len(src.json) > 0:
@@ -97,7 +100,7 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src i
 	root, has, werr := w.result()
 	var text uint32 // input text for the runtime's parser
 	if werr != nil {
-		if src.write != nil {
+		if src.input != nil {
 			return dst, &EvalError{Code: CodeInvalidInput, Entrypoint: entrypoint, Message: "invalid input: " + werr.Error()}
 		}
 		if !src.lenient && !src.runtimeParse {
@@ -110,7 +113,9 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src i
 		has = false
 	}
 	if has {
-		a.ptr(ctxp, root.addr)
+		a.ptr(ctxp, a.base+root.addr) // an Input evaluated before is relocated
+	} else {
+		a.ptr(ctxp, 0)
 	}
 	a.u32(ctxp+4, p.dataAddr) // an address in the snapshot: not relocated
 	a.u32(ctxp+12, uint32(id))

@@ -178,14 +178,16 @@ func TestTimeoutStopsRunaway(t *testing.T) {
 	if median := overruns[runs/2]; median > promised {
 		t.Fatalf("runaway evaluations stopped a median %v after their deadline, want at most %v: %v", median, promised, overruns)
 	}
-	// EvalWriteWithin is bounded the same way.
+	// EvalInputWithin is bounded the same way.
 	start := time.Now()
-	_, err := e.EvalWriteWithin(context.Background(), timeout, "limits/spin", func(w *engine.ValueWriter) error { w.Null(); return nil }, nil)
+	var in engine.Input
+	in.Writer().Null()
+	_, err := e.EvalInputWithin(context.Background(), timeout, "limits/spin", &in, nil)
 	if ee := (*engine.EvalError)(nil); !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
-		t.Fatalf("EvalWriteWithin: err = %v, want EvalError %s", err, engine.CodeDeadline)
+		t.Fatalf("EvalInputWithin: err = %v, want EvalError %s", err, engine.CodeDeadline)
 	}
 	if took := time.Since(start); took > timeout+promised {
-		t.Fatalf("EvalWriteWithin: the runaway ran %v, bound %v", took, timeout)
+		t.Fatalf("EvalInputWithin: the runaway ran %v, bound %v", took, timeout)
 	}
 
 	// The caller's own context still bounds it, and whichever ends first

@@ -95,6 +95,7 @@ type entry struct {
 type arena struct {
 	b     []byte
 	marks []uint64
+	base  uint32 // where the pointers point: 0 until relocated
 }
 
 func (a *arena) reset() {
@@ -102,6 +103,7 @@ func (a *arena) reset() {
 	a.b = a.b[:0]
 	clear(a.marks)
 	a.marks = a.marks[:0]
+	a.base = 0
 }
 
 // alloc reserves a block of n bytes, zeroed, and returns the address of
@@ -134,15 +136,20 @@ func (a *arena) ptr(at, v uint32) {
 func (a *arena) get32(at uint32) uint32 { return binary.LittleEndian.Uint32(a.b[at:]) }
 
 // relocate turns arena addresses into memory addresses for an arena
-// copied to base.
+// copied to base (from those for the base it was relocated to before).
 func (a *arena) relocate(base uint32) {
+	delta := base - a.base
+	a.base = base
+	if delta == 0 {
+		return
+	}
 	for w, word := range a.marks {
 		for word != 0 {
 			i := uint32(bits.TrailingZeros64(word))
 			word &= word - 1
 			at := uint32(w)*64 + i
 			if v := a.get32(at); v != 0 {
-				a.u32(at, v+base)
+				a.u32(at, v+delta)
 			}
 		}
 	}

@@ -164,7 +164,9 @@ func compareNative(t *testing.T, e *engine.Engine, text string) {
 	ctx := context.Background()
 	ref := evalAll(t, func(ep string) ([]byte, error) { return e.EvalRuntimeParse(ctx, ep, []byte(text), nil) })
 	got := evalAll(t, func(ep string) ([]byte, error) {
-		return e.EvalWrite(ctx, ep, func(w *engine.ValueWriter) error { writeTerm(w, term.Value); return nil }, nil)
+		var in engine.Input
+		writeTerm(in.Writer(), term.Value)
+		return e.EvalInput(ctx, ep, &in, nil)
 	})
 	for _, ep := range nvEntrypoints {
 		if ref[ep] != got[ep] {
@@ -259,7 +261,9 @@ func TestValueWriterJSON(t *testing.T) {
 		ref := evalAll(t, func(ep string) ([]byte, error) { return e.EvalRuntimeParse(ctx, ep, []byte(text), nil) })
 		got := evalAll(t, func(ep string) ([]byte, error) { return e.Eval(ctx, ep, []byte(text), nil) })
 		viaWriter := evalAll(t, func(ep string) ([]byte, error) {
-			return e.EvalWrite(ctx, ep, func(w *engine.ValueWriter) error { w.JSON([]byte(text)); return nil }, nil)
+			var in engine.Input
+			in.Writer().JSON([]byte(text))
+			return e.EvalInput(ctx, ep, &in, nil)
 		})
 		if !reflect.DeepEqual(ref, got) || !reflect.DeepEqual(ref, viaWriter) {
 			t.Errorf("%s:\nEval      %v\nJSON      %v\nruntime   %v", text, got, viaWriter, ref)
@@ -281,28 +285,50 @@ func TestValueWriterMisuse(t *testing.T) {
 		"bad JSON":     func(w *engine.ValueWriter) { w.JSON([]byte(`{"a":}`)) },
 		"invalid UTF8": func(w *engine.ValueWriter) { w.JSON([]byte("\"\xff\"")) },
 	} {
-		_, err := e.EvalWrite(ctx, "nv/cnt", func(w *engine.ValueWriter) error { write(w); return nil }, nil)
+		var in engine.Input
+		write(in.Writer())
+		_, err := e.EvalInput(ctx, "nv/cnt", &in, nil)
 		var ee *engine.EvalError
 		if !errors.As(err, &ee) || ee.Code != engine.CodeInvalidInput || !errors.Is(err, engine.ErrInvalidInput) {
 			t.Errorf("%s: %v, want invalid input", name, err)
 		}
 	}
-	out, err := e.EvalWrite(ctx, "nv/cnt", func(w *engine.ValueWriter) error { w.BeginArray(); w.Int(1); w.End(); return nil }, nil)
-	if err != nil || string(out) != "1" {
-		t.Fatalf("after misuse: %s %v", out, err)
+	// The instance goes on serving, and an Input evaluates again and
+	// again, also after being written anew.
+	var in engine.Input
+	w := in.Writer()
+	w.BeginArray()
+	w.Int(1)
+	w.End()
+	for range 3 {
+		out, err := e.EvalInput(ctx, "nv/cnt", &in, nil)
+		if err != nil || string(out) != "1" {
+			t.Fatalf("after misuse: %s %v", out, err)
+		}
 	}
-	// A writer's own error is the evaluation's, as it is: the policy does
-	// not run on the part written, and the instance is kept.
-	before := e.Stats()
-	errBuild := errors.New("the request does not parse")
-	out, err = e.EvalWrite(ctx, "nv/cnt", func(w *engine.ValueWriter) error { w.BeginArray(); return errBuild }, []byte("dst"))
-	if err != errBuild || string(out) != "dst" {
-		t.Fatalf("writer error: %q %v, want dst and the writer's error", out, err)
+	w = in.Writer()
+	w.BeginArray()
+	w.Int(1)
+	w.Int(2)
+	w.End()
+	if out, err := e.EvalInput(ctx, "nv/cnt", &in, nil); err != nil || string(out) != "2" {
+		t.Fatalf("written anew: %s %v", out, err)
 	}
-	if after := e.Stats(); after.InstancesDiscarded != before.InstancesDiscarded || after.InstancesCreated != before.InstancesCreated {
-		t.Fatalf("writer error: instances %+v, then %+v; want the instance kept", before, after)
+	// Another policy's heap starts elsewhere: the same Input is moved there.
+	data := map[string]any{}
+	for i := range 500 {
+		data[fmt.Sprint("k", i)] = strings.Repeat("v", i)
 	}
-	if _, err := e.EvalWrite(ctx, "nv/out", nil, nil); !errors.Is(err, engine.ErrUndefined) {
+	other := newEngine(t, engine.Config{}, compileModules(t, map[string]string{"o.rego": "package o\n\ncnt := count(input)\n"}, data, "o/cnt"))
+	for _, ev := range []struct {
+		e  *engine.Engine
+		ep string
+	}{{other, "o/cnt"}, {e, "nv/cnt"}, {other, "o/cnt"}} {
+		if out, err := ev.e.EvalInput(ctx, ev.ep, &in, nil); err != nil || string(out) != "2" {
+			t.Fatalf("%s, moved: %s %v", ev.ep, out, err)
+		}
+	}
+	if _, err := e.EvalInput(ctx, "nv/out", &engine.Input{}, nil); !errors.Is(err, engine.ErrUndefined) {
 		t.Fatalf("no input: %v, want undefined", err)
 	}
 }
@@ -449,7 +475,9 @@ func TestBuiltinDifferential(t *testing.T) {
 			continue // OPA's evaluator has no JSON for them
 		}
 		// native: the builtin's result written by the Go writer
-		native, err := e.EvalWrite(ctx, "nv/echo", func(w *engine.ValueWriter) error { writeTerm(w, term.Value); return nil }, nil)
+		var in engine.Input
+		writeTerm(in.Writer(), term.Value)
+		native, err := e.EvalInput(ctx, "nv/echo", &in, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", text, err)
 		}

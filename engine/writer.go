@@ -8,10 +8,31 @@ import (
 	"unicode/utf8"
 )
 
-// ValueWriter writes one value, the input of an evaluation, straight into
-// the policy instance's memory as OPA's Wasm runtime lays values out, so
-// that no JSON is written or parsed on the way. It is handed to the
-// function given to EvalWrite and is valid only during that call.
+// Input is an evaluation's input written ahead of it (EvalInput) as OPA's
+// Wasm runtime lays values out, ready to be copied into a policy
+// instance's memory. Writer empties it and returns the writer that fills
+// it; the zero Input holds no input. An Input is not safe for concurrent
+// use.
+type Input struct {
+	a     arena
+	w     ValueWriter
+	ctxp  uint32 // the eval context, the arena's first block
+	ready bool
+}
+
+// Writer empties in and returns the writer of its value, valid until the
+// next call of Writer.
+func (in *Input) Writer() *ValueWriter {
+	in.a.reset()
+	in.ctxp = in.a.alloc(sizeCtx)
+	in.w.reset(&in.a)
+	in.ready = true
+	return &in.w
+}
+
+// ValueWriter writes one value, the input of an evaluation, as OPA's Wasm
+// runtime lays values out, so that no JSON is written or parsed on the
+// way. An Input's Writer returns it.
 //
 // Scalars are written with Null, Bool, Int, Number and String; a
 // collection is opened with BeginArray, BeginObject or BeginSet, filled
@@ -20,7 +41,7 @@ import (
 // keeps its last value; a set keeps one of equal elements. JSON writes a
 // whole JSON text as one value. The first misuse (a second top-level
 // value, an End without a Begin, an odd object, an invalid number or
-// JSON text) is kept and returned by EvalWrite as an *EvalError of code
+// JSON text) is kept and returned by EvalInput as an *EvalError of code
 // CodeInvalidInput.
 type ValueWriter struct {
 	a      *arena

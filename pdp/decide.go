@@ -134,35 +134,6 @@ func (p *PDP) Check(ctx context.Context, iface string, c *Check) (Decision, erro
 // w, the same document either way (then dst is returned as it is).
 type build func(dst []byte, w input.Writer, keep *prune.Tree) ([]byte, error)
 
-// buildError is an error of the input's builder met while the engine
-// asked for the input (valuesInput): the request, not the policy,
-// failed, and it is counted as a build error is.
-type buildError struct{ err error }
-
-func (e *buildError) Error() string { return e.err.Error() }
-
-// valuesInput hands a build to the engine as its input writer. It is
-// pooled with its method value bound once, so that a decision allocates
-// no closure for it.
-type valuesInput struct {
-	b    build
-	keep *prune.Tree
-	fn   func(*engine.ValueWriter) error
-}
-
-func newValuesInput() any {
-	v := &valuesInput{}
-	v.fn = v.write
-	return v
-}
-
-func (v *valuesInput) write(w *engine.ValueWriter) error {
-	if _, err := v.b(nil, w, v.keep); err != nil {
-		return &buildError{err}
-	}
-	return nil
-}
-
 // Budget bounds ctx by the time budget of one request that makes many
 // evaluations (a batch, a listing, a search): twice Config.EvalTimeout,
 // across all of them. An evaluation the budget cuts short fails with an
@@ -226,15 +197,14 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 		var d Decision
 		var err error
 		if values && p.cfg.DecisionSink == nil && (p.cache == nil || !v.cached(entrypoint)) {
-			vi := p.inputs.Get().(*valuesInput)
-			vi.b, vi.keep = b, keep
-			d, err = p.decide(ctx, iface, entrypoint, nil, md, nil, vi.fn)
-			vi.b, vi.keep = nil, nil
-			p.inputs.Put(vi)
-			if be, ok := err.(*buildError); ok {
-				p.CountError(iface, be.err)
-				return Decision{}, be.err
+			in := p.inputs.Get().(*engine.Input)
+			if _, err := b(nil, in.Writer(), keep); err != nil {
+				p.inputs.Put(in)
+				p.CountError(iface, err)
+				return Decision{}, err
 			}
+			d, err = p.decide(ctx, iface, entrypoint, nil, md, nil, in)
+			p.inputs.Put(in)
 		} else {
 			if bp == nil {
 				bp = p.buf()
@@ -267,17 +237,13 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 // whole input document, unpruned, for a decision sink (nil when the
 // policy saw the whole document already). It is a parameter, not a field
 // of md, so that the input builder it is does not escape to the heap.
-// write, when not nil, writes the input instead of input, as values and
-// bypassing the decision cache; an error of its own (a *buildError) is
-// returned uncounted, for the caller to count.
-func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole build, write func(*engine.ValueWriter) error) (Decision, error) {
+// values, when not nil, is the input instead of input, written as values;
+// it bypasses the decision cache.
+func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole build, values *engine.Input) (Decision, error) {
 	start := time.Now()
-	d, err := p.decideUncounted(ctx, entrypoint, input, write, &md)
+	d, err := p.decideUncounted(ctx, entrypoint, input, values, &md)
 	if err == errStale {
 		return d, err // the caller builds the input again
-	}
-	if _, ok := err.(*buildError); ok {
-		return d, err
 	}
 	elapsed := time.Since(start)
 	d.ID = p.decisionID()
@@ -398,7 +364,7 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 // policy is loaded), reading the result as opa-envoy-plugin does if
 // md.envoy. It returns errStale if the view is no longer the loaded one
 // when the decision is made.
-func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, write func(*engine.ValueWriter) error, md *meta) (d Decision, err error) {
+func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, values *engine.Input, md *meta) (d Decision, err error) {
 	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
 	if !p.ready.Load() {
@@ -410,7 +376,7 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 		}
 	}()
 	var key string
-	cached := p.cache != nil && v.cached(entrypoint) && write == nil
+	cached := p.cache != nil && v.cached(entrypoint) && values == nil
 	if cached {
 		d.Cache = CacheMiss
 		rev, err := p.store.Revision(ctx)
@@ -444,8 +410,8 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	// package's encoders (fuzzed to write UTF-8 JSON whatever the request
 	// held) or encoding/json: the engine need not scan it again.
 	var out []byte
-	if write != nil {
-		out, err = p.eng.EvalWriteWithin(ctx, p.cfg.EvalTimeout, entrypoint, write, (*bp)[:0])
+	if values != nil {
+		out, err = p.eng.EvalInputWithin(ctx, p.cfg.EvalTimeout, entrypoint, values, (*bp)[:0])
 	} else {
 		out, err = p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, (*bp)[:0])
 	}

@@ -57,7 +57,7 @@ type PDP struct {
 	idPrefix [8]byte // random; the version-4 nibble set
 	idSeq    atomic.Uint64
 	bufs     sync.Pool
-	inputs   sync.Pool // *valuesInput
+	inputs   sync.Pool // *engine.Input
 }
 
 // inputView is the part of the input the loaded policy reads. Every load
@@ -96,7 +96,7 @@ func New(ctx context.Context, cfg Config) (*PDP, error) {
 	_, _ = rand.Read(p.idPrefix[:])
 	p.idPrefix[6] = p.idPrefix[6]&0x0f | 0x40
 	p.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
-	p.inputs.New = newValuesInput
+	p.inputs.New = func() any { return new(engine.Input) }
 	if !cfg.CacheDisabled {
 		c, err := otter.New(&otter.Options[string, result.Decision]{MaximumSize: cfg.CacheSize, Executor: inline})
 		if err != nil {

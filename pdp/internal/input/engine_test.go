@@ -37,7 +37,7 @@ func echoEngine(tb testing.TB) *engine.Engine {
 }
 
 // TestWriteEnvoyInEngine: the policy reads the same input whether the
-// document is written into its memory by WriteEnvoy (EvalWrite) or
+// document is written into its memory by WriteEnvoy (EvalInput) or
 // written as JSON by AppendEnvoy and read by the engine (EvalTrusted, as
 // the server does today): the policy's answer, its input, is the same
 // JSON.
@@ -54,7 +54,11 @@ func TestWriteEnvoyInEngine(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: from JSON: %v", what, err)
 		}
-		got, err := e.EvalWrite(ctx, echoEntrypoint, func(w *engine.ValueWriter) error { return write(w) }, nil)
+		var in engine.Input
+		if err := write(in.Writer()); err != nil {
+			t.Fatalf("%s: writing: %v", what, err)
+		}
+		got, err := e.EvalInput(ctx, echoEntrypoint, &in, nil)
 		if err != nil {
 			t.Fatalf("%s: written: %v", what, err)
 		}
@@ -119,10 +123,13 @@ func BenchmarkEvalInput(b *testing.B) {
 		})
 		b.Run(rc.name+"/writer", func(b *testing.B) {
 			b.ReportAllocs()
-			write := func(w *engine.ValueWriter) error { return WriteEnvoy(w, rc.req, Options{}) }
+			var in engine.Input
 			for b.Loop() {
+				if err := WriteEnvoy(in.Writer(), rc.req, Options{}); err != nil {
+					b.Fatal(err)
+				}
 				var err error
-				if out, err = e.EvalWrite(ctx, echoEntrypoint, write, out[:0]); err != nil {
+				if out, err = e.EvalInput(ctx, echoEntrypoint, &in, out[:0]); err != nil {
 					b.Fatal(err)
 				}
 			}
