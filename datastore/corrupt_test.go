@@ -14,7 +14,6 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/internal/storetest"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/fixture/damage"
 )
@@ -111,7 +110,7 @@ func corruptCase(t *testing.T, path string) string {
 			first = fmt.Errorf("%s: %w", op, err)
 		}
 	}
-	for _, c := range storetest.DriveCases {
+	for _, c := range DriveCases {
 		_, err := fixture.CheckText(ctx, s, c.Object, c.Permission, c.Subject)
 		use("check", err)
 	}
@@ -225,7 +224,7 @@ func TestCorruptStoreRefusesWrites(t *testing.T) {
 // reaches the caller as it is, and says nothing about the file.
 func TestExportWriterPanicIsTheCallers(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	func() {
 		defer func() {
 			if r := recover(); r != "writer broke" {

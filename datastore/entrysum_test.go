@@ -14,7 +14,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/internal/storetest"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -50,7 +49,7 @@ func TestIndexValuesAreChecksums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: mustTuples(t, "folder:w#viewer@user:wes")}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +134,7 @@ func TestLegacyEmptyValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	cases := []struct{ obj, perm, sub string }{
 		{"folder:vault", "read", "user:u5"}, {"folder:vault", "read", "user:u9"},
 		{"folder:vault", "read", "user:alice"}, {"doc:readme", "read", "user:alice"},

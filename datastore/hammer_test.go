@@ -9,7 +9,6 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/internal/storetest"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
@@ -18,7 +17,7 @@ import (
 // right throughout.
 func TestHammer(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sc, _ := s.Schema(ctx)
@@ -37,7 +36,7 @@ func TestHammer(t *testing.T) {
 			defer wg.Done()
 			var dst []string
 			for ctx.Err() == nil {
-				for _, c := range storetest.DriveCases {
+				for _, c := range DriveCases {
 					got, err := fixture.CheckText(ctx, s, c.Object, c.Permission, c.Subject)
 					if err != nil && ctx.Err() == nil {
 						report(err.Error())
@@ -102,7 +101,7 @@ func TestHammer(t *testing.T) {
 // test also shows that one transaction served every check.
 func TestSharedSnapshotHammer(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	for _, writes := range []int{0, 20} {
 		t.Run(fmt.Sprintf("writes=%d", writes), func(t *testing.T) {
 			before := s.ReadTxCount()
@@ -128,7 +127,7 @@ func hammerSnapshot(t *testing.T, s *datastore.BoltStore, writes int) int64 {
 		wg.Go(func() {
 			var dst []string
 			for range rounds {
-				for _, c := range storetest.DriveCases {
+				for _, c := range DriveCases {
 					got, err := fixture.CheckText(ctx, s, c.Object, c.Permission, c.Subject)
 					if err != nil || got != c.Want {
 						errs <- fmt.Errorf("%s#%s@%s = %v, %v; want %v", c.Object, c.Permission, c.Subject, got, err, c.Want)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/internal/storetest"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/fixture/damage"
 )
@@ -29,7 +28,7 @@ func forgeSubject(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	tu := api.Tuple{Object: api.Object{Type: "folder", ID: "vault"}, Relation: "viewer", Subject: api.Subject{Type: "user", ID: "u5"}}
 	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{tu}}); err != nil {
 		t.Fatal(err)
@@ -114,7 +113,7 @@ func TestScrubFindsForgedSubject(t *testing.T) {
 func TestScrubSound(t *testing.T) {
 	ctx := context.Background()
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

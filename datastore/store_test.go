@@ -12,7 +12,6 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/internal/storetest"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
@@ -31,13 +30,13 @@ func openTemp(t testing.TB, cfg datastore.Config) *datastore.BoltStore {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) datastore.Store { return openTemp(t, datastore.Config{}) })
+	runConformance(t, func(t *testing.T) datastore.Store { return openTemp(t, datastore.Config{}) })
 }
 
 func TestCompact(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.db")
 	s := openTemp(t, datastore.Config{Path: path})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	want, _ := s.Read(context.Background(), datastore.Filter{})
 	rev, _ := s.Revision(context.Background())
 	if err := s.Close(); err != nil {
@@ -87,7 +86,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestChangelogRetention(t *testing.T) {
 	s := openTemp(t, datastore.Config{ChangelogRetention: 3})
-	storetest.MustDrive(t, s) // revisions 1 (schema) and 2 (import)
+	MustDrive(t, s) // revisions 1 (schema) and 2 (import)
 	ctx := context.Background()
 	for i := range 5 {
 		if _, err := s.Write(ctx, datastore.WriteRequest{Touches: []api.Tuple{{Object: api.Object{Type: "folder", ID: fmt.Sprint("r", i)}, Relation: "viewer", Subject: api.Subject{Type: "user", ID: "x"}}}}); err != nil {
@@ -126,7 +125,7 @@ func TestChangelogRetention(t *testing.T) {
 func TestReadOnly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ro.db")
 	s := openTemp(t, datastore.Config{Path: path})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +140,7 @@ func TestReadOnly(t *testing.T) {
 
 func TestClosed(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +153,13 @@ func TestClosed(t *testing.T) {
 // so every relation is read with its own seek.
 func TestConformanceSeekOnly(t *testing.T) {
 	defer datastore.SetMaxObjTuples(0)()
-	storetest.Run(t, func(t *testing.T) datastore.Store { return openTemp(t, datastore.Config{}) })
+	runConformance(t, func(t *testing.T) datastore.Store { return openTemp(t, datastore.Config{}) })
 }
 
 // TestWatchImport: the change sets of a merged import list every tuple once.
 func TestWatchImport(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	from, _ := s.Revision(ctx)

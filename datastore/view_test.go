@@ -14,7 +14,6 @@ import (
 
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
-	"github.com/nexuspdp/nexus/datastore/internal/storetest"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
 )
@@ -47,7 +46,7 @@ func TestViewSameAnswers(t *testing.T) {
 		sub  api.Subject
 	}
 	var checks []checkCase
-	for _, c := range storetest.DriveCases {
+	for _, c := range DriveCases {
 		obj, _ := api.ParseObject(c.Object)
 		sub, _ := api.ParseSubject(c.Subject)
 		checks = append(checks, checkCase{obj, c.Permission, sub})
@@ -256,7 +255,7 @@ func TestViewDuringSchemaPublication(t *testing.T) {
 // an error and fn never runs; fn's error is View's.
 func TestViewRefused(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	called := false
 	fn := func(*datastore.View) error { called = true; return nil }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -282,7 +281,7 @@ func TestViewRefused(t *testing.T) {
 // see its own writes' effects consistently.
 func TestViewHammer(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
-	storetest.MustDrive(t, s)
+	MustDrive(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sc, _ := s.Schema(ctx)
@@ -303,7 +302,7 @@ func TestViewHammer(t *testing.T) {
 			var subs []api.Subject
 			for ctx.Err() == nil {
 				err := s.View(ctx, func(v *datastore.View) error {
-					for _, c := range storetest.DriveCases {
+					for _, c := range DriveCases {
 						obj, _ := api.ParseObject(c.Object)
 						sub, _ := api.ParseSubject(c.Subject)
 						res, err := v.Check(datastore.CheckRequest{Object: obj, Permission: c.Permission, Subject: sub})

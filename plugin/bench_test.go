@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/nexuspdp/nexus/plugin/internal/harness"
 	"github.com/nexuspdp/nexus/plugin/internal/proxywasm"
 )
 
@@ -69,7 +68,7 @@ func BenchmarkVM(b *testing.B) {
 	big := mustJSON(b, bigSnapshot(1, 1750))
 	var mem, memEmpty uint32
 	for b.Loop() {
-		h, err := harness.New(ctx, wasmBytes, harness.Config{Cache: cache})
+		h, err := newHost(ctx, wasmBytes, hostConfig{Cache: cache})
 		if err != nil {
 			b.Fatal(err)
 		}

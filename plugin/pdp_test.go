@@ -20,7 +20,6 @@ import (
 	"github.com/nexuspdp/nexus/extauthz"
 	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/pdp"
-	"github.com/nexuspdp/nexus/plugin/internal/harness"
 )
 
 // edgeSchema is a drive whose files the store does not assign to tenants:
@@ -156,7 +155,7 @@ func TestSnapshotFromPDP(t *testing.T) {
 	}
 	poll(t, h, root, status, etag, body)
 	ctx := context.Background()
-	send := func(method, path, user string) harness.Result {
+	send := func(method, path, user string) Result {
 		t.Helper()
 		res, err := h.Request(ctx, root, req(method, path, user, ""))
 		if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/nexuspdp/nexus/api"
-	"github.com/nexuspdp/nexus/plugin/internal/harness"
 	"github.com/nexuspdp/nexus/plugin/internal/proxywasm"
 )
 
@@ -100,10 +99,10 @@ func mustJSON(t testing.TB, v any) []byte {
 }
 
 // newPlugin starts the built plugin in a fresh VM with cfg.
-func newPlugin(t testing.TB, cfg string) (*harness.Host, uint32) {
+func newPlugin(t testing.TB, cfg string) (*Host, uint32) {
 	t.Helper()
 	ctx := context.Background()
-	h, err := harness.New(ctx, wasmBytes, harness.Config{Cache: cache})
+	h, err := newHost(ctx, wasmBytes, hostConfig{Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +119,7 @@ func newPlugin(t testing.TB, cfg string) (*harness.Host, uint32) {
 
 // poll ticks root and answers its snapshot request with status, etag, body;
 // it returns the request the plugin made.
-func poll(t testing.TB, h *harness.Host, root uint32, status, etag string, body []byte) harness.HTTPCall {
+func poll(t testing.TB, h *Host, root uint32, status, etag string, body []byte) HTTPCall {
 	t.Helper()
 	ctx := context.Background()
 	if err := h.Tick(ctx, root); err != nil {
@@ -159,7 +158,7 @@ const (
 	wantPass
 )
 
-func check(t *testing.T, res harness.Result, w want, reason string) {
+func check(t *testing.T, res Result, w want, reason string) {
 	t.Helper()
 	switch w {
 	case wantAllow:
@@ -270,7 +269,7 @@ func TestRefresh(t *testing.T) {
 		t.Fatalf("tick period %d, want 1000", got)
 	}
 	poll(t, h, root, "200", `"r1"`, mustJSON(t, testSnapshot(1)))
-	do := func(user string) harness.Result {
+	do := func(user string) Result {
 		t.Helper()
 		res, err := h.Request(ctx, root, req("DELETE", "/t/acme/files/f1", user, ""))
 		if err != nil {
@@ -418,7 +417,7 @@ func TestBadConfig(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			h, err := harness.New(ctx, wasmBytes, harness.Config{Cache: cache})
+			h, err := newHost(ctx, wasmBytes, hostConfig{Cache: cache})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -430,7 +429,7 @@ func TestBadConfig(t *testing.T) {
 			if ok {
 				t.Fatal("proxy_on_configure accepted a bad configuration")
 			}
-			logged := slices.ContainsFunc(h.Logs(), func(e harness.LogEntry) bool {
+			logged := slices.ContainsFunc(h.Logs(), func(e LogEntry) bool {
 				return e.Level == int(proxywasm.LogError) && strings.Contains(e.Message, tc.wantLog)
 			})
 			if !logged {
@@ -543,7 +542,7 @@ func TestVMsInParallel(t *testing.T) {
 		go func() {
 			errs <- func() error {
 				ctx := context.Background()
-				h, err := harness.New(ctx, wasmBytes, harness.Config{Cache: cache})
+				h, err := newHost(ctx, wasmBytes, hostConfig{Cache: cache})
 				if err != nil {
 					return err
 				}

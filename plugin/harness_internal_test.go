@@ -1,4 +1,4 @@
-package harness
+package main
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func TestRestrictedPhases(t *testing.T) {
 		name    string
 		module  string
 		refused string
-		start   bool // the refusal comes in StartPlugin, not New
+		start   bool // the refusal comes in StartPlugin, not newHost
 	}{
 		{"call during _initialize", "initcall", "env.proxy_set_tick_period_milliseconds during _initialize", false},
 		{"call during allocation", "alloccall", "env.proxy_set_tick_period_milliseconds during proxy_on_memory_allocate", true},
@@ -55,7 +55,7 @@ func TestRestrictedPhases(t *testing.T) {
 			}
 			defer cache.Close(ctx)
 			run := func(lenient bool) (*Host, error) {
-				h, err := New(ctx, wasm, Config{Lenient: lenient, Cache: cache})
+				h, err := newHost(ctx, wasm, hostConfig{Lenient: lenient, Cache: cache})
 				if err != nil || !tc.start {
 					return h, err
 				}

@@ -1,10 +1,4 @@
-// Package storetest is the conformance suite every datastore.Store
-// implementation must pass.
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) datastore.Store { ... a fresh, empty store ... })
-//	}
-package storetest
+package datastore_test
 
 import (
 	"bytes"
@@ -22,11 +16,16 @@ import (
 	"github.com/nexuspdp/nexus/defaults/drive"
 )
 
-// Opener returns a fresh, empty store; the suite closes it.
-type Opener func(t *testing.T) datastore.Store
+// storeOpener returns a fresh, empty store; the suite closes it.
+type storeOpener func(t *testing.T) datastore.Store
 
-// Run runs the suite.
-func Run(t *testing.T, open Opener) {
+// runConformance is the conformance suite every datastore.Store
+// implementation must pass, run on the stores open returns:
+//
+//	func TestConformance(t *testing.T) {
+//		runConformance(t, func(t *testing.T) datastore.Store { ... a fresh, empty store ... })
+//	}
+func runConformance(t *testing.T, open storeOpener) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s datastore.Store)
