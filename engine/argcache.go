@@ -36,6 +36,11 @@ func (c *argCache) term(m []byte, p uint32, read func() (*ast.Term, error)) (*as
 	if !ok {
 		return read()
 	}
+	return c.termKeyed(key, read)
+}
+
+// termKeyed is term for a value whose key (argKey) is known.
+func (c *argCache) termKeyed(key []byte, read func() (*ast.Term, error)) (*ast.Term, error) {
 	if t, hit := c.terms[string(key)]; hit {
 		return t, nil
 	}
@@ -148,21 +153,30 @@ const (
 type resultMemo struct {
 	results map[string]*ast.Term // nil: the call was undefined
 	key     []byte
+	// bounds[i] and bounds[i+1] delimit argument i's key (argKey) in key,
+	// after the builtin's id.
+	bounds [5]int
 }
 
 // memoKey appends the key of a call of builtin id with args to the memo's
-// buffer; false when an argument cannot be keyed (argKey).
+// buffer; false when an argument cannot be keyed (argKey). After a true,
+// argKey(i) is argument i's own key.
 func (c *resultMemo) memoKey(m []byte, id uint32, args []uint32) ([]byte, bool) {
 	key := binary.AppendUvarint(c.key[:0], uint64(id))
+	c.bounds[0] = len(key)
 	ok := true
-	for _, a := range args {
+	for i, a := range args {
 		if key, ok = argKey(key, m, a); !ok {
 			break
 		}
+		c.bounds[i+1] = len(key)
 	}
 	c.key = key
 	return key, ok
 }
+
+// argKey is argument i's key in the last key memoKey made.
+func (c *resultMemo) argKey(i int) []byte { return c.key[c.bounds[i]:c.bounds[i+1]] }
 
 func (c *resultMemo) get(key []byte) (*ast.Term, bool) {
 	t, ok := c.results[string(key)]

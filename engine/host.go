@@ -182,7 +182,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		}, hb.name)
 		return addr
 	case kindGeneric:
-		terms := in.termArgs(ctx, hb, args, false)
+		terms := in.termArgs(ctx, hb, args, false, nil)
 		out, err := hb.generic(ctx, terms)
 		if err != nil {
 			panic(&builtinPanic{name: hb.name, err: err})
@@ -202,7 +202,11 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 				}
 			}
 		}
-		terms := in.termArgs(ctx, hb, args, true)
+		keyed := &in.memo
+		if !memo {
+			keyed = nil
+		}
+		terms := in.termArgs(ctx, hb, args, true, keyed)
 		if in.bstate == nil {
 			in.bstate = &builtinState{}
 		}
@@ -246,7 +250,9 @@ func (in *instance) topdownResult(ctx context.Context, hb *hostBuiltin, t *ast.T
 // termArgs reads a builtin's arguments as terms; with cached, small ones
 // come from the instance's cache of terms read before (argCache), which
 // only OPA's own builtins, which leave their operands as they are, get.
-func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32, cached bool) []*ast.Term {
+// keyed, if not nil, holds the arguments' keys already worked out for the
+// call (resultMemo.memoKey).
+func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32, cached bool, keyed *resultMemo) []*ast.Term {
 	terms := make([]*ast.Term, len(args))
 	var m []byte
 	if cached {
@@ -255,9 +261,12 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 	for i, a := range args {
 		var t *ast.Term
 		var err error
-		if m != nil {
+		switch {
+		case keyed != nil:
+			t, err = in.args.termKeyed(keyed.argKey(i), func() (*ast.Term, error) { return in.readTerm(a, 0) })
+		case m != nil:
 			t, err = in.args.term(m, a, func() (*ast.Term, error) { return in.readTerm(a, 0) })
-		} else {
+		default:
 			t, err = in.readTerm(a, 0)
 		}
 		if err == nil {

@@ -76,7 +76,7 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src i
 		w    *ValueWriter
 	)
 	if v := src.input; v != nil {
-		if !v.ready {
+		if len(v.a.b) == 0 {
 			v.Writer() // the zero Input: no input
 		}
 		a, ctxp, w = &v.a, v.ctxp, &v.w
@@ -114,8 +114,6 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src i
 	}
 	if has {
 		a.ptr(ctxp, a.base+root.addr) // an Input evaluated before is relocated
-	} else {
-		a.ptr(ctxp, 0)
 	}
 	a.u32(ctxp+4, p.dataAddr) // an address in the snapshot: not relocated
 	a.u32(ctxp+12, uint32(id))

@@ -14,10 +14,9 @@ import (
 // it; the zero Input holds no input. An Input is not safe for concurrent
 // use.
 type Input struct {
-	a     arena
-	w     ValueWriter
-	ctxp  uint32 // the eval context, the arena's first block
-	ready bool
+	a    arena // empty until Writer is first called
+	w    ValueWriter
+	ctxp uint32 // the eval context, the arena's first block
 }
 
 // Writer empties in and returns the writer of its value, valid until the
@@ -26,7 +25,6 @@ func (in *Input) Writer() *ValueWriter {
 	in.a.reset()
 	in.ctxp = in.a.alloc(sizeCtx)
 	in.w.reset(&in.a)
-	in.ready = true
 	return &in.w
 }
 

@@ -202,22 +202,19 @@ func (b *builder) uint(v uint64) {
 // double writes a double as OPA holds a Go float64 (strconv's shortest
 // 'g' form), or, for NaN and the infinities, as the strings structpb
 // turns them into.
-func (b *builder) double(f float64) {
-	if nonFinite(f) {
-		b.nonFinite(f)
-		return
-	}
-	b.tmp = strconv.AppendFloat(b.tmp[:0], f, 'g', -1, 64)
-	b.w.Number(b.scratch())
-}
+func (b *builder) double(f float64) { b.float(f, 'g', 64) }
 
 // float32 writes a float as the shortest decimal of its 32 bits.
-func (b *builder) float32(f float64) {
+func (b *builder) float32(f float64) { b.float(f, 'f', 32) }
+
+// float writes f as the shortest decimal of its bits in format fmt, or,
+// for NaN and the infinities, as the strings structpb turns them into.
+func (b *builder) float(f float64, fmt byte, bits int) {
 	if nonFinite(f) {
 		b.nonFinite(f)
 		return
 	}
-	b.tmp = strconv.AppendFloat(b.tmp[:0], f, 'f', -1, 32)
+	b.tmp = strconv.AppendFloat(b.tmp[:0], f, fmt, -1, bits)
 	b.w.Number(b.scratch())
 }
 
