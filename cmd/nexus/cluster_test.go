@@ -21,6 +21,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/defaults/demo"
 	"github.com/nexuspdp/nexus/defaults/drive"
+	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/natstest"
 	"github.com/nexuspdp/nexus/pdp"
 )
@@ -30,28 +31,10 @@ const (
 	testAppKey     = "cluster-test-app-key"
 )
 
-// syncBuf is the log of one serve run.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serving is one `nexus serve` run inside the test process.
 type serving struct {
 	admin, http string
-	log         *syncBuf
+	log         *fixture.SyncBuffer // the serve run's log
 	cancel      context.CancelFunc
 	done        chan error
 	stopped     sync.Once
@@ -63,7 +46,7 @@ type serving struct {
 // /readyz and reads their addresses from the log.
 func serve(t *testing.T, dataDir string, args ...string) *serving {
 	t.Helper()
-	s := &serving{log: &syncBuf{}, done: make(chan error, 1)}
+	s := &serving{log: &fixture.SyncBuffer{}, done: make(chan error, 1)}
 	cmd := newServeCmd()
 	cmd.SetArgs(append([]string{
 		"--data-dir", dataDir, "--grpc-addr", "-", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
