@@ -289,7 +289,7 @@ func build(ctx context.Context, opts Options, files []opabundle.ModuleFile, caps
 	for i, f := range files {
 		parsed[i] = f.Parsed
 	}
-	aliased := aliasHostBuiltins(parsed)
+	aliased := hoistInputRefs(aliasHostBuiltins(parsed))
 	files = slices.Clone(files)
 	for i := range files {
 		files[i].Parsed = aliased[i]

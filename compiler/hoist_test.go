@@ -1,0 +1,128 @@
+package compiler
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// TestHoistInputRefs pins where the compiler binds a prefix of input to a
+// variable and which uses read through it; the differential corpus
+// (engine/testdata/corpus/hoisting.yaml) holds the answers to OPA's.
+func TestHoistInputRefs(t *testing.T) {
+	cases := []struct {
+		name, src string
+		want      []string // rule bodies after the rewrite, in order
+		heads     []string // rule values, when the case checks them
+	}{{
+		name: "loop over a table",
+		src: `package p
+import input.attributes.request.http
+allow if {
+	some route in data.routes
+	http.method in route.methods
+	glob.match(route.pattern, ["/"], http.path)
+}`,
+		want: []string{`assign(__nexus_in1__, input.attributes.request.http); assign(__nexus_in0__, __nexus_in1__.method); some route in data.routes; internal.member_2(__nexus_in0__, route.methods); glob.match(route.pattern, ["/"], __nexus_in1__.path)`},
+	}, {
+		name: "not before an expression that can fail with an error",
+		src: `package p
+x := 1
+allow if {
+	y := x
+	some r in data.rs
+	input.a.b == r
+	input.a.c == y
+}`,
+		want: []string{`true`, `assign(y, x); assign(__nexus_in0__, input.a.b); assign(__nexus_in1__, input.a.c); some r in data.rs; equal(__nexus_in0__, r); equal(__nexus_in1__, y)`},
+	}, {
+		name: "a table that a rule defines is not plain",
+		src: `package p
+rs contains 1
+allow if {
+	some r in data.p.rs
+	input.a.b == r
+}`,
+		want: []string{`true`, `some r in data.p.rs; equal(input.a.b, r)`},
+	}, {
+		name: "one use outside a loop is left",
+		src: `package p
+allow if input.a.b.c == 1`,
+		want: []string{`equal(input.a.b.c, 1)`},
+	}, {
+		name: "only calls read it",
+		src: `package p
+allow if {
+	some r in data.rs
+	startswith(input.a.b, r)
+}`,
+		want: []string{`some r in data.rs; startswith(input.a.b, r)`},
+	}, {
+		name: "with, and a use before the first safe reading, keep their references",
+		src: `package p
+q if input.a.b == 1
+allow if {
+	some r in data.rs
+	startswith(input.a.c, "x")
+	input.a.b == r
+	q with input as {"a": {"b": r}}
+	not input.a.c == r
+	input.a.b != 7
+}`,
+		want: []string{`equal(input.a.b, 1)`, `some r in data.rs; startswith(input.a.c, "x"); assign(__nexus_in0__, input.a.b); equal(__nexus_in0__, r); q with input as {"a": {"b": r}}; not equal(input.a.c, r); neq(__nexus_in0__, 7)`},
+	}, {
+		name: "negation after the binding reads through it",
+		src: `package p
+allow if {
+	some r in data.rs
+	input.a.b == r
+	not input.a.c == r
+}`,
+		want: []string{`assign(__nexus_in1__, input.a); assign(__nexus_in0__, __nexus_in1__.b); some r in data.rs; equal(__nexus_in0__, r); not equal(__nexus_in1__.c, r)`},
+	}, {
+		name: "a declared import or input is left in that rule",
+		src: `package p
+import input.req
+a if {
+	some req in data.reqs
+	some r in data.rs
+	req.v == r
+}
+b if {
+	some input in data.reqs
+	some r in data.rs
+	input.v == r
+}`,
+		want: []string{`some req in data.reqs; some r in data.rs; equal(req.v, r)`, `some input in data.reqs; some r in data.rs; equal(input.v, r)`},
+	}, {
+		name: "comprehension and every bodies are bodies",
+		src: `package p
+xs := [r | some r in data.rs; some s in data.ss; input.a.b != s] if true
+ok if every r in data.rs { some s in data.ss; input.a.b != s }`,
+		want:  []string{`true`, `every r in data.rs { assign(__nexus_in1__, input.a.b); some s in data.ss; neq(__nexus_in1__, s) }`},
+		heads: []string{`[r | assign(__nexus_in0__, input.a.b); some r in data.rs; some s in data.ss; neq(__nexus_in0__, s)]`, `true`},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := ast.MustParseModuleWithOpts(c.src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+			out := hoistInputRefs([]*ast.Module{m})[0]
+			if len(out.Rules) != len(c.want) {
+				t.Fatalf("%d rules, want %d", len(out.Rules), len(c.want))
+			}
+			for i, r := range out.Rules {
+				if got := r.Body.String(); got != c.want[i] {
+					t.Errorf("rule %d:\n got %s\nwant %s", i, got, c.want[i])
+				}
+				if c.heads != nil {
+					if got := r.Head.Value.String(); got != c.heads[i] {
+						t.Errorf("rule %d value:\n got %s\nwant %s", i, got, c.heads[i])
+					}
+				}
+			}
+			if strings.Contains(m.String(), hoistPrefix) {
+				t.Error("the rewrite changed its input module")
+			}
+		})
+	}
+}
