@@ -74,19 +74,82 @@ func jwtCached(name string, f topdown.BuiltinFunc) topdown.BuiltinFunc {
 	return f
 }
 
-// jwtKeyOf hashes parts (the builtin's name, the token and the other
-// argument's material), each prefixed by its length.
-func jwtKeyOf(parts ...string) jwtKey {
-	h := sha256.New()
-	var n [8]byte
-	for _, s := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
+// jwtKeyOf hashes the builtin's name, the token and the other argument's
+// material (the key, or the constraints but "time"), each value written
+// with its type and length, so that two calls share a key only if their
+// material is the same; false when the material holds something that is
+// not a value.
+func jwtKeyOf(name string, token ast.String, other ast.Value) (jwtKey, bool) {
+	bp := jwtKeyBufs.Get().(*[]byte)
+	defer jwtKeyBufs.Put(bp)
+	b := binary.AppendUvarint((*bp)[:0], uint64(len(name)))
+	b = append(b, name...)
+	b, ok := appendValueKey(b, token)
+	if obj, isObj := other.(ast.Object); isObj && name == ast.JWTDecodeVerify.Name {
+		n := obj.Len()
+		if obj.Get(ast.InternedTerm("time")) != nil {
+			n--
+		}
+		b = binary.AppendUvarint(append(b, 'O'), uint64(n))
+		obj.Foreach(func(k, v *ast.Term) {
+			if s, isStr := k.Value.(ast.String); ok && !(isStr && s == "time") {
+				if b, ok = appendValueKey(b, k.Value); ok {
+					b, ok = appendValueKey(b, v.Value)
+				}
+			}
+		})
+	} else if ok {
+		b, ok = appendValueKey(b, other)
 	}
-	var k jwtKey
-	h.Sum(k[:0])
-	return k
+	*bp = b
+	if !ok {
+		return jwtKey{}, false
+	}
+	return sha256.Sum256(b), true
+}
+
+var jwtKeyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// appendValueKey appends v with its type and length (an object's entries
+// in key order); false for anything but a value.
+func appendValueKey(b []byte, v ast.Value) ([]byte, bool) {
+	ok := true
+	switch x := v.(type) {
+	case ast.Null:
+		b = append(b, 'n')
+	case ast.Boolean:
+		if x {
+			b = append(b, 't')
+		} else {
+			b = append(b, 'f')
+		}
+	case ast.Number:
+		b = append(binary.AppendUvarint(append(b, 'N'), uint64(len(x))), x...)
+	case ast.String:
+		b = append(binary.AppendUvarint(append(b, 'S'), uint64(len(x))), x...)
+	case *ast.Array:
+		b = binary.AppendUvarint(append(b, 'A'), uint64(x.Len()))
+		for i := 0; i < x.Len() && ok; i++ {
+			b, ok = appendValueKey(b, x.Elem(i).Value)
+		}
+	case ast.Object:
+		b = binary.AppendUvarint(append(b, 'O'), uint64(x.Len()))
+		x.Foreach(func(k, e *ast.Term) {
+			if ok {
+				if b, ok = appendValueKey(b, k.Value); ok {
+					b, ok = appendValueKey(b, e.Value)
+				}
+			}
+		})
+	case ast.Set:
+		b = binary.AppendUvarint(append(b, 'E'), uint64(x.Len()))
+		for i, es := 0, x.Sorted(); i < es.Len() && ok; i++ {
+			b, ok = appendValueKey(b, es.Elem(i).Value)
+		}
+	default:
+		return b, false
+	}
+	return b, ok
 }
 
 func verifyCached(name string, bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error, f topdown.BuiltinFunc) error {
@@ -98,7 +161,7 @@ func verifyCached(name string, bctx topdown.BuiltinContext, ops []*ast.Term, ite
 	if !ok1 || !ok2 || len(token) > jwtMaxToken {
 		return f(bctx, ops, iter)
 	}
-	k := jwtKeyOf(name, string(token), string(key))
+	k, _ := jwtKeyOf(name, token, key) // a string is a value
 	c := jwtCacheGet()
 	if _, ok := c.GetIfPresent(k); ok {
 		return iter(ast.InternedTerm(true))
@@ -130,17 +193,10 @@ func decodeVerifyCached(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(
 	if !ok {
 		return f(bctx, ops, iter)
 	}
-	// The constraints but "time", each key and value in Rego's syntax:
-	// the same material writes the same text, and the text reads back
-	// as the material.
-	parts := []string{ast.JWTDecodeVerify.Name, string(token)}
-	for _, ck := range cons.Keys() {
-		if s, ok := ck.Value.(ast.String); ok && s == "time" {
-			continue
-		}
-		parts = append(parts, ck.String(), cons.Get(ck).String())
+	k, ok := jwtKeyOf(ast.JWTDecodeVerify.Name, token, cons)
+	if !ok {
+		return f(bctx, ops, iter)
 	}
-	k := jwtKeyOf(parts...)
 	c := jwtCacheGet()
 	if e, ok := c.GetIfPresent(k); ok {
 		if !jwtCurrent(e.payload.Value.(ast.Object), now) {

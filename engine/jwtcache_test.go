@@ -295,3 +295,46 @@ func TestCompareSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestJWTKeyOf checks that two calls share a cache key only when their
+// material is the same, whatever the evaluation's time.
+func TestJWTKeyOf(t *testing.T) {
+	dv := ast.JWTDecodeVerify.Name
+	key := func(name, token, other string) jwtKey {
+		t.Helper()
+		k, ok := jwtKeyOf(name, ast.String(token), ast.MustParseTerm(other).Value)
+		if !ok {
+			t.Fatalf("%s %s %s: no key", name, token, other)
+		}
+		return k
+	}
+	same := [][2]jwtKey{
+		{key(dv, "t", `{"cert": "k", "aud": "a"}`), key(dv, "t", `{"aud": "a", "cert": "k"}`)},
+		{key(dv, "t", `{"cert": "k"}`), key(dv, "t", `{"cert": "k", "time": 5}`)},
+		{key(dv, "t", `{"cert": {"keys": {1, 2}}}`), key(dv, "t", `{"cert": {"keys": {2, 1}}}`)},
+	}
+	for i, p := range same {
+		if p[0] != p[1] {
+			t.Errorf("same material %d: different keys", i)
+		}
+	}
+	differ := [][2]jwtKey{
+		{key("io.jwt.verify_hs256", "ab", `"c"`), key("io.jwt.verify_hs256", "a", `"bc"`)},
+		{key("io.jwt.verify_hs256", "t", `"k"`), key("io.jwt.verify_hs512", "t", `"k"`)},
+		{key(dv, "t", `{"cert": "k"}`), key(dv, "t", `{"secret": "k"}`)},
+		{key(dv, "t", `{"cert": "k"}`), key(dv, "t", `{"cert": ["k"]}`)},
+		{key(dv, "t", `{"aud": "1"}`), key(dv, "t", `{"aud": 1}`)},
+		{key(dv, "t", `{"aud": null}`), key(dv, "t", `{"aud": false}`)},
+		{key(dv, "t", `{"cert": "k"}`), key(dv, "t", `{"cert": "k", "iss": "i"}`)},
+		{key(dv, "t", `{"cert": "k", "time": 5}`), key(dv, "t", `{"cert": "k", "time": 5, "x": 1}`)},
+		{key(dv, "t", `{"a": ["b", "c"]}`), key(dv, "t", `{"a": ["bc"]}`)},
+	}
+	for i, p := range differ {
+		if p[0] == p[1] {
+			t.Errorf("different material %d: one key", i)
+		}
+	}
+	if _, ok := jwtKeyOf(dv, "t", ast.MustParseTerm(`{"cert": x}`).Value); ok {
+		t.Error("a variable in the constraints has a key")
+	}
+}
