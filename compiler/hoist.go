@@ -20,12 +20,14 @@ import (
 // writing `http := input.attributes.request.http` first. The answer stays
 // OPA's:
 //   - The binding goes in front of the first expression that reads the
-//     prefix and cannot raise an error (comparisons, membership,
-//     unification and `some ... in`, over constants, local variables,
-//     input and data that no rule defines), and it moves further up only
-//     past expressions of that kind. When the prefix is undefined the body
-//     fails there instead of at that first reading, after the same
-//     expressions and without skipping one that could fail with an error.
+//     prefix and is undefined, without an error, when the prefix is: its
+//     operands are constants, local variables, input and data that no
+//     rule defines, and a call in it is made only once they are defined.
+//     It moves further up only past expressions that cannot fail with an
+//     error (comparisons, membership, unification and `some ... in` over
+//     such operands). When the prefix is undefined the body fails there
+//     instead of at that first reading, after the same expressions and
+//     without skipping one that could fail with an error.
 //   - Uses in expressions with `with` keep their reference (they read
 //     another input), and so do uses before the binding.
 //   - An import or `input` that a rule declares again as a variable (a
@@ -247,11 +249,12 @@ func (h *hoister) body(body ast.Body) ast.Body {
 			}
 		})
 	}
-	// A prefix's anchor is the first expression that reads it and cannot
-	// fail with an error: if the prefix is undefined, the body fails there.
+	// A prefix's anchor is the first expression that reads it and is
+	// undefined without an error when it is: if the prefix is undefined,
+	// the body fails there.
 	anchors := map[string]int{}
 	for _, u := range uses {
-		if !h.errorFree(body[u.expr]) {
+		if !h.anchors(body[u.expr]) {
 			continue
 		}
 		for n := 2; n <= u.ground; n++ {
@@ -402,11 +405,11 @@ func through(v ast.Var, rest ast.Ref) ast.Value {
 	return append(ast.Ref{ast.VarTerm(string(v))}, rest...)
 }
 
-// errorFree reports whether e cannot fail with an error and is undefined
-// when a reference it reads is: a comparison, a membership test, a
-// unification or a `some ... in` over constants, local variables, input
-// and data no rule defines.
-func (h *hoister) errorFree(e *ast.Expr) bool {
+// anchors reports whether e is undefined, without an error, when a
+// reference it reads is: its operands read values only, and a call (which
+// may fail) is made only once they are all defined. Not a negation, an
+// expression with `with`, or print (which prints undefined operands).
+func (h *hoister) anchors(e *ast.Expr) bool {
 	if e.Negated || len(e.With) > 0 {
 		return false
 	}
@@ -414,7 +417,7 @@ func (h *hoister) errorFree(e *ast.Expr) bool {
 	case *ast.Term:
 		return h.plain(t)
 	case []*ast.Term:
-		return len(t) > 0 && hoistOps[e.Operator().String()] && h.allPlain(t[1:])
+		return len(t) > 0 && !e.Operator().Equal(ast.Print.Ref()) && h.allPlain(t[1:])
 	case *ast.SomeDecl:
 		for _, s := range t.Symbols {
 			switch v := s.Value.(type) {
@@ -430,6 +433,18 @@ func (h *hoister) errorFree(e *ast.Expr) bool {
 		return true
 	}
 	return false
+}
+
+// errorFree reports whether e cannot fail with an error: it anchors, and
+// it is a comparison, a membership test, a unification or a `some ... in`.
+func (h *hoister) errorFree(e *ast.Expr) bool {
+	if !h.anchors(e) {
+		return false
+	}
+	if _, ok := e.Terms.([]*ast.Term); ok {
+		return hoistOps[e.Operator().String()]
+	}
+	return true
 }
 
 func (h *hoister) allPlain(ts []*ast.Term) bool {

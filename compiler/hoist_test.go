@@ -24,7 +24,7 @@ allow if {
 	http.method in route.methods
 	glob.match(route.pattern, ["/"], http.path)
 }`,
-		want: []string{`assign(__nexus_in1__, input.attributes.request.http); assign(__nexus_in0__, __nexus_in1__.method); some route in data.routes; internal.member_2(__nexus_in0__, route.methods); glob.match(route.pattern, ["/"], __nexus_in1__.path)`},
+		want: []string{`assign(__nexus_in2__, input.attributes.request.http); assign(__nexus_in0__, __nexus_in2__.method); assign(__nexus_in1__, __nexus_in2__.path); some route in data.routes; internal.member_2(__nexus_in0__, route.methods); glob.match(route.pattern, ["/"], __nexus_in1__)`},
 	}, {
 		name: "not before an expression that can fail with an error",
 		src: `package p
@@ -51,26 +51,30 @@ allow if {
 allow if input.a.b.c == 1`,
 		want: []string{`equal(input.a.b.c, 1)`},
 	}, {
-		name: "only calls read it",
+		name: "a call over values anchors it, a call over a call does not",
 		src: `package p
-allow if {
+a if {
 	some r in data.rs
 	startswith(input.a.b, r)
+}
+b if {
+	some r in data.rs
+	startswith(lower(input.a.b), r)
 }`,
-		want: []string{`some r in data.rs; startswith(input.a.b, r)`},
+		want: []string{`assign(__nexus_in0__, input.a.b); some r in data.rs; startswith(__nexus_in0__, r)`, `some r in data.rs; startswith(lower(input.a.b), r)`},
 	}, {
 		name: "with, and a use before the first safe reading, keep their references",
 		src: `package p
 q if input.a.b == 1
 allow if {
 	some r in data.rs
-	startswith(input.a.c, "x")
+	startswith(lower(input.a.c), "x")
 	input.a.b == r
 	q with input as {"a": {"b": r}}
 	not input.a.c == r
 	input.a.b != 7
 }`,
-		want: []string{`equal(input.a.b, 1)`, `some r in data.rs; startswith(input.a.c, "x"); assign(__nexus_in0__, input.a.b); equal(__nexus_in0__, r); q with input as {"a": {"b": r}}; not equal(input.a.c, r); neq(__nexus_in0__, 7)`},
+		want: []string{`equal(input.a.b, 1)`, `some r in data.rs; startswith(lower(input.a.c), "x"); assign(__nexus_in0__, input.a.b); equal(__nexus_in0__, r); q with input as {"a": {"b": r}}; not equal(input.a.c, r); neq(__nexus_in0__, 7)`},
 	}, {
 		name: "negation after the binding reads through it",
 		src: `package p
