@@ -90,7 +90,7 @@ func aliasHostBuiltins(mods []*ast.Module) []*ast.Module {
 	out := make([]*ast.Module, len(mods))
 	for i, m := range mods {
 		if shadows(m) {
-			out[i] = m // json or concat names something of the policy's here
+			out[i] = m // json, concat, glob or split names something of the policy's here
 			continue
 		}
 		m = m.Copy()
@@ -112,11 +112,22 @@ func aliasHostBuiltins(mods []*ast.Module) []*ast.Module {
 	return out
 }
 
-// shadows reports whether m binds json or concat itself, by an import
-// (import data.lib as json) or a rule: its calls then may name the
-// policy's own functions, which keep their names.
+// aliasRoots are the first names of the builtins the host runs (json,
+// concat, glob, split).
+var aliasRoots = func() map[ast.Var]bool {
+	m := map[ast.Var]bool{}
+	for _, name := range bundle.OPAHostAliases {
+		m[ast.Var(strings.SplitN(name, ".", 2)[0])] = true
+	}
+	return m
+}()
+
+// shadows reports whether m binds the first name of a builtin the host
+// runs itself, by an import (import data.lib as glob) or a rule (a
+// function split): its calls then may name the policy's own functions,
+// which keep their names.
 func shadows(m *ast.Module) bool {
-	bound := func(v ast.Var) bool { return v == "json" || v == "concat" }
+	bound := func(v ast.Var) bool { return aliasRoots[v] }
 	for _, imp := range m.Imports {
 		if bound(imp.Name()) {
 			return true

@@ -58,14 +58,20 @@ fake(_, _) := "faked"
 	if got := mods[0].String(); !strings.Contains(got, `x := concat(",", input.list)`) {
 		t.Errorf("concat aliased although a module replaces it:\n%s", got)
 	}
-	// A module whose own names are json or concat keeps its calls.
+	// A module whose own names are json, concat, glob or split keeps its
+	// calls.
 	for _, src := range []string{
 		"package e\nimport data.lib as json\nx := json.marshal(input)\n",
 		"package f\nconcat(a, b) := a\nx := concat(1, input.s)\n",
+		"package g\nimport data.lib as glob\nx := glob.match(input.s, [], input.t)\n",
+		"package h\nsplit(a, b) := [a, b]\nx := split(input.s, \" \")\n",
 	} {
 		got := aliasHostBuiltins([]*ast.Module{parse(src)})[0].String()
 		if strings.Contains(got, "nexus.internal") {
-			t.Errorf("a module's own json or concat renamed:\n%s", got)
+			t.Errorf("a module's own name renamed:\n%s", got)
 		}
+	}
+	if got := aliasHostBuiltins([]*ast.Module{parse("package i\nx := split(input.s, \" \")\n")})[0].String(); !strings.Contains(got, "nexus.internal.split(input.s") {
+		t.Errorf("split not run by the host:\n%s", got)
 	}
 }
