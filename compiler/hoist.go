@@ -219,12 +219,13 @@ type hoistUse struct {
 	ground int
 }
 
-// hoistBinding is a variable bound to a prefix of input before expression
-// at.
+// hoistBinding is a variable bound before expression at to a prefix of
+// input, or to a constant array, object or set.
 type hoistBinding struct {
-	at     int
-	prefix ast.Ref
-	name   ast.Var
+	at       int
+	prefix   ast.Ref
+	constant *ast.Term
+	name     ast.Var
 }
 
 func (h *hoister) body(body ast.Body) ast.Body {
@@ -312,6 +313,25 @@ func (h *hoister) body(body ast.Body) ast.Body {
 			u.term.Value = through(b.name, u.full[len(g.prefix):])
 		}
 	}
+	// Constant arrays, objects and sets that a loop reads are built once,
+	// in front of the body, not once per iteration (glob.match's ["/"]).
+	consts := map[string]ast.Var{}
+	looped := false
+	for _, e := range body {
+		if looped && len(e.With) == 0 {
+			constants(e, func(t *ast.Term) {
+				k := t.String()
+				v, ok := consts[k]
+				if !ok {
+					v = h.fresh()
+					consts[k] = v
+					bound = append(bound, hoistBinding{constant: ast.NewTerm(t.Value), name: v})
+				}
+				t.Value = v
+			})
+		}
+		looped = looped || iterates(e)
+	}
 	if len(bound) == 0 {
 		return body
 	}
@@ -348,6 +368,9 @@ func (h *hoister) body(body ast.Body) ast.Body {
 		for ; next < len(bound) && bound[next].at == i; next++ {
 			b := bound[next]
 			var value ast.Value = b.prefix
+			if b.constant != nil {
+				value = b.constant.Value
+			}
 			via := 0
 			for _, o := range bound[:next] {
 				if len(o.prefix) > via && len(o.prefix) < len(b.prefix) && o.prefix.Equal(b.prefix[:len(o.prefix)]) {
@@ -504,7 +527,7 @@ func (h *hoister) plain(t *ast.Term) bool {
 // variable matching any key.
 func overlaps(ref, path ast.Ref) bool {
 	for i := 1; i < len(ref) && i < len(path); i++ {
-		if !ref[i].IsGround() || !path[i].IsGround() {
+		if !constant(ref[i].Value) || !constant(path[i].Value) {
 			return true
 		}
 		if !ref[i].Equal(path[i]) {
@@ -512,6 +535,51 @@ func overlaps(ref, path ast.Ref) bool {
 		}
 	}
 	return true
+}
+
+// constants calls f for each constant array, object or set in e (not
+// within another), outside comprehensions and every bodies.
+func constants(e *ast.Expr, f func(*ast.Term)) {
+	ast.NewGenericVisitor(func(x any) bool {
+		switch t := x.(type) {
+		case *ast.ArrayComprehension, *ast.SetComprehension, *ast.ObjectComprehension, *ast.Every:
+			return true
+		case *ast.Term:
+			switch v := t.Value.(type) {
+			case *ast.Array, ast.Object, ast.Set:
+				if v.(interface{ Len() int }).Len() > 0 && constant(v) {
+					f(t)
+					return true
+				}
+			}
+		}
+		return false
+	}).Walk(e)
+}
+
+// constant reports whether v is made of scalars only (OPA's IsGround also
+// holds for a reference from a variable, r.kind).
+func constant(v ast.Value) bool {
+	switch x := v.(type) {
+	case ast.Null, ast.Boolean, ast.Number, ast.String:
+		return true
+	case *ast.Array:
+		for i := range x.Len() {
+			if !constant(x.Elem(i).Value) {
+				return false
+			}
+		}
+		return true
+	case ast.Object:
+		ok := true
+		x.Foreach(func(k, e *ast.Term) { ok = ok && constant(k.Value) && constant(e.Value) })
+		return ok
+	case ast.Set:
+		ok := true
+		x.Foreach(func(e *ast.Term) { ok = ok && constant(e.Value) })
+		return ok
+	}
+	return false
 }
 
 // iterates reports whether e may bind its variables more than once: a

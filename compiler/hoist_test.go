@@ -24,7 +24,7 @@ allow if {
 	http.method in route.methods
 	glob.match(route.pattern, ["/"], http.path)
 }`,
-		want: []string{`assign(__nexus_in2__, input.attributes.request.http); assign(__nexus_in0__, __nexus_in2__.method); assign(__nexus_in1__, __nexus_in2__.path); some route in data.routes; internal.member_2(__nexus_in0__, route.methods); glob.match(route.pattern, ["/"], __nexus_in1__)`},
+		want: []string{`assign(__nexus_in2__, ["/"]); assign(__nexus_in3__, input.attributes.request.http); assign(__nexus_in0__, __nexus_in3__.method); assign(__nexus_in1__, __nexus_in3__.path); some route in data.routes; internal.member_2(__nexus_in0__, route.methods); glob.match(route.pattern, __nexus_in2__, __nexus_in1__)`},
 	}, {
 		name: "not before an expression that can fail with an error",
 		src: `package p
@@ -45,6 +45,16 @@ allow if {
 	input.a.b == r
 }`,
 		want: []string{`true`, `some r in data.p.rs; equal(input.a.b, r)`},
+	}, {
+		name: "a key read from input may name a rule",
+		src: `package p
+rs contains 1
+allow if {
+	some r in data.rs
+	x := data.p[input.k]
+	input.a.b == r
+}`,
+		want: []string{`true`, `some r in data.rs; assign(x, data.p[input.k]); equal(input.a.b, r)`},
 	}, {
 		name: "one use outside a loop is left",
 		src: `package p
@@ -99,6 +109,19 @@ b if {
 	input.v == r
 }`,
 		want: []string{`some req in data.reqs; some r in data.rs; equal(req.v, r)`, `some input in data.reqs; some r in data.rs; equal(input.v, r)`},
+	}, {
+		name: "constants a loop reads are built once",
+		src: `package p
+allow if {
+	x := ["a", "b"]
+	some r in data.rs
+	r.kind in {"GET", "HEAD"}
+	r.tags == ["a", "b"]
+	r.meta == {"k": [1, {2}]}
+	r.tags != [r.kind]
+	count([]) == 0
+}`,
+		want: []string{`assign(__nexus_in0__, {"GET", "HEAD"}); assign(__nexus_in1__, ["a", "b"]); assign(__nexus_in2__, {"k": [1, {2}]}); assign(x, ["a", "b"]); some r in data.rs; internal.member_2(r.kind, __nexus_in0__); equal(r.tags, __nexus_in1__); equal(r.meta, __nexus_in2__); neq(r.tags, [r.kind]); equal(count([]), 0)`},
 	}, {
 		name: "comprehension and every bodies are bodies",
 		src: `package p
