@@ -48,9 +48,16 @@ var hoistOps = map[string]bool{
 
 func hoistInputRefs(mods []*ast.Module) []*ast.Module {
 	var rulePaths []ast.Ref
+	// A package's rule names, over all its modules.
+	rules := map[string]map[ast.Var]bool{}
 	for _, m := range mods {
+		pkg := m.Package.Path.String()
+		if rules[pkg] == nil {
+			rules[pkg] = map[ast.Var]bool{}
+		}
 		for _, r := range m.Rules {
 			rulePaths = append(rulePaths, m.Package.Path.Extend(r.Head.Ref().GroundPrefix()))
+			rules[pkg][r.Head.Ref()[0].Value.(ast.Var)] = true
 		}
 	}
 	out := make([]*ast.Module, len(mods))
@@ -59,10 +66,7 @@ func hoistInputRefs(mods []*ast.Module) []*ast.Module {
 		if usesHoistNames(m) {
 			continue
 		}
-		h := &hoister{rulePaths: rulePaths, rules: map[ast.Var]bool{}, names: map[ast.Var]ast.Ref{}, others: map[ast.Var]bool{}}
-		for _, r := range m.Rules {
-			h.rules[ast.Var(r.Head.Ref()[0].Value.(ast.Var))] = true
-		}
+		h := &hoister{rulePaths: rulePaths, rules: rules[m.Package.Path.String()], names: map[ast.Var]ast.Ref{}, others: map[ast.Var]bool{}}
 		h.names[ast.InputRootDocument.Value.(ast.Var)] = ast.InputRootRef
 		for _, imp := range m.Imports {
 			ref, ok := imp.Path.Value.(ast.Ref)
@@ -105,7 +109,7 @@ func usesHoistNames(m *ast.Module) bool {
 
 type hoister struct {
 	rulePaths []ast.Ref
-	rules     map[ast.Var]bool    // the module's rule names
+	rules     map[ast.Var]bool    // the rule names of the module's package
 	names     map[ast.Var]ast.Ref // input and its imports, by name
 	others    map[ast.Var]bool    // other imports
 	usable    map[ast.Var]ast.Ref // names the current rule does not declare

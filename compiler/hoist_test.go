@@ -130,6 +130,13 @@ ok if every r in data.rs { some s in data.ss; input.a.b != s }`,
 		want:  []string{`true`, `every r in data.rs { assign(__nexus_in1__, input.a.b); some s in data.ss; neq(__nexus_in1__, s) }`},
 		heads: []string{`[r | assign(__nexus_in0__, input.a.b); some r in data.rs; some s in data.ss; neq(__nexus_in0__, s)]`, `true`},
 	}}
+	// A rule of the same package in another module is a rule too: the
+	// loop over it may fail with an error, so the binding stays below it.
+	other := ast.MustParseModuleWithOpts("package p\nrs contains 1\n", ast.ParserOptions{RegoVersion: ast.RegoV1})
+	m := ast.MustParseModuleWithOpts("package p\nallow if {\n\tsome r in rs\n\tinput.a.b == r\n}", ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if got := hoistInputRefs([]*ast.Module{other, m})[1].Rules[0].Body.String(); got != `some r in rs; equal(input.a.b, r)` {
+		t.Errorf("a rule of another module read as a variable: %s", got)
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := ast.MustParseModuleWithOpts(c.src, ast.ParserOptions{RegoVersion: ast.RegoV1})
