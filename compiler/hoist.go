@@ -113,21 +113,26 @@ type hoister struct {
 	names     map[ast.Var]ast.Ref // input and its imports, by name
 	others    map[ast.Var]bool    // other imports
 	usable    map[ast.Var]ast.Ref // names the current rule does not declare
+	declared  map[ast.Var]bool    // the variables the current rule declares
 	n         int
 }
 
 func (h *hoister) rule(r *ast.Rule) {
-	declared := declaredVars(r)
+	h.declared = declaredVars(r)
 	h.usable = map[ast.Var]ast.Ref{}
 	for v, ref := range h.names {
-		if !declared[v] {
+		if !h.declared[v] {
 			h.usable[v] = ref
 		}
 	}
 	for ; r != nil; r = r.Else {
 		// Heads are left as they are; their comprehensions are bodies.
 		h.nested(r.Head)
-		r.Body = h.body(r.Body)
+		args := ast.NewVarSet()
+		for _, a := range r.Head.Args {
+			args.Update(a.Vars())
+		}
+		r.Body = h.body(r.Body, args)
 	}
 }
 
@@ -179,7 +184,10 @@ func declaredVars(r *ast.Rule) map[ast.Var]bool {
 				}
 				pattern(t.Value)
 			case []*ast.Term:
-				if e.IsAssignment() || e.IsEquality() {
+				switch {
+				case e.IsAssignment():
+					pattern(t[1])
+				case e.IsEquality():
 					for _, o := range t[1:] {
 						pattern(o)
 					}
@@ -197,16 +205,16 @@ func (h *hoister) nested(x any) {
 	ast.NewGenericVisitor(func(x any) bool {
 		switch c := x.(type) {
 		case *ast.ArrayComprehension:
-			c.Body = h.body(c.Body)
+			c.Body = h.body(c.Body, nil)
 			return true
 		case *ast.SetComprehension:
-			c.Body = h.body(c.Body)
+			c.Body = h.body(c.Body, nil)
 			return true
 		case *ast.ObjectComprehension:
-			c.Body = h.body(c.Body)
+			c.Body = h.body(c.Body, nil)
 			return true
 		case *ast.Every:
-			c.Body = h.body(c.Body)
+			c.Body = h.body(c.Body, nil)
 			return true
 		}
 		return false
@@ -232,10 +240,13 @@ type hoistBinding struct {
 	name     ast.Var
 }
 
-func (h *hoister) body(body ast.Body) ast.Body {
+func (h *hoister) body(body ast.Body, args ast.VarSet) ast.Body {
 	for _, e := range body {
 		h.nested(e)
 	}
+	inPlace := h.inPlace(body, args)
+	anchors := func(i int) bool { return inPlace[i] && h.anchors(body[i]) }
+	errorFree := func(i int) bool { return inPlace[i] && h.errorFree(body[i]) }
 	var uses []hoistUse
 	for i, e := range body {
 		if len(e.With) > 0 {
@@ -257,15 +268,15 @@ func (h *hoister) body(body ast.Body) ast.Body {
 	// A prefix's anchor is the first expression that reads it and is
 	// undefined without an error when it is: if the prefix is undefined,
 	// the body fails there.
-	anchors := map[string]int{}
+	anchorOf := map[string]int{}
 	for _, u := range uses {
-		if !h.anchors(body[u.expr]) {
+		if !anchors(u.expr) {
 			continue
 		}
 		for n := 2; n <= u.ground; n++ {
 			k := u.full[:n].String()
-			if a, ok := anchors[k]; !ok || u.expr < a {
-				anchors[k] = u.expr
+			if a, ok := anchorOf[k]; !ok || u.expr < a {
+				anchorOf[k] = u.expr
 			}
 		}
 	}
@@ -280,7 +291,7 @@ func (h *hoister) body(body ast.Body) ast.Body {
 	for _, u := range uses {
 		for n := u.ground; n >= 2; n-- {
 			k := u.full[:n].String()
-			a, ok := anchors[k]
+			a, ok := anchorOf[k]
 			if !ok || a > u.expr {
 				continue
 			}
@@ -298,7 +309,7 @@ func (h *hoister) body(body ast.Body) ast.Body {
 	for _, k := range keys {
 		g := groups[k]
 		at, last := g.anchor, g.anchor
-		for at > 0 && h.errorFree(body[at-1]) {
+		for at > 0 && errorFree(at-1) {
 			at--
 		}
 		for _, u := range g.uses {
@@ -430,6 +441,164 @@ func through(v ast.Var, rest ast.Ref) ast.Value {
 		return v
 	}
 	return append(ast.Ref{ast.VarTerm(string(v))}, rest...)
+}
+
+// inPlace reports, for each expression of body, whether OPA's compiler
+// surely evaluates it where it is written. OPA reorders a body for safety:
+// in passes over the body, it takes in order every expression whose
+// variables are bound by then, so an expression that reads a variable a
+// later expression binds moves behind the ones taken before. Here an
+// expression is in place when every variable it reads is an argument
+// (args) or bound by an expression in place before it: a subset of what
+// OPA finds bound at that point, so that the expressions in place keep
+// their order, ahead of any OPA moves. Negations, expressions with
+// `with`, every, and expressions holding a closure are never in place.
+func (h *hoister) inPlace(body ast.Body, args ast.VarSet) []bool {
+	bound := ast.NewVarSet()
+	bound.Update(args)
+	out := make([]bool, len(body))
+	for i, e := range body {
+		reads, binds, ok := h.exprVars(e, bound)
+		if ok && len(reads.Diff(bound)) == 0 {
+			out[i] = true
+			bound.Update(binds)
+		}
+	}
+	return out
+}
+
+// exprVars are the local variables e reads and those it binds, given the
+// variables bound before it; false when this cannot say.
+func (h *hoister) exprVars(e *ast.Expr, bound ast.VarSet) (reads, binds ast.VarSet, ok bool) {
+	reads, binds = ast.NewVarSet(), ast.NewVarSet()
+	if e.Negated || len(e.With) > 0 {
+		return reads, binds, false
+	}
+	read := func(t *ast.Term) bool {
+		r, k, ok := h.termVars(t)
+		reads.Update(r)
+		binds.Update(k)
+		return ok
+	}
+	switch t := e.Terms.(type) {
+	case *ast.Term:
+		return reads, binds, read(t)
+	case []*ast.Term:
+		if len(t) == 3 && (e.IsAssignment() || e.IsEquality()) {
+			l, r := t[1], t[2]
+			lr, _, lok := h.termVars(l)
+			rr, _, rok := h.termVars(r)
+			switch {
+			case !lok || !rok:
+				return reads, binds, false
+			case isPattern(l) && len(rr.Diff(bound)) == 0:
+				binds.Update(l.Vars())
+				return reads, binds, read(r)
+			case e.IsEquality() && isPattern(r) && len(lr.Diff(bound)) == 0:
+				binds.Update(r.Vars())
+				return reads, binds, read(l)
+			}
+			return reads, binds, false
+		}
+		for _, o := range t[1:] {
+			if !read(o) {
+				return reads, binds, false
+			}
+		}
+		return reads, binds, true
+	case *ast.SomeDecl:
+		for _, s := range t.Symbols {
+			c, isCall := s.Value.(ast.Call)
+			if !isCall {
+				continue // some x: declares, binds nothing
+			}
+			if len(c) < 3 || !read(c[len(c)-1]) {
+				return reads, binds, false
+			}
+			for _, o := range c[1 : len(c)-1] {
+				if !isPattern(o) {
+					return reads, binds, false
+				}
+				binds.Update(o.Vars())
+			}
+		}
+		return reads, binds, true
+	}
+	return reads, binds, false
+}
+
+// termVars are the local variables t reads and those its references'
+// variable keys bind; false when t holds a closure (a comprehension).
+func (h *hoister) termVars(t *ast.Term) (reads, keys ast.VarSet, ok bool) {
+	reads, keys, ok = ast.NewVarSet(), ast.NewVarSet(), true
+	var walk func(t *ast.Term)
+	walk = func(t *ast.Term) {
+		switch v := t.Value.(type) {
+		case ast.Var:
+			if !h.global(v) {
+				reads.Add(v)
+			}
+		case ast.Ref:
+			walk(v[0])
+			for _, k := range v[1:] {
+				if kv, isVar := k.Value.(ast.Var); isVar && !h.global(kv) {
+					keys.Add(kv)
+				} else {
+					walk(k)
+				}
+			}
+		case ast.Call:
+			for _, o := range v[1:] {
+				walk(o)
+			}
+		case *ast.Array:
+			for i := range v.Len() {
+				walk(v.Elem(i))
+			}
+		case ast.Object:
+			v.Foreach(func(k, x *ast.Term) { walk(k); walk(x) })
+		case ast.Set:
+			v.Foreach(walk)
+		case *ast.ArrayComprehension, *ast.SetComprehension, *ast.ObjectComprehension:
+			ok = false
+		}
+	}
+	walk(t)
+	return reads, keys, ok
+}
+
+// global reports whether v names a document rather than a local
+// variable: input, data, an import, or a rule of the package, unless the
+// rule declares a variable of that name.
+func (h *hoister) global(v ast.Var) bool {
+	if v == ast.InputRootDocument.Value || v == ast.DefaultRootDocument.Value {
+		return true
+	}
+	if _, ok := h.usable[v]; ok {
+		return true
+	}
+	return (h.rules[v] || h.others[v]) && !h.declared[v]
+}
+
+// isPattern reports whether t can receive values: a variable, a scalar,
+// or a collection of those.
+func isPattern(t *ast.Term) bool {
+	switch v := t.Value.(type) {
+	case ast.Var, ast.Null, ast.Boolean, ast.Number, ast.String:
+		return true
+	case *ast.Array:
+		for i := range v.Len() {
+			if !isPattern(v.Elem(i)) {
+				return false
+			}
+		}
+		return true
+	case ast.Object:
+		ok := true
+		v.Foreach(func(k, x *ast.Term) { ok = ok && constant(k.Value) && isPattern(x) })
+		return ok
+	}
+	return false
 }
 
 // anchors reports whether e is undefined, without an error, when a

@@ -56,6 +56,17 @@ allow if {
 }`,
 		want: []string{`true`, `some r in data.rs; assign(x, data.p[input.k]); equal(input.a.b, r)`},
 	}, {
+		name: "an expression OPA moves for safety anchors nothing",
+		src: `package p
+r := x if some x in data.rs
+allow if {
+	input.a.b != y
+	y = data.one
+	r == 1
+	input.a.b != 5
+}`,
+		want: []string{`some x in data.rs`, `neq(input.a.b, y); y = data.one; equal(r, 1); neq(input.a.b, 5)`},
+	}, {
 		name: "one use outside a loop is left",
 		src: `package p
 allow if input.a.b.c == 1`,
