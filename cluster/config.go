@@ -142,14 +142,11 @@ func (c *Config) Validate() error {
 	case c.StreamReplicas < 0 || c.StreamReplicas > 5:
 		return fmt.Errorf("cluster: Config.StreamReplicas %d out of range 1..5", c.StreamReplicas)
 	}
-	if err := positive("MaxAge", &c.MaxAge, DefaultMaxAge); err != nil {
+	if err := orDefault("MaxAge", &c.MaxAge, DefaultMaxAge); err != nil {
 		return err
 	}
-	switch {
-	case c.MaxBytes == 0:
-		c.MaxBytes = DefaultMaxBytes
-	case c.MaxBytes < 0:
-		return fmt.Errorf("cluster: Config.MaxBytes %d is negative", c.MaxBytes)
+	if err := orDefault("MaxBytes", &c.MaxBytes, DefaultMaxBytes); err != nil {
+		return err
 	}
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = DefaultSnapshotInterval
@@ -157,22 +154,16 @@ func (c *Config) Validate() error {
 	if c.SnapshotInterval > 0 && c.SnapshotInterval > c.MaxAge/2 {
 		return fmt.Errorf("cluster: Config.SnapshotInterval %v must be at most half of MaxAge %v, or a replica could find no snapshot that reaches the stream", c.SnapshotInterval, c.MaxAge)
 	}
-	switch {
-	case c.SnapshotsKept == 0:
-		c.SnapshotsKept = DefaultSnapshotsKept
-	case c.SnapshotsKept < 0:
-		return fmt.Errorf("cluster: Config.SnapshotsKept %d is negative", c.SnapshotsKept)
-	}
-	if err := positive("WriteTimeout", &c.WriteTimeout, DefaultWriteTimeout); err != nil {
+	if err := orDefault("SnapshotsKept", &c.SnapshotsKept, DefaultSnapshotsKept); err != nil {
 		return err
 	}
-	switch {
-	case c.MaxRetries == 0:
-		c.MaxRetries = DefaultMaxRetries
-	case c.MaxRetries < 0:
-		return fmt.Errorf("cluster: Config.MaxRetries %d is negative", c.MaxRetries)
+	if err := orDefault("WriteTimeout", &c.WriteTimeout, DefaultWriteTimeout); err != nil {
+		return err
 	}
-	if err := positive("MaxWait", &c.MaxWait, DefaultMaxWait); err != nil {
+	if err := orDefault("MaxRetries", &c.MaxRetries, DefaultMaxRetries); err != nil {
+		return err
+	}
+	if err := orDefault("MaxWait", &c.MaxWait, DefaultMaxWait); err != nil {
 		return err
 	}
 	if c.Logger == nil {
@@ -181,12 +172,14 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func positive(name string, d *time.Duration, def time.Duration) error {
+// orDefault sets the field name at v to def where it is zero and rejects
+// it where it is negative.
+func orDefault[T ~int | ~int64](name string, v *T, def T) error {
 	switch {
-	case *d == 0:
-		*d = def
-	case *d < 0:
-		return fmt.Errorf("cluster: Config.%s %v is negative", name, *d)
+	case *v == 0:
+		*v = def
+	case *v < 0:
+		return fmt.Errorf("cluster: Config.%s %v is negative", name, *v)
 	}
 	return nil
 }

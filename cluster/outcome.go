@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,17 +120,10 @@ func loadSeen(ctx context.Context, store *datastore.BoltStore) (*seenTable, erro
 			t.order = append(t.order, seenKey{k, ts})
 		}
 	}
-	sortKeys(t.order)
+	// Keys added later are appended in log order; loaded ones are sorted
+	// by time.
+	slices.SortStableFunc(t.order, func(a, b seenKey) int { return cmp.Compare(a.time, b.time) })
 	return t, nil
-}
-
-func sortKeys(ks []seenKey) {
-	// insertion order is log order; loaded keys are sorted by time.
-	for i := 1; i < len(ks); i++ {
-		for j := i; j > 0 && ks[j].time < ks[j-1].time; j-- {
-			ks[j], ks[j-1] = ks[j-1], ks[j]
-		}
-	}
 }
 
 // prune drops the records older than SeenWindow before now (a log time)

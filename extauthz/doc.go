@@ -35,7 +35,9 @@
 //	defer p.Close(ctx) // after the server's shutdown: flushes the decision log
 //	srv, err := extauthz.New(extauthz.Config{PDP: p, Store: store, Registerer: reg})
 //	if err != nil { ... }
-//	err = srv.Run(ctx, 10*time.Second) // until ctx ends, then a graceful shutdown
+//	if err := srv.Start(ctx); err != nil { ... }
+//	select { case <-ctx.Done(): case err = <-srv.Failed(): } // a listener that stopped for good
+//	err = errors.Join(err, srv.Shutdown(shutdownCtx)) // in-flight requests finish until shutdownCtx ends
 //
 // # Caveats
 //

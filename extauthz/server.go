@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -325,24 +324,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// Run starts the server and serves until ctx ends or a listener fails,
-// then shuts down gracefully, giving in-flight requests up to grace.
-func (s *Server) Run(ctx context.Context, grace time.Duration) error {
-	if err := s.Start(ctx); err != nil {
-		return err
-	}
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-s.errc:
-		runErr = err
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
-	defer cancel()
-	s.cfg.Logger.Info("shutting down", "grace", grace)
-	return errors.Join(runErr, s.Shutdown(sctx))
 }
 
 // streamWorkers is the number of goroutines that serve gRPC streams. They

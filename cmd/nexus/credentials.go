@@ -119,9 +119,7 @@ func readOrCreateSecret(file string) (secret string, created bool, err error) {
 		return "", false, err
 	}
 	var rnd [32]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return "", false, err
-	}
+	_, _ = rand.Read(rnd[:]) // never fails
 	secret = hex.EncodeToString(rnd[:])
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

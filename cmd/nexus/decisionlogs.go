@@ -115,10 +115,6 @@ func newOPALogging(in opaLogInputs) (*opaLogging, error) {
 	return o, nil
 }
 
-// optionalEntrypoints are the entrypoints to compile policies with as
-// compiler.Options.OptionalEntrypoints.
-func (o *opaLogging) optionalEntrypoints() []string { return []string{o.Rules.Mask, o.Rules.Drop} }
-
 // apply sets the decision core's decision sink and mask and drop rules.
 func (o *opaLogging) apply(c *pdp.Config) {
 	if o.Logger != nil {

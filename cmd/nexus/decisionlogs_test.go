@@ -65,9 +65,6 @@ func TestOPALogging(t *testing.T) {
 	if o.Logger == nil || o.Reporter == nil {
 		t.Fatalf("logger %v, reporter %v", o.Logger, o.Reporter)
 	}
-	if !slices.Equal(o.optionalEntrypoints(), []string{"acme/log/mask", "system/log/drop"}) {
-		t.Fatalf("optional entrypoints %v", o.optionalEntrypoints())
-	}
 	var c pdp.Config
 	o.apply(&c)
 	if c.DecisionSink != o.Logger || c.MaskDecision != "acme/log/mask" || c.DropDecision != "system/log/drop" {
