@@ -242,6 +242,12 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 	if rejected, err = s.checkPreconditions(tx, st, req.Preconditions); rejected != nil || err != nil {
 		return rejected, err
 	}
+	return nil, applyTuples(tx, st, req, cs)
+}
+
+// applyTuples deletes req's Deletes and then puts its Touches, skipping
+// those already absent or present, and records each change in cs.
+func applyTuples(tx *bolt.Tx, st *state, req WriteRequest, cs *ChangeSet) error {
 	ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
 	oc := ob.Cursor() // one for every lookup: present repositions it
 	cs.Changes = slices.Grow(cs.Changes, len(req.Touches)+len(req.Deletes))
@@ -253,11 +259,11 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 			continue
 		}
 		if err := ob.Delete(kb); err != nil {
-			return nil, err
+			return err
 		}
 		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
 		if err := sb.Delete(sk); err != nil {
-			return nil, err
+			return err
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
 	}
@@ -268,15 +274,15 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 			continue
 		}
 		if err := putEntry(ob, kb); err != nil {
-			return nil, err
+			return err
 		}
 		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
 		if err := putEntry(sb, sk); err != nil {
-			return nil, err
+			return err
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})
 	}
-	return nil, nil
+	return nil
 }
 
 // present reports whether the bucket of cursor c holds key k. Tuple keys
