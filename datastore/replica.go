@@ -449,26 +449,12 @@ func (s *BoltStore) CheckWrite(ctx context.Context, req WriteRequest) (Revision,
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	// Holding mu keeps the state in force and the transaction in step: a
-	// schema apply stores its state before it lets go of mu.
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var rev Revision
-	var rejected error
-	err := s.db.View(func(tx *bolt.Tx) error {
-		rev = readRev(tx)
-		st := s.state.Load()
+	return s.dryRun("check write", func(tx *bolt.Tx, st *state) (rejected, err error) {
 		if rejected = validateWrite(st, req); rejected != nil {
-			return nil
+			return rejected, nil
 		}
-		var err error
-		rejected, err = s.checkPreconditions(tx, st, req.Preconditions)
-		return err
+		return s.checkPreconditions(tx, st, req.Preconditions)
 	})
-	if err != nil {
-		return rev, fmt.Errorf("datastore: check write: %w", err)
-	}
-	return rev, rejected
 }
 
 // CheckSchema reports what WriteSchema would say of sc without writing:
@@ -481,24 +467,35 @@ func (s *BoltStore) CheckSchema(ctx context.Context, sc *schema.Schema, force bo
 	if sc == nil {
 		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
 	}
+	return s.dryRun("check schema", func(tx *bolt.Tx, old *state) (rejected, err error) {
+		if old.schema == nil || force {
+			return nil, nil
+		}
+		orphans, err := s.findOrphans(ctx, tx, old, sc)
+		if len(orphans) > 0 {
+			rejected = orphanError(orphans)
+		}
+		return rejected, err
+	})
+}
+
+// dryRun runs fn, which reports what a change would be rejected for, in a
+// read transaction, and returns the revision of the state fn checked.
+func (s *BoltStore) dryRun(what string, fn func(tx *bolt.Tx, st *state) (rejected, err error)) (Revision, error) {
+	// Holding mu keeps the state in force and the transaction in step: a
+	// schema apply stores its state before it lets go of mu.
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var rev Revision
 	var rejected error
 	err := s.db.View(func(tx *bolt.Tx) error {
 		rev = readRev(tx)
-		old := s.state.Load()
-		if old.schema == nil || force {
-			return nil
-		}
-		orphans, err := s.findOrphans(ctx, tx, old, sc)
-		if len(orphans) > 0 {
-			rejected = orphanError(orphans)
-		}
+		var err error
+		rejected, err = fn(tx, s.state.Load())
 		return err
 	})
 	if err != nil {
-		return rev, fmt.Errorf("datastore: check schema: %w", err)
+		return rev, fmt.Errorf("datastore: %s: %w", what, err)
 	}
 	return rev, rejected
 }
