@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -167,9 +166,7 @@ func (s *BoltStore) commitImport(st *state, b *importBatch) (Revision, error) {
 			if err := putEntry(ob, k); err != nil {
 				return nil, err
 			}
-			log = append(log, byte(OpTouch))
-			log = binary.AppendUvarint(log, uint64(len(k)))
-			log = append(log, k...)
+			log = appendChange(log, OpTouch, k)
 		}
 		for _, k := range b.subKeys {
 			if err := putEntry(sb, k); err != nil {

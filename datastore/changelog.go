@@ -62,11 +62,16 @@ func encodeChangeSet(d *dict, cs *ChangeSet) ([]byte, error) {
 			return nil, fmt.Errorf("%w: %s: name not in dictionary", ErrInvalidTuple, c.Tuple)
 		}
 		kb = appendObjKey(kb[:0], n, c.Tuple.Object.ID, c.Tuple.Subject.ID)
-		b = append(b, byte(c.Op))
-		b = binary.AppendUvarint(b, uint64(len(kb)))
-		b = append(b, kb...)
+		b = appendChange(b, c.Op, kb)
 	}
 	return b, nil
+}
+
+// appendChange appends one change of an encoded change set to b.
+func appendChange(b []byte, op Op, objKey []byte) []byte {
+	b = append(b, byte(op))
+	b = binary.AppendUvarint(b, uint64(len(objKey)))
+	return append(b, objKey...)
 }
 
 func decodeChangeSet(d *dict, rev Revision, v []byte) (ChangeSet, error) {

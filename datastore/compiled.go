@@ -1,7 +1,8 @@
 package datastore
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/nexuspdp/nexus/datastore/schema"
 )
@@ -201,12 +202,7 @@ func (c *compiled) names() []string {
 			set[m.name] = true
 		}
 	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // bind records the dictionary numbers of every name in the compiled

@@ -1,6 +1,7 @@
 package datastore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"unsafe"
@@ -71,15 +72,11 @@ func uvarint(b []byte) (uint64, []byte, error) {
 }
 
 func cutID(b []byte) ([]byte, []byte, error) {
-	for i, c := range b {
-		if c == 0 {
-			if i == 0 {
-				return nil, nil, errBadKey
-			}
-			return b[:i], b[i+1:], nil
-		}
+	i := bytes.IndexByte(b, 0)
+	if i <= 0 { // no end, or an empty ID
+		return nil, nil, errBadKey
 	}
-	return nil, nil, errBadKey
+	return b[:i], b[i+1:], nil
 }
 
 // decodeObjKey splits an obj key. The returned IDs alias k.

@@ -219,9 +219,7 @@ func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats
 				if err := putEntry(ob, k); err != nil {
 					return nil, err
 				}
-				log = append(log, byte(OpTouch))
-				log = binary.AppendUvarint(log, uint64(len(k)))
-				log = append(log, k...)
+				log = appendChange(log, OpTouch, k)
 				n++
 			}
 			for i := 0; i < n || (n == 0 && i < mergeChunk); i++ {

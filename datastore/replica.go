@@ -242,6 +242,12 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 	if rejected, err = s.checkPreconditions(tx, st, req.Preconditions); rejected != nil || err != nil {
 		return rejected, err
 	}
+	return nil, applyTuples(tx, st, req, cs)
+}
+
+// applyTuples deletes req's Deletes and then puts its Touches, skipping
+// those already absent or present, and records each change in cs.
+func applyTuples(tx *bolt.Tx, st *state, req WriteRequest, cs *ChangeSet) error {
 	ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
 	oc := ob.Cursor() // one for every lookup: present repositions it
 	cs.Changes = slices.Grow(cs.Changes, len(req.Touches)+len(req.Deletes))
@@ -253,11 +259,11 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 			continue
 		}
 		if err := ob.Delete(kb); err != nil {
-			return nil, err
+			return err
 		}
 		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
 		if err := sb.Delete(sk); err != nil {
-			return nil, err
+			return err
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
 	}
@@ -268,15 +274,15 @@ func (s *BoltStore) applyWrite(tx *bolt.Tx, st *state, req WriteRequest, cs *Cha
 			continue
 		}
 		if err := putEntry(ob, kb); err != nil {
-			return nil, err
+			return err
 		}
 		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
 		if err := putEntry(sb, sk); err != nil {
-			return nil, err
+			return err
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})
 	}
-	return nil, nil
+	return nil
 }
 
 // present reports whether the bucket of cursor c holds key k. Tuple keys
@@ -443,26 +449,12 @@ func (s *BoltStore) CheckWrite(ctx context.Context, req WriteRequest) (Revision,
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	// Holding mu keeps the state in force and the transaction in step: a
-	// schema apply stores its state before it lets go of mu.
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var rev Revision
-	var rejected error
-	err := s.db.View(func(tx *bolt.Tx) error {
-		rev = readRev(tx)
-		st := s.state.Load()
+	return s.dryRun("check write", func(tx *bolt.Tx, st *state) (rejected, err error) {
 		if rejected = validateWrite(st, req); rejected != nil {
-			return nil
+			return rejected, nil
 		}
-		var err error
-		rejected, err = s.checkPreconditions(tx, st, req.Preconditions)
-		return err
+		return s.checkPreconditions(tx, st, req.Preconditions)
 	})
-	if err != nil {
-		return rev, fmt.Errorf("datastore: check write: %w", err)
-	}
-	return rev, rejected
 }
 
 // CheckSchema reports what WriteSchema would say of sc without writing:
@@ -475,24 +467,35 @@ func (s *BoltStore) CheckSchema(ctx context.Context, sc *schema.Schema, force bo
 	if sc == nil {
 		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
 	}
+	return s.dryRun("check schema", func(tx *bolt.Tx, old *state) (rejected, err error) {
+		if old.schema == nil || force {
+			return nil, nil
+		}
+		orphans, err := s.findOrphans(ctx, tx, old, sc)
+		if len(orphans) > 0 {
+			rejected = orphanError(orphans)
+		}
+		return rejected, err
+	})
+}
+
+// dryRun runs fn, which reports what a change would be rejected for, in a
+// read transaction, and returns the revision of the state fn checked.
+func (s *BoltStore) dryRun(what string, fn func(tx *bolt.Tx, st *state) (rejected, err error)) (Revision, error) {
+	// Holding mu keeps the state in force and the transaction in step: a
+	// schema apply stores its state before it lets go of mu.
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var rev Revision
 	var rejected error
 	err := s.db.View(func(tx *bolt.Tx) error {
 		rev = readRev(tx)
-		old := s.state.Load()
-		if old.schema == nil || force {
-			return nil
-		}
-		orphans, err := s.findOrphans(ctx, tx, old, sc)
-		if len(orphans) > 0 {
-			rejected = orphanError(orphans)
-		}
+		var err error
+		rejected, err = fn(tx, s.state.Load())
 		return err
 	})
 	if err != nil {
-		return rev, fmt.Errorf("datastore: check schema: %w", err)
+		return rev, fmt.Errorf("datastore: %s: %w", what, err)
 	}
 	return rev, rejected
 }

@@ -142,44 +142,19 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 		return nil // the keys cannot be decoded without the dictionary
 	}
 	ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
-	var sk []byte
-	var n int64
-	c := ob.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if n++; n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		var p string
-		if p = checkSum(bObj, k, v, &rep.Unchecked); p != "" && !rep.problem("%s", p) {
-			return nil
-		}
-		if p, sk = checkObjEntry(st, sb, k, sk); p != "" && !rep.problem("%s", p) {
-			return nil
-		}
+	n, full, err := verifyIndex(ctx, rep, st, bObj, ob, sb, checkObjEntry)
+	if full || err != nil {
+		return err
 	}
 	rep.Tuples = n
-	var ns int64
-	c = sb.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if ns++; ns%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		var p string
-		if p = checkSum(bSubj, k, v, &rep.Unchecked); p != "" && !rep.problem("%s", p) {
-			return nil
-		}
-		if p, sk = checkSubjEntry(st, ob, k, sk); p != "" && !rep.problem("%s", p) {
-			return nil
-		}
+	ns, full, err := verifyIndex(ctx, rep, st, bSubj, sb, ob, checkSubjEntry)
+	if full || err != nil {
+		return err
 	}
 	if ns != n {
 		rep.problem("the object-first index holds %d tuples, the subject-first index %d", n, ns)
 	}
-	c = tx.Bucket(bLog).Cursor()
+	c := tx.Bucket(bLog).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if len(k) != 8 {
 			if !rep.problem("log: key %x is not a revision", k) {
@@ -200,6 +175,30 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 		}
 	}
 	return nil
+}
+
+// verifyIndex checks the checksum of every entry of index b (named name)
+// and, with entry, that other holds its twin. It returns how many entries
+// it read, and full when the report takes no more problems.
+func verifyIndex(ctx context.Context, rep *VerifyReport, st *state, name []byte, b, other *bolt.Bucket,
+	entry func(*state, *bolt.Bucket, []byte, []byte) (string, []byte)) (n int64, full bool, err error) {
+	var sk []byte
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return n, false, err
+			}
+		}
+		var p string
+		if p = checkSum(name, k, v, &rep.Unchecked); p != "" && !rep.problem("%s", p) {
+			return n, true, nil
+		}
+		if p, sk = entry(st, other, k, sk); p != "" && !rep.problem("%s", p) {
+			return n, true, nil
+		}
+	}
+	return n, false, nil
 }
 
 // checkSum checks index key k of bucket against its value v, the key's

@@ -100,7 +100,8 @@ func (v *View) Preload(object api.Object, subject api.Subject) error { return ni
 // long as the schema's names.
 func (v *View) AppendSubjects(dst []api.Subject, object api.Object, relation string) (_ []api.Subject, err error) {
 	defer v.s.guard("read", debug.SetPanicOnFault(true), &err)
-	return v.appendSubjects(dst, object, relation)
+	err = v.eachSubject(object, relation, func(s api.Subject) { dst = append(dst, s) })
+	return dst, err
 }
 
 func (v *View) check(objType, objID, perm string, sub api.Subject, trace bool) (bool, *Trace, error) {
@@ -263,9 +264,4 @@ func (v *View) eachSubject(object api.Object, relation string, fn func(api.Subje
 		}
 	}
 	return nil
-}
-
-func (v *View) appendSubjects(dst []api.Subject, object api.Object, relation string) ([]api.Subject, error) {
-	err := v.eachSubject(object, relation, func(s api.Subject) { dst = append(dst, s) })
-	return dst, err
 }

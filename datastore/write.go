@@ -45,18 +45,8 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 		return 0, err
 	}
 	st := s.state.Load()
-	if st.schema == nil {
-		return 0, ErrNoSchema
-	}
-	for _, t := range req.Touches {
-		if err := st.schema.ValidateTuple(t); err != nil {
-			return 0, err
-		}
-	}
-	for _, t := range req.Deletes {
-		if err := st.schema.ValidateTuple(t); err != nil {
-			return 0, err
-		}
+	if err := validateWrite(st, req); err != nil {
+		return 0, err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -67,54 +57,18 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 		if cur := s.state.Load(); cur != st {
 			// The schema changed since validation: validate again.
 			st = cur
-			for _, t := range append(append([]api.Tuple(nil), req.Touches...), req.Deletes...) {
-				if err := st.schema.ValidateTuple(t); err != nil {
-					return err
-				}
-			}
-		}
-		for i, p := range req.Preconditions {
-			found, err := s.exists(tx, st, p.Filter)
-			if err != nil {
+			if err := validateWrite(st, req); err != nil {
 				return err
 			}
-			if found != p.MustExist {
-				return fmt.Errorf("%w: precondition %d (%+v, must exist %v)", ErrPreconditionFailed, i, p.Filter, p.MustExist)
-			}
+		}
+		if rejected, err := s.checkPreconditions(tx, st, req.Preconditions); err != nil {
+			return err
+		} else if rejected != nil {
+			return rejected
 		}
 		cs := &ChangeSet{Time: time.Now()}
-		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
-		oc := ob.Cursor() // one for every lookup: present repositions it
-		var kb, sk []byte
-		for _, t := range req.Deletes {
-			n, _ := tupleIDs(st.dict, t)
-			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-			if !present(oc, kb) {
-				continue
-			}
-			if err := ob.Delete(kb); err != nil {
-				return err
-			}
-			sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
-			if err := sb.Delete(sk); err != nil {
-				return err
-			}
-			cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
-		}
-		for _, t := range req.Touches {
-			n, _ := tupleIDs(st.dict, t)
-			kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
-			if present(oc, kb) {
-				continue
-			}
-			if err := putEntry(ob, kb); err != nil {
-				return err
-			}
-			sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
-			if err := putEntry(sb, sk); err != nil {
-				return err
-			}
-			cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})
+		if err := applyTuples(tx, st, req, cs); err != nil {
+			return err
 		}
 		enc, err := encodeChangeSet(st.dict, cs)
 		if err != nil {

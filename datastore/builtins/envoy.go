@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -361,9 +362,7 @@ func jwtSubjects(jwt string) ([]string, error) {
 	var payloads []any
 	switch p := v.(type) {
 	case map[string]any:
-		for _, x := range p {
-			payloads = append(payloads, x)
-		}
+		payloads = slices.Collect(maps.Values(p))
 	case []any:
 		payloads = p
 	}

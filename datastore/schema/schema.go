@@ -513,29 +513,21 @@ func (s *Schema) Source() []byte { return s.src }
 func (s *Schema) Types() []string { return slices.Clone(s.order) }
 
 // Relations returns the relation names of typ (nil if typ is unknown).
-func (s *Schema) Relations(typ string) []string {
-	t := s.types[typ]
-	if t == nil {
-		return nil
-	}
-	var out []string
-	for _, m := range t.order {
-		if !m.perm {
-			out = append(out, m.name)
-		}
-	}
-	return out
-}
+func (s *Schema) Relations(typ string) []string { return s.memberNames(typ, false) }
 
 // Permissions returns the permission names of typ (nil if typ is unknown).
-func (s *Schema) Permissions(typ string) []string {
+func (s *Schema) Permissions(typ string) []string { return s.memberNames(typ, true) }
+
+// memberNames returns the names of typ's permissions (perm) or relations
+// (!perm) in source order, nil if typ is unknown.
+func (s *Schema) memberNames(typ string, perm bool) []string {
 	t := s.types[typ]
 	if t == nil {
 		return nil
 	}
 	var out []string
 	for _, m := range t.order {
-		if m.perm {
+		if m.perm == perm {
 			out = append(out, m.name)
 		}
 	}
