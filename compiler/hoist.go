@@ -711,9 +711,19 @@ func overlaps(ref, path ast.Ref) bool {
 }
 
 // constants calls f for each constant array, object or set in e (not
-// within another), outside comprehensions and every bodies.
+// within another), outside comprehensions and every bodies, and outside
+// the patterns `some ... in` declares (some [1, 2] in pairs).
 func constants(e *ast.Expr, f func(*ast.Term)) {
-	ast.NewGenericVisitor(func(x any) bool {
+	xs := []any{e}
+	if d, ok := e.Terms.(*ast.SomeDecl); ok {
+		xs = nil
+		for _, s := range d.Symbols {
+			if c, ok := s.Value.(ast.Call); ok && len(c) > 2 {
+				xs = append(xs, c[len(c)-1])
+			}
+		}
+	}
+	v := ast.NewGenericVisitor(func(x any) bool {
 		switch t := x.(type) {
 		case *ast.ArrayComprehension, *ast.SetComprehension, *ast.ObjectComprehension, *ast.Every:
 			return true
@@ -727,7 +737,10 @@ func constants(e *ast.Expr, f func(*ast.Term)) {
 			}
 		}
 		return false
-	}).Walk(e)
+	})
+	for _, x := range xs {
+		v.Walk(x)
+	}
 }
 
 // constant reports whether v is made of scalars only (OPA's IsGround also

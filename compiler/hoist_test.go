@@ -131,8 +131,11 @@ allow if {
 	r.meta == {"k": [1, {2}]}
 	r.tags != [r.kind]
 	count([]) == 0
+	some [1, 2] in r.pairs
+	some k, {"a": 1} in data.by_key
+	some [3] in [[3], [4]]
 }`,
-		want: []string{`assign(__nexus_in0__, {"GET", "HEAD"}); assign(__nexus_in1__, ["a", "b"]); assign(__nexus_in2__, {"k": [1, {2}]}); assign(x, ["a", "b"]); some r in data.rs; internal.member_2(r.kind, __nexus_in0__); equal(r.tags, __nexus_in1__); equal(r.meta, __nexus_in2__); neq(r.tags, [r.kind]); equal(count([]), 0)`},
+		want: []string{`assign(__nexus_in0__, {"GET", "HEAD"}); assign(__nexus_in1__, ["a", "b"]); assign(__nexus_in2__, {"k": [1, {2}]}); assign(__nexus_in3__, [[3], [4]]); assign(x, ["a", "b"]); some r in data.rs; internal.member_2(r.kind, __nexus_in0__); equal(r.tags, __nexus_in1__); equal(r.meta, __nexus_in2__); neq(r.tags, [r.kind]); equal(count([]), 0); some [1, 2] in r.pairs; some k, {"a": 1} in data.by_key; some [3] in __nexus_in3__`},
 	}, {
 		name: "comprehension and every bodies are bodies",
 		src: `package p
