@@ -51,7 +51,10 @@ func TestHoistDifferential(t *testing.T) {
 		g := &hoistGen{r: rand.New(rand.NewPCG(seed, uint64(i)))}
 		policy := g.module()
 		data := g.data()
-		base := &corpusCase{Modules: []string{policy}, dataJSON: []byte(data)}
+		// A second module of the package defines r, which conflicts
+		// when data.rs has two elements.
+		lib := "package test\n\nr := x if {\n\tsome x in data.rs\n}\n"
+		base := &corpusCase{Modules: []string{policy, lib}, dataJSON: []byte(data)}
 		oracle := newCorpusOracleGroup(ctx, base)
 		if oracle.err != nil {
 			continue // not a valid policy (unsafe variables and the like)
@@ -60,7 +63,7 @@ func TestHoistDifferential(t *testing.T) {
 		e, err := corpusEngine(ctx, base, entrypoints)
 		if err != nil {
 			failures++
-			t.Errorf("policy %d (seed %d): OPA compiles it, the engine does not: %v\n%s\ndata: %s", i, seed, err, policy, data)
+			t.Errorf("policy %d (seed %d): OPA compiles it, the engine does not: %v\n%s\n%s\ndata: %s", i, seed, err, policy, lib, data)
 			continue
 		}
 		for range 6 {
@@ -178,7 +181,7 @@ func (g *hoistGen) ref() string {
 }
 
 func (g *hoistGen) expr() string {
-	switch g.r.IntN(32) {
+	switch g.r.IntN(33) {
 	case 0, 1:
 		v := g.fresh()
 		g.bound = append(g.bound, v)
@@ -210,7 +213,7 @@ func (g *hoistGen) expr() string {
 		if !g.refs {
 			return "true"
 		}
-		return g.pick("q == 1", "q", "q != 2", "1 in s", `"s" in s`, "out == \"one\"", "f(1) == 1", "f(h.c) == 1", "f(input.a) == h")
+		return g.pick("q == 1", "q", "q != 2", "r == 1", "r", "1 in s", `"s" in s`, "out == \"one\"", "f(1) == 1", "f(h.c) == 1", "f(input.a) == h")
 	case 15:
 		return fmt.Sprintf("print(%s)", g.val())
 	case 16:
@@ -255,6 +258,12 @@ func (g *hoistGen) expr() string {
 		return fmt.Sprintf("%s = %s", g.in(), g.val())
 	case 28:
 		return fmt.Sprintf("%s.%s %s", g.pick("h", "input.a.b", "a.b", "a"), g.pick("c", "d", "e", "m.k", "b.c"), g.pick("== 1", "", `== "s"`))
+	case 31:
+		if g.r.IntN(4) == 0 {
+			// A constant pattern, which declares nothing.
+			return g.pick("some [1, 2] in data.pairs", "some _, [1, 2] in data.pairs")
+		}
+		return fmt.Sprintf("some %s in data.pairs", g.fresh())
 	case 30:
 		if g.noWith {
 			return "true"
@@ -269,7 +278,8 @@ func (g *hoistGen) expr() string {
 }
 
 func (g *hoistGen) data() string {
-	return fmt.Sprintf(`{"xs": %s, "y": %s}`, g.pick(`[1, 2, 3]`, `[0, 1, "s"]`, `[]`, `[1]`), g.pick("1", `"s"`))
+	return fmt.Sprintf(`{"xs": %s, "y": %s, "rs": %s, "pairs": [[1, 2], [3, 4]]}`,
+		g.pick(`[1, 2, 3]`, `[0, 1, "s"]`, `[]`, `[1]`), g.pick("1", `"s"`), g.pick("[1]", "[1, 2]"))
 }
 
 // input is a JSON input: input.a.b missing, null, of another type, or an
