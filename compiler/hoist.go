@@ -152,14 +152,8 @@ func declaredVars(r *ast.Rule) map[ast.Var]bool {
 			if h, ok := v[0].Value.(ast.Var); ok && len(v) == 1 {
 				out[h] = true
 			}
-		case *ast.Array:
-			for i := range v.Len() {
-				pattern(v.Elem(i))
-			}
-		case ast.Object:
-			v.Foreach(func(k, x *ast.Term) { pattern(k); pattern(x) })
-		case ast.Set:
-			v.Foreach(pattern)
+		default:
+			eachElem(v, pattern)
 		}
 	}
 	for ; r != nil; r = r.Else {
@@ -203,21 +197,21 @@ func declaredVars(r *ast.Rule) map[ast.Var]bool {
 // in x, without descending into them further (body does).
 func (h *hoister) nested(x any) {
 	ast.NewGenericVisitor(func(x any) bool {
+		var b *ast.Body
 		switch c := x.(type) {
 		case *ast.ArrayComprehension:
-			c.Body = h.body(c.Body, nil)
-			return true
+			b = &c.Body
 		case *ast.SetComprehension:
-			c.Body = h.body(c.Body, nil)
-			return true
+			b = &c.Body
 		case *ast.ObjectComprehension:
-			c.Body = h.body(c.Body, nil)
-			return true
+			b = &c.Body
 		case *ast.Every:
-			c.Body = h.body(c.Body, nil)
-			return true
+			b = &c.Body
+		default:
+			return false
 		}
-		return false
+		*b = h.body(*b, nil)
+		return true
 	}).Walk(x)
 }
 
@@ -551,16 +545,10 @@ func (h *hoister) termVars(t *ast.Term) (reads, keys ast.VarSet, ok bool) {
 			for _, o := range v[1:] {
 				walk(o)
 			}
-		case *ast.Array:
-			for i := range v.Len() {
-				walk(v.Elem(i))
-			}
-		case ast.Object:
-			v.Foreach(func(k, x *ast.Term) { walk(k); walk(x) })
-		case ast.Set:
-			v.Foreach(walk)
 		case *ast.ArrayComprehension, *ast.SetComprehension, *ast.ObjectComprehension:
 			ok = false
+		default:
+			eachElem(v, walk)
 		}
 	}
 	walk(t)
@@ -676,23 +664,8 @@ func (h *hoister) plain(t *ast.Term) bool {
 			return false
 		}
 		return h.allPlain(v[1:])
-	case *ast.Array:
-		for i := range v.Len() {
-			if !h.plain(v.Elem(i)) {
-				return false
-			}
-		}
-		return true
-	case ast.Object:
-		ok := true
-		v.Foreach(func(k, x *ast.Term) { ok = ok && h.plain(k) && h.plain(x) })
-		return ok
-	case ast.Set:
-		ok := true
-		v.Foreach(func(x *ast.Term) { ok = ok && h.plain(x) })
-		return ok
 	}
-	return false
+	return all(t.Value, h.plain)
 }
 
 // overlaps reports whether a reference into data may read the document of
@@ -746,26 +719,35 @@ func constants(e *ast.Expr, f func(*ast.Term)) {
 // constant reports whether v is made of scalars only (OPA's IsGround also
 // holds for a reference from a variable, r.kind).
 func constant(v ast.Value) bool {
-	switch x := v.(type) {
+	switch v.(type) {
 	case ast.Null, ast.Boolean, ast.Number, ast.String:
 		return true
-	case *ast.Array:
-		for i := range x.Len() {
-			if !constant(x.Elem(i).Value) {
-				return false
-			}
-		}
-		return true
-	case ast.Object:
-		ok := true
-		x.Foreach(func(k, e *ast.Term) { ok = ok && constant(k.Value) && constant(e.Value) })
-		return ok
-	case ast.Set:
-		ok := true
-		x.Foreach(func(e *ast.Term) { ok = ok && constant(e.Value) })
-		return ok
 	}
-	return false
+	return all(v, func(t *ast.Term) bool { return constant(t.Value) })
+}
+
+// eachElem calls f on each element of a collection (an array's or a set's
+// elements, an object's keys and values); false when v is not one.
+func eachElem(v ast.Value, f func(*ast.Term)) bool {
+	switch c := v.(type) {
+	case *ast.Array:
+		for i := range c.Len() {
+			f(c.Elem(i))
+		}
+	case ast.Object:
+		c.Foreach(func(k, x *ast.Term) { f(k); f(x) })
+	case ast.Set:
+		c.Foreach(f)
+	default:
+		return false
+	}
+	return true
+}
+
+// all reports whether v is a collection whose every element holds ok.
+func all(v ast.Value, ok func(*ast.Term) bool) bool {
+	holds := true
+	return eachElem(v, func(t *ast.Term) { holds = holds && ok(t) }) && holds
 }
 
 // iterates reports whether e may bind its variables more than once: a
