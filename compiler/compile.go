@@ -289,10 +289,10 @@ func build(ctx context.Context, opts Options, files []opabundle.ModuleFile, caps
 	for i, f := range files {
 		parsed[i] = f.Parsed
 	}
-	aliased := hoistInputRefs(aliasHostBuiltins(parsed))
+	rewritten := hoistInputRefs(aliasHostBuiltins(parsed))
 	files = slices.Clone(files)
 	for i := range files {
-		files[i].Parsed = aliased[i]
+		files[i].Parsed = rewritten[i]
 	}
 	caps = withHostAliases(caps)
 	ob := &opabundle.Bundle{Data: map[string]any{}, Modules: files}
