@@ -410,7 +410,20 @@ func (h *hoister) refs(x any, f func(*ast.Term, ast.Ref)) {
 		switch t := x.(type) {
 		case *ast.ArrayComprehension, *ast.SetComprehension, *ast.ObjectComprehension, *ast.Every:
 			return true
+		case *ast.Expr:
+			if c, ok := t.Terms.([]*ast.Term); ok && len(c) > 0 {
+				for _, o := range c[1:] { // not the function called
+					h.refs(o, f)
+				}
+				return true
+			}
 		case *ast.Term:
+			if c, ok := t.Value.(ast.Call); ok {
+				for _, o := range c[1:] {
+					h.refs(o, f)
+				}
+				return true
+			}
 			ref, ok := t.Value.(ast.Ref)
 			if !ok {
 				return false

@@ -151,6 +151,11 @@ ok if every r in data.rs { some s in data.ss; input.a.b != s }`,
 	if got := hoistInputRefs([]*ast.Module{other, m})[1].Rules[0].Body.String(); got != `some r in rs; equal(input.a.b, r)` {
 		t.Errorf("a rule of another module read as a variable: %s", got)
 	}
+	// An import named like a function does not make its calls readings.
+	m = ast.MustParseModuleWithOpts("package p\nimport input.f\nallow if {\n\tsome r in data.rs\n\tf(r)\n\tf(r)\n}", ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if got := hoistInputRefs([]*ast.Module{m})[0].Rules[0].Body.String(); got != `some r in data.rs; f(r); f(r)` {
+		t.Errorf("a call's function read as input: %s", got)
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := ast.MustParseModuleWithOpts(c.src, ast.ParserOptions{RegoVersion: ast.RegoV1})
