@@ -22,6 +22,7 @@ import (
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/schema"
+	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
@@ -96,7 +97,7 @@ func BenchmarkBootstrap(b *testing.B) {
 		b.Fatal(err)
 	}
 	pad := func(i int) datastore.WriteRequest {
-		return datastore.WriteRequest{Touches: tuples(b, fmt.Sprintf("file:pad-%d#viewer@user:pad", i))}
+		return datastore.WriteRequest{Touches: fixture.Tuples(b, fmt.Sprintf("file:pad-%d#viewer@user:pad", i))}
 	}
 	for i := a.Revision(); i <= imported; i++ {
 		if _, err := a.Write(ctx, pad(int(i))); err != nil {

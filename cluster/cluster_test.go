@@ -86,18 +86,18 @@ func storm(t *testing.T, rs []*replica, writers, perWriter, docs int) *stormResu
 					case 0: // a claim
 						doc = fmt.Sprintf("c%d", (j/3)%docs)
 						req = datastore.WriteRequest{
-							Touches:       tuples(t, "doc:"+doc+"#owner@user:"+me),
+							Touches:       fixture.Tuples(t, "doc:"+doc+"#owner@user:"+me),
 							Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "doc", ObjectID: doc, Relation: "owner"}}},
 						}
 						see = "doc:" + doc + "#owner@user:" + me
 					case 1:
 						see = fmt.Sprintf("doc:%s-%d#viewer@user:u%d", me, j, j)
-						req = datastore.WriteRequest{Touches: tuples(t, see)}
+						req = datastore.WriteRequest{Touches: fixture.Tuples(t, see)}
 					case 2: // delete the previous touch, add another
 						see = fmt.Sprintf("doc:%s-%d#viewer@user:u%d", me, j, j)
 						req = datastore.WriteRequest{
-							Touches: tuples(t, see),
-							Deletes: tuples(t, fmt.Sprintf("doc:%s-%d#viewer@user:u%d", me, j-1, j-1)),
+							Touches: fixture.Tuples(t, see),
+							Deletes: fixture.Tuples(t, fmt.Sprintf("doc:%s-%d#viewer@user:u%d", me, j-1, j-1)),
 						}
 					}
 					rev, err := r.Write(ctx, req)
@@ -126,7 +126,7 @@ func storm(t *testing.T, rs []*replica, writers, perWriter, docs int) *stormResu
 						errc <- fmt.Errorf("%s: token %d on another replica: %w", me, rev, err)
 						return
 					}
-					tu := tuples(t, see)[0]
+					tu := fixture.Tuples(t, see)[0]
 					ok, err := fixture.CheckText(ctx, other.store, tu.Object.String(), tu.Relation, tu.Subject.String())
 					if err != nil || !ok {
 						errc <- fmt.Errorf("%s: %s not visible on another replica at revision %d: %v, %v", me, see, rev, ok, err)
@@ -273,11 +273,11 @@ func TestThreeNodeCluster(t *testing.T) {
 		var last datastore.Revision
 		for i, r := range rs {
 			// The first write may wait for a new stream leader.
-			last = writeEventually(t, r, datastore.WriteRequest{Touches: tuples(t, fmt.Sprintf("doc:n1-%d#viewer@user:ann", i))}, 30*time.Second)
+			last = writeEventually(t, r, datastore.WriteRequest{Touches: fixture.Tuples(t, fmt.Sprintf("doc:n1-%d#viewer@user:ann", i))}, 30*time.Second)
 		}
 		for i, r := range rs {
 			for j := range 5 {
-				rev, err := r.Write(ctxT(t, 20*time.Second), datastore.WriteRequest{Touches: tuples(t, fmt.Sprintf("doc:n1-%d-%d#viewer@user:bob", i, j))})
+				rev, err := r.Write(ctxT(t, 20*time.Second), datastore.WriteRequest{Touches: fixture.Tuples(t, fmt.Sprintf("doc:n1-%d-%d#viewer@user:bob", i, j))})
 				if err != nil {
 					t.Fatalf("replica %d write %d with one node down: %v", i, j, err)
 				}
@@ -305,7 +305,7 @@ func TestThreeNodeCluster(t *testing.T) {
 				t.Fatalf("replica %d with NATS down: status %+v, want degraded with a reason", i, st)
 			}
 			start := time.Now()
-			_, err := r.Write(context.Background(), datastore.WriteRequest{Touches: tuples(t, "doc:down#viewer@user:ann")})
+			_, err := r.Write(context.Background(), datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:down#viewer@user:ann")})
 			if !errors.Is(err, cluster.ErrUnavailable) {
 				t.Fatalf("replica %d write with NATS down = %v, want ErrUnavailable", i, err)
 			}
@@ -326,7 +326,7 @@ func TestThreeNodeCluster(t *testing.T) {
 		var last datastore.Revision
 		for i, r := range rs {
 			waitFollowing(t, r)
-			last = writeEventually(t, r, datastore.WriteRequest{Touches: tuples(t, fmt.Sprintf("doc:back-%d#viewer@user:ann", i))}, 30*time.Second)
+			last = writeEventually(t, r, datastore.WriteRequest{Touches: fixture.Tuples(t, fmt.Sprintf("doc:back-%d#viewer@user:ann", i))}, 30*time.Second)
 		}
 		converge(t, last, rs...)
 	})
@@ -343,7 +343,7 @@ func TestThreeNodeCluster(t *testing.T) {
 		}
 		var last datastore.Revision
 		for i := range 5 {
-			if last, err = rs[0].Write(ctx, datastore.WriteRequest{Touches: tuples(t, fmt.Sprintf("doc:tail-%d#viewer@user:cat", i))}); err != nil {
+			if last, err = rs[0].Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, fmt.Sprintf("doc:tail-%d#viewer@user:cat", i))}); err != nil {
 				t.Fatal(err)
 			}
 		}

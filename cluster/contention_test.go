@@ -11,6 +11,7 @@ import (
 
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
@@ -41,7 +42,7 @@ func TestContention(t *testing.T) {
 	for k := range keys {
 		init = append(init, fmt.Sprintf("doc:k%d#owner@user:init", k))
 	}
-	start, err := rs[0].Write(ctx, datastore.WriteRequest{Touches: tuples(t, init...)})
+	start, err := rs[0].Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, init...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func TestContention(t *testing.T) {
 					from, to := owners[0].Subject.ID, fmt.Sprintf("%s-%d", me, j)
 					rev, err := r.Write(ctx, datastore.WriteRequest{
 						Preconditions: []datastore.Precondition{{MustExist: true, Filter: datastore.Filter{ObjectType: "doc", ObjectID: key, Relation: "owner", SubjectType: "user", SubjectID: from}}},
-						Deletes:       tuples(t, "doc:"+key+"#owner@user:"+from),
-						Touches:       tuples(t, "doc:"+key+"#owner@user:"+to),
+						Deletes:       fixture.Tuples(t, "doc:"+key+"#owner@user:"+from),
+						Touches:       fixture.Tuples(t, "doc:"+key+"#owner@user:"+to),
 					})
 					mu.Lock()
 					switch {
@@ -129,8 +130,8 @@ func TestContention(t *testing.T) {
 			}
 		} else {
 			want := []datastore.Change{
-				{Op: datastore.OpDelete, Tuple: tuples(t, "doc:"+s.key+"#owner@user:"+s.from)[0]},
-				{Op: datastore.OpTouch, Tuple: tuples(t, "doc:"+s.key+"#owner@user:"+s.to)[0]},
+				{Op: datastore.OpDelete, Tuple: fixture.Tuples(t, "doc:"+s.key+"#owner@user:"+s.from)[0]},
+				{Op: datastore.OpTouch, Tuple: fixture.Tuples(t, "doc:"+s.key+"#owner@user:"+s.to)[0]},
 			}
 			if len(cs.Changes) != 2 || !slices.Contains(cs.Changes, want[0]) || !slices.Contains(cs.Changes, want[1]) {
 				t.Fatalf("revision %d changed %v, want %v", cs.Revision, cs.Changes, want)

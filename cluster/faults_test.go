@@ -46,7 +46,7 @@ func TestWriteID(t *testing.T) {
 	a, b := rs[0], rs[1]
 	mustSchema(t, a, testSchema)
 	ctx := api.WithWriteID(ctxT(t, 30*time.Second), "grant-eve-1")
-	grant := datastore.WriteRequest{Touches: tuples(t, "doc:x#viewer@user:eve")}
+	grant := datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:x#viewer@user:eve")}
 	rev, err := a.Write(ctx, grant)
 	if err != nil {
 		t.Fatal(err)
@@ -64,13 +64,13 @@ func TestWriteID(t *testing.T) {
 	// A copy that reaches the log anyway (published by hand) is recorded
 	// without effect on every replica.
 	publishRaw(t, ns, "grant-eve-1", time.Now().Add(time.Minute), `{"v":1,"kind":"write","touches":["doc:x#viewer@user:eve"]}`)
-	last := writeEventually(t, b, datastore.WriteRequest{Touches: tuples(t, "doc:y#viewer@user:ann")}, 30*time.Second)
+	last := writeEventually(t, b, datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:y#viewer@user:ann")}, 30*time.Second)
 	converge(t, last, a, b)
 	if has(t, a, "doc:x", "read", "user:eve") || has(t, b, "doc:x", "read", "user:eve") {
 		t.Fatal("a write applied twice under one write ID: the revoke was undone")
 	}
 	// A refused write's retry is refused the same way.
-	claim := datastore.WriteRequest{Touches: tuples(t, "doc:y#owner@user:bob"),
+	claim := datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:y#owner@user:bob"),
 		Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "doc", ObjectID: "y"}}}}
 	cctx := api.WithWriteID(ctxT(t, 30*time.Second), "claim-y")
 	if _, err := a.Write(cctx, claim); !errors.Is(err, datastore.ErrPreconditionFailed) {
@@ -134,7 +134,7 @@ func TestNotWrittenNeverApplies(t *testing.T) {
 	syncAll(t, a)
 
 	proxy.stall()
-	_, err := a.Write(context.Background(), datastore.WriteRequest{Touches: tuples(t, "doc:x#viewer@user:eve")})
+	_, err := a.Write(context.Background(), datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:x#viewer@user:eve")})
 	switch {
 	case err == nil:
 		t.Fatal("a write through a stalled server answered written")
@@ -143,7 +143,7 @@ func TestNotWrittenNeverApplies(t *testing.T) {
 	default:
 		t.Fatalf("write through a stalled server = %v, want unknown or not written", err)
 	}
-	if _, err := b.Write(ctxT(t, 30*time.Second), datastore.WriteRequest{Deletes: tuples(t, "doc:x#viewer@user:eve")}); err != nil {
+	if _, err := b.Write(ctxT(t, 30*time.Second), datastore.WriteRequest{Deletes: fixture.Tuples(t, "doc:x#viewer@user:eve")}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // past the write's deadline
@@ -153,7 +153,7 @@ func TestNotWrittenNeverApplies(t *testing.T) {
 	for a.Status().Degraded && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	last := writeEventually(t, b, datastore.WriteRequest{Touches: tuples(t, "doc:after#viewer@user:ann")}, 30*time.Second)
+	last := writeEventually(t, b, datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:after#viewer@user:ann")}, 30*time.Second)
 	converge(t, last, a, b)
 	for i, r := range []*replica{a, b} {
 		if has(t, r, "doc:x", "read", "user:eve") {
@@ -218,7 +218,7 @@ func resumeWrites(t *testing.T, r *replica, prefix string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for i := 0; ; i++ {
-		_, err := r.Write(context.Background(), datastore.WriteRequest{Touches: tuples(t, fmt.Sprintf("doc:%s-%d#viewer@user:ann", prefix, i))})
+		_, err := r.Write(context.Background(), datastore.WriteRequest{Touches: fixture.Tuples(t, fmt.Sprintf("doc:%s-%d#viewer@user:ann", prefix, i))})
 		if err == nil {
 			return time.Since(start)
 		}
@@ -239,7 +239,7 @@ func TestQuorumLost(t *testing.T) {
 	ns := natstest.Start(t, 3)
 	r := startReplicas(t, ns, 1, cluster.Config{})[0]
 	mustSchema(t, r, testSchema)
-	if _, err := r.Write(ctxT(t, 30*time.Second), datastore.WriteRequest{Touches: tuples(t, "doc:q#viewer@user:ann")}); err != nil {
+	if _, err := r.Write(ctxT(t, 30*time.Second), datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:q#viewer@user:ann")}); err != nil {
 		t.Fatal(err)
 	}
 	leader := streamLeader(t, ns, "nexus-test")
@@ -313,7 +313,7 @@ func TestRetryNotWrittenIsUnknown(t *testing.T) {
 	ns := natstest.Start(t, 1)
 	r := startReplicas(t, ns, 1, cluster.Config{WriteTimeout: 2 * time.Second})[0]
 	mustSchema(t, r, testSchema)
-	grant := datastore.WriteRequest{Touches: tuples(t, "doc:k#viewer@user:eve")}
+	grant := datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:k#viewer@user:eve")}
 	ns.StopAll()
 	_, err := r.Write(api.WithWriteID(ctxT(t, 30*time.Second), "client-key-1"), grant)
 	if !errors.Is(err, cluster.ErrOutcomeUnknown) || errors.Is(err, cluster.ErrUnavailable) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/schema"
@@ -111,19 +110,6 @@ func mustSchema(t testing.TB, r *replica, src string) datastore.Revision {
 		t.Fatal(err)
 	}
 	return rev
-}
-
-func tuples(t testing.TB, ss ...string) []api.Tuple {
-	t.Helper()
-	out := make([]api.Tuple, len(ss))
-	for i, s := range ss {
-		tu, err := api.ParseTuple(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = tu
-	}
-	return out
 }
 
 func export(t testing.TB, s *datastore.BoltStore) []byte {

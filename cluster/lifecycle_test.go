@@ -45,7 +45,7 @@ func writeN(t *testing.T, r *replica, prefix string, n int) datastore.Revision {
 	var rev datastore.Revision
 	var err error
 	for i := range n {
-		if rev, err = r.Write(ctxT(t, 20*time.Second), datastore.WriteRequest{Touches: tuples(t, fmt.Sprintf("doc:%s-%d#viewer@user:u%d", prefix, i, i))}); err != nil {
+		if rev, err = r.Write(ctxT(t, 20*time.Second), datastore.WriteRequest{Touches: fixture.Tuples(t, fmt.Sprintf("doc:%s-%d#viewer@user:u%d", prefix, i, i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,7 +95,7 @@ func TestBehindRetention(t *testing.T) {
 	if st := c.Status(); !st.Degraded || !strings.Contains(st.Reason, "no snapshot reaches") {
 		t.Fatalf("c status %+v, want degraded: no snapshot reaches the log", st)
 	}
-	if _, err := c.Write(context.Background(), datastore.WriteRequest{Touches: tuples(t, "doc:x#viewer@user:x")}); !errors.Is(err, cluster.ErrUnavailable) || !errors.Is(err, cluster.ErrDiverged) {
+	if _, err := c.Write(context.Background(), datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:x#viewer@user:x")}); !errors.Is(err, cluster.ErrUnavailable) || !errors.Is(err, cluster.ErrDiverged) {
 		t.Fatalf("c write = %v, want ErrUnavailable and ErrDiverged", err)
 	}
 	if _, err := a.Snapshot(ctxT(t, 10*time.Second)); err != nil {
@@ -129,7 +129,7 @@ func TestStartWithoutNATS(t *testing.T) {
 	if ok, err := fixture.CheckText(context.Background(), a.store, "doc:a-1", "read", "user:u1"); err != nil || !ok {
 		t.Fatalf("read with NATS down: %v, %v", ok, err)
 	}
-	if _, err := a.Write(context.Background(), datastore.WriteRequest{Touches: tuples(t, "doc:x#viewer@user:x")}); !errors.Is(err, cluster.ErrUnavailable) {
+	if _, err := a.Write(context.Background(), datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:x#viewer@user:x")}); !errors.Is(err, cluster.ErrUnavailable) {
 		t.Fatalf("write with NATS down = %v, want ErrUnavailable", err)
 	}
 	if err := a.Sync(ctxT(t, time.Second)); !errors.Is(err, cluster.ErrUnavailable) {
@@ -275,7 +275,7 @@ func TestForeignWrite(t *testing.T) {
 	mustSchema(t, a, testSchema)
 	converge(t, writeN(t, a, "x", 2), a, b)
 	ctx := ctxT(t, 20*time.Second)
-	if _, err := b.store.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:local#viewer@user:ann")}); err != nil {
+	if _, err := b.store.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:local#viewer@user:ann")}); err != nil {
 		t.Fatal(err)
 	}
 	writeN(t, a, "y", 1)
@@ -286,7 +286,7 @@ func TestForeignWrite(t *testing.T) {
 	if st := b.Status(); !st.Degraded || !strings.Contains(st.Reason, "written outside the cluster") {
 		t.Fatalf("b status %+v, want diverged", st)
 	}
-	if _, err := b.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:z#viewer@user:z")}); !errors.Is(err, cluster.ErrDiverged) {
+	if _, err := b.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:z#viewer@user:z")}); !errors.Is(err, cluster.ErrDiverged) {
 		t.Fatalf("b write = %v, want ErrDiverged", err)
 	}
 	if ok, err := fixture.CheckText(ctx, b.store, "doc:x-1", "read", "user:u1"); err != nil || !ok {

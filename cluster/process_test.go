@@ -43,7 +43,7 @@ func TestReplicaProcess(t *testing.T) {
 	}
 	for i := 0; ; i++ {
 		tu := fmt.Sprintf("doc:child-%d#viewer@user:u%d", i, i)
-		rev, err := r.Write(ctx, datastore.WriteRequest{Touches: tuples(t, tu)})
+		rev, err := r.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, tu)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "write:", err)
 			continue
@@ -99,7 +99,7 @@ func TestKillReplicaProcess(t *testing.T) {
 			default:
 			}
 			tu := fmt.Sprintf("doc:parent-%d#viewer@user:u%d", i, i)
-			rev, err := a.Write(context.Background(), datastore.WriteRequest{Touches: tuples(t, tu)})
+			rev, err := a.Write(context.Background(), datastore.WriteRequest{Touches: fixture.Tuples(t, tu)})
 			if err != nil {
 				t.Error(err)
 				return
@@ -159,7 +159,7 @@ func TestKillReplicaProcess(t *testing.T) {
 	defer mu.Unlock()
 	converge(t, max(maxRev, a.Revision()), a, b)
 	for _, tu := range acked {
-		parsed := tuples(t, tu)[0]
+		parsed := fixture.Tuples(t, tu)[0]
 		for name, r := range map[string]*replica{"a": a, "b": b} {
 			ok, err := fixture.CheckText(context.Background(), r.store, parsed.Object.String(), parsed.Relation, parsed.Subject.String())
 			if err != nil || !ok {

@@ -24,7 +24,7 @@ func TestWriteReplicates(t *testing.T) {
 		t.Fatalf("first schema at revision %d, want 1", rev)
 	}
 	ctx := ctxT(t, 20*time.Second)
-	rev, err := a.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:d1#owner@user:ann", "doc:d1#viewer@user:bob")})
+	rev, err := a.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:d1#owner@user:ann", "doc:d1#viewer@user:bob")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,27 +42,27 @@ func TestWriteReplicates(t *testing.T) {
 
 	// Preconditions, checked against the state the entry applies to.
 	_, err = b.Write(ctx, datastore.WriteRequest{
-		Touches:       tuples(t, "doc:d2#owner@user:bob"),
+		Touches:       fixture.Tuples(t, "doc:d2#owner@user:bob"),
 		Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "doc", ObjectID: "d2"}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = a.Write(ctx, datastore.WriteRequest{
-		Touches:       tuples(t, "doc:d2#owner@user:ann"),
+		Touches:       fixture.Tuples(t, "doc:d2#owner@user:ann"),
 		Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "doc", ObjectID: "d2"}}},
 	})
 	if !errors.Is(err, datastore.ErrPreconditionFailed) {
 		t.Fatalf("second claim of doc:d2 = %v, want ErrPreconditionFailed", err)
 	}
-	if _, err := a.Write(ctx, datastore.WriteRequest{Touches: tuples(t, "doc:d2#editor@user:ann")}); !errors.Is(err, datastore.ErrInvalidTuple) {
+	if _, err := a.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:d2#editor@user:ann")}); !errors.Is(err, datastore.ErrInvalidTuple) {
 		t.Fatalf("invalid tuple = %v, want ErrInvalidTuple", err)
 	}
 
 	// A write larger than one NATS message (1 MiB here) is refused before it is sent.
 	big := datastore.WriteRequest{}
 	for i := range 40000 {
-		big.Touches = append(big.Touches, tuples(t, fmt.Sprintf("doc:big-%d#viewer@user:u%d", i, i))...)
+		big.Touches = append(big.Touches, fixture.Tuples(t, fmt.Sprintf("doc:big-%d#viewer@user:u%d", i, i))...)
 	}
 	if _, err := a.Write(ctx, big); !errors.Is(err, cluster.ErrTooLarge) {
 		t.Fatalf("a write of 40,000 tuples = %v, want ErrTooLarge", err)

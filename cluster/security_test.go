@@ -15,6 +15,7 @@ import (
 
 	"github.com/nexuspdp/nexus/cluster"
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 	"github.com/nexuspdp/nexus/internal/natstest"
 )
 
@@ -40,7 +41,7 @@ func refused(t *testing.T, cfg cluster.Config, want string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_, err := r.Write(ctxT(t, 10*time.Second), datastore.WriteRequest{Touches: tuples(t, "doc:d#viewer@user:u")})
+	_, err := r.Write(ctxT(t, 10*time.Second), datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:d#viewer@user:u")})
 	if !errors.Is(err, cluster.ErrUnavailable) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(want)) {
 		t.Fatalf("write: %v, want ErrUnavailable saying %q", err, want)
 	}
@@ -58,7 +59,7 @@ func replicates(t *testing.T, cfg cluster.Config) {
 	waitFollowing(t, a)
 	waitFollowing(t, b)
 	mustSchema(t, a, testSchema)
-	rev, err := a.Write(ctxT(t, 20*time.Second), datastore.WriteRequest{Touches: tuples(t, "doc:d#viewer@user:u")})
+	rev, err := a.Write(ctxT(t, 20*time.Second), datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:d#viewer@user:u")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestIndexValuesAreChecksums(t *testing.T) {
 		t.Fatal(err)
 	}
 	MustDrive(t, s)
-	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: mustTuples(t, "folder:w#viewer@user:wes")}); err != nil {
+	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:w#viewer@user:wes")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Import(ctx, strings.NewReader("folder:i1#viewer@user:ivy\n"), datastore.ImportOptions{Format: datastore.FormatText}); err != nil {
@@ -67,7 +67,7 @@ func TestIndexValuesAreChecksums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ApplyAt(ctx, rev+1, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:r#editor@user:rae")}}); err != nil {
+	if err := s.ApplyAt(ctx, rev+1, datastore.Batch{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:r#editor@user:rae")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -107,7 +107,7 @@ func TestCheckFindsForgedKey(t *testing.T) {
 	if err := s.Health(); !errors.Is(err, datastore.ErrCorrupt) {
 		t.Fatalf("Health = %v, want ErrCorrupt", err)
 	}
-	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: mustTuples(t, "folder:x#viewer@user:bob")}); !errors.Is(err, datastore.ErrCorrupt) {
+	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:x#viewer@user:bob")}); !errors.Is(err, datastore.ErrCorrupt) {
 		t.Fatalf("write after the check = %v, want ErrCorrupt", err)
 	}
 	if err := s.Close(); err != nil {
@@ -188,7 +188,7 @@ func TestLegacyEmptyValues(t *testing.T) {
 	if got := answer(s); got != want {
 		t.Fatalf("legacy file answers\n%s\nwant\n%s", got, want)
 	}
-	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: mustTuples(t, "folder:new#viewer@user:nia")}); err != nil {
+	if _, err := s.Write(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:new#viewer@user:nia")}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := fixture.CheckText(ctx, s, "folder:new", "read", "user:nia"); err != nil || !ok {

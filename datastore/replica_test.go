@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/internal/fixture"
@@ -28,19 +27,6 @@ types:
     permissions:
       read: viewer + editor
 `
-
-func mustTuples(t *testing.T, ss ...string) []api.Tuple {
-	t.Helper()
-	out := make([]api.Tuple, len(ss))
-	for i, s := range ss {
-		tu, err := api.ParseTuple(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = tu
-	}
-	return out
-}
 
 func mustParseSchema(t *testing.T, src string) *schema.Schema {
 	t.Helper()
@@ -88,7 +74,7 @@ func TestApplyAt(t *testing.T) {
 	if rev, _ := s.Revision(ctx); rev != 3 {
 		t.Fatalf("revision %d, want 3", rev)
 	}
-	w := datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann", "folder:b#editor@user:bob")}
+	w := datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann", "folder:b#editor@user:bob")}
 	if err := s.ApplyAt(ctx, 7, datastore.Batch{Write: w, Meta: map[string][]byte{"k": []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +94,10 @@ func TestApplyAt(t *testing.T) {
 		cause error
 	}{
 		{"precondition", datastore.Batch{Write: datastore.WriteRequest{
-			Touches:       mustTuples(t, "folder:c#viewer@user:cat"),
+			Touches:       fixture.Tuples(t, "folder:c#viewer@user:cat"),
 			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "zzz"}, MustExist: true}},
 		}}, datastore.ErrPreconditionFailed},
-		{"invalid tuple", datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:c#owner@user:cat")}}, datastore.ErrInvalidTuple},
+		{"invalid tuple", datastore.Batch{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:c#owner@user:cat")}}, datastore.ErrInvalidTuple},
 		{"orphans", datastore.Batch{Schema: mustParseSchema(t, "types:\n  user: {}\n  folder:\n    relations:\n      viewer: [user]\n")}, datastore.ErrSchemaOrphans},
 	}
 	rev := datastore.Revision(7)
@@ -175,13 +161,13 @@ func equalRevs(a, b []datastore.Revision) bool {
 func TestCheckWrite(t *testing.T) {
 	ctx := context.Background()
 	s := openTemp(t, datastore.Config{})
-	if _, err := s.CheckWrite(ctx, datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}); !errors.Is(err, datastore.ErrNoSchema) {
+	if _, err := s.CheckWrite(ctx, datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}); !errors.Is(err, datastore.ErrNoSchema) {
 		t.Fatalf("no schema: %v", err)
 	}
 	if err := s.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}}); err != nil {
+	if err := s.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -189,10 +175,10 @@ func TestCheckWrite(t *testing.T) {
 		req  datastore.WriteRequest
 		want error
 	}{
-		{"ok", datastore.WriteRequest{Touches: mustTuples(t, "folder:b#viewer@user:ann")}, nil},
+		{"ok", datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:b#viewer@user:ann")}, nil},
 		{"must exist holds", datastore.WriteRequest{Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: true}}}, nil},
 		{"must not exist fails", datastore.WriteRequest{Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}}}}, datastore.ErrPreconditionFailed},
-		{"invalid", datastore.WriteRequest{Deletes: mustTuples(t, "file:a#viewer@user:ann")}, datastore.ErrInvalidTuple},
+		{"invalid", datastore.WriteRequest{Deletes: fixture.Tuples(t, "file:a#viewer@user:ann")}, datastore.ErrInvalidTuple},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -219,7 +205,7 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := src.ApplyAt(ctx, 6, datastore.Batch{
-		Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann", "folder:a#editor@user:bob")},
+		Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann", "folder:a#editor@user:bob")},
 		Meta:  map[string][]byte{"policy": []byte("p1")},
 	}); err != nil {
 		t.Fatal(err)
@@ -245,7 +231,7 @@ func TestBackupRestore(t *testing.T) {
 	if err := dst.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, "types:\n  user: {}\n  doc:\n    relations:\n      owner: [user]\n")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:x#owner@user:zed")}}); err != nil {
+	if err := dst.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:x#owner@user:zed")}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := dst.Restore(ctx, snap)
@@ -268,7 +254,7 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("revision after restore %d", r)
 	}
 	// Applying continues from the restored revision.
-	if err := dst.ApplyAt(ctx, 7, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:c#viewer@user:cat")}}); err != nil {
+	if err := dst.ApplyAt(ctx, 7, datastore.Batch{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:c#viewer@user:cat")}}); err != nil {
 		t.Fatal(err)
 	}
 	backup(t, src, snap)
@@ -343,7 +329,7 @@ func TestRestoreWhileReading(t *testing.T) {
 	}
 	for i := range 20 {
 		rev := datastore.Revision(2 + i)
-		if err := src.ApplyAt(ctx, rev, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann", fmt.Sprintf("folder:f%d#viewer@user:u%d", i, i))}}); err != nil {
+		if err := src.ApplyAt(ctx, rev, datastore.Batch{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann", fmt.Sprintf("folder:f%d#viewer@user:u%d", i, i))}}); err != nil {
 			t.Fatal(err)
 		}
 		snap := filepath.Join(dir, fmt.Sprintf("snap-%d.db", i))
@@ -433,7 +419,7 @@ func TestRestoreAcrossFileSystems(t *testing.T) {
 	if err := src.ApplyAt(ctx, 1, datastore.Batch{Schema: mustParseSchema(t, replicaSchema)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := src.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}}); err != nil {
+	if err := src.ApplyAt(ctx, 2, datastore.Batch{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}}); err != nil {
 		t.Fatal(err)
 	}
 	snap := filepath.Join(shm, "snap.db")
@@ -457,12 +443,12 @@ func TestApplyRun(t *testing.T) {
 	grown := replicaSchema + "  doc:\n    relations:\n      owner: [user]\n"
 	run := []datastore.Batch{
 		{Schema: mustParseSchema(t, replicaSchema)},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:d#owner@user:ann")}}, // not in the schema yet
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:d#owner@user:ann")}}, // not in the schema yet
 		{Schema: mustParseSchema(t, grown), Meta: map[string][]byte{"k": []byte("v")}},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "doc:d#owner@user:ann"),
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "doc:d#owner@user:ann"),
 			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: true}}}},
-		{Write: datastore.WriteRequest{Deletes: mustTuples(t, "folder:a#viewer@user:ann"),
+		{Write: datastore.WriteRequest{Deletes: fixture.Tuples(t, "folder:a#viewer@user:ann"),
 			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "doc", ObjectID: "zzz"}, MustExist: true}}}},
 	}
 	one := openTemp(t, datastore.Config{})
@@ -506,9 +492,9 @@ func TestApplyRunTouchThenDelete(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
 	res, err := s.ApplyRun(ctx, 1, []datastore.Batch{
 		{Schema: mustParseSchema(t, replicaSchema)},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
-		{Write: datastore.WriteRequest{Deletes: mustTuples(t, "folder:a#viewer@user:ann"), Touches: mustTuples(t, "folder:b#viewer@user:bob")}},
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Deletes: fixture.Tuples(t, "folder:a#viewer@user:ann"), Touches: fixture.Tuples(t, "folder:b#viewer@user:bob")}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -538,7 +524,7 @@ func TestApplyRunSharesSnapshot(t *testing.T) {
 	s := openTemp(t, datastore.Config{})
 	if _, err := s.ApplyRun(ctx, 1, []datastore.Batch{
 		{Schema: mustParseSchema(t, replicaSchema)},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:base#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:base#viewer@user:ann")}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -573,9 +559,9 @@ func TestApplyRunSharesSnapshot(t *testing.T) {
 	for i := range runs {
 		var b datastore.Batch
 		if i%2 == 0 {
-			b.Write.Touches = mustTuples(t, "folder:q#viewer@user:x", "folder:p#viewer@user:x")
+			b.Write.Touches = fixture.Tuples(t, "folder:q#viewer@user:x", "folder:p#viewer@user:x")
 		} else {
-			b.Write.Deletes = mustTuples(t, "folder:p#viewer@user:x", "folder:q#viewer@user:x")
+			b.Write.Deletes = fixture.Tuples(t, "folder:p#viewer@user:x", "folder:q#viewer@user:x")
 		}
 		if _, err := s.ApplyRun(ctx, datastore.Revision(3+2*i), []datastore.Batch{b, {}}); err != nil {
 			t.Fatal(err)
@@ -604,11 +590,11 @@ func TestApplyRunMiddleRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := s.ApplyRun(ctx, 8, []datastore.Batch{
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:b#viewer@user:bob"),
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:b#viewer@user:bob"),
 			// folder:a has a tuple since revision 8: the precondition fails.
 			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: false}}}},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:c#viewer@user:cid"),
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:c#viewer@user:cid"),
 			Preconditions: []datastore.Precondition{{Filter: datastore.Filter{ObjectType: "folder", ObjectID: "a"}, MustExist: true}}}},
 	})
 	if err != nil {

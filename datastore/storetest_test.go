@@ -14,6 +14,7 @@ import (
 	"github.com/nexuspdp/nexus/datastore"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	"github.com/nexuspdp/nexus/defaults/drive"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // storeOpener returns a fresh, empty store; the suite closes it.
@@ -92,19 +93,6 @@ func check(t *testing.T, s datastore.Store, object, permission, subject string) 
 	return res.Allowed, err
 }
 
-func tuples(t *testing.T, ss ...string) []api.Tuple {
-	t.Helper()
-	out := make([]api.Tuple, len(ss))
-	for i, s := range ss {
-		tu, err := api.ParseTuple(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = tu
-	}
-	return out
-}
-
 func strs(ts []api.Tuple) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
@@ -129,7 +117,7 @@ func testNoSchema(t *testing.T, s datastore.Store) {
 	if _, err := s.Schema(ctx(t)); !errors.Is(err, datastore.ErrNoSchema) {
 		t.Fatalf("Schema = %v, want ErrNoSchema", err)
 	}
-	if _, err := s.Write(ctx(t), datastore.WriteRequest{Touches: tuples(t, "folder:a#viewer@user:b")}); !errors.Is(err, datastore.ErrNoSchema) {
+	if _, err := s.Write(ctx(t), datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:b")}); !errors.Is(err, datastore.ErrNoSchema) {
 		t.Fatalf("Write = %v, want ErrNoSchema", err)
 	}
 	if _, err := check(t, s, "folder:a", "read", "user:b"); !errors.Is(err, datastore.ErrNoSchema) {
@@ -164,7 +152,7 @@ func testSchemaRoundTrip(t *testing.T, s datastore.Store) {
 func testWriteReadDelete(t *testing.T, s datastore.Store) {
 	MustDrive(t, s)
 	r0, _ := s.Revision(ctx(t))
-	add := tuples(t, "folder:x#viewer@user:zed", "folder:x#viewer@group:eng#member", "file:y#parent@folder:x")
+	add := fixture.Tuples(t, "folder:x#viewer@user:zed", "folder:x#viewer@group:eng#member", "file:y#parent@folder:x")
 	r1, err := s.Write(ctx(t), datastore.WriteRequest{Touches: add})
 	if err != nil || r1 != r0+1 {
 		t.Fatalf("Write = %d, %v, want %d", r1, err, r0+1)
@@ -221,8 +209,8 @@ func testInvalidTuples(t *testing.T, s datastore.Store) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			good := tuples(t, "folder:ok#viewer@user:ok")[0]
-			_, err := s.Write(ctx(t), datastore.WriteRequest{Touches: append([]api.Tuple{good}, tuples(t, tt.tuple)...)})
+			good := fixture.Tuples(t, "folder:ok#viewer@user:ok")[0]
+			_, err := s.Write(ctx(t), datastore.WriteRequest{Touches: append([]api.Tuple{good}, fixture.Tuples(t, tt.tuple)...)})
 			if !errors.Is(err, datastore.ErrInvalidTuple) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Write(%s) = %v, want ErrInvalidTuple with %q", tt.tuple, err, tt.want)
 			}
@@ -252,7 +240,7 @@ func testPreconditions(t *testing.T, s datastore.Store) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tu := tuples(t, fmt.Sprintf("folder:pre%d#viewer@user:u", i))
+			tu := fixture.Tuples(t, fmt.Sprintf("folder:pre%d#viewer@user:u", i))
 			_, err := s.Write(ctx(t), datastore.WriteRequest{Touches: tu, Preconditions: tt.pre})
 			if tt.ok != (err == nil) || !tt.ok && !errors.Is(err, datastore.ErrPreconditionFailed) {
 				t.Fatalf("Write = %v, want ok=%v", err, tt.ok)
@@ -330,7 +318,7 @@ func testDriveChecks(t *testing.T, s datastore.Store) {
 
 func testRoles(t *testing.T, s datastore.Store) {
 	MustDrive(t, s)
-	if _, err := s.Write(ctx(t), datastore.WriteRequest{Touches: tuples(t, "tenant:acme#viewer@user:alice", "tenant:globex#editor@user:alice")}); err != nil {
+	if _, err := s.Write(ctx(t), datastore.WriteRequest{Touches: fixture.Tuples(t, "tenant:acme#viewer@user:alice", "tenant:globex#editor@user:alice")}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -405,11 +393,11 @@ func testWatch(t *testing.T, s datastore.Store) {
 			}
 		}
 	}()
-	r1, err := s.Write(ctx(t), datastore.WriteRequest{Touches: tuples(t, "folder:w#viewer@user:a", "folder:w#viewer@user:b")})
+	r1, err := s.Write(ctx(t), datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:w#viewer@user:a", "folder:w#viewer@user:b")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := s.Write(ctx(t), datastore.WriteRequest{Deletes: tuples(t, "folder:w#viewer@user:a", "folder:w#viewer@user:nobody")})
+	r2, err := s.Write(ctx(t), datastore.WriteRequest{Deletes: fixture.Tuples(t, "folder:w#viewer@user:a", "folder:w#viewer@user:nobody")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,13 +452,13 @@ types:
 `)
 	var w datastore.WriteRequest
 	// A cycle of groups, and a cycle of folders.
-	w.Touches = append(w.Touches, tuples(t, "group:a#member@group:b#member", "group:b#member@group:a#member", "group:b#member@user:x",
+	w.Touches = append(w.Touches, fixture.Tuples(t, "group:a#member@group:b#member", "group:b#member@group:a#member", "group:b#member@user:x",
 		"folder:c1#parent@folder:c2", "folder:c2#parent@folder:c1")...)
 	// A chain of 100 folders: f0 <- f1 <- ... <- f99; u is viewer of f0.
 	for i := 1; i < 100; i++ {
-		w.Touches = append(w.Touches, tuples(t, fmt.Sprintf("folder:f%d#parent@folder:f%d", i, i-1))...)
+		w.Touches = append(w.Touches, fixture.Tuples(t, fmt.Sprintf("folder:f%d#parent@folder:f%d", i, i-1))...)
 	}
-	w.Touches = append(w.Touches, tuples(t, "folder:f0#viewer@user:u")...)
+	w.Touches = append(w.Touches, fixture.Tuples(t, "folder:f0#viewer@user:u")...)
 	if _, err := s.Write(ctx(t), w); err != nil {
 		t.Fatal(err)
 	}

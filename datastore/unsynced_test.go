@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/datastore"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 // unsyncedStore opens a store at path, makes it unsynced and applies a
@@ -32,7 +33,7 @@ func unsyncedStore(t *testing.T, path string) *datastore.BoltStore {
 	}
 	res, err := s.ApplyRun(ctx, 1, []datastore.Batch{
 		{Schema: mustParseSchema(t, replicaSchema)},
-		{Write: datastore.WriteRequest{Touches: mustTuples(t, "folder:a#viewer@user:ann")}},
+		{Write: datastore.WriteRequest{Touches: fixture.Tuples(t, "folder:a#viewer@user:ann")}},
 	})
 	if err != nil || res[0] != nil || res[1] != nil {
 		t.Fatal(err, res)
