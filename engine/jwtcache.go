@@ -81,16 +81,12 @@ func jwtCached(name string, f topdown.BuiltinFunc) topdown.BuiltinFunc {
 // not a value.
 func jwtKeyOf(name string, token ast.String, other ast.Value) (jwtKey, bool) {
 	bp := jwtKeyBufs.Get().(*[]byte)
-	defer jwtKeyBufs.Put(bp)
 	b := binary.AppendUvarint((*bp)[:0], uint64(len(name)))
 	b = append(b, name...)
 	b, ok := appendValueKey(b, token)
 	if obj, isObj := other.(ast.Object); isObj && name == ast.JWTDecodeVerify.Name {
-		n := obj.Len()
-		if obj.Get(ast.InternedTerm("time")) != nil {
-			n--
-		}
-		b = binary.AppendUvarint(append(b, 'O'), uint64(n))
+		// The entries but "time", then a byte no value starts with.
+		b = append(b, 'C')
 		obj.Foreach(func(k, v *ast.Term) {
 			if s, isStr := k.Value.(ast.String); ok && !(isStr && s == "time") {
 				if b, ok = appendValueKey(b, k.Value); ok {
@@ -98,15 +94,23 @@ func jwtKeyOf(name string, token ast.String, other ast.Value) (jwtKey, bool) {
 				}
 			}
 		})
+		b = append(b, '.')
 	} else if ok {
 		b, ok = appendValueKey(b, other)
 	}
-	*bp = b
-	if !ok {
-		return jwtKey{}, false
+	var k jwtKey
+	if ok {
+		k = sha256.Sum256(b)
 	}
-	return sha256.Sum256(b), true
+	if cap(b) <= jwtKeyBufMax {
+		*bp = b
+		jwtKeyBufs.Put(bp)
+	}
+	return k, ok
 }
+
+// jwtKeyBufMax bounds the buffers jwtKeyOf keeps for the next key.
+const jwtKeyBufMax = 2 * jwtMaxToken
 
 var jwtKeyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
