@@ -2,7 +2,8 @@ package engine_test
 
 // The differential corpus: every case under testdata/corpus is evaluated by
 // OPA's own evaluator (the oracle) and by nexus' Wasm engine, and the two
-// results must be the same JSON value.
+// results must be the same JSON value, also on the input pruned to the
+// paths the compiler records that the query reads.
 //
 // Each file holds `cases:`, a list of cases with: name (unique), modules (Rego
 // sources, each with its package line), data (optional object), input
@@ -26,6 +27,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -437,23 +439,71 @@ func groupCorpus(cases []*corpusCase) []*corpusGroup {
 // bundle into a new engine, which the caller closes. Safe to call from any
 // goroutine.
 func corpusEngine(ctx context.Context, c *corpusCase, entrypoints []string) (*engine.Engine, error) {
+	e, _, err := corpusEngineBundle(ctx, c, entrypoints)
+	return e, err
+}
+
+// corpusEngineBundle is corpusEngine, and the bundle it loaded.
+func corpusEngineBundle(ctx context.Context, c *corpusCase, entrypoints []string) (*engine.Engine, *bundle.Bundle, error) {
 	b, err := compiler.Compile(ctx, compiler.Options{
 		Modules:     corpusModules(c.Modules),
 		DataJSON:    c.dataJSON,
 		Entrypoints: entrypoints,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("compile: %w", err)
+		return nil, nil, fmt.Errorf("compile: %w", err)
 	}
 	e, err := engine.New(ctx, engine.Config{MaxInstances: 1})
 	if err != nil {
-		return nil, fmt.Errorf("engine.New: %w", err)
+		return nil, nil, fmt.Errorf("engine.New: %w", err)
 	}
 	if err := e.Load(ctx, b); err != nil {
 		_ = e.Close(ctx)
-		return nil, fmt.Errorf("load: %w", err)
+		return nil, nil, fmt.Errorf("load: %w", err)
 	}
-	return e, nil
+	return e, b, nil
+}
+
+// corpusPruned is input (a JSON object) with only the paths the compiler
+// recorded that entrypoint ep of b reads, as nexus writes a request's input
+// for that policy: a subtree at the end of a path is kept whole, and a value
+// that is not an object on the way is kept whole too. It is written here,
+// apart from nexus' pruner, from the manifest's meaning. ok is false when
+// the paths are unknown (nothing is pruned) or input is not an object.
+func corpusPruned(b *bundle.Bundle, ep string, input []byte) (pruned []byte, ok bool, err error) {
+	paths, known := b.Manifest.InputPathsFor(ep, b.Data)
+	if !known || !bytes.HasPrefix(bytes.TrimSpace(input), []byte("{")) {
+		return nil, false, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(input))
+	d.UseNumber()
+	var doc any
+	if err := d.Decode(&doc); err != nil {
+		return nil, false, err
+	}
+	var keep func(v any, paths [][]string) any
+	keep = func(v any, paths [][]string) any {
+		obj, isObj := v.(map[string]any)
+		if !isObj {
+			return v
+		}
+		out := map[string]any{}
+		under := map[string][][]string{}
+		for _, p := range paths {
+			if len(p) == 0 {
+				return v // read whole
+			}
+			under[p[0]] = append(under[p[0]], p[1:])
+		}
+		for k, rest := range under {
+			if c, ok := obj[k]; ok {
+				out[k] = keep(c, rest)
+			}
+		}
+		return out
+	}
+	pruned, err = json.Marshal(keep(doc, paths))
+	return pruned, true, err
 }
 
 // corpusBuilt is a group made ready: OPA's compiled modules and the engine
@@ -462,6 +512,7 @@ type corpusBuilt struct {
 	entrypoints []string
 	oracle      *corpusOracleGroup
 	engine      *engine.Engine
+	bundle      *bundle.Bundle
 	err         error
 }
 
@@ -488,7 +539,7 @@ func buildCorpus(ctx context.Context, groups []*corpusGroup) []*corpusBuilt {
 			defer func() { <-sem }()
 			b := built[i]
 			b.oracle = newCorpusOracleGroup(ctx, g.cases[0])
-			b.engine, b.err = corpusEngine(ctx, g.cases[0], eps)
+			b.engine, b.bundle, b.err = corpusEngineBundle(ctx, g.cases[0], eps)
 		}()
 	}
 	wg.Wait()
@@ -536,9 +587,21 @@ func corpusCompare(want corpusOracleResult, got corpusEngineResult) string {
 	return ""
 }
 
+// corpusEval is the engine's answer to query on input.
+func corpusEval(ctx context.Context, e *engine.Engine, query string, input []byte) corpusEngineResult {
+	var got corpusEngineResult
+	got.value, got.err = e.Eval(ctx, query, input, nil)
+	if errors.Is(got.err, engine.ErrUndefined) {
+		got.undefined, got.err = true, nil
+	}
+	return got
+}
+
 // TestCorpus evaluates every case with OPA and with the engine and requires
 // the same answer, except for the cases with an allowed_difference, which are
-// listed in the log with their reason.
+// listed in the log with their reason. Where the engine agrees, it evaluates
+// the case again on the input pruned to what the compiler says the
+// entrypoint reads, which must answer the same.
 func TestCorpus(t *testing.T) {
 	ctx := context.Background()
 	groups := groupCorpus(loadCorpus(t))
@@ -552,11 +615,11 @@ func TestCorpus(t *testing.T) {
 				if c.WantError != (want.err != nil) {
 					t.Fatalf("%s: oracle answered %v, the case says want_error=%v", c.file, want, c.WantError)
 				}
-				e, err := b.engine, b.err
+				e, bun, err := b.engine, b.bundle, b.err
 				if err != nil && len(b.entrypoints) > 1 {
 					// One entrypoint may be what fails to compile: try this
 					// case on its own.
-					if e, err = corpusEngine(ctx, c, []string{c.Query}); err == nil {
+					if e, bun, err = corpusEngineBundle(ctx, c, []string{c.Query}); err == nil {
 						defer func() { _ = e.Close(ctx) }()
 					}
 				}
@@ -564,12 +627,23 @@ func TestCorpus(t *testing.T) {
 				if err != nil {
 					got.err = err
 				} else {
-					got.value, got.err = e.Eval(ctx, c.Query, c.inputJSON, nil)
-					if errors.Is(got.err, engine.ErrUndefined) {
-						got.undefined, got.err = true, nil
-					}
+					got = corpusEval(ctx, e, c.Query, c.inputJSON)
 				}
 				diff := corpusCompare(want, got)
+				if diff == "" && err == nil {
+					// The input as nexus writes it for this entrypoint, only
+					// the paths the compiler says it reads, must not change
+					// the answer.
+					pruned, ok, perr := corpusPruned(bun, c.Query, c.inputJSON)
+					if perr != nil {
+						t.Fatalf("pruning the input: %v", perr)
+					}
+					if ok {
+						if d := corpusCompare(want, corpusEval(ctx, e, c.Query, pruned)); d != "" {
+							diff = "with the input pruned to " + string(pruned) + "\n" + d
+						}
+					}
+				}
 				switch {
 				case diff != "" && c.AllowedDifference != "":
 					allowed = append(allowed, fmt.Sprintf("%s: %s", c.Name, c.AllowedDifference))
