@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -39,7 +40,7 @@ func inputPaths(c *ast.Compiler) ([][]any, bool) {
 	for _, m := range c.Modules {
 		nodes = append(nodes, m)
 	}
-	return inputPathsIn(c, nodes)
+	return inputPathsIn(c, nodes, nil, nil)
 }
 
 // inputPathsFor is inputPaths for the rules entrypoint ep can reach
@@ -58,12 +59,16 @@ func inputPathsFor(c *ast.Compiler, ep string) ([][]any, bool) {
 	for i, r := range rules {
 		nodes[i] = r
 	}
-	return inputPathsIn(c, nodes)
+	return inputPathsIn(c, nodes, inputAliases(c, rules), ref)
 }
 
 // inputPathsIn is inputPaths for the references inside nodes (modules or
-// rules of c).
-func inputPathsIn(c *ast.Compiler, nodes []any) ([][]any, bool) {
+// rules of c). A reference through one of aliases reads the part of input
+// the alias names (data.p.http.method reads input.a.http.method when
+// data.p.http names input.a.http); reading an alias whole reads all that
+// part, and so does entrypoint ep, when it names an alias or a document
+// that holds one. The aliases' own rules are not walked.
+func inputPathsIn(c *ast.Compiler, nodes []any, aliases []inputAlias, ep ast.Ref) ([][]any, bool) {
 	keys := dataKeys(c)
 	var paths [][]any
 	all := false
@@ -87,14 +92,46 @@ func inputPathsIn(c *ast.Compiler, nodes []any) ([][]any, bool) {
 		}
 		return p
 	}
+	// data reads a reference to data (or data itself, a nil r) through
+	// the aliases: a reference that extends an alias reads input there;
+	// one that may hold an alias whole (a document above it, or a
+	// dynamic key on the way) reads the alias' part whole.
+	data := func(r ast.Ref) {
+		for _, a := range aliases {
+			switch {
+			case r != nil && r.HasPrefix(a.ref):
+				in := append(ast.Ref{ast.InputRootDocument}, a.input...)
+				paths = append(paths, path(append(in, r[len(a.ref):]...)))
+			case r == nil || a.ref.HasPrefix(r.GroundPrefix()):
+				paths = append(paths, path(append(ast.Ref{ast.InputRootDocument}, a.input...)))
+			}
+		}
+	}
+	isAlias := make(map[*ast.Rule]bool, len(aliases))
+	for _, a := range aliases {
+		isAlias[a.rule] = true
+	}
+	if ep != nil {
+		data(ep)
+	}
 	for _, m := range nodes {
-		vis := ast.NewGenericVisitor(func(x any) bool {
+		var vis *ast.GenericVisitor
+		vis = ast.NewGenericVisitor(func(x any) bool {
 			switch x := x.(type) {
+			case *ast.Rule:
+				return isAlias[x]
 			case *ast.With:
 				if r, ok := x.Target.Value.(ast.Ref); ok && r.HasPrefix(ast.InputRootRef) {
 					all = true
 				}
 			case ast.Ref:
+				if aliases != nil && x[0].Equal(ast.DefaultRootDocument) {
+					data(x)
+					for _, t := range x[1:] {
+						vis.Walk(t)
+					}
+					return true
+				}
 				if !x[0].Equal(ast.InputRootDocument) {
 					return false
 				}
@@ -118,6 +155,9 @@ func inputPathsIn(c *ast.Compiler, nodes []any) ([][]any, bool) {
 				if x.Equal(ast.InputRootDocument.Value) {
 					all = true
 				}
+				if x.Equal(ast.DefaultRootDocument.Value) {
+					data(nil)
+				}
 			}
 			return false
 		})
@@ -130,6 +170,94 @@ func inputPathsIn(c *ast.Compiler, nodes []any) ([][]any, bool) {
 		paths = [][]any{} // known: no input at all
 	}
 	return paths, true
+}
+
+// inputAlias is a rule that names a constant part of input and does
+// nothing else (`http := input.attributes.request.http`), or a constant
+// part of another alias: its value is that part of input whenever it is
+// defined.
+type inputAlias struct {
+	rule  *ast.Rule
+	ref   ast.Ref     // the rule's path: data.p.http
+	input []*ast.Term // the part of input it names, string keys
+}
+
+// inputAliases returns the aliases among rules: complete rules, the only
+// rule any reference to their path can refer to (no default, else,
+// partial or deeper rule), whose body binds their value to input or an
+// alias followed by constant string keys, and does nothing else.
+func inputAliases(c *ast.Compiler, rules []*ast.Rule) []inputAlias {
+	all := ast.RulesOptions{IncludeHiddenModules: true}
+	var found []inputAlias
+	pending := map[*ast.Rule]ast.Ref{}
+	for _, r := range rules {
+		target, ok := aliasTarget(r)
+		if !ok || len(c.GetRulesDynamicWithOpts(r.Ref(), all)) != 1 {
+			continue
+		}
+		for _, t := range target[1:] {
+			if _, ok := t.Value.(ast.String); !ok {
+				target = nil
+				break
+			}
+		}
+		switch {
+		case target == nil:
+		case target[0].Equal(ast.InputRootDocument):
+			found = append(found, inputAlias{rule: r, ref: r.Ref(), input: target[1:]})
+		case target[0].Equal(ast.DefaultRootDocument):
+			pending[r] = target
+		}
+	}
+	// An alias of an alias names what the first names, extended.
+	for progress := true; progress; {
+		progress = false
+		for r, target := range pending {
+			for _, a := range found {
+				if target.HasPrefix(a.ref) {
+					in := append(slices.Clip(a.input), target[len(a.ref):]...)
+					found = append(found, inputAlias{rule: r, ref: r.Ref(), input: in})
+					delete(pending, r)
+					progress = true
+					break
+				}
+			}
+		}
+	}
+	return found
+}
+
+// aliasTarget returns the reference a complete rule's value is, as OPA's
+// compiler writes it (`v := __local0__ if __local0__ = input.a`), and
+// whether r is such a rule.
+func aliasTarget(r *ast.Rule) (ast.Ref, bool) {
+	h := r.Head
+	if len(h.Args) > 0 || h.Key != nil || r.Default || r.Else != nil || len(r.Body) != 1 {
+		return nil, false
+	}
+	e := r.Body[0]
+	if e.Negated || len(e.With) > 0 || !e.IsEquality() {
+		return nil, false
+	}
+	v, ok := h.Value.Value.(ast.Var)
+	if !ok {
+		return nil, false
+	}
+	ops := e.Operands()
+	for i := range 2 {
+		if ops[i].Value.Compare(v) != 0 {
+			continue
+		}
+		switch t := ops[1-i].Value.(type) {
+		case ast.Ref:
+			return t, true
+		case ast.Var:
+			if t.Equal(ast.InputRootDocument.Value) {
+				return ast.InputRootRef, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // reachable returns the rules ref can refer to and those they refer to in

@@ -2,15 +2,12 @@ package engine_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/nexuspdp/nexus/engine"
 )
 
 // TestHoistDifferential drives the compiler's rewrite of input references
@@ -45,8 +42,8 @@ func TestHoistDifferential(t *testing.T) {
 		n = min(n, 20)
 	}
 	ctx := context.Background()
-	entrypoints := []string{"test/allow", "test/s", "test/out", "test/w"}
-	compiled, failures, known := 0, 0, 0
+	entrypoints := []string{"test/allow", "test/s", "test/out", "test/w", "test/al"}
+	compiled, failures, known, pruned := 0, 0, 0, 0
 	for i := range n {
 		g := &hoistGen{r: rand.New(rand.NewPCG(seed, uint64(i)))}
 		policy := g.module()
@@ -60,7 +57,7 @@ func TestHoistDifferential(t *testing.T) {
 			continue // not a valid policy (unsafe variables and the like)
 		}
 		compiled++
-		e, err := corpusEngine(ctx, base, entrypoints)
+		e, bun, err := corpusEngineBundle(ctx, base, entrypoints)
 		if err != nil {
 			failures++
 			t.Errorf("policy %d (seed %d): OPA compiles it, the engine does not: %v\n%s\n%s\ndata: %s", i, seed, err, policy, lib, data)
@@ -72,7 +69,7 @@ func TestHoistDifferential(t *testing.T) {
 			for _, ep := range entrypoints {
 				c.Query = ep
 				want := corpusOracle(ctx, oracle, &c)
-				got := hoistEval(ctx, e, &c)
+				got := corpusEval(ctx, e, c.Query, c.inputJSON)
 				if want.err == nil && got.err != nil && strings.Contains(got.err.Error(), "var assignment conflict") {
 					// OPA's rule indexer and early exit skip bodies the
 					// Wasm planner evaluates: a conflict OPA never sees
@@ -80,7 +77,16 @@ func TestHoistDifferential(t *testing.T) {
 					known++
 					continue
 				}
-				if diff := corpusCompare(want, got); diff != "" {
+				diff := corpusCompare(want, got)
+				if in, ok, err := corpusPruned(bun, ep, c.inputJSON); err != nil {
+					t.Fatal(err)
+				} else if ok && diff == "" {
+					pruned++
+					if d := corpusCompare(want, corpusEval(ctx, e, c.Query, in)); d != "" {
+						diff = "with the input pruned to " + string(in) + "\n" + d
+					}
+				}
+				if diff != "" {
 					failures++
 					t.Errorf("policy %d (seed %d), query %s differs:\n%s\ninput: %s\ndata: %s\n%s",
 						i, seed, ep, policy, c.inputJSON, data, diff)
@@ -92,14 +98,19 @@ func TestHoistDifferential(t *testing.T) {
 		}
 		_ = e.Close(ctx)
 	}
-	t.Logf("%d of %d random policies were valid Rego, each run with 6 inputs; %d answers were conflicts only the engine saw", compiled, n, known)
+	t.Logf("%d of %d random policies were valid Rego, each run with 6 inputs; %d answers were conflicts only the engine saw; %d answers were checked again on the input pruned to what the query reads", compiled, n, known, pruned)
+	if pruned == 0 && compiled > 20 {
+		t.Error("no answer was checked on a pruned input: the generator needs fixing")
+	}
 	if compiled < n/3 {
 		t.Errorf("only %d of %d random policies compiled with OPA: the generator needs fixing", compiled, n)
 	}
 }
 
 // hoistGen writes random policies, data and inputs. A policy is package
-// test with input.a.b imported as h, rules allow (several bodies), q (a
+// test with input.a.b imported as h, aliases ha (input.a.b) and hm
+// (ha.m), rules allow (several bodies), al (a set of what the aliases
+// read), q (a
 // complete rule that may conflict), s (a partial set), out (an else
 // chain), w (a comprehension) and f (a function whose argument is named h).
 type hoistGen struct {
@@ -116,6 +127,9 @@ func (g *hoistGen) pick(xs ...string) string { return xs[g.r.IntN(len(xs))] }
 func (g *hoistGen) module() string {
 	var b strings.Builder
 	b.WriteString("package test\n\nimport input.a.b as h\nimport input.a\n\n")
+	// Rules that only name a part of input, read through by the
+	// analysis of what the policy reads.
+	b.WriteString("ha := input.a.b\n\nhm := ha.m\n\n")
 	b.WriteString("default allow := false\n\n")
 	g.refs = true
 	for range 1 + g.r.IntN(3) {
@@ -125,6 +139,11 @@ func (g *hoistGen) module() string {
 	// comprehension bodies, which so show the order of errors and
 	// undefined readings.
 	fmt.Fprintf(&b, "w := [1 |\n%s]\n\n", g.body(2+g.r.IntN(5)))
+	// al shows what the aliases read, whole or a field at a time.
+	for range 1 + g.r.IntN(3) {
+		fmt.Fprintf(&b, "al contains x if {\n\tx := %s\n}\n\n", g.pick("ha", "hm", "ha.c", "hm.k", "count(ha)", "object.keys(hm)",
+			"sort([k | some k, _ in ha])", "json.marshal(ha)", "data.test.ha", "data.test.hm.k"))
+	}
 	g.refs = false
 	fmt.Fprintf(&b, "q := 1 if {\n%s}\n\n", g.body(1+g.r.IntN(3)))
 	fmt.Fprintf(&b, "q := 2 if {\n%s}\n\n", g.body(1+g.r.IntN(3)))
@@ -167,17 +186,17 @@ func (g *hoistGen) val() string {
 		return g.bound[g.r.IntN(len(g.bound))]
 	}
 	return g.pick("1", "2", `"s"`, "null", "h.c", "h.d", "h.s", "input.a.b.c", "a.b.c",
-		"input.a.b.arr[0]", "h.m.k", "data.y", "input.a.b", "input.x", "h.n")
+		"input.a.b.arr[0]", "h.m.k", "data.y", "input.a.b", "input.x", "h.n", "ha.c", "hm.k", "ha", "data.test.ha.s")
 }
 
 // in is an operand that reads input.
 func (g *hoistGen) in() string {
-	return g.pick("h.c", "h.d", "h.s", "input.a.b.c", "a.b.c", "input.a.b.arr[0]", "h.m.k", "input.a.b", "input.x", "h.n")
+	return g.pick("h.c", "h.d", "h.s", "input.a.b.c", "a.b.c", "input.a.b.arr[0]", "h.m.k", "input.a.b", "input.x", "h.n", "ha.d", "hm.k", "hm")
 }
 
 // ref is a read of input for the calls and loops.
 func (g *hoistGen) ref() string {
-	return g.pick("h.c", "h.s", "h.arr", "h.m", "input.a.b.arr", "input.a.b.s", "a.b.m", "input.a", "h", "input.a.b.m.k")
+	return g.pick("h.c", "h.s", "h.arr", "h.m", "input.a.b.arr", "input.a.b.s", "a.b.m", "input.a", "h", "input.a.b.m.k", "ha", "hm", "ha.arr")
 }
 
 func (g *hoistGen) expr() string {
@@ -189,7 +208,7 @@ func (g *hoistGen) expr() string {
 	case 2:
 		k, v := g.fresh(), g.fresh()
 		g.bound = append(g.bound, k, v)
-		return fmt.Sprintf("some %s, %s in %s", k, v, g.pick("h", "input.a.b", "h.m", "a.b.arr"))
+		return fmt.Sprintf("some %s, %s in %s", k, v, g.pick("h", "input.a.b", "h.m", "a.b.arr", "ha", "hm"))
 	case 3, 4, 5:
 		return fmt.Sprintf("%s %s %s", g.in(), g.pick("==", "!=", "<", ">=", "=="), g.val())
 	case 6:
@@ -306,14 +325,4 @@ func (g *hoistGen) input() string {
 		}
 	}
 	return fmt.Sprintf(`{"a": {"b": {%s}}, "x": %s}`, strings.Join(fields, ", "), g.pick("1", `"s"`, "[1]"))
-}
-
-// hoistEval is the engine's answer for a case, as TestCorpus reads it.
-func hoistEval(ctx context.Context, e *engine.Engine, c *corpusCase) corpusEngineResult {
-	var got corpusEngineResult
-	got.value, got.err = e.Eval(ctx, c.Query, c.inputJSON, nil)
-	if errors.Is(got.err, engine.ErrUndefined) {
-		got.undefined, got.err = true, nil
-	}
-	return got
 }
