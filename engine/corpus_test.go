@@ -435,15 +435,9 @@ func groupCorpus(cases []*corpusCase) []*corpusGroup {
 	return groups
 }
 
-// corpusEngine compiles modules and data for the entrypoints and loads the
-// bundle into a new engine, which the caller closes. Safe to call from any
-// goroutine.
-func corpusEngine(ctx context.Context, c *corpusCase, entrypoints []string) (*engine.Engine, error) {
-	e, _, err := corpusEngineBundle(ctx, c, entrypoints)
-	return e, err
-}
-
-// corpusEngineBundle is corpusEngine, and the bundle it loaded.
+// corpusEngineBundle compiles modules and data for the entrypoints and loads
+// the bundle into a new engine, which the caller closes, and returns the
+// bundle too. Safe to call from any goroutine.
 func corpusEngineBundle(ctx context.Context, c *corpusCase, entrypoints []string) (*engine.Engine, *bundle.Bundle, error) {
 	b, err := compiler.Compile(ctx, compiler.Options{
 		Modules:     corpusModules(c.Modules),
