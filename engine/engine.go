@@ -167,10 +167,26 @@ func (e *Engine) EvalTrusted(ctx context.Context, entrypoint string, input []byt
 // enforces it, stopping the evaluation within about a millisecond of the
 // deadline. The context that builtins see ends at the deadline too.
 func (e *Engine) EvalTrustedWithin(ctx context.Context, timeout time.Duration, entrypoint string, input []byte, dst []byte) ([]byte, error) {
+	return e.EvalTrustedUntil(ctx, deadlineIn(timeout), entrypoint, input, dst)
+}
+
+// EvalTrustedUntil is EvalTrustedWithin bounded by a deadline (none if
+// zero) rather than a timeout, for a caller that has read the clock
+// already: as if ctx were context.WithDeadline(ctx, deadline).
+func (e *Engine) EvalTrustedUntil(ctx context.Context, deadline time.Time, entrypoint string, input []byte, dst []byte) ([]byte, error) {
 	if !utf8.Valid(input) {
 		return dst, invalidInput(entrypoint)
 	}
-	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true, timeout: timeout}, dst)
+	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true, deadline: deadline}, dst)
+}
+
+// deadlineIn is the deadline timeout from now: none (zero) unless timeout
+// is positive.
+func deadlineIn(timeout time.Duration) time.Time {
+	if timeout <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(timeout)
 }
 
 // EvalInput is Eval for input written ahead as values (through in's
@@ -184,14 +200,17 @@ func (e *Engine) EvalInput(ctx context.Context, entrypoint string, in *Input, ds
 
 // EvalInputWithin is EvalInput bounded by timeout as EvalTrustedWithin is.
 func (e *Engine) EvalInputWithin(ctx context.Context, timeout time.Duration, entrypoint string, in *Input, dst []byte) ([]byte, error) {
-	return e.eval(ctx, entrypoint, inputSource{input: in, timeout: timeout}, dst)
+	return e.EvalInputUntil(ctx, deadlineIn(timeout), entrypoint, in, dst)
+}
+
+// EvalInputUntil is EvalInput bounded by a deadline as EvalTrustedUntil
+// is.
+func (e *Engine) EvalInputUntil(ctx context.Context, deadline time.Time, entrypoint string, in *Input, dst []byte) ([]byte, error) {
+	return e.eval(ctx, entrypoint, inputSource{input: in, deadline: deadline}, dst)
 }
 
 func (e *Engine) eval(ctx context.Context, entrypoint string, src inputSource, dst []byte) ([]byte, error) {
-	var deadline time.Time
-	if src.timeout > 0 {
-		deadline = time.Now().Add(src.timeout)
-	}
+	deadline := src.deadline
 	for {
 		p := e.cur.Load()
 		if p == nil {

@@ -60,8 +60,8 @@ type inputSource struct {
 	// runtime's own parser, as every evaluation did before: the
 	// reference the tests compare the Go writer with.
 	runtimeParse bool
-	// timeout, if positive, bounds the evaluation (EvalTrustedWithin).
-	timeout time.Duration
+	// deadline, if not zero, bounds the evaluation (EvalTrustedUntil).
+	deadline time.Time
 }
 
 // eval runs the entrypoint and appends its result JSON to dst. The input

@@ -189,6 +189,23 @@ func TestTimeoutStopsRunaway(t *testing.T) {
 	if took := time.Since(start); took > timeout+promised {
 		t.Fatalf("EvalInputWithin: the runaway ran %v, bound %v", took, timeout)
 	}
+	// EvalTrustedUntil and EvalInputUntil are bounded by the deadline
+	// given, and none when it is zero.
+	start = time.Now()
+	_, err = e.EvalTrustedUntil(context.Background(), start.Add(timeout), "limits/spin", nil, nil)
+	if ee := (*engine.EvalError)(nil); !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+		t.Fatalf("EvalTrustedUntil: err = %v, want EvalError %s", err, engine.CodeDeadline)
+	}
+	_, err = e.EvalInputUntil(context.Background(), start.Add(timeout), "limits/spin", &in, nil)
+	if ee := (*engine.EvalError)(nil); !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+		t.Fatalf("EvalInputUntil: err = %v, want EvalError %s", err, engine.CodeDeadline)
+	}
+	if took := time.Since(start); took > timeout+promised {
+		t.Fatalf("EvalTrustedUntil, EvalInputUntil: the runaways ran %v, bound %v", took, timeout)
+	}
+	if out, err := e.EvalTrustedUntil(context.Background(), time.Time{}, "limits/ok", nil, nil); err != nil || string(out) != "true" {
+		t.Fatalf("EvalTrustedUntil without a deadline: %s, %v", out, err)
+	}
 
 	// The caller's own context still bounds it, and whichever ends first
 	// wins.

@@ -241,7 +241,7 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 // it bypasses the decision cache.
 func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole build, values *engine.Input) (Decision, error) {
 	start := time.Now()
-	d, err := p.decideUncounted(ctx, entrypoint, input, values, &md)
+	d, err := p.decideUncounted(ctx, entrypoint, input, values, &md, start)
 	if err == errStale {
 		return d, err // the caller builds the input again
 	}
@@ -363,8 +363,9 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 // decideUncounted decides input, written for view md.view (nil before a
 // policy is loaded), reading the result as opa-envoy-plugin does if
 // md.envoy. It returns errStale if the view is no longer the loaded one
-// when the decision is made.
-func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, values *engine.Input, md *meta) (d Decision, err error) {
+// when the decision is made. start is when the decision began: the
+// evaluation's deadline is Config.EvalTimeout after it.
+func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, values *engine.Input, md *meta, start time.Time) (d Decision, err error) {
 	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
 	if !p.ready.Load() {
@@ -406,14 +407,20 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	}
 	bp := p.buf()
 	// EvalTimeout bounds the evaluation through the engine's watchdog,
-	// without a timer per evaluation. Every input was written by this
-	// package's encoders (fuzzed to write UTF-8 JSON whatever the request
-	// held) or encoding/json: the engine need not scan it again.
+	// without a timer per evaluation, from start: the clock is read once
+	// for the deadline and the decision's latency. Every input was
+	// written by this package's encoders (fuzzed to write UTF-8 JSON
+	// whatever the request held) or encoding/json: the engine need not
+	// scan it again.
+	var deadline time.Time
+	if p.cfg.EvalTimeout > 0 {
+		deadline = start.Add(p.cfg.EvalTimeout)
+	}
 	var out []byte
 	if values != nil {
-		out, err = p.eng.EvalInputWithin(ctx, p.cfg.EvalTimeout, entrypoint, values, (*bp)[:0])
+		out, err = p.eng.EvalInputUntil(ctx, deadline, entrypoint, values, (*bp)[:0])
 	} else {
-		out, err = p.eng.EvalTrustedWithin(ctx, p.cfg.EvalTimeout, entrypoint, input, (*bp)[:0])
+		out, err = p.eng.EvalTrustedUntil(ctx, deadline, entrypoint, input, (*bp)[:0])
 	}
 	if err == nil {
 		d.Decision, err = p.parseResult(out, envoy)
