@@ -254,13 +254,9 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 			p.cfg.Logger.Warn("decision failed", "interface", iface, "reason", d.Reason, "err", err)
 		}
 	} else {
-		res := "deny"
-		if d.Allowed {
-			res = "allow"
-		}
-		p.m.countDecision(iface, res, reasonLabel(d.Reason))
+		p.m.countDecision(iface, d.Allowed, d.Reason)
 	}
-	p.m.obs[[2]string{iface, d.Cache}].Observe(elapsed.Seconds())
+	p.m.observe(iface, d.Cache, elapsed)
 	if p.log.Enabled() {
 		rev := d.rev
 		if d.Cache == CacheDisabled {

@@ -1,9 +1,8 @@
 package pdp
 
 import (
-	"maps"
-	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -48,42 +47,102 @@ func reasonLabel(r string) string {
 	return CodeUnknownReason
 }
 
+// reasonIndex numbers the known reasons, CodeUnknownReason last
+// (reasonLabels), to index decisions' counters.
+var reasonIndex, reasonLabels = func() (map[string]int, []string) {
+	idx := make(map[string]int, len(knownReasons))
+	labels := make([]string, 0, len(knownReasons)+1)
+	for r := range knownReasons {
+		idx[r] = len(labels)
+		labels = append(labels, r)
+	}
+	return idx, append(labels, CodeUnknownReason)
+}()
+
+// ifaces and caches are the label values of interface and cache, in the
+// order of the metrics' arrays.
+var (
+	ifaces = [...]string{IfaceGRPC, IfaceHTTP, IfaceAuthZEN, IfacePermit}
+	caches = [...]string{CacheHit, CacheMiss, CacheDisabled}
+)
+
+// ifaceIndex is iface's index in ifaces, -1 if none.
+func ifaceIndex(iface string) int {
+	switch iface {
+	case IfaceGRPC:
+		return 0
+	case IfaceHTTP:
+		return 1
+	case IfaceAuthZEN:
+		return 2
+	case IfacePermit:
+		return 3
+	}
+	return -1
+}
+
+// cacheIndex is cache's index in caches, -1 if none.
+func cacheIndex(cache string) int {
+	switch cache {
+	case CacheHit:
+		return 0
+	case CacheMiss:
+		return 1
+	case CacheDisabled:
+		return 2
+	}
+	return -1
+}
+
 type metrics struct {
 	latency   *prometheus.HistogramVec
 	decisions *prometheus.CounterVec
 	errors    *prometheus.CounterVec
-	// pre-resolved observers for the hot path: [iface][cache]
-	obs map[[2]string]prometheus.Observer
-	// counters are decisions' counters resolved so far, by interface,
-	// result and reason, copied on write (countedMu) so that a check
-	// reads them without a lock or prometheus' label hashing.
-	counters  atomic.Pointer[map[[3]string]prometheus.Counter]
-	countedMu sync.Mutex
+	// obs are the latency's observers, resolved ahead, by interface and
+	// cache (ifaces, caches).
+	obs [len(ifaces)][len(caches)]prometheus.Observer
+	// counted are the decisions' counters, by interface, result (allow,
+	// deny) and reason (reasonLabels), each resolved on its first
+	// decision, as prometheus.CounterVec would export it, so that a
+	// check finds its counter by index, without a lock or prometheus'
+	// label hashing.
+	counted [len(ifaces)][2][]atomic.Pointer[prometheus.Counter]
 }
 
-// countDecision counts a decision with these labels.
-func (m *metrics) countDecision(iface, result, reason string) {
-	k := [3]string{iface, result, reason}
-	if cs := m.counters.Load(); cs != nil {
-		if c, ok := (*cs)[k]; ok {
-			c.Inc()
-			return
-		}
+// observe records a decision's latency.
+func (m *metrics) observe(iface, cache string, elapsed time.Duration) {
+	if i, c := ifaceIndex(iface), cacheIndex(cache); i >= 0 && c >= 0 {
+		m.obs[i][c].Observe(elapsed.Seconds())
+		return
 	}
-	m.countedMu.Lock()
-	defer m.countedMu.Unlock()
-	old := m.counters.Load()
-	cs := make(map[[3]string]prometheus.Counter, 1)
-	if old != nil {
-		cs = maps.Clone(*old)
-	}
-	c, ok := cs[k]
+	m.latency.WithLabelValues(iface, cache).Observe(elapsed.Seconds())
+}
+
+// countDecision counts a decision of iface, allowed or not, with reason
+// (its label is reasonLabel's).
+func (m *metrics) countDecision(iface string, allowed bool, reason string) {
+	r, ok := reasonIndex[reason]
 	if !ok {
-		c = m.decisions.WithLabelValues(iface, result, reason)
-		cs[k] = c
-		m.counters.Store(&cs)
+		r = len(reasonLabels) - 1 // CodeUnknownReason
 	}
-	c.Inc()
+	result, a := "deny", 1
+	if allowed {
+		result, a = "allow", 0
+	}
+	i := ifaceIndex(iface)
+	if i < 0 {
+		m.decisions.WithLabelValues(iface, result, reasonLabels[r]).Inc()
+		return
+	}
+	slot := &m.counted[i][a][r]
+	c := slot.Load()
+	if c == nil {
+		// Resolved concurrently, it is the same counter either way.
+		rc := m.decisions.WithLabelValues(iface, result, reasonLabels[r])
+		c = &rc
+		slot.Store(c)
+	}
+	(*c).Inc()
 }
 
 // latencyBuckets are sized for microseconds: 5 µs to 100 ms.
@@ -107,7 +166,6 @@ func newMetrics(reg prometheus.Registerer, logEmitted, logDropped func() float64
 			Name: "nexus_decision_errors_total",
 			Help: "Checks that failed, and so were denied without a policy decision (malformed requests included), by interface and reason code.",
 		}, []string{"interface", "code"}),
-		obs: map[[2]string]prometheus.Observer{},
 	}
 	v := version.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -129,9 +187,12 @@ func newMetrics(reg prometheus.Registerer, logEmitted, logDropped func() float64
 			return nil, err
 		}
 	}
-	for _, i := range []string{IfaceGRPC, IfaceHTTP, IfaceAuthZEN, IfacePermit} {
-		for _, c := range []string{CacheHit, CacheMiss, CacheDisabled} {
-			m.obs[[2]string{i, c}] = m.latency.WithLabelValues(i, c)
+	for i, iface := range ifaces {
+		for c, cache := range caches {
+			m.obs[i][c] = m.latency.WithLabelValues(iface, cache)
+		}
+		for a := range m.counted[i] {
+			m.counted[i][a] = make([]atomic.Pointer[prometheus.Counter], len(reasonLabels))
 		}
 	}
 	return m, nil
