@@ -126,16 +126,27 @@ func (s *Server) atRevision(ctx context.Context, tok string) *authv3.CheckRespon
 
 // answer holds the messages of one decision's CheckResponse, allocated
 // together: a check allocates them all at once rather than one by one.
+// An answer with an HTTP response is an allowAnswer or a denyAnswer,
+// which hold its messages too: a boolean decision's answer is less than
+// half their size.
 type answer struct {
-	resp    authv3.CheckResponse
-	ok      authv3.OkHttpResponse
-	okOf    authv3.CheckResponse_OkResponse
+	resp authv3.CheckResponse
+	md   structpb.Struct
+	id   structpb.Value
+	idOf structpb.Value_StringValue
+}
+
+type allowAnswer struct {
+	answer
+	ok   authv3.OkHttpResponse
+	okOf authv3.CheckResponse_OkResponse
+}
+
+type denyAnswer struct {
+	answer
 	denied  authv3.DeniedHttpResponse
 	deniedO authv3.CheckResponse_DeniedResponse
 	status  typev3.HttpStatus
-	md      structpb.Struct
-	id      structpb.Value
-	idOf    structpb.Value_StringValue
 }
 
 // setDecisionID sets a's dynamic metadata to the policy's (md, shared,
@@ -205,31 +216,36 @@ var (
 // checkResponse is the answer to decision d, its dynamic metadata
 // included.
 func checkResponse(d pdp.Decision) *authv3.CheckResponse {
-	a := &answer{}
-	r := &a.resp
-	a.setDecisionID(d.DynamicMetadata, d.ID)
+	var a *answer
 	switch {
-	case !d.Object && d.Allowed:
-		r.Status = okStatus
 	case !d.Object:
-		r.Status = deniedStatus
+		a = &answer{}
+		a.resp.Status = deniedStatus
+		if d.Allowed {
+			a.resp.Status = okStatus
+		}
 	case d.Allowed:
-		a.ok = authv3.OkHttpResponse{
+		aa := &allowAnswer{}
+		aa.ok = authv3.OkHttpResponse{
 			Headers:                 headers(d.Headers),
 			HeadersToRemove:         d.RequestHeadersToRemove,
 			ResponseHeadersToAdd:    headers(d.ResponseHeadersToAdd),
 			QueryParametersToRemove: d.QueryParametersToRemove,
 			QueryParametersToSet:    queryParameters(d.QueryParametersToSet),
 		}
-		a.okOf.OkResponse = &a.ok
-		r.Status, r.HttpResponse = okStatus, &a.okOf
+		aa.okOf.OkResponse = &aa.ok
+		a = &aa.answer
+		a.resp.Status, a.resp.HttpResponse = okStatus, &aa.okOf
 	default:
-		a.status.Code = typev3.StatusCode(d.HTTPStatus)
-		a.denied = authv3.DeniedHttpResponse{Status: &a.status, Headers: headers(d.Headers), Body: d.Body}
-		a.deniedO.DeniedResponse = &a.denied
-		r.Status, r.HttpResponse = deniedStatus, &a.deniedO
+		da := &denyAnswer{}
+		da.status.Code = typev3.StatusCode(d.HTTPStatus)
+		da.denied = authv3.DeniedHttpResponse{Status: &da.status, Headers: headers(d.Headers), Body: d.Body}
+		da.deniedO.DeniedResponse = &da.denied
+		a = &da.answer
+		a.resp.Status, a.resp.HttpResponse = deniedStatus, &da.deniedO
 	}
-	return r
+	a.setDecisionID(d.DynamicMetadata, d.ID)
+	return &a.resp
 }
 
 // header is one header of a response, its two messages allocated
