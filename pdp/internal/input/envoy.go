@@ -237,8 +237,9 @@ func writeParsed(o *obj, path string, headers map[string]string, body string, ra
 			return err
 		}
 	}
+	_, readPath := o.sel.Child("parsed_path")
 	_, readQuery := o.sel.Child("parsed_query")
-	decoded, query, err := parsePath(path, readQuery)
+	decoded, query, err := parsePath(path, readPath, readQuery)
 	if err != nil {
 		return err
 	}
@@ -294,15 +295,21 @@ func writeParsed(o *obj, path string, headers map[string]string, body string, ra
 // path part and parses the query, as opa-envoy-plugin does. A path that
 // does not decode or a query that does not parse (a ";" separator, a bad
 // escape) is an error, never a silently different request, whether or not
-// the policy reads them. Without parse, a query is only checked (query is
-// nil), without making its values when it holds nothing ParseQuery
-// refuses.
-func parsePath(path string, parse bool) (decoded string, query url.Values, err error) {
-	decoded, err = decodePath(path)
-	if err != nil {
-		return "", nil, err
+// the policy reads them. Without decode, the path is only checked
+// (decoded is "" if it holds an escape); without parse, a query is only
+// checked (query is nil), without making its values when it holds
+// nothing ParseQuery refuses.
+func parsePath(path string, decode, parse bool) (decoded string, query url.Values, err error) {
+	rawPath, rawQuery, _ := strings.Cut(path, "?")
+	switch {
+	case strings.IndexByte(rawPath, '%') < 0:
+		decoded = rawPath // url.PathUnescape's result: nothing to decode
+	case !decode && wellEscaped(rawPath):
+	default:
+		if decoded, err = url.PathUnescape(rawPath); err != nil {
+			return "", nil, requestError(ErrInvalidPath, err, "%q", truncate(path))
+		}
 	}
-	_, rawQuery, _ := strings.Cut(path, "?")
 	if rawQuery == "" || !parse && plainQuery(rawQuery) {
 		return decoded, nil, nil // no parameters, as ParseQuery would find
 	}
@@ -311,6 +318,21 @@ func parsePath(path string, parse bool) (decoded string, query url.Values, err e
 		return "", nil, requestError(ErrInvalidQuery, err, "%q", truncate(rawQuery))
 	}
 	return decoded, query, nil
+}
+
+// wellEscaped reports whether every "%" in s starts an escape of two hex
+// digits: whether url.PathUnescape accepts s.
+func wellEscaped(s string) bool {
+	for {
+		i := strings.IndexByte(s, '%')
+		if i < 0 {
+			return true
+		}
+		if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+			return false
+		}
+		s = s[i+3:]
+	}
 }
 
 // plainQuery reports whether url.ParseQuery accepts q for certain: no ";"
@@ -339,16 +361,6 @@ var queryLimitSet = strings.Contains(os.Getenv("GODEBUG"), "urlmaxqueryparams")
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// decodePath is parsePath's decoded path alone: the query is not parsed.
-func decodePath(path string) (string, error) {
-	rawPath, _, _ := strings.Cut(path, "?")
-	decoded, err := url.PathUnescape(rawPath)
-	if err != nil {
-		return "", requestError(ErrInvalidPath, err, "%q", truncate(path))
-	}
-	return decoded, nil
 }
 
 // values writes a query or form as an object, each key (sorted) to its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -87,6 +88,46 @@ func FuzzPlainQuery(f *testing.F) {
 		if plainQuery(q) {
 			if _, err := url.ParseQuery(q); err != nil {
 				t.Fatalf("plainQuery(%q) but ParseQuery: %v", q, err)
+			}
+		}
+	})
+}
+
+// FuzzParsePath holds parsePath to net/url, whatever the policy reads: a
+// path it only checks (the policy reads no parsed_path) is refused
+// exactly when url.PathUnescape refuses its path part, with the same
+// error as when it decodes it; a path it decodes is url.PathUnescape's.
+// The query is checked as FuzzPlainQuery says.
+func FuzzParsePath(f *testing.F) {
+	for _, p := range []string{"/", "/files/f1", "/a%2Fb", "/a%zz", "/a%", "/a%4", "/a%41?x=%zz", "//a;b?c=1", "/%e2%82%ac/x?y=1&y=2", "/a?", "?a=1", "/a%2", "/a+b", "/%%41"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		rawPath, _, _ := strings.Cut(path, "?")
+		want, wantErr := url.PathUnescape(rawPath)
+		if got := wellEscaped(rawPath); got != (wantErr == nil) {
+			t.Fatalf("wellEscaped(%q) = %v, url.PathUnescape: %v", rawPath, got, wantErr)
+		}
+		for _, parse := range []bool{false, true} {
+			decoded, _, err := parsePath(path, true, parse)
+			checked, _, cerr := parsePath(path, false, parse)
+			if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
+				t.Fatalf("parsePath(%q, parse %v): decoding: %v, checking: %v", path, parse, err, cerr)
+			}
+			if wantErr != nil {
+				if !errors.Is(err, ErrInvalidPath) {
+					t.Fatalf("parsePath(%q): %v, want ErrInvalidPath (url.PathUnescape: %v)", path, err, wantErr)
+				}
+				continue
+			}
+			if errors.Is(err, ErrInvalidPath) {
+				t.Fatalf("parsePath(%q): %v, url.PathUnescape accepts it", path, err)
+			}
+			if err == nil && decoded != want {
+				t.Fatalf("parsePath(%q) decoded %q, url.PathUnescape %q", path, decoded, want)
+			}
+			if err == nil && checked != "" && checked != want {
+				t.Fatalf("parsePath(%q) without decoding gave %q, url.PathUnescape %q", path, checked, want)
 			}
 		}
 	})
