@@ -17,7 +17,7 @@ import (
 // belongs to one instance, used by one goroutine at a time.
 const (
 	// argCacheMaxKey bounds the content of a value kept (its key).
-	argCacheMaxKey = 512
+	argCacheMaxKey = 4 << 10
 	// argCacheMaxEntries bounds the values kept; when full, the cache
 	// starts again empty.
 	argCacheMaxEntries = 256

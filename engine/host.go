@@ -430,6 +430,8 @@ type builtinState struct {
 	cancel  topdown.Cancel
 	cache   builtins.Cache
 	metrics metrics.Metrics
+	// jwtKeys outlives the evaluations, in cache under jwtKeysEntry.
+	jwtKeys jwtKeyMemo
 }
 
 // context returns the evaluation's builtin context. Its Cancel is raised
@@ -448,6 +450,12 @@ func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hoo
 	} else {
 		clear(s.cache)
 		s.metrics.Clear()
+	}
+	if in.p.jwt {
+		if s.jwtKeys == nil {
+			s.jwtKeys = make(jwtKeyMemo)
+		}
+		s.cache[jwtKeysEntry{}] = s.jwtKeys
 	}
 	s.bctx = topdown.BuiltinContext{
 		Context:      ctx,

@@ -62,16 +62,64 @@ func jwtCacheGet() *otter.Cache[jwtKey, jwtEntry] {
 // be after it, nbf not after it; otherwise the answer is [false, {}, {}].
 func jwtCached(name string, f topdown.BuiltinFunc) topdown.BuiltinFunc {
 	switch {
+	case !isJWTCached(name):
+		return f
 	case name == ast.JWTDecodeVerify.Name:
 		return func(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error) error {
 			return decodeVerifyCached(bctx, ops, iter, f)
 		}
-	case strings.HasPrefix(name, "io.jwt.verify_"):
+	default:
 		return func(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(*ast.Term) error) error {
 			return verifyCached(name, bctx, ops, iter, f)
 		}
 	}
-	return f
+}
+
+// isJWTCached reports whether OPA's builtin name goes through the cache
+// of verified tokens: io.jwt.decode_verify and the io.jwt.verify_*.
+func isJWTCached(name string) bool {
+	return name == ast.JWTDecodeVerify.Name || strings.HasPrefix(name, "io.jwt.verify_")
+}
+
+// jwtKeyMemo is an instance's memo of the keys (jwtKeyOf) of the calls
+// it made, by the builtin and the arguments' terms: an instance hands
+// OPA's builtins the same term for an argument of the same content
+// (argCache), so a session's token and the policy's keys are hashed once,
+// not on every check. Holding the terms, it keeps their addresses from
+// being reused while they are keys; OPA's builtins never change their
+// operands. It lives in the builtins' per-evaluation cache under
+// jwtKeysEntry, put back at every evaluation, keeps only calls whose
+// arguments argCache keeps, and starts again empty past jwtKeyMemoMax
+// calls.
+type jwtKeyMemo map[jwtKeyCall]jwtKey
+
+type jwtKeyCall struct {
+	name         string
+	token, other *ast.Term
+}
+
+type jwtKeysEntry struct{}
+
+const jwtKeyMemoMax = 64
+
+// jwtKeyFor is jwtKeyOf(name, token, other) for the call with operands
+// ops, from the instance's memo when bctx has one.
+func jwtKeyFor(bctx topdown.BuiltinContext, name string, ops []*ast.Term, token ast.String, other ast.Value) (jwtKey, bool) {
+	memo, _ := bctx.Cache[jwtKeysEntry{}].(jwtKeyMemo)
+	call := jwtKeyCall{name, ops[0], ops[1]}
+	if k, ok := memo[call]; ok {
+		return k, true
+	}
+	k, ok := jwtKeyOf(name, token, other)
+	// Arguments larger than argCache keeps are new terms on every call:
+	// they would only fill the memo.
+	if ok && memo != nil && len(token) <= argCacheMaxKey && withinSize(other, argCacheMaxKey) {
+		if len(memo) >= jwtKeyMemoMax {
+			clear(memo)
+		}
+		memo[call] = k
+	}
+	return k, ok
 }
 
 // jwtKeyOf hashes the builtin's name, the token and the other argument's
@@ -165,7 +213,7 @@ func verifyCached(name string, bctx topdown.BuiltinContext, ops []*ast.Term, ite
 	if !ok1 || !ok2 || len(token) > jwtMaxToken {
 		return f(bctx, ops, iter)
 	}
-	k, _ := jwtKeyOf(name, token, key) // a string is a value
+	k, _ := jwtKeyFor(bctx, name, ops, token, key) // a string is a value
 	c := jwtCacheGet()
 	if _, ok := c.GetIfPresent(k); ok {
 		return iter(ast.InternedTerm(true))
@@ -197,7 +245,7 @@ func decodeVerifyCached(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(
 	if !ok {
 		return f(bctx, ops, iter)
 	}
-	k, ok := jwtKeyOf(ast.JWTDecodeVerify.Name, token, cons)
+	k, ok := jwtKeyFor(bctx, ast.JWTDecodeVerify.Name, ops, token, cons)
 	if !ok {
 		return f(bctx, ops, iter)
 	}

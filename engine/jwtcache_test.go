@@ -338,3 +338,46 @@ func TestJWTKeyOf(t *testing.T) {
 		t.Error("a variable in the constraints has a key")
 	}
 }
+
+// TestJWTKeyMemo: an instance's memo answers a call's key by its
+// builtin and argument terms with jwtKeyOf's key; another builtin or
+// another term has its own; arguments too large for the argument cache
+// are not kept, and the memo stays bounded.
+func TestJWTKeyMemo(t *testing.T) {
+	memo := make(jwtKeyMemo)
+	bctx := topdown.BuiltinContext{Cache: map[any]any{jwtKeysEntry{}: memo}}
+	dv := ast.JWTDecodeVerify.Name
+	keyFor := func(name string, tok, other *ast.Term) jwtKey {
+		t.Helper()
+		k, ok := jwtKeyFor(bctx, name, []*ast.Term{tok, other}, tok.Value.(ast.String), other.Value)
+		want, wok := jwtKeyOf(name, tok.Value.(ast.String), other.Value)
+		if !ok || !wok || k != want {
+			t.Fatalf("%s(%v, %v): key %x %v, jwtKeyOf %x %v", name, tok, other, k, ok, want, wok)
+		}
+		return k
+	}
+	tok, cons := ast.StringTerm("t"), ast.MustParseTerm(`{"cert": "k", "aud": "a"}`)
+	k1 := keyFor(dv, tok, cons)
+	if k2 := keyFor(dv, tok, cons); k2 != k1 || len(memo) != 1 {
+		t.Fatalf("same call: %x then %x, memo of %d", k1, k2, len(memo))
+	}
+	if k := keyFor(dv, ast.StringTerm("u"), cons); k == k1 {
+		t.Fatal("another token shares the key")
+	}
+	key := ast.StringTerm("k")
+	if keyFor("io.jwt.verify_hs256", tok, key) == keyFor("io.jwt.verify_hs512", tok, key) {
+		t.Fatal("two builtins share a key")
+	}
+	n := len(memo)
+	keyFor(dv, ast.StringTerm(strings.Repeat("t", argCacheMaxKey+1)), cons)
+	keyFor(dv, tok, ast.NewTerm(ast.NewObject(ast.Item(ast.StringTerm("cert"), ast.StringTerm(strings.Repeat("k", argCacheMaxKey+1))))))
+	if len(memo) != n {
+		t.Fatalf("large arguments kept: memo of %d, was %d", len(memo), n)
+	}
+	for i := range 2 * jwtKeyMemoMax {
+		keyFor(dv, ast.StringTerm(strconv.Itoa(i)), cons)
+		if len(memo) > jwtKeyMemoMax {
+			t.Fatalf("memo of %d calls, bound %d", len(memo), jwtKeyMemoMax)
+		}
+	}
+}

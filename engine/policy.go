@@ -34,6 +34,7 @@ type policy struct {
 	builtins    []*hostBuiltin // by builtin id
 	topdown     []topdown.BuiltinFunc
 	pure        []bool // by id: an OPA builtin whose results an instance may keep (pureBuiltin)
+	jwt         bool   // it calls a JWT builtin with a cache (jwtCached): instances keep a jwtKeyMemo
 
 	snapshot    []byte // memory [0, evalHeapPtr) after data parsing
 	pages       uint32 // memory pages at snapshot time
@@ -144,6 +145,7 @@ func (p *policy) initFrom(ctx context.Context, inst *instance, b *bundle.Bundle)
 		if f := topdown.GetBuiltin(opaName); f != nil {
 			p.builtins[id] = &hostBuiltin{name: opaName, kind: kindTopdown}
 			p.topdown[id] = jwtCached(opaName, f)
+			p.jwt = p.jwt || isJWTCached(opaName)
 			p.pure[id] = pureBuiltin(opaName)
 			continue
 		}
