@@ -421,15 +421,14 @@ var builtinCapabilities = &ast.Capabilities{}
 // builtinState is the topdown context of an instance's evaluations, made
 // on the first call of an OPA Go builtin (evaluations without one
 // allocate nothing) and used again by the next evaluations: their own
-// context, clock and per-evaluation cache, the same metrics, and a new
-// Cancel only once one was raised.
+// context, clock and per-evaluation cache, and a new Cancel only once one
+// was raised. The builtins' metrics are OPA's no-op: nothing reads them.
 type builtinState struct {
 	bctx    topdown.BuiltinContext
 	live    bool // bctx is this evaluation's
 	watched bool // the watchdog holds cancel
 	cancel  topdown.Cancel
 	cache   builtins.Cache
-	metrics metrics.Metrics
 	// jwtKeys outlives the evaluations, in cache under jwtKeysEntry.
 	jwtKeys jwtKeyMemo
 }
@@ -446,10 +445,8 @@ func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hoo
 	}
 	if s.cache == nil {
 		s.cache = make(builtins.Cache)
-		s.metrics = metrics.New()
 	} else {
 		clear(s.cache)
-		s.metrics.Clear()
 	}
 	if in.p.jwt {
 		if s.jwtKeys == nil {
@@ -459,7 +456,7 @@ func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hoo
 	}
 	s.bctx = topdown.BuiltinContext{
 		Context:      ctx,
-		Metrics:      s.metrics,
+		Metrics:      metrics.NoOp(), // nothing reads the builtins' metrics
 		Seed:         rand.Reader,
 		Time:         ast.NumberTerm(jsonNumber(time.Now().UnixNano())),
 		Cancel:       s.cancel,
