@@ -8,7 +8,7 @@ import (
 )
 
 // evalCtx is the context of one evaluation bounded by a timeout
-// (EvalTrustedWithin): its deadline is enforced by the engine's watchdog,
+// (EvalTrustedUntil): its deadline is enforced by the engine's watchdog,
 // which already watches every running evaluation, instead of by a timer
 // of its own. So bounding an evaluation costs no timer and no goroutine;
 // its Done channel, which only some OPA builtins ask for, is made on

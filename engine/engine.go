@@ -159,34 +159,18 @@ func (e *Engine) EvalTrusted(ctx context.Context, entrypoint string, input []byt
 	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true}, dst)
 }
 
-// EvalTrustedWithin is EvalTrusted bounded by timeout (if positive) as
-// well as by ctx, as if ctx were context.WithTimeout(ctx, timeout), the
-// wait for a free policy instance included: an evaluation past it fails
-// with an *EvalError of code CodeDeadline. The bound costs no timer: the
-// engine's watchdog, which already watches every running evaluation,
+// EvalTrustedUntil is EvalTrusted bounded by a deadline (none if zero)
+// as well as by ctx, as if ctx were context.WithDeadline(ctx, deadline),
+// the wait for a free policy instance included: an evaluation past it
+// fails with an *EvalError of code CodeDeadline. The bound costs no timer:
+// the engine's watchdog, which already watches every running evaluation,
 // enforces it, stopping the evaluation within about a millisecond of the
 // deadline. The context that builtins see ends at the deadline too.
-func (e *Engine) EvalTrustedWithin(ctx context.Context, timeout time.Duration, entrypoint string, input []byte, dst []byte) ([]byte, error) {
-	return e.EvalTrustedUntil(ctx, deadlineIn(timeout), entrypoint, input, dst)
-}
-
-// EvalTrustedUntil is EvalTrustedWithin bounded by a deadline (none if
-// zero) rather than a timeout, for a caller that has read the clock
-// already: as if ctx were context.WithDeadline(ctx, deadline).
 func (e *Engine) EvalTrustedUntil(ctx context.Context, deadline time.Time, entrypoint string, input []byte, dst []byte) ([]byte, error) {
 	if !utf8.Valid(input) {
 		return dst, invalidInput(entrypoint)
 	}
 	return e.eval(ctx, entrypoint, inputSource{json: input, lenient: true, deadline: deadline}, dst)
-}
-
-// deadlineIn is the deadline timeout from now: none (zero) unless timeout
-// is positive.
-func deadlineIn(timeout time.Duration) time.Time {
-	if timeout <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(timeout)
 }
 
 // EvalInput is Eval for input written ahead as values (through in's
@@ -196,11 +180,6 @@ func deadlineIn(timeout time.Duration) time.Time {
 // evaluated again, by one evaluation at a time.
 func (e *Engine) EvalInput(ctx context.Context, entrypoint string, in *Input, dst []byte) ([]byte, error) {
 	return e.eval(ctx, entrypoint, inputSource{input: in}, dst)
-}
-
-// EvalInputWithin is EvalInput bounded by timeout as EvalTrustedWithin is.
-func (e *Engine) EvalInputWithin(ctx context.Context, timeout time.Duration, entrypoint string, in *Input, dst []byte) ([]byte, error) {
-	return e.EvalInputUntil(ctx, deadlineIn(timeout), entrypoint, in, dst)
 }
 
 // EvalInputUntil is EvalInput bounded by a deadline as EvalTrustedUntil

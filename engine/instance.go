@@ -236,7 +236,7 @@ func (e *interruptError) Unwrap() error { return e.err }
 
 // watch is called by the watchdog at time now: it raises the interrupt
 // flag if the evaluation in progress has a done context (one of
-// EvalTrustedWithin is ended here when its deadline is before now), and
+// EvalTrustedUntil is ended here when its deadline is before now), and
 // reports whether a watched evaluation is in progress.
 func (in *instance) watch(now time.Time) bool {
 	in.wmu.Lock()
