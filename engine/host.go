@@ -465,7 +465,7 @@ func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hoo
 		Capabilities: builtinCapabilities,
 	}
 	s.live = true
-	if ctx.Done() != nil {
+	if watchable(ctx) {
 		s.watched = true
 		in.wmu.Lock()
 		in.tdCancel = s.cancel

@@ -187,10 +187,17 @@ func dumpResult(m []byte, res uint32, entrypoint string, dst []byte) (out []byte
 	return appendJSON(dst, m, v, 0), nil
 }
 
+// watchable reports whether ctx can be done, so that the watchdog
+// watches an evaluation under it, without making an evalCtx's Done
+// channel, which is made only on demand.
+func watchable(ctx context.Context) bool {
+	_, bounded := ctx.(*evalCtx)
+	return bounded || ctx.Done() != nil
+}
+
 // run calls f with the watchdog watching ctx (when it can be done).
 func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
-	_, bounded := ctx.(*evalCtx) // its Done channel is made only on demand
-	watched := bounded || ctx.Done() != nil
+	watched := watchable(ctx)
 	if watched {
 		in.wmu.Lock()
 		in.wctx = ctx

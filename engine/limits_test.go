@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -249,5 +251,50 @@ func TestInvalidResultNumberInKey(t *testing.T) {
 				t.Fatalf("= %s, %v; want %s", out, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDeadlineEndsBuiltin: the context an OPA builtin sees ends at the
+// evaluation's deadline and with the caller's context, so a builtin
+// waiting on the network (http.send to a server that never answers) is
+// stopped, and the evaluation fails with the deadline's code or the
+// caller's error, never an answer.
+func TestDeadlineEndsBuiltin(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	policy := `package slow
+
+answer := http.send({"method": "GET", "url": input.url, "raise_error": false}).status_code
+`
+	b := compileModules(t, map[string]string{"slow.rego": policy}, nil, "slow/answer")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	in, _ := json.Marshal(map[string]string{"url": srv.URL})
+	const bound = 100 * time.Millisecond
+
+	start := time.Now()
+	out, err := e.EvalTrustedUntil(context.Background(), start.Add(bound), "slow/answer", in, nil)
+	if ee := (*engine.EvalError)(nil); !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+		t.Fatalf("at the deadline: %s, %v; want EvalError %s", out, err, engine.CodeDeadline)
+	}
+	if took := time.Since(start); took > bound+2*time.Second {
+		t.Fatalf("the builtin ran %v past a %v deadline", took, bound)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	start = time.Now()
+	out, err = e.EvalTrustedUntil(ctx, time.Time{}, "slow/answer", in, nil)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("with the caller's context ended: %s, %v", out, err)
+	}
+	if took := time.Since(start); took > bound+2*time.Second {
+		t.Fatalf("the builtin ran %v past the caller's %v", took, bound)
 	}
 }
