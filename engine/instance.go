@@ -148,6 +148,13 @@ func (in *instance) eval(ctx context.Context, entrypoint string, id int32, src i
 		}
 	}
 	if in.bstate != nil {
+		// An OPA builtin that saw the context end answered as a failure
+		// (http.send's status 0) and the policy may have decided on it
+		// before the watchdog came by: that decision is not the policy's
+		// answer to the request.
+		if err == nil && in.bstate.watched && ctx.Err() != nil {
+			err = &interruptError{ctx.Err()}
+		}
 		in.bstate.done(in)
 	}
 	if err != nil {
