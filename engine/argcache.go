@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -238,4 +239,49 @@ func pureBuiltin(name string) bool {
 		return false
 	}
 	return true
+}
+
+// An instance also keeps the heap images of the builtin results it
+// writes more than once, by term: a pure builtin's kept result
+// (resultMemo) and a verified token's cached answer (jwtCached) come back
+// as the same term on every call, and writing it into the heap as the
+// runtime's values again was most of such a call's cost. An image is the
+// block written before, moved to where opa_malloc puts it this time
+// (arena.relocate): the module gets a copy, never the image. A term gets
+// an image the second time it is written, so a result new at every call
+// costs two lookups; images are kept for at most imageMaxEntries terms of
+// at most imageMaxBytes, and both maps hold their terms, so that an
+// address is never reused while it is a key.
+const (
+	imageMaxEntries = 64
+	imageMaxBytes   = 16 << 10
+)
+
+type termImage struct {
+	a    arena
+	root uint32 // the value's address in a, relative to a.base
+}
+
+type imageMemo struct {
+	seen   map[*ast.Term]struct{}
+	images map[*ast.Term]*termImage
+}
+
+// wrote records that t was written into a (relocated, its value at
+// a.base+root), and keeps an image of it if it was written before.
+func (m *imageMemo) wrote(t *ast.Term, a *arena, root uint32) {
+	if _, again := m.seen[t]; !again {
+		if m.seen == nil || len(m.seen) >= imageMaxEntries {
+			m.seen = make(map[*ast.Term]struct{}, imageMaxEntries)
+		}
+		m.seen[t] = struct{}{}
+		return
+	}
+	if len(a.b) > imageMaxBytes {
+		return
+	}
+	if m.images == nil || len(m.images) >= imageMaxEntries {
+		m.images = make(map[*ast.Term]*termImage, imageMaxEntries)
+	}
+	m.images[t] = &termImage{a: arena{b: slices.Clone(a.b), marks: slices.Clone(a.marks), base: a.base}, root: root}
 }

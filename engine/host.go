@@ -190,7 +190,7 @@ func (in *instance) callBuiltin(ctx context.Context, hb *hostBuiltin, id uint32,
 		if out == nil {
 			return 0
 		}
-		return in.termValue(ctx, hb, out)
+		return in.termValue(ctx, hb, out, nil)
 	case kindTopdown:
 		var key []byte
 		memo := p.pure[id]
@@ -244,7 +244,12 @@ func (in *instance) topdownResult(ctx context.Context, hb *hostBuiltin, t *ast.T
 		}
 		return in.p.falseAddr
 	}
-	return in.termValue(ctx, hb, t)
+	// OPA's builtins never change a term they answered: one answered
+	// again has the same value (imageMemo).
+	if img := in.images.images[t]; img != nil {
+		return in.writeImage(ctx, img)
+	}
+	return in.termValue(ctx, hb, t, &in.images)
 }
 
 // termArgs reads a builtin's arguments as terms; with cached, small ones
@@ -291,11 +296,15 @@ func (in *instance) termArgs(ctx context.Context, hb *hostBuiltin, args []uint32
 	return terms
 }
 
-// termValue writes t's value into the heap as the runtime's values.
-// Values that are not data (never the result of a builtin) go through
-// the runtime's parser of OPA's value syntax, as before.
-func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term) uint32 {
+// termValue writes t's value into the heap as the runtime's values, and
+// tells images, if not nil, that it wrote t. Values that are not data
+// (never the result of a builtin) go through the runtime's parser of
+// OPA's value syntax, as before.
+func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term, images *imageMemo) uint32 {
 	if addr, ok := in.writeValue(ctx, func(w *ValueWriter) { writeAST(w, t.Value) }, ""); ok {
+		if images != nil {
+			images.wrote(t, &in.barena, addr-in.barena.base)
+		}
 		return addr
 	}
 	raw, err := appendValue(in.buf[:0], t.Value)
@@ -375,6 +384,20 @@ func (in *instance) writeValue(ctx context.Context, write func(w *ValueWriter), 
 		panic(&abortPanic{msg: "opa_malloc: out of memory"})
 	}
 	return base + root.addr, true
+}
+
+// writeImage writes a copy of img into one block from opa_malloc, as
+// writeValue wrote it, and returns the address of its value.
+func (in *instance) writeImage(ctx context.Context, img *termImage) uint32 {
+	base, err := in.malloc(ctx, uint32(len(img.a.b)))
+	if err != nil {
+		panic(err)
+	}
+	img.a.relocate(base)
+	if !in.mem.Write(base, img.a.b) {
+		panic(&abortPanic{msg: "opa_malloc: out of memory"})
+	}
+	return base + img.root
 }
 
 // stringArray writes list as an array value into the heap.

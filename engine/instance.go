@@ -42,6 +42,7 @@ type instance struct {
 	buf    []byte
 	args   argCache   // terms of OPA builtins' arguments
 	memo   resultMemo // results of pure OPA builtins
+	images imageMemo  // heap images of builtin results written again
 
 	arena  arena       // input written into the heap
 	barena arena       // builtin results

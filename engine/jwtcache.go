@@ -22,13 +22,18 @@ const jwtCacheWeight = 32 << 20
 const jwtMaxToken = 64 << 10
 
 // jwtEntry is a token a JWT builtin found valid for one key and set of
-// constraints. For io.jwt.decode_verify it holds the decoded header and
-// payload and the payload's exp and nbf, checked again at each use; for
-// io.jwt.verify_* the entry alone says the signature verifies.
+// constraints. For io.jwt.decode_verify it holds the builtin's answer,
+// [true, header, payload], answered again as it is (the same term), the
+// payload's exp and nbf checked again at each use; for io.jwt.verify_*
+// the entry alone says the signature verifies.
 type jwtEntry struct {
-	header, payload *ast.Term
-	size            uint32 // the token's length, for the weight
+	answer *ast.Term
+	size   uint32 // the token's length, for the weight
 }
+
+// jwtInvalid is decode_verify's answer for a token no longer (or not
+// yet) valid.
+var jwtInvalid = ast.ArrayTerm(ast.InternedTerm(false), ast.InternedEmptyObject, ast.InternedEmptyObject)
 
 // jwtKey is a SHA-256 of the builtin's name and of its arguments (the
 // token, and the key or the constraints without "time"), each prefixed
@@ -251,16 +256,16 @@ func decodeVerifyCached(bctx topdown.BuiltinContext, ops []*ast.Term, iter func(
 	}
 	c := jwtCacheGet()
 	if e, ok := c.GetIfPresent(k); ok {
-		if !jwtCurrent(e.payload.Value.(ast.Object), now) {
-			return iter(ast.ArrayTerm(ast.InternedTerm(false), ast.InternedEmptyObject, ast.InternedEmptyObject))
+		if !jwtCurrent(e.answer.Value.(*ast.Array).Elem(2).Value.(ast.Object), now) {
+			return iter(jwtInvalid)
 		}
-		return iter(ast.ArrayTerm(ast.InternedTerm(true), e.header, e.payload))
+		return iter(e.answer)
 	}
 	return f(bctx, ops, func(t *ast.Term) error {
 		if a, ok := t.Value.(*ast.Array); ok && a.Len() == 3 {
 			if b, ok := a.Elem(0).Value.(ast.Boolean); ok && bool(b) {
 				if _, ok := a.Elem(2).Value.(ast.Object); ok {
-					c.Set(k, jwtEntry{header: a.Elem(1), payload: a.Elem(2), size: uint32(len(token))})
+					c.Set(k, jwtEntry{answer: t, size: uint32(len(token))})
 				}
 			}
 		}

@@ -2,6 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -119,4 +122,59 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
+}
+
+// TestBuiltinAnswersWrittenAgain: an answer an instance writes again (a
+// kept result, a cached verified token's, the answer for a token out of
+// its validity) is what OPA's evaluator answers every time, whichever
+// answers came between, as the instance moves from writing it to copying
+// what it wrote.
+func TestBuiltinAnswersWrittenAgain(t *testing.T) {
+	const policy = `package j
+
+import rego.v1
+
+result := {
+	"verified": io.jwt.decode_verify(input.token, {"secret": input.secret, "time": input.time}),
+	"decoded": io.jwt.decode(input.token),
+	"parts": regex.split("[.]", input.token),
+}
+`
+	b := compileModules(t, map[string]string{"j.rego": policy}, nil, "j/result")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	ctx := context.Background()
+	pq, err := rego.New(rego.Query("data.j.result"), rego.Module("j.rego", policy)).PrepareForEval(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := fmt.Sprintf("secret-%d", time.Now().UnixNano())
+	sign := func(claims, secret string) string {
+		enc := base64.RawURLEncoding
+		signed := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString([]byte(claims))
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write([]byte(signed))
+		return signed + "." + enc.EncodeToString(m.Sum(nil))
+	}
+	tokens := []string{
+		sign(`{"sub":"alice","nbf":1000,"exp":2000,"roles":["a","b"]}`, secret),
+		sign(`{"sub":"bob","exp":3000,"n":1.5}`, secret),
+		sign(`{"sub":"alice","nbf":1000,"exp":2000,"roles":["a","b"]}`, "forged"),
+	}
+	times := []int64{1500e9, 2500e9, 500e9, 1999e9}
+	for i := range 240 {
+		in := map[string]any{"token": tokens[i%3], "secret": secret, "time": times[(i/3)%4]}
+		raw, _ := json.Marshal(in)
+		got, err := e.Eval(ctx, "j/result", raw, nil)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		rs, err := pq.Eval(ctx, rego.EvalInput(in))
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("%d: OPA: %v, %v", i, rs, err)
+		}
+		want, _ := json.Marshal(rs[0].Expressions[0].Value)
+		if !jsonEqual(t, got, want) {
+			t.Fatalf("%d: input %s\n got %s\nwant %s", i, raw, got, want)
+		}
+	}
 }
