@@ -270,14 +270,14 @@ type imageMemo struct {
 // wrote records that t was written into a (relocated, its value at
 // a.base+root), and keeps an image of it if it was written before.
 func (m *imageMemo) wrote(t *ast.Term, a *arena, root uint32) {
+	if len(a.b) > imageMaxBytes {
+		return // neither seen nor kept: the maps hold small terms only
+	}
 	if _, again := m.seen[t]; !again {
 		if m.seen == nil || len(m.seen) >= imageMaxEntries {
 			m.seen = make(map[*ast.Term]struct{}, imageMaxEntries)
 		}
 		m.seen[t] = struct{}{}
-		return
-	}
-	if len(a.b) > imageMaxBytes {
 		return
 	}
 	if m.images == nil || len(m.images) >= imageMaxEntries {

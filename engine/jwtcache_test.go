@@ -381,3 +381,35 @@ func TestJWTKeyMemo(t *testing.T) {
 		}
 	}
 }
+
+// TestImageMemo: a term gets an image the second time it is written,
+// never when what was written is larger than imageMaxBytes (nor is such a
+// term held), and both maps stay bounded.
+func TestImageMemo(t *testing.T) {
+	var m imageMemo
+	small := arena{b: make([]byte, 64), base: 100}
+	big := arena{b: make([]byte, imageMaxBytes+1)}
+	x := ast.StringTerm("x")
+	m.wrote(x, &small, 12)
+	if m.images[x] != nil {
+		t.Fatal("an image of a term written once")
+	}
+	m.wrote(x, &small, 12)
+	if img := m.images[x]; img == nil || img.root != 12 || img.a.base != 100 || len(img.a.b) != 64 || &img.a.b[0] == &small.b[0] {
+		t.Fatalf("the second writing kept %+v, want a copy of the block with its root", img)
+	}
+	y := ast.StringTerm("y")
+	m.wrote(y, &big, 0)
+	m.wrote(y, &big, 0)
+	if _, held := m.seen[y]; held || m.images[y] != nil {
+		t.Fatal("a term written larger than imageMaxBytes is held")
+	}
+	for i := range 3 * imageMaxEntries {
+		z := ast.IntNumberTerm(i)
+		m.wrote(z, &small, 0)
+		m.wrote(z, &small, 0)
+		if len(m.seen) > imageMaxEntries || len(m.images) > imageMaxEntries {
+			t.Fatalf("%d seen, %d images; bound %d", len(m.seen), len(m.images), imageMaxEntries)
+		}
+	}
+}
