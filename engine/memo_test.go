@@ -62,19 +62,7 @@ bad := glob.match(concat("", ["[", input.pattern]), [], input.path)
 		if i%5 == 0 {
 			in["path"] = fmt.Sprintf("/a/%d", i)
 		}
-		raw, _ := json.Marshal(in)
-		got, err := e.Eval(ctx, "m/result", raw, nil)
-		if err != nil {
-			t.Fatalf("%d: %v", i, err)
-		}
-		rs, err := pq.Eval(ctx, rego.EvalInput(in))
-		if err != nil || len(rs) != 1 {
-			t.Fatalf("%d: OPA: %v, %v", i, rs, err)
-		}
-		want, _ := json.Marshal(rs[0].Expressions[0].Value)
-		if !jsonEqual(t, got, want) {
-			t.Fatalf("%d: input %s\n got %s\nwant %s", i, raw, got, want)
-		}
+		evalMatchesOPA(t, e, pq, "m/result", i, in)
 	}
 }
 
@@ -163,18 +151,26 @@ result := {
 	times := []int64{1500e9, 2500e9, 500e9, 1999e9}
 	for i := range 240 {
 		in := map[string]any{"token": tokens[i%3], "secret": secret, "time": times[(i/3)%4]}
-		raw, _ := json.Marshal(in)
-		got, err := e.Eval(ctx, "j/result", raw, nil)
-		if err != nil {
-			t.Fatalf("%d: %v", i, err)
-		}
-		rs, err := pq.Eval(ctx, rego.EvalInput(in))
-		if err != nil || len(rs) != 1 {
-			t.Fatalf("%d: OPA: %v, %v", i, rs, err)
-		}
-		want, _ := json.Marshal(rs[0].Expressions[0].Value)
-		if !jsonEqual(t, got, want) {
-			t.Fatalf("%d: input %s\n got %s\nwant %s", i, raw, got, want)
-		}
+		evalMatchesOPA(t, e, pq, "j/result", i, in)
+	}
+}
+
+// evalMatchesOPA requires evaluation i of entrypoint on in to answer as
+// OPA's prepared query pq does.
+func evalMatchesOPA(t *testing.T, e *engine.Engine, pq rego.PreparedEvalQuery, entrypoint string, i int, in map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	raw, _ := json.Marshal(in)
+	got, err := e.Eval(ctx, entrypoint, raw, nil)
+	if err != nil {
+		t.Fatalf("%d: %v", i, err)
+	}
+	rs, err := pq.Eval(ctx, rego.EvalInput(in))
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("%d: OPA: %v, %v", i, rs, err)
+	}
+	want, _ := json.Marshal(rs[0].Expressions[0].Value)
+	if !jsonEqual(t, got, want) {
+		t.Fatalf("%d: input %s\n got %s\nwant %s", i, raw, got, want)
 	}
 }
