@@ -5,9 +5,14 @@
 # CheckRequest) are loaded with the policy and driven one after the other
 # (nexus' default policy, whose builtins OPA does not have, by nexus alone,
 # on its demo data, trusting the x-user header as its cases do)
-# by scripts/suite-served.go (C clients, a WINDOW each, ROUNDS rounds);
-# the table gives the medians of the rounds' median latency and of the
-# server's CPU per check. OPA is installed as scripts/bench-peers.sh
+# by scripts/suite-served.go (C clients, a WINDOW each, ROUNDS rounds),
+# each server warmed up for a second first; the table gives the medians of
+# the rounds' median latency and of the server's CPU per check. In every
+# round each policy's nexus is paired with a nexus serving `allow := true`
+# (started once, driven just before it with the same request): the "above
+# allow-true" column is the median of the rounds' differences, so the
+# machine's drift during the run cancels. OPA is installed as
+# scripts/bench-peers.sh
 # installs it (pinned version) when it is missing.
 #
 #   scripts/bench-suite-served.sh            # writes bench-out/suite/served.md
@@ -24,8 +29,9 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 pids=()
+bpid=""
 cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}" $bpid; do kill "$p" 2>/dev/null || true; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -51,6 +57,32 @@ wait_for() {
 	return 1
 }
 
+# The baseline: allow := true, served the whole run on its own ports.
+mkdir -p "$work/policy-baseline"
+cp bench/suite/policies/allow-true/*.rego "$work/policy-baseline/"
+"$work/nexus" serve --policy "$work/policy-baseline" -e envoy/authz/allow --envoy-entrypoint envoy/authz/allow \
+	--authz-entrypoint - --no-cache --data-dir "$work/data-baseline" --grpc-addr 127.0.0.1:19192 \
+	--http-addr 127.0.0.1:19182 --admin-addr - --log-level error >"$work/nexus-baseline.log" 2>&1 &
+bpid=$!
+wait_for http://127.0.0.1:19182/healthz
+"$work/driver" -name "warm-up" -grpc 127.0.0.1:19192 -body "$work/inputs/allow-true.request.json" \
+	-pid "$bpid" -c "$conns" -d 1s >/dev/null
+
+# warm_up PID ARGS...: one second of load, not recorded, on a server just
+# started (its instances made, its caches filled).
+warm_up() {
+	local pid=$1
+	shift
+	"$work/driver" -name "warm-up" -pid "$pid" -c "$conns" -d 1s "$@" >/dev/null
+}
+
+# baseline NAME: drives the allow := true nexus with NAME's request.
+baseline() {
+	[ "$1" = allow-true ] && return 0
+	"$work/driver" -name "$1 allow" -grpc 127.0.0.1:19192 -body "$work/inputs/$1.request.json" \
+		-pid "$bpid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
+}
+
 : > "$out/served.txt"
 for m in bench/suite/policies/*/suite.json; do
 	dir="$(dirname "$m")"
@@ -61,7 +93,9 @@ for m in bench/suite/policies/*/suite.json; do
 			--grpc-addr 127.0.0.1:19191 --http-addr 127.0.0.1:19181 --admin-addr - --log-level error >"$work/nexus-$name.log" 2>&1 &
 		npid=$!; pids+=("$npid")
 		wait_for http://127.0.0.1:19181/healthz
+		warm_up "$npid" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json"
 		for i in $(seq 1 "$rounds"); do
+			baseline "$name"
 			"$work/driver" -name "$name nexus" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json" \
 				-pid "$npid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
 		done
@@ -86,8 +120,11 @@ for m in bench/suite/policies/*/suite.json; do
 	opid=$!; pids+=("$opid")
 	wait_for http://127.0.0.1:19181/healthz
 	wait_for http://127.0.0.1:18181/health
+	warm_up "$npid" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json"
+	warm_up "$opid" -rest http://127.0.0.1:18181/v1/data/envoy/authz/allow -body "$work/inputs/$name.input.json"
 
 	for i in $(seq 1 "$rounds"); do
+		baseline "$name"
 		"$work/driver" -name "$name nexus" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json" \
 			-pid "$npid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
 		"$work/driver" -name "$name opa" -rest http://127.0.0.1:18181/v1/data/envoy/authz/allow \
@@ -98,8 +135,8 @@ for m in bench/suite/policies/*/suite.json; do
 done
 
 {
-	echo "| policy | nexus p50 µs | OPA p50 µs | nexus CPU µs/check | OPA CPU µs/check | nexus checks/s | OPA checks/s |"
-	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| policy | nexus p50 µs | OPA p50 µs | nexus CPU µs/check | nexus CPU above allow-true µs | OPA CPU µs/check | nexus checks/s | OPA checks/s |"
+	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	awk '
 	function median(key,   n, i, j, t, v) {
 		n = cnt[key]
@@ -120,13 +157,21 @@ done
 	END {
 		for (i = 1; i <= np; i++) {
 			p = order[i]
-			printf "| %s | %s | %s | %s | %s | %s | %s |\n", p,
+			# the rounds differences, the policy against its paired baseline
+			n = cnt[p SUBSEP "allow" SUBSEP "cpu"]
+			for (r = 1; r <= n && r <= cnt[p SUBSEP "nexus" SUBSEP "cpu"]; r++) {
+				k = p SUBSEP "above" SUBSEP "cpu"
+				vals[k, ++cnt[k]] = vals[p SUBSEP "nexus" SUBSEP "cpu", r] - vals[p SUBSEP "allow" SUBSEP "cpu", r]
+			}
+			above = median(p SUBSEP "above" SUBSEP "cpu")
+			if (p == "allow-true") above = 0
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", p,
 				median(p SUBSEP "nexus" SUBSEP "p50"), median(p SUBSEP "opa" SUBSEP "p50"),
-				median(p SUBSEP "nexus" SUBSEP "cpu"), median(p SUBSEP "opa" SUBSEP "cpu"),
+				median(p SUBSEP "nexus" SUBSEP "cpu"), above, median(p SUBSEP "opa" SUBSEP "cpu"),
 				median(p SUBSEP "nexus" SUBSEP "rps"), median(p SUBSEP "opa" SUBSEP "rps")
 		}
 	}' "$out/served.txt"
 	echo
-	echo "Medians of $rounds rounds of $window with $conns clients at once on loopback, the client on the same machine ($(nproc) CPUs, $(git rev-parse --short HEAD)); CPU per check from /proc (10 ms ticks)."
+	echo "Medians of $rounds rounds of $window with $conns clients at once on loopback, the client on the same machine ($(nproc) CPUs, $(git rev-parse --short HEAD)); CPU per check from /proc (10 ms ticks); above allow-true: the median of each round's difference with the allow := true nexus driven just before, with the same request."
 } > "$out/served.md"
 cat "$out/served.md"
