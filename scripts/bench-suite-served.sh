@@ -12,8 +12,7 @@
 # (started once, driven just before it with the same request): the "above
 # allow-true" column is the median of the rounds' differences, so the
 # machine's drift during the run cancels. OPA is installed as
-# scripts/bench-peers.sh
-# installs it (pinned version) when it is missing.
+# scripts/bench-peers.sh installs it (pinned version) when it is missing.
 #
 #   scripts/bench-suite-served.sh            # writes bench-out/suite/served.md
 #   ROUNDS=3 WINDOW=5s C=4 BENCH_SUITE_RUN='jwt' scripts/bench-suite-served.sh
