@@ -40,13 +40,7 @@ default bad := "undefined"
 
 bad := glob.match(concat("", ["[", input.pattern]), [], input.path)
 `
-	b := compileModules(t, map[string]string{"m.rego": policy}, nil, "m/result")
-	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
-	ctx := context.Background()
-	pq, err := rego.New(rego.Query("data.m.result"), rego.Module("m.rego", policy)).PrepareForEval(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check := resultMatchesOPA(t, "m", policy)
 	tokens := []string{
 		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2ln",
 		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJib2IiLCJuIjoxfQ.c2ln",
@@ -62,7 +56,7 @@ bad := glob.match(concat("", ["[", input.pattern]), [], input.path)
 		if i%5 == 0 {
 			in["path"] = fmt.Sprintf("/a/%d", i)
 		}
-		evalMatchesOPA(t, e, pq, "m/result", i, in)
+		check(i, in)
 	}
 }
 
@@ -128,13 +122,7 @@ result := {
 	"parts": regex.split("[.]", input.token),
 }
 `
-	b := compileModules(t, map[string]string{"j.rego": policy}, nil, "j/result")
-	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
-	ctx := context.Background()
-	pq, err := rego.New(rego.Query("data.j.result"), rego.Module("j.rego", policy)).PrepareForEval(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check := resultMatchesOPA(t, "j", policy)
 	secret := fmt.Sprintf("secret-%d", time.Now().UnixNano())
 	sign := func(claims, secret string) string {
 		enc := base64.RawURLEncoding
@@ -151,26 +139,36 @@ result := {
 	times := []int64{1500e9, 2500e9, 500e9, 1999e9}
 	for i := range 240 {
 		in := map[string]any{"token": tokens[i%3], "secret": secret, "time": times[(i/3)%4]}
-		evalMatchesOPA(t, e, pq, "j/result", i, in)
+		check(i, in)
 	}
 }
 
-// evalMatchesOPA requires evaluation i of entrypoint on in to answer as
-// OPA's prepared query pq does.
-func evalMatchesOPA(t *testing.T, e *engine.Engine, pq rego.PreparedEvalQuery, entrypoint string, i int, in map[string]any) {
+// resultMatchesOPA compiles policy, whose package is pkg, for the
+// entrypoint pkg/result on an engine of one instance, and returns a check
+// that evaluation i of it on in answers as OPA's evaluator does.
+func resultMatchesOPA(t *testing.T, pkg, policy string) func(i int, in map[string]any) {
 	t.Helper()
+	b := compileModules(t, map[string]string{pkg + ".rego": policy}, nil, pkg+"/result")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
 	ctx := context.Background()
-	raw, _ := json.Marshal(in)
-	got, err := e.Eval(ctx, entrypoint, raw, nil)
+	pq, err := rego.New(rego.Query("data."+pkg+".result"), rego.Module(pkg+".rego", policy)).PrepareForEval(ctx)
 	if err != nil {
-		t.Fatalf("%d: %v", i, err)
+		t.Fatal(err)
 	}
-	rs, err := pq.Eval(ctx, rego.EvalInput(in))
-	if err != nil || len(rs) != 1 {
-		t.Fatalf("%d: OPA: %v, %v", i, rs, err)
-	}
-	want, _ := json.Marshal(rs[0].Expressions[0].Value)
-	if !jsonEqual(t, got, want) {
-		t.Fatalf("%d: input %s\n got %s\nwant %s", i, raw, got, want)
+	return func(i int, in map[string]any) {
+		t.Helper()
+		raw, _ := json.Marshal(in)
+		got, err := e.Eval(ctx, pkg+"/result", raw, nil)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		rs, err := pq.Eval(ctx, rego.EvalInput(in))
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("%d: OPA: %v, %v", i, rs, err)
+		}
+		want, _ := json.Marshal(rs[0].Expressions[0].Value)
+		if !jsonEqual(t, got, want) {
+			t.Fatalf("%d: input %s\n got %s\nwant %s", i, raw, got, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package pdp
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -66,34 +67,6 @@ var (
 	caches = [...]string{CacheHit, CacheMiss, CacheDisabled}
 )
 
-// ifaceIndex is iface's index in ifaces, -1 if none.
-func ifaceIndex(iface string) int {
-	switch iface {
-	case IfaceGRPC:
-		return 0
-	case IfaceHTTP:
-		return 1
-	case IfaceAuthZEN:
-		return 2
-	case IfacePermit:
-		return 3
-	}
-	return -1
-}
-
-// cacheIndex is cache's index in caches, -1 if none.
-func cacheIndex(cache string) int {
-	switch cache {
-	case CacheHit:
-		return 0
-	case CacheMiss:
-		return 1
-	case CacheDisabled:
-		return 2
-	}
-	return -1
-}
-
 type metrics struct {
 	latency   *prometheus.HistogramVec
 	decisions *prometheus.CounterVec
@@ -111,7 +84,7 @@ type metrics struct {
 
 // observe records a decision's latency.
 func (m *metrics) observe(iface, cache string, elapsed time.Duration) {
-	if i, c := ifaceIndex(iface), cacheIndex(cache); i >= 0 && c >= 0 {
+	if i, c := slices.Index(ifaces[:], iface), slices.Index(caches[:], cache); i >= 0 && c >= 0 {
 		m.obs[i][c].Observe(elapsed.Seconds())
 		return
 	}
@@ -129,7 +102,7 @@ func (m *metrics) countDecision(iface string, allowed bool, reason string) {
 	if allowed {
 		result, a = "allow", 0
 	}
-	i := ifaceIndex(iface)
+	i := slices.Index(ifaces[:], iface)
 	if i < 0 {
 		m.decisions.WithLabelValues(iface, result, reasonLabels[r]).Inc()
 		return
