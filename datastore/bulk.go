@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -83,7 +84,7 @@ func (s *BoltStore) Import(ctx context.Context, r io.Reader, opts ImportOptions)
 		opts.BatchSize = DefaultImportBatch
 	}
 	st := s.state.Load()
-	if st.schema == nil {
+	if st.Graph == nil {
 		return stats, ErrNoSchema
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -163,13 +164,13 @@ func (s *BoltStore) commitImport(st *state, b *importBatch) (Revision, error) {
 		ob, sb := tx.Bucket(bObj), tx.Bucket(bSubj)
 		ob.FillPercent, sb.FillPercent = 0.9, 0.9
 		for _, k := range b.objKeys {
-			if err := putEntry(ob, k); err != nil {
+			if err := index.PutEntry(ob, k); err != nil {
 				return nil, err
 			}
 			log = appendChange(log, OpTouch, k)
 		}
 		for _, k := range b.subKeys {
-			if err := putEntry(sb, k); err != nil {
+			if err := index.PutEntry(sb, k); err != nil {
 				return nil, err
 			}
 		}
@@ -234,17 +235,17 @@ func (s *BoltStore) parseImport(ctx context.Context, st *state, r io.Reader, opt
 			{
 				t, perr := parseLine(opts.Format, text)
 				if perr == nil {
-					perr = st.schema.ValidateTuple(t)
+					perr = st.Graph.ValidateTuple(t)
 				}
 				if perr != nil {
 					fail(&ImportError{Line: int(line), Err: perr})
 					return
 				}
-				n, _ := tupleIDs(st.dict, t)
+				n, _ := index.TupleIDs(st.Dict, t)
 				start := len(b.arena)
-				b.arena = appendObjKey(b.arena, n, t.Object.ID, t.Subject.ID)
+				b.arena = index.AppendObjKey(b.arena, n, t.Object.ID, t.Subject.ID)
 				mid := len(b.arena)
-				b.arena = appendSubjKey(b.arena, n, t.Object.ID, t.Subject.ID)
+				b.arena = index.AppendSubjKey(b.arena, n, t.Object.ID, t.Subject.ID)
 				// Keys are offsets until the batch is complete: the arena may move.
 				b.spans = append(b.spans, [3]int{start, mid, len(b.arena)})
 				b.tuples++

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -46,9 +47,9 @@ type ChangeSet struct {
 	Changes  []Change
 }
 
-// encodeChangeSet: uvarint(unix nanos) uvarint(flags) then per change:
-// op byte, uvarint(len(objkey)), objkey.
-func encodeChangeSet(d *dict, cs *ChangeSet) ([]byte, error) {
+// encodeChangeSet: index.Uvarint(unix nanos) index.Uvarint(flags) then per change:
+// op byte, index.Uvarint(len(objkey)), objkey.
+func encodeChangeSet(d *index.Dict, cs *ChangeSet) ([]byte, error) {
 	b := binary.AppendUvarint(nil, uint64(cs.Time.UnixNano()))
 	flags := uint64(0)
 	if cs.Schema {
@@ -57,11 +58,11 @@ func encodeChangeSet(d *dict, cs *ChangeSet) ([]byte, error) {
 	b = binary.AppendUvarint(b, flags)
 	var kb []byte
 	for _, c := range cs.Changes {
-		n, ok := tupleIDs(d, c.Tuple)
+		n, ok := index.TupleIDs(d, c.Tuple)
 		if !ok {
 			return nil, fmt.Errorf("%w: %s: name not in dictionary", ErrInvalidTuple, c.Tuple)
 		}
-		kb = appendObjKey(kb[:0], n, c.Tuple.Object.ID, c.Tuple.Subject.ID)
+		kb = index.AppendObjKey(kb[:0], n, c.Tuple.Object.ID, c.Tuple.Subject.ID)
 		b = appendChange(b, c.Op, kb)
 	}
 	return b, nil
@@ -74,14 +75,14 @@ func appendChange(b []byte, op Op, objKey []byte) []byte {
 	return append(b, objKey...)
 }
 
-func decodeChangeSet(d *dict, rev Revision, v []byte) (ChangeSet, error) {
+func decodeChangeSet(d *index.Dict, rev Revision, v []byte) (ChangeSet, error) {
 	cs := ChangeSet{Revision: rev}
-	ns, v, err := uvarint(v)
+	ns, v, err := index.Uvarint(v)
 	if err != nil {
 		return cs, err
 	}
 	cs.Time = time.Unix(0, int64(ns))
-	flags, v, err := uvarint(v)
+	flags, v, err := index.Uvarint(v)
 	if err != nil {
 		return cs, err
 	}
@@ -89,10 +90,10 @@ func decodeChangeSet(d *dict, rev Revision, v []byte) (ChangeSet, error) {
 	for len(v) > 0 {
 		op := Op(v[0])
 		var l uint64
-		if l, v, err = uvarint(v[1:]); err != nil || l > uint64(len(v)) {
-			return cs, errBadKey
+		if l, v, err = index.Uvarint(v[1:]); err != nil || l > uint64(len(v)) {
+			return cs, index.ErrBadKey
 		}
-		t, err := decodeTuple(d, v[:l])
+		t, err := index.DecodeTuple(d, v[:l])
 		if err != nil {
 			return cs, err
 		}
@@ -118,14 +119,14 @@ func (s *BoltStore) Watch(ctx context.Context, from Revision) iter.Seq2[ChangeSe
 				if rev := uint64(readRev(tx)); start > rev+1 {
 					// The changelog cannot start after the store's own
 					// revision: the meta bucket is damaged.
-					return fmt.Errorf("%w: the changelog starts at revision %d, after the store's revision %d", errBadKey, start, rev)
+					return fmt.Errorf("%w: the changelog starts at revision %d, after the store's revision %d", index.ErrBadKey, start, rev)
 				}
 				if uint64(next) < start {
 					return fmt.Errorf("%w: revision %d, oldest retained %d", ErrRevisionCompacted, next, start)
 				}
-				d := st.dict
+				d := st.Dict
 				c := tx.Bucket(bLog).Cursor()
-				for k, v := c.Seek(be64(uint64(next))); k != nil && len(batch) < 1024; k, v = c.Next() {
+				for k, v := c.Seek(index.BE64(uint64(next))); k != nil && len(batch) < 1024; k, v = c.Next() {
 					cs, err := decodeChangeSet(d, Revision(binary.BigEndian.Uint64(k)), v)
 					if err != nil {
 						return err

@@ -7,7 +7,7 @@ import (
 
 // BenchmarkReadChecksum measures what checking a CRC-32C on read
 // adds to a check: per key (a tuple key of the object-first index, about
-// 30 bytes, with its checksum kept as the key's value, entry.go)
+// 30 bytes, with its checksum kept as the key's value, package index)
 // and, for comparison, per 4 KiB page. See RATIONALE.md ("Scrubbing the data
 // file, and checksumming each key").
 func BenchmarkReadChecksum(b *testing.B) {

@@ -56,7 +56,7 @@
 // One bbolt file. Buckets: meta (format, revision, schema, changelog
 // start), dict (interned type and relation names), obj (object-first
 // index), subj (subject-first index) and log (revision -> change set). The
-// key encoding is documented in keys.go. Each Write, schema write and
+// key encoding is documented in package datastore/internal/index. Each Write, schema write and
 // import batch is one bbolt transaction, fsynced before it returns, and
 // adds one to the revision. Concurrent Writes are combined into one bbolt
 // transaction (as bbolt's Batch does, waiting up to 2 ms to gather them,

@@ -5,19 +5,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nexuspdp/nexus/datastore/internal/check"
 	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
 // ErrDepthExceeded is returned by Check and the lookups when a walk goes
 // deeper than Config.MaxDepth. The check has no answer; callers must fail
 // closed.
-var ErrDepthExceeded = errors.New("datastore: check depth limit exceeded")
+var ErrDepthExceeded = check.ErrDepthExceeded
 
 // ErrClosed is returned by every method after Close.
 var ErrClosed = errors.New("datastore: store is closed")
 
 // ErrNoSchema is returned by writes and checks before a schema was written.
-var ErrNoSchema = errors.New("datastore: no schema")
+var ErrNoSchema = check.ErrNoSchema
 
 // ErrInvalidSchema is matched (errors.Is) by every *schema.Error; it is
 // schema.ErrInvalid.
@@ -29,7 +30,7 @@ var ErrInvalidTuple = schema.ErrInvalidTuple
 
 // ErrUnknown is returned (wrapped) when a check or lookup names a type,
 // relation or permission that the schema does not declare.
-var ErrUnknown = errors.New("datastore: unknown type, relation or permission")
+var ErrUnknown = check.ErrUnknown
 
 // ErrPreconditionFailed is returned by Write when one of its preconditions
 // does not hold; nothing was written.

@@ -1,23 +1,19 @@
 package datastore
 
-import "github.com/nexuspdp/nexus/api"
+import (
+	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/check"
+)
 
 // CannotHold reports whether a check of perm on obj for sub would be
 // answered false without a walk, from the subject's tuples v has kept.
 func (v *View) CannotHold(obj api.Object, perm string, sub api.Subject) bool {
-	c := v.c
-	defer c.reset()
-	c.begin(v.st, sub)
-	return c.known && c.cannotHold(v.st.schema.types[obj.Type].members[perm])
+	return v.c.CannotHold(obj, perm, sub)
 }
 
 // SetMaxObjTuples sets how many tuples of one object a check caches (0:
 // none, every relation is a seek) and returns a function restoring it.
-func SetMaxObjTuples(n int) func() {
-	old := maxObjTuples
-	maxObjTuples = n
-	return func() { maxObjTuples = old }
-}
+func SetMaxObjTuples(n int) func() { return check.SetMaxObjTuples(n) }
 
 // SetShareSnapshots turns the shared read snapshot off (every check then
 // begins a bbolt read transaction of its own) and returns a function

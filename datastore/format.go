@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -66,7 +67,7 @@ type jsonTuple struct {
 func parseLine(f Format, line []byte) (api.Tuple, error) {
 	switch f {
 	case FormatText:
-		return api.ParseTuple(bstr(line))
+		return api.ParseTuple(index.Bstr(line))
 	case FormatCSV:
 		// Not encoding/csv: no valid field can hold a comma, a quote or a
 		// line break (see package api's syntax), so quotes can only wrap
@@ -86,7 +87,7 @@ func parseLine(f Format, line []byte) (api.Tuple, error) {
 			}
 			parts[i] = p
 		}
-		return tupleFromParts(bstr(parts[0]), bstr(parts[1]), bstr(parts[2]))
+		return tupleFromParts(index.Bstr(parts[0]), index.Bstr(parts[1]), index.Bstr(parts[2]))
 	default:
 		if o, r, s, ok := fastJSON(line); ok {
 			return tupleFromParts(o, r, s)
@@ -139,7 +140,7 @@ func fastJSON(b []byte) (o, r, s string, ok bool) {
 		if j >= len(b) {
 			return "", false
 		}
-		v := bstr(b[i+1 : j])
+		v := index.Bstr(b[i+1 : j])
 		i = j + 1
 		return v, true
 	}
@@ -203,7 +204,7 @@ func (s *BoltStore) Export(ctx context.Context, w io.Writer, format Format) (n i
 	}
 	bw := bufio.NewWriterSize(callerWriter{w}, 1<<16)
 	err = s.viewState(func(tx *bolt.Tx, st *state) error {
-		d := st.dict
+		d := st.Dict
 		if format == FormatCSV {
 			if _, err := bw.WriteString("object,relation,subject\n"); err != nil {
 				return err
@@ -216,7 +217,7 @@ func (s *BoltStore) Export(ctx context.Context, w io.Writer, format Format) (n i
 					return err
 				}
 			}
-			t, err := decodeTuple(d, k)
+			t, err := index.DecodeTuple(d, k)
 			if err != nil {
 				return err
 			}

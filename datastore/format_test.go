@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 )
 
 func TestParseLineCSV(t *testing.T) {
@@ -93,5 +94,15 @@ func BenchmarkParseLineCSV(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+	})
+}
+
+// FuzzDecodeChangeSet: a changelog value that does not decode is an
+// error, never a panic.
+func FuzzDecodeChangeSet(f *testing.F) {
+	f.Add([]byte{1, 'a', 0, 2, 0, 3, 'b'})
+	f.Add([]byte{0xff, 0xff})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		_, _ = decodeChangeSet(&index.Dict{Numbers: map[string]uint64{}, Names: []string{""}}, 1, v)
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"testing"
+
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 )
 
 //go:noinline
@@ -13,7 +15,7 @@ func unguarded(s *BoltStore, n int) (int, error) { return n + 1, nil }
 func recovered(s *BoltStore, n int) (_ int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = errBadKey
+			err = index.ErrBadKey
 		}
 	}()
 	return n + 1, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 )
 
 // bbolt reads the data file through a read-only memory map and trusts
@@ -49,7 +51,7 @@ func (s *BoltStore) noteCorrupt(op string, err *error) {
 	var ce *CorruptError
 	switch {
 	case errors.As(*err, &ce):
-	case errors.Is(*err, errBadKey):
+	case errors.Is(*err, index.ErrBadKey):
 		ce = &CorruptError{Path: s.cfg.Path, Op: op, Err: *err}
 		*err = ce
 	default:

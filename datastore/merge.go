@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -89,7 +90,7 @@ func (r *runReader) next() (bool, error) {
 		return false, err
 	}
 	if l > maxLineLen*2 {
-		return false, errBadKey
+		return false, index.ErrBadKey
 	}
 	if cap(r.cur) < int(l) {
 		r.cur = make([]byte, l, 2*l)
@@ -216,7 +217,7 @@ func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats
 					continue
 				}
 				prevObj = append(prevObj[:0], k...)
-				if err := putEntry(ob, k); err != nil {
+				if err := index.PutEntry(ob, k); err != nil {
 					return nil, err
 				}
 				log = appendChange(log, OpTouch, k)
@@ -235,7 +236,7 @@ func (s *BoltStore) mergeRuns(ctx context.Context, st *state, runs []*run, stats
 					continue
 				}
 				prevSubj = append(prevSubj[:0], k...)
-				if err := putEntry(sb, k); err != nil {
+				if err := index.PutEntry(sb, k); err != nil {
 					return nil, err
 				}
 			}

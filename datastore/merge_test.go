@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 )
 
 // sortedRuns writes k runs of n random keys each (like obj keys: a type,
@@ -22,7 +24,7 @@ func sortedRuns(tb testing.TB, k, n int) ([]string, [][]byte) {
 	for range k {
 		keys := make([][]byte, n)
 		for i := range keys {
-			keys[i] = appendObjKey(nil, ids{ot: 1 + r.Uint64N(4), rel: 1 + r.Uint64N(6), st: 1 + r.Uint64N(3)},
+			keys[i] = index.AppendObjKey(nil, index.IDs{OT: 1 + r.Uint64N(4), Rel: 1 + r.Uint64N(6), ST: 1 + r.Uint64N(3)},
 				fmt.Sprintf("f%d", r.IntN(1_000_000)), fmt.Sprintf("u%d", r.IntN(100_000)))
 		}
 		slices.SortFunc(keys, bytes.Compare)

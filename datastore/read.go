@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 )
@@ -31,7 +32,7 @@ func (s *BoltStore) Schema(ctx context.Context) (*schema.Schema, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	sc := s.state.Load().schema
+	sc := s.state.Load().Graph
 	if sc == nil {
 		return nil, ErrNoSchema
 	}
@@ -70,12 +71,12 @@ func (s *BoltStore) scan(tx *bolt.Tx, st *state, f Filter, fn func(api.Tuple) bo
 	if f.ObjectID != "" && f.ObjectType == "" || f.SubjectID != "" && f.SubjectType == "" || f.SubjectRelation != "" && f.SubjectType == "" {
 		return fmt.Errorf("datastore: filter %+v: an ID or subject relation needs its type", f)
 	}
-	d := st.dict
+	d := st.Dict
 	lookup := func(name string) (uint64, bool) {
 		if name == "" {
 			return 0, true
 		}
-		return d.id(name)
+		return d.ID(name)
 	}
 	ot, ok1 := lookup(f.ObjectType)
 	rel, ok2 := lookup(f.Relation)
@@ -102,24 +103,24 @@ func (s *BoltStore) scan(tx *bolt.Tx, st *state, f Filter, fn func(api.Tuple) bo
 			prefix = append(append(prefix, f.SubjectID...), 0)
 		}
 	}
-	bucket, decode := bObj, decodeObjKey
+	bucket, decode := bObj, index.DecodeObjKey
 	if useSubj {
-		bucket, decode = bSubj, decodeSubjKey
+		bucket, decode = bSubj, index.DecodeSubjKey
 	}
 	c := tx.Bucket(bucket).Cursor()
 	n := 0
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		mustEntry(k, v)
+		index.MustEntry(k, v)
 		ids, oid, sid, err := decode(k)
 		if err != nil {
 			return err
 		}
-		if f.ObjectType != "" && ids.ot != ot || f.ObjectID != "" && string(oid) != f.ObjectID ||
-			f.Relation != "" && ids.rel != rel || f.SubjectType != "" && ids.st != stp ||
-			f.SubjectID != "" && string(sid) != f.SubjectID || f.SubjectRelation != "" && ids.sr != sr {
+		if f.ObjectType != "" && ids.OT != ot || f.ObjectID != "" && string(oid) != f.ObjectID ||
+			f.Relation != "" && ids.Rel != rel || f.SubjectType != "" && ids.ST != stp ||
+			f.SubjectID != "" && string(sid) != f.SubjectID || f.SubjectRelation != "" && ids.SR != sr {
 			continue
 		}
-		t, err := tupleFromIDs(d, ids, oid, sid)
+		t, err := index.TupleFromIDs(d, ids, oid, sid)
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/check"
 	"github.com/nexuspdp/nexus/datastore/internal/filecheck"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 )
@@ -181,12 +183,12 @@ func (s *BoltStore) ApplyRun(ctx context.Context, from Revision, bs []Batch) ([]
 					return err
 				}
 			}
-			enc, err := encodeChangeSet(st.dict, cs)
+			enc, err := encodeChangeSet(st.Dict, cs)
 			if err != nil {
 				return err
 			}
 			// bumpRev adds one to the stored revision and keeps the changelog.
-			if err := tx.Bucket(bMeta).Put(kRev, be64(uint64(rev)-1)); err != nil {
+			if err := tx.Bucket(bMeta).Put(kRev, index.BE64(uint64(rev)-1)); err != nil {
 				return err
 			}
 			if _, err = s.bumpRev(tx, cs, enc); err != nil {
@@ -253,31 +255,31 @@ func applyTuples(tx *bolt.Tx, st *state, req WriteRequest, cs *ChangeSet) error 
 	cs.Changes = slices.Grow(cs.Changes, len(req.Touches)+len(req.Deletes))
 	var kb, sk []byte
 	for _, t := range req.Deletes {
-		n, _ := tupleIDs(st.dict, t)
-		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
+		n, _ := index.TupleIDs(st.Dict, t)
+		kb = index.AppendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
 		if !present(oc, kb) {
 			continue
 		}
 		if err := ob.Delete(kb); err != nil {
 			return err
 		}
-		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
+		sk = index.AppendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
 		if err := sb.Delete(sk); err != nil {
 			return err
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpDelete, Tuple: t})
 	}
 	for _, t := range req.Touches {
-		n, _ := tupleIDs(st.dict, t)
-		kb = appendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
+		n, _ := index.TupleIDs(st.Dict, t)
+		kb = index.AppendObjKey(kb[:0], n, t.Object.ID, t.Subject.ID)
 		if present(oc, kb) {
 			continue
 		}
-		if err := putEntry(ob, kb); err != nil {
+		if err := index.PutEntry(ob, kb); err != nil {
 			return err
 		}
-		sk = appendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
-		if err := putEntry(sb, sk); err != nil {
+		sk = index.AppendSubjKey(sk[:0], n, t.Object.ID, t.Subject.ID)
+		if err := index.PutEntry(sb, sk); err != nil {
 			return err
 		}
 		cs.Changes = append(cs.Changes, Change{Op: OpTouch, Tuple: t})
@@ -300,12 +302,12 @@ func present(c *bolt.Cursor, k []byte) bool {
 
 // validateWrite checks every tuple of req against the schema in force.
 func validateWrite(st *state, req WriteRequest) error {
-	if st.schema == nil {
+	if st.Graph == nil {
 		return ErrNoSchema
 	}
 	for _, ts := range [][]api.Tuple{req.Touches, req.Deletes} {
 		for _, t := range ts {
-			if err := st.schema.ValidateTuple(t); err != nil {
+			if err := st.Graph.ValidateTuple(t); err != nil {
 				return err
 			}
 		}
@@ -333,7 +335,7 @@ func (s *BoltStore) checkPreconditions(tx *bolt.Tx, st *state, pre []Preconditio
 // nothing.
 func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc *schema.Schema, force bool, cs *ChangeSet) (next *state, rejected, err error) {
 	var orphans []api.Tuple
-	if old.schema != nil {
+	if old.Graph != nil {
 		if orphans, err = s.findOrphans(ctx, tx, old, sc); err != nil {
 			return nil, nil, err
 		}
@@ -341,25 +343,25 @@ func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc
 			return nil, orphanError(orphans), nil
 		}
 	}
-	d := &dict{ids: make(map[string]uint64, len(old.dict.ids)), names: append([]string(nil), old.dict.names...)}
-	for k, v := range old.dict.ids {
-		d.ids[k] = v
+	d := &index.Dict{Numbers: make(map[string]uint64, len(old.Dict.Numbers)), Names: append([]string(nil), old.Dict.Names...)}
+	for k, v := range old.Dict.Numbers {
+		d.Numbers[k] = v
 	}
-	c := compile(sc)
+	c := check.Compile(sc)
 	db := tx.Bucket(bDict)
-	for _, n := range c.names() {
-		if _, ok := d.ids[n]; ok {
+	for _, n := range c.Names() {
+		if _, ok := d.Numbers[n]; ok {
 			continue
 		}
-		id := uint64(len(d.names))
-		d.ids[n] = id
-		d.names = append(d.names, n)
+		id := uint64(len(d.Names))
+		d.Numbers[n] = id
+		d.Names = append(d.Names, n)
 		if err := db.Put([]byte(n), binary.AppendUvarint(nil, id)); err != nil {
 			return nil, nil, err
 		}
 	}
 	for _, t := range orphans {
-		n, _ := tupleIDs(d, t)
+		n, _ := index.TupleIDs(d, t)
 		if err := deleteKeys(tx, n, t); err != nil {
 			return nil, nil, err
 		}
@@ -368,8 +370,8 @@ func (s *BoltStore) applySchema(ctx context.Context, tx *bolt.Tx, old *state, sc
 	if err := tx.Bucket(bMeta).Put(kSchema, sc.Source()); err != nil {
 		return nil, nil, err
 	}
-	c.bind(d)
-	return &state{schema: c, dict: d}, nil, nil
+	c.Bind(d)
+	return &state{Graph: c, Dict: d}, nil, nil
 }
 
 func orphanError(orphans []api.Tuple) *OrphanError {
@@ -468,7 +470,7 @@ func (s *BoltStore) CheckSchema(ctx context.Context, sc *schema.Schema, force bo
 		return 0, fmt.Errorf("%w: nil schema", ErrInvalidSchema)
 	}
 	return s.dryRun("check schema", func(tx *bolt.Tx, old *state) (rejected, err error) {
-		if old.schema == nil || force {
+		if old.Graph == nil || force {
 			return nil, nil
 		}
 		orphans, err := s.findOrphans(ctx, tx, old, sc)
@@ -720,7 +722,7 @@ func (s *BoltStore) openRestored(path string, rev Revision) (db *bolt.DB, _ *sta
 			}
 		}
 		if v := tx.Bucket(bMeta).Get(kLogStart); len(v) != 8 {
-			return fmt.Errorf("%w: the changelog start is %d bytes long, want 8", errBadKey, len(v))
+			return fmt.Errorf("%w: the changelog start is %d bytes long, want 8", index.ErrBadKey, len(v))
 		}
 		if got := readRev(tx); got != rev {
 			return fmt.Errorf("%w: %s holds revision %d, it held %d", ErrFormat, path, got, rev)

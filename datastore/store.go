@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/check"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -87,7 +89,7 @@ type BoltStore struct {
 	notifyMu sync.Mutex
 	notify   chan struct{} // closed and replaced after each commit
 
-	pool sync.Pool // *checker
+	pool sync.Pool // *View
 
 	snap    atomic.Pointer[snapshot]
 	snapMu  sync.Mutex
@@ -115,11 +117,9 @@ type BoltStore struct {
 	batchCur *writeBatch // the batch of Writes gathering, if any (batch.go)
 }
 
-// state is the schema and name dictionary in force.
-type state struct {
-	schema *compiled // nil before a schema is written
-	dict   *dict
-}
+// state is the schema (nil before one is written) and name dictionary
+// in force.
+type state = check.State
 
 const formatVersion = 1
 
@@ -188,16 +188,16 @@ func Open(ctx context.Context, cfg Config) (_ *BoltStore, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bMeta)
 		if m.Get(kFormat) == nil {
-			return fmt.Errorf("%w: the format marker is missing", errBadKey)
+			return fmt.Errorf("%w: the format marker is missing", index.ErrBadKey)
 		}
 		if v := m.Get(kFormat); len(v) != 1 || v[0] != formatVersion {
 			return fmt.Errorf("%w: %s: format %v, want %d", ErrFormat, cfg.Path, v, formatVersion)
 		}
 		if v := m.Get(kLogStart); len(v) != 8 {
-			return fmt.Errorf("%w: the changelog start is %d bytes long, want 8", errBadKey, len(v))
+			return fmt.Errorf("%w: the changelog start is %d bytes long, want 8", index.ErrBadKey, len(v))
 		}
 		if v := m.Get(kRev); v != nil && len(v) != 8 {
-			return fmt.Errorf("%w: the revision is %d bytes long, want 8", errBadKey, len(v))
+			return fmt.Errorf("%w: the revision is %d bytes long, want 8", index.ErrBadKey, len(v))
 		}
 		st, err := loadState(tx)
 		if err != nil {
@@ -210,7 +210,7 @@ func Open(ctx context.Context, cfg Config) (_ *BoltStore, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.pool.New = func() any { return newChecker() }
+	s.pool.New = func() any { return &View{c: check.New()} }
 	s.snapMu.Lock()
 	s.publishLocked()
 	s.snapMu.Unlock()
@@ -299,44 +299,44 @@ func (s *BoltStore) initialise() error {
 		if err := m.Put(kFormat, []byte{formatVersion}); err != nil {
 			return err
 		}
-		return m.Put(kLogStart, be64(1))
+		return m.Put(kLogStart, index.BE64(1))
 	})
 }
 
 func loadState(tx *bolt.Tx) (*state, error) {
-	d := &dict{ids: map[string]uint64{}, names: []string{""}}
+	d := &index.Dict{Numbers: map[string]uint64{}, Names: []string{""}}
 	err := tx.Bucket(bDict).ForEach(func(k, v []byte) error {
 		id, n := binary.Uvarint(v)
 		if n <= 0 || id == 0 || id > 1<<20 {
-			return fmt.Errorf("%w: dictionary entry %q", errBadKey, k)
+			return fmt.Errorf("%w: dictionary entry %q", index.ErrBadKey, k)
 		}
-		d.ids[string(k)] = id
-		for uint64(len(d.names)) <= id {
-			d.names = append(d.names, "")
+		d.Numbers[string(k)] = id
+		for uint64(len(d.Names)) <= id {
+			d.Names = append(d.Names, "")
 		}
-		if d.names[id] != "" {
-			return fmt.Errorf("%w: dictionary entries %q and %q have the same number %d", errBadKey, d.names[id], k, id)
+		if d.Names[id] != "" {
+			return fmt.Errorf("%w: dictionary entries %q and %q have the same number %d", index.ErrBadKey, d.Names[id], k, id)
 		}
-		d.names[id] = string(k)
+		d.Names[id] = string(k)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	st := &state{dict: d}
+	st := &state{Dict: d}
 	if src := tx.Bucket(bMeta).Get(kSchema); src != nil {
 		parsed, err := schema.Parse(src)
 		if err != nil {
-			return nil, fmt.Errorf("%w: the stored schema does not parse: %w", errBadKey, err)
+			return nil, fmt.Errorf("%w: the stored schema does not parse: %w", index.ErrBadKey, err)
 		}
-		sc := compile(parsed)
-		for _, n := range sc.names() {
-			if _, ok := d.ids[n]; !ok {
-				return nil, fmt.Errorf("%w: the schema's name %q is not in the dictionary", errBadKey, n)
+		sc := check.Compile(parsed)
+		for _, n := range sc.Names() {
+			if _, ok := d.Numbers[n]; !ok {
+				return nil, fmt.Errorf("%w: the schema's name %q is not in the dictionary", index.ErrBadKey, n)
 			}
 		}
-		sc.bind(d)
-		st.schema = sc
+		sc.Bind(d)
+		st.Graph = sc
 	}
 	return st, nil
 }

@@ -9,10 +9,10 @@ import (
 	"os"
 	"runtime/debug"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/nexuspdp/nexus/api"
 	"github.com/nexuspdp/nexus/datastore/internal/filecheck"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
+	bolt "go.etcd.io/bbolt"
 )
 
 // VerifyReport is what Verify found in a data file.
@@ -168,7 +168,7 @@ func verifyData(ctx context.Context, tx *bolt.Tx, rep *VerifyReport) error {
 				return nil
 			}
 		}
-		if _, err := decodeChangeSet(st.dict, Revision(r), v); err != nil {
+		if _, err := decodeChangeSet(st.Dict, Revision(r), v); err != nil {
 			if !rep.problem("log: revision %d does not decode", r) {
 				return nil
 			}
@@ -205,10 +205,10 @@ func verifyIndex(ctx context.Context, rep *VerifyReport, st *state, name []byte,
 // checksum, counting a key without one in *unchecked. It returns the
 // problem, "" when none. Verify and the scrub share it.
 func checkSum(bucket, k, v []byte, unchecked *int64) string {
-	switch checkEntry(k, v) {
-	case entryUnchecked:
+	switch index.CheckEntry(k, v) {
+	case index.EntryUnchecked:
 		*unchecked++
-	case entryBad:
+	case index.EntryBad:
 		return fmt.Sprintf("%s: key %x does not match its checksum %x", bucket, k, v)
 	}
 	return ""
@@ -219,17 +219,17 @@ func checkSum(bucket, k, v []byte, unchecked *int64) string {
 // it. It returns the problem ("" when none) and scratch, grown, for the
 // next call. Verify and the scrub (scrub.go) share it.
 func checkObjEntry(st *state, sb *bolt.Bucket, k, scratch []byte) (string, []byte) {
-	t, err := decodeTuple(st.dict, k)
+	t, err := index.DecodeTuple(st.Dict, k)
 	if err != nil {
 		return fmt.Sprintf("obj: key %x does not decode to a tuple", k), scratch
 	}
-	if st.schema != nil {
-		if err := st.schema.ValidateTuple(t); err != nil {
+	if st.Graph != nil {
+		if err := st.Graph.ValidateTuple(t); err != nil {
 			return fmt.Sprintf("obj: %v", err), scratch
 		}
 	}
-	ids, _ := tupleIDs(st.dict, t)
-	scratch = appendSubjKey(scratch[:0], ids, t.Object.ID, t.Subject.ID)
+	ids, _ := index.TupleIDs(st.Dict, t)
+	scratch = index.AppendSubjKey(scratch[:0], ids, t.Object.ID, t.Subject.ID)
 	if sb.Get(scratch) == nil {
 		return fmt.Sprintf("subj: the subject-first index lacks %s", t), scratch
 	}
@@ -241,15 +241,15 @@ func checkObjEntry(st *state, sb *bolt.Bucket, k, scratch []byte) (string, []byt
 // it against the schema). Like checkObjEntry, it returns the problem and
 // scratch.
 func checkSubjEntry(st *state, ob *bolt.Bucket, k, scratch []byte) (string, []byte) {
-	n, oid, sid, err := decodeSubjKey(k)
+	n, oid, sid, err := index.DecodeSubjKey(k)
 	var t api.Tuple
 	if err == nil {
-		t, err = tupleFromIDs(st.dict, n, oid, sid)
+		t, err = index.TupleFromIDs(st.Dict, n, oid, sid)
 	}
 	if err != nil {
 		return fmt.Sprintf("subj: key %x does not decode to a tuple", k), scratch
 	}
-	scratch = appendObjKey(scratch[:0], n, bstr(oid), bstr(sid))
+	scratch = index.AppendObjKey(scratch[:0], n, index.Bstr(oid), index.Bstr(sid))
 	if ob.Get(scratch) == nil {
 		return fmt.Sprintf("obj: the object-first index lacks %s", t), scratch
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nexuspdp/nexus/api"
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	"github.com/nexuspdp/nexus/datastore/schema"
 	bolt "go.etcd.io/bbolt"
 )
@@ -70,7 +71,7 @@ func (s *BoltStore) Write(ctx context.Context, req WriteRequest) (_ Revision, er
 		if err := applyTuples(tx, st, req, cs); err != nil {
 			return err
 		}
-		enc, err := encodeChangeSet(st.dict, cs)
+		enc, err := encodeChangeSet(st.Dict, cs)
 		if err != nil {
 			return err
 		}
@@ -120,7 +121,7 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *schema.Schema, force bo
 		if rejected != nil {
 			return rejected
 		}
-		enc, err := encodeChangeSet(next.dict, cs)
+		enc, err := encodeChangeSet(next.Dict, cs)
 		if err != nil {
 			return err
 		}
@@ -145,21 +146,18 @@ func (s *BoltStore) WriteSchema(ctx context.Context, sc *schema.Schema, force bo
 func (s *BoltStore) findOrphans(ctx context.Context, tx *bolt.Tx, old *state, next *schema.Schema) ([]api.Tuple, error) {
 	var out []api.Tuple
 	nextTypes := next.Types()
-	for _, tn := range old.schema.Types() {
+	for _, tn := range old.Graph.Types() {
 		shrinks := !slices.Contains(nextTypes, tn)
 		if !shrinks {
-			for _, m := range old.schema.types[tn].order {
-				if m.perm {
-					continue
-				}
+			for _, rel := range old.Graph.Relations(tn) {
 				// nil when next has no such relation (or a permission
 				// of that name): a relation accepts at least one type.
-				nallowed := next.AllowedSubjects(tn, m.name)
+				nallowed := next.AllowedSubjects(tn, rel)
 				if nallowed == nil {
 					shrinks = true
 					break
 				}
-				for _, a := range m.allowed {
+				for _, a := range old.Graph.AllowedSubjects(tn, rel) {
 					if !slices.Contains(nallowed, a) {
 						shrinks = true
 					}
@@ -169,14 +167,14 @@ func (s *BoltStore) findOrphans(ctx context.Context, tx *bolt.Tx, old *state, ne
 		if !shrinks {
 			continue
 		}
-		typeID, _ := old.dict.id(tn)
+		typeID, _ := old.Dict.ID(tn)
 		prefix := binary.AppendUvarint(nil, typeID)
 		c := tx.Bucket(bObj).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			t, err := decodeTuple(old.dict, k)
+			t, err := index.DecodeTuple(old.Dict, k)
 			if err != nil {
 				return nil, err
 			}
@@ -188,11 +186,11 @@ func (s *BoltStore) findOrphans(ctx context.Context, tx *bolt.Tx, old *state, ne
 	return out, nil
 }
 
-func deleteKeys(tx *bolt.Tx, n ids, t api.Tuple) error {
-	if err := tx.Bucket(bObj).Delete(appendObjKey(nil, n, t.Object.ID, t.Subject.ID)); err != nil {
+func deleteKeys(tx *bolt.Tx, n index.IDs, t api.Tuple) error {
+	if err := tx.Bucket(bObj).Delete(index.AppendObjKey(nil, n, t.Object.ID, t.Subject.ID)); err != nil {
 		return err
 	}
-	return tx.Bucket(bSubj).Delete(appendSubjKey(nil, n, t.Object.ID, t.Subject.ID))
+	return tx.Bucket(bSubj).Delete(index.AppendSubjKey(nil, n, t.Object.ID, t.Subject.ID))
 }
 
 // bumpRev increments the revision, appends cs to the changelog and prunes
@@ -200,13 +198,13 @@ func deleteKeys(tx *bolt.Tx, n ids, t api.Tuple) error {
 func (s *BoltStore) bumpRev(tx *bolt.Tx, cs *ChangeSet, encoded []byte) (Revision, error) {
 	rev := readRev(tx) + 1
 	m := tx.Bucket(bMeta)
-	if err := m.Put(kRev, be64(uint64(rev))); err != nil {
+	if err := m.Put(kRev, index.BE64(uint64(rev))); err != nil {
 		return 0, err
 	}
 	tx.OnCommit(func() { s.committed(rev) })
 	cs.Revision = rev
 	lb := tx.Bucket(bLog)
-	if err := lb.Put(be64(uint64(rev)), encoded); err != nil {
+	if err := lb.Put(index.BE64(uint64(rev)), encoded); err != nil {
 		return 0, err
 	}
 	keep := uint64(s.cfg.ChangelogRetention)
@@ -220,7 +218,7 @@ func (s *BoltStore) bumpRev(tx *bolt.Tx, cs *ChangeSet, encoded []byte) (Revisio
 					return 0, err
 				}
 			}
-			if err := m.Put(kLogStart, be64(cut+1)); err != nil {
+			if err := m.Put(kLogStart, index.BE64(cut+1)); err != nil {
 				return 0, err
 			}
 		}

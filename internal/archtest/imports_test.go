@@ -38,6 +38,8 @@ var rules = []rule{
 	{name: "the store knows no engine, core or server", from: "datastore", not: []string{"engine/...", "pdp/...", "extauthz/...", "compiler/...", "cluster/..."}, deep: true},
 	{name: "the schema language knows no store", from: "datastore/schema/...", not: []string{"datastore", "datastore/builtins/...", "datastore/internal/...", "engine/...", "pdp/...", "extauthz/...", "cluster/...", "compiler/..."}, deep: true},
 	{name: "the file check is a leaf", from: "datastore/internal/filecheck", not: []string{"..."}},
+	{name: "the index format knows no store, check or schema", from: "datastore/internal/index", not: []string{"datastore", "datastore/internal/check", "datastore/schema/...", "datastore/builtins/...", "engine/...", "pdp/...", "extauthz/...", "cluster/...", "compiler/..."}, deep: true},
+	{name: "the checks know no store", from: "datastore/internal/check", not: []string{"datastore", "datastore/builtins/...", "engine/...", "pdp/...", "extauthz/...", "cluster/...", "compiler/..."}, deep: true},
 	{name: "the cluster knows no engine, core or server", from: "cluster/...", not: []string{"engine/...", "pdp/...", "extauthz/...", "compiler/..."}, deep: true},
 	{name: "the decision core links no NATS", from: "pdp/...", not: []string{"cluster/..."}, deep: true},
 	{name: "the server links no NATS", from: "extauthz/...", not: []string{"cluster/..."}, deep: true},

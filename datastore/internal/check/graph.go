@@ -1,22 +1,23 @@
-package datastore
+package check
 
 import (
 	"maps"
 	"slices"
 
+	"github.com/nexuspdp/nexus/datastore/internal/index"
 	"github.com/nexuspdp/nexus/datastore/schema"
 )
 
-// compiled is a schema as one store checks it: its types' relations and
+// Graph is a schema as one store checks it: its types' relations and
 // permissions linked into a graph (references, arrows and usersets point
-// at the members they name) and numbered by the store's dictionary (bind).
-// The *schema.Schema it embeds answers everything else. A compiled is
-// private to one store and immutable once bound.
-type compiled struct {
+// at the members they name) and numbered by the store's dictionary
+// (Bind). The *schema.Schema it embeds answers everything else. A Graph
+// is private to one store and immutable once bound.
+type Graph struct {
 	*schema.Schema
 	types   map[string]*typeDef
 	nrels   int            // relations in all types (see member.relIndex)
-	relByID map[relKey]int // relIndex by dictionary numbers, set by bind
+	relByID map[relKey]int // relIndex by dictionary numbers, set by Bind
 }
 
 type typeDef struct {
@@ -38,10 +39,10 @@ type member struct {
 	// relIndex numbers the schema's relations (not permissions) from 0.
 	relIndex int
 	// holds has the bits of the relations (by relIndex) whose tuples can
-	// hold a plain subject in this member (see compiled.holders).
+	// hold a plain subject in this member (see Graph.holders).
 	holds []uint64
 
-	// bound to a store's dictionary by bind
+	// bound to a store's dictionary by Bind
 	typeID, relID uint64
 	usersets      []usersetRef
 }
@@ -79,15 +80,15 @@ type expr struct {
 	ref    *member            // resolved ref
 	target map[string]*member // arrow: target type -> member
 
-	// bound to a store's dictionary by bind
+	// bound to a store's dictionary by Bind
 	viaID      uint64
 	targetByID []*member // dict type id -> member
 }
 
-// compile links sc's members into the graph the checks walk. sc is valid
+// Compile links sc's members into the graph the checks walk. sc is valid
 // (schema.Parse resolved every name), so every lookup here succeeds.
-func compile(sc *schema.Schema) *compiled {
-	c := &compiled{Schema: sc, types: map[string]*typeDef{}}
+func Compile(sc *schema.Schema) *Graph {
+	c := &Graph{Schema: sc, types: map[string]*typeDef{}}
 	types := sc.Types()
 	for _, tn := range types {
 		t := &typeDef{name: tn, members: map[string]*member{}}
@@ -126,7 +127,7 @@ func compile(sc *schema.Schema) *compiled {
 	return c
 }
 
-func (c *compiled) compileExpr(t *typeDef, e *schema.Expr) *expr {
+func (c *Graph) compileExpr(t *typeDef, e *schema.Expr) *expr {
 	x := &expr{kind: exprKinds[e.Op], name: e.Name, via: e.Via, src: e}
 	switch e.Op {
 	case schema.OpRef:
@@ -152,7 +153,7 @@ func (c *compiled) compileExpr(t *typeDef, e *schema.Expr) *expr {
 // walk follows its tuples' objects and never matches them against the
 // subject. Both sides of an intersection and an exclusion are included,
 // which is more than needed and never less.
-func (c *compiled) holders(m *member) []*member {
+func (c *Graph) holders(m *member) []*member {
 	seen := map[*member]bool{}
 	var out []*member
 	var visit func(*member)
@@ -193,8 +194,9 @@ func (c *compiled) holders(m *member) []*member {
 	return out
 }
 
-// names returns every type and relation name of the schema, sorted.
-func (c *compiled) names() []string {
+// Names returns every type and relation name of the schema, sorted: the
+// names the dictionary Bind is given must hold.
+func (c *Graph) Names() []string {
 	set := map[string]bool{}
 	for _, t := range c.types {
 		set[t.name] = true
@@ -205,20 +207,20 @@ func (c *compiled) names() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// bind records the dictionary numbers of every name in the compiled
-// form. d holds every name of the schema (names).
-func (c *compiled) bind(d *dict) {
+// Bind records the dictionary numbers of every name in the graph. d
+// holds every name of the schema (Names).
+func (c *Graph) Bind(d *index.Dict) {
 	for _, t := range c.types {
 		for _, m := range t.order {
-			m.typeID, _ = d.id(t.name)
-			m.relID, _ = d.id(m.name)
+			m.typeID, _ = d.ID(t.name)
+			m.relID, _ = d.ID(m.name)
 			m.usersets = m.usersets[:0]
 			for _, a := range m.allowed {
 				if a.Relation == "" {
 					continue
 				}
-				tid, _ := d.id(a.Type)
-				rid, _ := d.id(a.Relation)
+				tid, _ := d.ID(a.Type)
+				rid, _ := d.ID(a.Relation)
 				m.usersets = append(m.usersets, usersetRef{tid, rid, c.types[a.Type].members[a.Relation]})
 			}
 			if m.expr != nil {
@@ -236,14 +238,14 @@ func (c *compiled) bind(d *dict) {
 	}
 }
 
-func bindExpr(e *expr, d *dict) {
+func bindExpr(e *expr, d *index.Dict) {
 	switch e.kind {
 	case exprRef:
 	case exprArrow:
-		e.viaID, _ = d.id(e.via)
-		e.targetByID = make([]*member, len(d.names))
+		e.viaID, _ = d.ID(e.via)
+		e.targetByID = make([]*member, len(d.Names))
 		for tn, m := range e.target {
-			if id, ok := d.id(tn); ok {
+			if id, ok := d.ID(tn); ok {
 				e.targetByID[id] = m
 			}
 		}
@@ -253,8 +255,8 @@ func bindExpr(e *expr, d *dict) {
 	}
 }
 
-// public is the schema c compiles, nil for a nil c (no schema).
-func (c *compiled) public() *schema.Schema {
+// Public is the schema c compiles, nil for a nil c (no schema).
+func (c *Graph) Public() *schema.Schema {
 	if c == nil {
 		return nil
 	}
