@@ -31,7 +31,7 @@ type CheckResult struct {
 type Trace = check.Trace
 
 // Check evaluates req; see Store. It does not allocate when the answer
-// needs no more than the checker's pooled memory and no trace.
+// needs no more than the pooled Checker's memory and no trace.
 func (s *BoltStore) Check(ctx context.Context, req CheckRequest) (_ CheckResult, err error) {
 	defer s.guard("check", debug.SetPanicOnFault(true), &err)
 	ok, tr, err := s.check1(ctx, req.Object.Type, req.Object.ID, req.Permission, req.Subject, req.Trace)

@@ -14,7 +14,7 @@ import (
 // adds to an atomic statistic, and a cursor's Seek and Next read the
 // transaction, its buckets and the memory-mapped pages, which are mapped
 // read-only, and write nothing but the cursor itself; a read-only
-// bucket caches no nodes or sub-buckets. Each checker has its own cursor.
+// bucket caches no nodes or sub-buckets. Each Checker has its own cursor.
 // TestSharedSnapshotHammer holds this to -race; BenchmarkSnapshot measures
 // what it saves (see the Caveats in doc.go).
 //
