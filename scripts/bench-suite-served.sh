@@ -5,7 +5,7 @@
 # CheckRequest) are loaded with the policy and driven one after the other
 # (nexus' default policy, whose builtins OPA does not have, by nexus alone,
 # on its demo data, trusting the x-user header as its cases do)
-# by scripts/suite-served.go (C clients, a WINDOW each, ROUNDS rounds),
+# by bench/cmd/suite-served (C clients, a WINDOW each, ROUNDS rounds),
 # each server warmed up for a second first; the table gives the medians of
 # the rounds' median latency and of the server's CPU per check. In every
 # round each policy's nexus is paired with a nexus serving `allow := true`
@@ -42,7 +42,7 @@ if ! go version -m "$opa" 2>/dev/null | grep -qE "mod[[:space:]]+github.com/open
 	go install "github.com/open-policy-agent/opa@$OPA_VERSION"
 fi
 go build -tags vtprotobuf -o "$work/nexus" ./cmd/nexus
-go build -o "$work/driver" scripts/suite-served.go
+(cd bench && go build -o "$work/driver" ./cmd/suite-served)
 mkdir -p "$work/inputs"
 NEXUS_SUITE_DUMP="$work/inputs" go test -count=1 -run '^TestSuiteDump$' ./extauthz >/dev/null
 

@@ -1,14 +1,12 @@
-//go:build ignore
-
-// suite-served drives one served PDP with one request for a while and
+// Command suite-served drives one served PDP with one request for a while and
 // prints one line: the target, checks per second, median and 99th
 // percentile latency, and the server's CPU per check (from
 // /proc/PID/stat). It drives nexus' ext_authz gRPC API (-grpc, with a
 // CheckRequest in protojson) or OPA's REST data API (-rest, with a body
 // {"input": ...}). scripts/bench-suite-served.sh runs it.
 //
-//	go run scripts/suite-served.go -grpc 127.0.0.1:9191 -body req.json -pid 1234
-//	go run scripts/suite-served.go -rest http://127.0.0.1:8181/v1/data/envoy/authz/allow -body input.json -pid 1235
+//	go run ./cmd/suite-served -grpc 127.0.0.1:9191 -body req.json -pid 1234
+//	go run ./cmd/suite-served -rest http://127.0.0.1:8181/v1/data/envoy/authz/allow -body input.json -pid 1235
 package main
 
 import (
