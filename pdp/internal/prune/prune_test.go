@@ -2,6 +2,7 @@ package prune
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"unicode/utf8"
@@ -99,4 +100,71 @@ func reference(t *Tree, v map[string]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// BenchmarkChild: the lookups an input builder makes in a small node (a
+// request's HTTP fields, two of them kept) and a large one (twelve keys),
+// hits and misses.
+func BenchmarkChild(b *testing.B) {
+	small := New([][]string{{"method"}, {"headers", "authorization"}})
+	var many [][]string
+	for _, k := range []string{"id", "method", "headers", "path", "host", "scheme", "query", "fragment", "size", "protocol", "body", "raw_body"} {
+		many = append(many, []string{k, "x"})
+	}
+	large := New(many)
+	asked := []string{"id", "method", "headers", "path", "host", "scheme", "query", "fragment", "size", "protocol", "body", "raw_body"}
+	for _, bc := range []struct {
+		name string
+		t    *Tree
+	}{{"small", small}, {"large", large}} {
+		b.Run(bc.name, func(b *testing.B) {
+			n := 0
+			for b.Loop() {
+				for _, k := range asked {
+					if _, ok := bc.t.Child(k); ok {
+						n++
+					}
+				}
+			}
+			if n == 0 {
+				b.Fatal("no key found")
+			}
+		})
+	}
+}
+
+// TestChildSizes: a node finds its children by comparing keys when it has
+// few and through its map when it has many; both find every child kept,
+// whole or not, and no other key.
+func TestChildSizes(t *testing.T) {
+	for _, n := range []int{1, linearKeys, linearKeys + 1, 20} {
+		var paths [][]string
+		for i := range n {
+			if i%2 == 0 {
+				paths = append(paths, []string{fmt.Sprintf("k%d", i)}) // kept whole
+			} else {
+				paths = append(paths, []string{fmt.Sprintf("k%d", i), "x"})
+			}
+		}
+		tr := New(paths)
+		for i := range n {
+			c, ok := tr.Child(fmt.Sprintf("k%d", i))
+			if !ok || (c == nil) != (i%2 == 0) {
+				t.Errorf("%d keys: k%d: %v, %v", n, i, c, ok)
+			}
+			if c != nil {
+				if _, ok := c.Child("x"); !ok {
+					t.Errorf("%d keys: k%d.x not kept", n, i)
+				}
+				if _, ok := c.Child("y"); ok {
+					t.Errorf("%d keys: k%d.y kept", n, i)
+				}
+			}
+		}
+		for _, k := range []string{"k", fmt.Sprintf("k%d", n), "", "k0x"} {
+			if _, ok := tr.Child(k); ok {
+				t.Errorf("%d keys: %q kept", n, k)
+			}
+		}
+	}
 }
