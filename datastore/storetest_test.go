@@ -588,7 +588,7 @@ func testTrace(t *testing.T, s datastore.Store) {
 		t.Fatalf("Check = %+v, %v", res, err)
 	}
 	out := res.Trace.String()
-	for _, want := range []string{"permission file:report.pdf read", "arrow folder:q3 parent->read", "tuple folder:root#viewer@user:bob"} {
+	for _, want := range []string{"✓ permission file:report.pdf read", "✓ arrow folder:q3 parent->read", "✓ tuple folder:root#viewer@user:bob"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("trace lacks %q:\n%s", want, out)
 		}

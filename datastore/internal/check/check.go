@@ -384,8 +384,7 @@ func (c *Checker) relation(m *member, id string, depth int, tr *Trace) (res, cut
 		c.kb = index.AppendObjKey(c.kb[:0], index.IDs{OT: typeID, Rel: relID, ST: c.stID, SR: c.srID}, id, c.sID)
 		if k := c.cur.Seek(c.kb); k != nil && bytes.Equal(k, c.kb) {
 			if tr != nil {
-				tr.Children = append(tr.Children, &Trace{Kind: "tuple", Result: true,
-					Name: api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name, Subject: api.Subject{Type: c.sType, ID: c.sID, Relation: c.sRel}}.String()})
+				c.traceDirect(tr, m, id)
 			}
 			return true, false, nil
 		}
@@ -407,6 +406,13 @@ func (c *Checker) relation(m *member, id string, depth int, tr *Trace) (res, cut
 	}
 	c.lists[depth] = list
 	return c.evalUsersets(m, list, id, depth, tr)
+}
+
+// traceDirect adds to tr the stored tuple that holds the check's subject
+// directly in m on id.
+func (c *Checker) traceDirect(tr *Trace, m *member, id string) {
+	t := api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name, Subject: api.Subject{Type: c.sType, ID: c.sID, Relation: c.sRel}}
+	tr.Children = append(tr.Children, &Trace{Kind: "tuple", Result: true, Name: t.String()})
 }
 
 // evalUsersets evaluates the userset subjects of m on id.
@@ -639,8 +645,7 @@ func (c *Checker) relationCached(m *member, o *objTuples, id string, depth int, 
 		for _, te := range c.tups[start:end] {
 			if te.rel == m.relID && te.sr == c.srID && te.st == c.stID && te.sid == c.sID {
 				if tr != nil {
-					tr.Children = append(tr.Children, &Trace{Kind: "tuple", Result: true,
-						Name: api.Tuple{Object: api.Object{Type: m.typ.name, ID: id}, Relation: m.name, Subject: api.Subject{Type: c.sType, ID: c.sID, Relation: c.sRel}}.String()})
+					c.traceDirect(tr, m, id)
 				}
 				return true, false, nil
 			}
