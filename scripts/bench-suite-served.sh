@@ -16,6 +16,7 @@
 #
 #   scripts/bench-suite-served.sh            # writes bench-out/suite/served.md
 #   ROUNDS=3 WINDOW=5s C=4 BENCH_SUITE_RUN='jwt' scripts/bench-suite-served.sh
+#   PIN=1 scripts/bench-suite-served.sh      # servers on the last CPU, the driver on the others
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,6 +25,16 @@ rounds="${ROUNDS:-3}"
 window="${WINDOW:-3s}"
 conns="${C:-4}"
 run="${BENCH_SUITE_RUN:-.}"
+# PIN=1: every server on the last CPU with GOMAXPROCS=1, the driver on
+# the others, so that a server's CPU per check is not shared with the
+# load it is measured under.
+server=()
+client=()
+if [ "${PIN:-0}" = 1 ]; then
+	last=$(($(nproc) - 1))
+	server=(taskset -c "$last" env GOMAXPROCS=1)
+	client=(taskset -c "0-$((last - 1))")
+fi
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
@@ -59,12 +70,12 @@ wait_for() {
 # The baseline: allow := true, served the whole run on its own ports.
 mkdir -p "$work/policy-baseline"
 cp bench/suite/policies/allow-true/*.rego "$work/policy-baseline/"
-"$work/nexus" serve --policy "$work/policy-baseline" -e envoy/authz/allow --envoy-entrypoint envoy/authz/allow \
+"${server[@]}" "$work/nexus" serve --policy "$work/policy-baseline" -e envoy/authz/allow --envoy-entrypoint envoy/authz/allow \
 	--authz-entrypoint - --no-cache --data-dir "$work/data-baseline" --grpc-addr 127.0.0.1:19192 \
 	--http-addr 127.0.0.1:19182 --admin-addr - --log-level error >"$work/nexus-baseline.log" 2>&1 &
 bpid=$!
 wait_for http://127.0.0.1:19182/healthz
-"$work/driver" -name "warm-up" -grpc 127.0.0.1:19192 -body "$work/inputs/allow-true.request.json" \
+"${client[@]}" "$work/driver" -name "warm-up" -grpc 127.0.0.1:19192 -body "$work/inputs/allow-true.request.json" \
 	-pid "$bpid" -c "$conns" -d 1s >/dev/null
 
 # warm_up PID ARGS...: one second of load, not recorded, on a server just
@@ -72,13 +83,13 @@ wait_for http://127.0.0.1:19182/healthz
 warm_up() {
 	local pid=$1
 	shift
-	"$work/driver" -name "warm-up" -pid "$pid" -c "$conns" -d 1s "$@" >/dev/null
+	"${client[@]}" "$work/driver" -name "warm-up" -pid "$pid" -c "$conns" -d 1s "$@" >/dev/null
 }
 
 # baseline NAME: drives the allow := true nexus with NAME's request.
 baseline() {
 	[ "$1" = allow-true ] && return 0
-	"$work/driver" -name "$1 allow" -grpc 127.0.0.1:19192 -body "$work/inputs/$1.request.json" \
+	"${client[@]}" "$work/driver" -name "$1 allow" -grpc 127.0.0.1:19192 -body "$work/inputs/$1.request.json" \
 		-pid "$bpid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
 }
 
@@ -88,14 +99,14 @@ for m in bench/suite/policies/*/suite.json; do
 	name="$(basename "$dir")"
 	[[ "$name" =~ $run ]] || continue
 	if grep -q '"default": true' "$m"; then
-		"$work/nexus" serve --trusted-subject-header x-user --no-cache --data-dir "$work/data-$name" \
+		"${server[@]}" "$work/nexus" serve --trusted-subject-header x-user --no-cache --data-dir "$work/data-$name" \
 			--grpc-addr 127.0.0.1:19191 --http-addr 127.0.0.1:19181 --admin-addr - --log-level error >"$work/nexus-$name.log" 2>&1 &
 		npid=$!; pids+=("$npid")
 		wait_for http://127.0.0.1:19181/healthz
 		warm_up "$npid" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json"
 		for i in $(seq 1 "$rounds"); do
 			baseline "$name"
-			"$work/driver" -name "$name nexus" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json" \
+			"${client[@]}" "$work/driver" -name "$name nexus" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json" \
 				-pid "$npid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
 		done
 		kill "$npid"; wait "$npid" 2>/dev/null || true
@@ -109,13 +120,13 @@ for m in bench/suite/policies/*/suite.json; do
 	cp "$src"/*.rego "$pol/"
 	[ -f "$src/data.json" ] && cp "$src/data.json" "$pol/"
 
-	"$work/nexus" serve --policy "$pol" -e envoy/authz/allow --envoy-entrypoint envoy/authz/allow \
+	"${server[@]}" "$work/nexus" serve --policy "$pol" -e envoy/authz/allow --envoy-entrypoint envoy/authz/allow \
 		--authz-entrypoint - --no-cache --data-dir "$work/data-$name" --grpc-addr 127.0.0.1:19191 \
 		--http-addr 127.0.0.1:19181 --admin-addr - --log-level error >"$work/nexus-$name.log" 2>&1 &
 	npid=$!; pids+=("$npid")
 	args=(run --server --addr 127.0.0.1:18181 --log-level error "$pol"/*.rego)
 	[ -f "$pol/data.json" ] && args+=("$pol/data.json")
-	"$opa" "${args[@]}" >"$work/opa-$name.log" 2>&1 &
+	"${server[@]}" "$opa" "${args[@]}" >"$work/opa-$name.log" 2>&1 &
 	opid=$!; pids+=("$opid")
 	wait_for http://127.0.0.1:19181/healthz
 	wait_for http://127.0.0.1:18181/health
@@ -124,9 +135,9 @@ for m in bench/suite/policies/*/suite.json; do
 
 	for i in $(seq 1 "$rounds"); do
 		baseline "$name"
-		"$work/driver" -name "$name nexus" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json" \
+		"${client[@]}" "$work/driver" -name "$name nexus" -grpc 127.0.0.1:19191 -body "$work/inputs/$name.request.json" \
 			-pid "$npid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
-		"$work/driver" -name "$name opa" -rest http://127.0.0.1:18181/v1/data/envoy/authz/allow \
+		"${client[@]}" "$work/driver" -name "$name opa" -rest http://127.0.0.1:18181/v1/data/envoy/authz/allow \
 			-body "$work/inputs/$name.input.json" -pid "$opid" -c "$conns" -d "$window" | tee -a "$out/served.txt"
 	done
 	kill "$npid" "$opid"; wait "$npid" "$opid" 2>/dev/null || true
