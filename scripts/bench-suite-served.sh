@@ -32,6 +32,10 @@ server=()
 client=()
 if [ "${PIN:-0}" = 1 ]; then
 	last=$(($(nproc) - 1))
+	if [ "$last" -lt 1 ]; then
+		echo "bench-suite-served: PIN=1 needs two CPUs or more" >&2
+		exit 2
+	fi
 	server=(taskset -c "$last" env GOMAXPROCS=1)
 	client=(taskset -c "0-$((last - 1))")
 fi
