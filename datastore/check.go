@@ -27,7 +27,11 @@ type CheckResult struct {
 	Trace *Trace `json:"trace,omitempty"`
 }
 
-// Trace is one node of a check's evaluation; see check.Trace.
+// Trace is one node of a check's evaluation: a relation or permission of
+// an object (Kind "relation" or "permission"), an operator of a permission
+// expression ("union", "intersection", "exclusion"), an arrow ("arrow"), or
+// a stored tuple that matched ("tuple"). Its JSON form has lower-case
+// field names; String renders it as an indented tree.
 type Trace = check.Trace
 
 // Check evaluates req; see Store. It does not allocate when the answer

@@ -340,20 +340,7 @@ func wellEscaped(s string) bool {
 // digits, and far fewer parameters than its limit (unless GODEBUG sets
 // another). false sends q to ParseQuery for its verdict.
 func plainQuery(q string) bool {
-	if len(q) > 4096 || queryLimitSet {
-		return false
-	}
-	for i := 0; i < len(q); i++ {
-		switch q[i] {
-		case ';':
-			return false
-		case '%':
-			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
-				return false
-			}
-		}
-	}
-	return true
+	return len(q) <= 4096 && !queryLimitSet && strings.IndexByte(q, ';') < 0 && wellEscaped(q)
 }
 
 // queryLimitSet: GODEBUG sets url.ParseQuery's limit on parameters.
