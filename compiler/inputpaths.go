@@ -114,6 +114,7 @@ func inputPathsIn(c *ast.Compiler, nodes []any, aliases []inputAlias, ep ast.Ref
 	if ep != nil {
 		data(ep)
 	}
+	gets := objectGets(nodes)
 	for _, m := range nodes {
 		var vis *ast.GenericVisitor
 		vis = ast.NewGenericVisitor(func(x any) bool {
@@ -123,6 +124,33 @@ func inputPathsIn(c *ast.Compiler, nodes []any, aliases []inputAlias, ep ast.Ref
 			case *ast.With:
 				if r, ok := x.Target.Value.(ast.Ref); ok && r.HasPrefix(ast.InputRootRef) {
 					all = true
+				}
+			case *ast.Expr:
+				if v, ok := localBinding(x); ok && gets[v] != nil {
+					for _, r := range gets[v] {
+						vis.Walk(r)
+					}
+					return true
+				}
+				if x.IsCall() {
+					if terms := x.Terms.([]*ast.Term); objectGet(terms) {
+						vis.Walk(keyRef(terms[1], terms[2]))
+						for _, t := range terms[3:] {
+							vis.Walk(t)
+						}
+						for _, w := range x.With {
+							vis.Walk(w)
+						}
+						return true
+					}
+				}
+			case ast.Call:
+				if objectGet(x) {
+					vis.Walk(keyRef(x[1], x[2]))
+					for _, t := range x[3:] {
+						vis.Walk(t)
+					}
+					return true
 				}
 			case ast.Ref:
 				if aliases != nil && x[0].Equal(ast.DefaultRootDocument) {
@@ -170,6 +198,104 @@ func inputPathsIn(c *ast.Compiler, nodes []any, aliases []inputAlias, ep ast.Ref
 		paths = [][]any{} // known: no input at all
 	}
 	return paths, true
+}
+
+// localBinding returns the compiler's local variable that x binds to a
+// reference (`__local1__ = input.headers`, which the compiler writes for
+// a reference passed to a builtin), if x is such a binding.
+func localBinding(x *ast.Expr) (ast.Var, bool) {
+	if x.Negated || len(x.With) > 0 || !x.IsEquality() {
+		return "", false
+	}
+	ops := x.Operands()
+	for i := range 2 {
+		v, ok := ops[i].Value.(ast.Var)
+		if !ok || !strings.HasPrefix(string(v), "__local") {
+			continue
+		}
+		if _, ok := ops[1-i].Value.(ast.Ref); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// objectGets finds the local variables of nodes bound once to a
+// reference and used only as the object of object.get: for each, the
+// references those calls read (keyRef), which is all that the binding
+// reads.
+func objectGets(nodes []any) map[ast.Var][]*ast.Term {
+	bound := map[ast.Var]*ast.Term{}
+	twice := map[ast.Var]bool{}
+	uses := map[ast.Var]int{}
+	keys := map[ast.Var][]*ast.Term{}
+	for _, m := range nodes {
+		ast.NewGenericVisitor(func(x any) bool {
+			switch x := x.(type) {
+			case *ast.Expr:
+				if v, ok := localBinding(x); ok {
+					if _, seen := bound[v]; seen {
+						twice[v] = true
+					}
+					ops := x.Operands()
+					if _, ok := ops[0].Value.(ast.Var); ok && ops[0].Value.Compare(v) == 0 {
+						bound[v] = ops[1]
+					} else {
+						bound[v] = ops[0]
+					}
+				}
+				if terms, ok := x.Terms.([]*ast.Term); ok && len(terms) >= 4 && terms[0].Value.Compare(ast.ObjectGet.Ref()) == 0 {
+					if v, ok := terms[1].Value.(ast.Var); ok {
+						keys[v] = append(keys[v], terms[2])
+					}
+				}
+			case ast.Var:
+				uses[x]++
+			}
+			return false
+		}).Walk(m)
+	}
+	gets := map[ast.Var][]*ast.Term{}
+	for v, obj := range bound {
+		if twice[v] || len(keys[v]) == 0 || uses[v] != 1+len(keys[v]) {
+			continue
+		}
+		for _, k := range keys[v] {
+			gets[v] = append(gets[v], keyRef(obj, k))
+		}
+	}
+	return gets
+}
+
+// objectGet reports whether call (operator, then operands) is
+// object.get(obj, key, default) with obj a reference.
+func objectGet(call []*ast.Term) bool {
+	if len(call) < 4 || call[0].Value.Compare(ast.ObjectGet.Ref()) != 0 {
+		return false
+	}
+	_, ok := call[1].Value.(ast.Ref)
+	return ok
+}
+
+// keyRef returns the reference object.get(obj, key, _) reads: obj[key]
+// for a constant string key, obj followed by the leading constant strings
+// of a constant path, else obj itself. Its answer depends on nothing else
+// under obj (whether key is there, and its value), and obj's presence
+// stays as it is, so the rest of obj may be pruned.
+func keyRef(obj, key *ast.Term) *ast.Term {
+	r := obj.Value.(ast.Ref)
+	switch k := key.Value.(type) {
+	case ast.String:
+		return ast.NewTerm(append(slices.Clip(r), key))
+	case *ast.Array:
+		for i := range k.Len() {
+			if _, ok := k.Elem(i).Value.(ast.String); !ok {
+				break
+			}
+			r = append(slices.Clip(r), k.Elem(i))
+		}
+	}
+	return ast.NewTerm(r)
 }
 
 // inputAlias is a rule that names a constant part of input and does

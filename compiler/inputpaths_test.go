@@ -32,6 +32,13 @@ func TestInputPaths(t *testing.T) {
 		{"key-from-input", "package p\nimport rego.v1\nallow if input.m[input.k] == 1\n", []string{"k", "m"}, true, nil},
 		{"whole-input", "package p\nimport rego.v1\nallow if count(input) > 1\n", nil, false, nil},
 		{"iterate-input", "package p\nimport rego.v1\nallow if { some k; input[k] == 1 }\n", nil, false, nil},
+		{"object-get", "package p\nimport rego.v1\nallow if object.get(input.headers, \"x-user\", \"\") == \"a\"\n", []string{"headers.x-user"}, true, nil},
+		{"object-get-alias", "package p\nimport rego.v1\nimport input.attributes.request.http\nallow if { s := split(object.get(http.headers, \"x-scopes\", \"\"), \",\"); \"a\" in s }\n", []string{"attributes.request.http.headers.x-scopes"}, true, nil},
+		{"object-get-path", "package p\nimport rego.v1\nallow if object.get(input, [\"a\", \"b\", 0, \"c\"], 1) == 2\n", []string{"a.b"}, true, nil},
+		{"object-get-empty-path", "package p\nimport rego.v1\nallow if object.get(input.a, [], 1) == 2\n", []string{"a"}, true, nil},
+		{"object-get-dynamic-key", "package p\nimport rego.v1\nallow if object.get(input.headers, input.h, \"\") == \"a\"\n", []string{"h", "headers"}, true, nil},
+		{"object-get-default-reads", "package p\nimport rego.v1\nallow if object.get(input.headers, \"x\", input.user) == \"a\"\n", []string{"headers.x", "user"}, true, nil},
+		{"object-get-whole-input", "package p\nimport rego.v1\nallow if object.get(input, \"a\", 1) == 2\n", []string{"a"}, true, nil},
 		{"with", "package p\nimport rego.v1\nq if input.a\nallow if q with input as {\"a\": true}\n", nil, false, nil},
 	}
 	for _, tt := range tests {
