@@ -38,6 +38,8 @@ func TestInputPaths(t *testing.T) {
 		{"object-get-empty-path", "package p\nimport rego.v1\nallow if object.get(input.a, [], 1) == 2\n", []string{"a"}, true, nil},
 		{"object-get-dynamic-key", "package p\nimport rego.v1\nallow if object.get(input.headers, input.h, \"\") == \"a\"\n", []string{"h", "headers"}, true, nil},
 		{"object-get-default-reads", "package p\nimport rego.v1\nallow if object.get(input.headers, \"x\", input.user) == \"a\"\n", []string{"headers.x", "user"}, true, nil},
+		{"object-get-variable", "package p\nimport rego.v1\nallow if { x := input.a; object.get(x, \"c\", 0) == 1 }\n", []string{"a.c"}, true, nil},
+		{"object-get-variable-counted", "package p\nimport rego.v1\nallow if { x := input.a; object.get(x, \"c\", 0) == 1; count(x) > 1 }\n", []string{"a"}, true, nil},
 		{"object-get-whole-input", "package p\nimport rego.v1\nallow if object.get(input, \"a\", 1) == 2\n", []string{"a"}, true, nil},
 		{"with", "package p\nimport rego.v1\nq if input.a\nallow if q with input as {\"a\": true}\n", nil, false, nil},
 	}

@@ -15,6 +15,7 @@ import (
 // loops over data and input, comparisons, calls that can fail, negation,
 // `with`, print, comprehensions, every, else chains, rules that conflict,
 // partial sets, functions whose arguments shadow imports, `some input`,
+// object.get on parts of input,
 // constants inside loops and references with variable keys, over inputs
 // where the prefixes they read are missing, of another type, null or
 // present. Every (policy, input) answer of the engine must be OPA's
@@ -142,7 +143,7 @@ func (g *hoistGen) module() string {
 	// al shows what the aliases read, whole or a field at a time.
 	for range 1 + g.r.IntN(3) {
 		fmt.Fprintf(&b, "al contains x if {\n\tx := %s\n}\n\n", g.pick("ha", "hm", "ha.c", "hm.k", "count(ha)", "object.keys(hm)",
-			"sort([k | some k, _ in ha])", "json.marshal(ha)", "data.test.ha", "data.test.hm.k"))
+			"sort([k | some k, _ in ha])", "json.marshal(ha)", "data.test.ha", "data.test.hm.k", `object.get(hm, "k", "none")`, `object.get(input.a.b, "s", "none")`))
 	}
 	g.refs = false
 	fmt.Fprintf(&b, "q := 1 if {\n%s}\n\n", g.body(1+g.r.IntN(3)))
@@ -186,7 +187,8 @@ func (g *hoistGen) val() string {
 		return g.bound[g.r.IntN(len(g.bound))]
 	}
 	return g.pick("1", "2", `"s"`, "null", "h.c", "h.d", "h.s", "input.a.b.c", "a.b.c",
-		"input.a.b.arr[0]", "h.m.k", "data.y", "input.a.b", "input.x", "h.n", "ha.c", "hm.k", "ha", "data.test.ha.s")
+		"input.a.b.arr[0]", "h.m.k", "data.y", "input.a.b", "input.x", "h.n", "ha.c", "hm.k", "ha", "data.test.ha.s",
+		`object.get(h, "c", 0)`, `object.get(hm, "k", null)`, `object.get(input.a, ["b", "m", "k"], 1)`, `object.get(ha, ["arr", 0], 2)`)
 }
 
 // in is an operand that reads input.
@@ -218,11 +220,21 @@ func (g *hoistGen) expr() string {
 	case 8:
 		return fmt.Sprintf("startswith(%s, %s)", g.pick("h.s", "input.a.b.s", "a.b.c"), g.pick(`"a"`, `"1"`, "h.s"))
 	case 9:
-		return fmt.Sprintf("count(%s) %s %d", g.ref(), g.pick(">", "==", "<"), g.r.IntN(3))
+		x := g.ref()
+		if len(g.bound) > 0 && g.r.IntN(3) == 0 {
+			x = g.bound[g.r.IntN(len(g.bound))]
+		}
+		return fmt.Sprintf("count(%s) %s %d", x, g.pick(">", "==", "<"), g.r.IntN(3))
 	case 10:
 		return fmt.Sprintf(`sprintf("%%v", [%s]) == %s`, g.val(), g.pick(`"1"`, `"s"`, `"null"`))
 	case 11:
-		return fmt.Sprintf(`object.get(%s, %s, %s) == %s`, g.pick("input.a", "h", "h.m", "input"),
+		obj := g.pick("input.a", "h", "h.m", "input")
+		if len(g.bound) > 0 && g.r.IntN(2) == 0 {
+			// A variable that may hold a part of input, and may be
+			// read some other way too.
+			obj = g.bound[g.r.IntN(len(g.bound))]
+		}
+		return fmt.Sprintf(`object.get(%s, %s, %s) == %s`, obj,
 			g.pick(`"b"`, `"c"`, `["b", "c"]`, `"k"`), g.pick("1", "{}", "null"), g.val())
 	case 12:
 		return fmt.Sprintf("to_number(%s) > %d", g.pick("h.s", "h.c", "input.a.b.d", "a.b.s"), g.r.IntN(3))
@@ -291,6 +303,14 @@ func (g *hoistGen) expr() string {
 		v := g.fresh()
 		g.later = append(g.later, fmt.Sprintf("%s = %s", v, g.pick("data.y", "1", "h.c")))
 		return fmt.Sprintf("%s %s %s", g.in(), g.pick("!=", "<", ">"), v)
+	case 32:
+		// A part of input bound to a variable for object.get, maybe
+		// read whole too.
+		v, got := g.fresh(), g.fresh()
+		defer func() { g.bound = append(g.bound, v, got) }()
+		also := g.pick("", "", "; count("+v+") > 1", "; "+v+" == "+g.val(), "; is_object("+v+")")
+		return fmt.Sprintf("%s := %s; %s := object.get(%s, %s, %s)%s", v, g.pick("h", "input.a", "ha", "hm", "input.a.b.m"),
+			got, v, g.pick(`"c"`, `"k"`, `["m", "k"]`, `"b"`), g.pick("1", "null"), also)
 	default:
 		return fmt.Sprintf("concat(\"\", [%s, \"x\"]) != \"\"", g.pick("h.s", "a.b.c", "input.a.b.m.k"))
 	}
