@@ -3,6 +3,7 @@ module github.com/nexuspdp/nexus
 go 1.26.8
 
 require (
+	github.com/aymanbagabas/go-udiff v0.4.2
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/google/uuid v1.6.0
 	github.com/maypok86/otter/v2 v2.4.0

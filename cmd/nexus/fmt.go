@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/aymanbagabas/go-udiff"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 	"github.com/spf13/cobra"
@@ -116,7 +117,7 @@ func fmtFile(out io.Writer, p string, f fmtFlags) (bool, error) {
 		}
 	}
 	if f.diff && changed {
-		if _, err := io.WriteString(out, unifiedDiff(p, src, formatted)); err != nil {
+		if _, err := io.WriteString(out, udiff.Unified(p, p+" (formatted)", string(src), string(formatted))); err != nil {
 			return changed, err
 		}
 	}
@@ -158,100 +159,4 @@ func fmtStdin(cmd *cobra.Command, f fmtFlags) error {
 		return cli.WithExit(exitUnformatted, errors.New("fmt: not formatted: stdin"))
 	}
 	return nil
-}
-
-// unifiedDiff is a line diff of a and b in the unified format, with three
-// lines of context.
-func unifiedDiff(name string, a, b []byte) string {
-	x := strings.SplitAfter(string(a), "\n")
-	y := strings.SplitAfter(string(b), "\n")
-	if x[len(x)-1] == "" {
-		x = x[:len(x)-1]
-	}
-	if y[len(y)-1] == "" {
-		y = y[:len(y)-1]
-	}
-	// lcs[i][j] is the length of the longest common subsequence of x[i:]
-	// and y[j:].
-	lcs := make([][]int, len(x)+1)
-	for i := range lcs {
-		lcs[i] = make([]int, len(y)+1)
-	}
-	for i := len(x) - 1; i >= 0; i-- {
-		for j := len(y) - 1; j >= 0; j-- {
-			if x[i] == y[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	type line struct {
-		op   byte // ' ', '-' or '+'
-		text string
-		ai   int // line number in a (1-based) of this or the next a line
-		bi   int
-	}
-	var lines []line
-	i, j := 0, 0
-	for i < len(x) || j < len(y) {
-		switch {
-		case i < len(x) && j < len(y) && x[i] == y[j]:
-			lines = append(lines, line{' ', x[i], i + 1, j + 1})
-			i, j = i+1, j+1
-		case i < len(x) && (j == len(y) || lcs[i+1][j] >= lcs[i][j+1]):
-			lines = append(lines, line{'-', x[i], i + 1, j + 1})
-			i++
-		default:
-			lines = append(lines, line{'+', y[j], i + 1, j + 1})
-			j++
-		}
-	}
-	const context = 3
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "--- %s\n+++ %s (formatted)\n", name, name)
-	for k := 0; k < len(lines); {
-		if lines[k].op == ' ' {
-			k++
-			continue
-		}
-		// A hunk: from context lines before this change to context lines
-		// after the last change closer than 2*context to the next.
-		start := max(k-context, 0)
-		end := k
-		for end < len(lines) {
-			if lines[end].op != ' ' {
-				end++
-				continue
-			}
-			run := end
-			for run < len(lines) && lines[run].op == ' ' {
-				run++
-			}
-			if run == len(lines) || run-end > 2*context {
-				end = min(end+context, len(lines))
-				break
-			}
-			end = run
-		}
-		var na, nb int
-		for _, l := range lines[start:end] {
-			if l.op != '+' {
-				na++
-			}
-			if l.op != '-' {
-				nb++
-			}
-		}
-		fmt.Fprintf(&sb, "@@ -%d,%d +%d,%d @@\n", lines[start].ai, na, lines[start].bi, nb)
-		for _, l := range lines[start:end] {
-			sb.WriteByte(l.op)
-			sb.WriteString(l.text)
-			if !strings.HasSuffix(l.text, "\n") {
-				sb.WriteString("\n\\ No newline at end of file\n")
-			}
-		}
-		k = end
-	}
-	return sb.String()
 }
