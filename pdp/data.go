@@ -211,34 +211,3 @@ func countOf(list []string, s string) int {
 	}
 	return n
 }
-
-// Route is a route rule of the policy's data (data.nexus.routes): a
-// request whose method and path match it is an action on a resource type.
-// Method is a method or "*"; Path's segments are literal, or "{id}" (the
-// resource's id), "{tenant}" (its tenant) or "*" (any one segment).
-type Route struct {
-	Method string `json:"method"`
-	Path   string `json:"path"`
-	Action string `json:"action"`
-	Type   string `json:"type"`
-}
-
-// routeRules reads data.nexus.routes; a rule lacking a string method,
-// path, action or type is left out.
-func routeRules(data []byte) []Route {
-	var nx struct {
-		Routes []json.RawMessage `json:"routes"`
-	}
-	raw, ok, err := datadoc.Member(data, "nexus")
-	if err != nil || !ok || json.Unmarshal(raw, &nx) != nil {
-		return nil
-	}
-	var out []Route
-	for _, raw := range nx.Routes {
-		var r Route
-		if json.Unmarshal(raw, &r) == nil && r.Method != "" && r.Path != "" && r.Action != "" && r.Type != "" {
-			out = append(out, r)
-		}
-	}
-	return out
-}

@@ -49,8 +49,7 @@ type PDP struct {
 	gen    atomic.Uint64 // bumped on every policy load; part of the cache key
 	ready  atomic.Bool
 	types  atomic.Pointer[map[string]bool] // resource types of the schema
-	routes atomic.Pointer[[]Route]         // the loaded policy's route rules
-	table  atomic.Pointer[builtins.Table]  // the same, as matched (nil without data.nexus)
+	table  atomic.Pointer[builtins.Table]  // the loaded route rules and conditions (nil without data.nexus)
 	policy atomic.Pointer[string]          // revision of the loaded policy
 	view   atomic.Pointer[inputView]       // what the loaded policy reads of the input
 
@@ -157,8 +156,6 @@ func (p *PDP) Load(ctx context.Context, b *bundle.Bundle) error {
 	}
 	p.base = b
 	p.types.Store(&ld.types)
-	routes := routeRules(b.Data)
-	p.routes.Store(&routes)
 	p.table.Store(ld.table)
 	v := &inputView{uncached: p.uncached(&b.Manifest, fresh)}
 	for _, ep := range []string{p.cfg.MaskDecision, p.cfg.DropDecision} {
@@ -294,15 +291,6 @@ func (p *PDP) ResourceTenant(ctx context.Context, typ, id string) (string, error
 		return r[1], nil
 	}
 	return "", nil
-}
-
-// Routes returns the loaded policy's route rules (data.nexus.routes), in
-// data order; nil when it has none. Callers must not modify them.
-func (p *PDP) Routes() []Route {
-	if r := p.routes.Load(); r != nil {
-		return *r
-	}
-	return nil
 }
 
 // RouteMatch is the route rule a request matched: the action on a

@@ -23,28 +23,50 @@ func TestRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close(ctx) })
-	rs := p.Routes()
-	if len(rs) != 12 || rs[0] != (pdp.Route{Method: "GET", Path: "/tenants/{tenant}/files/{id}", Action: "read", Type: "file"}) {
-		t.Fatalf("default routes: %d, first %+v", len(rs), rs)
+	type match struct {
+		m  pdp.RouteMatch
+		ok bool
+	}
+	// probe is what the loaded rules make of a few requests.
+	probe := func() []match {
+		var ms []match
+		for _, r := range []struct {
+			method string
+			segs   []string
+		}{
+			{"GET", []string{"tenants", "acme", "files", "f1"}},
+			{"DELETE", []string{"b", "f2"}},
+			{"GET", []string{"a"}},
+		} {
+			m, ok := p.MatchRoute(r.method, r.segs)
+			ms = append(ms, match{m, ok})
+		}
+		return ms
+	}
+	if got := probe()[0]; got != (match{pdp.RouteMatch{Action: "read", Type: "file", ID: "f1", Tenant: "acme"}, true}) {
+		t.Fatalf("default routes: %+v", got)
 	}
 	tests := []struct {
 		name string
 		data string
-		want []pdp.Route
+		want []match
 	}{
-		{"none", `{}`, nil},
-		{"extra-field", `{"nexus":{"routes":[{"method":"*","path":"/b/{id}","action":"read","type":"file","extra":1}]}}`,
-			[]pdp.Route{{Method: "*", Path: "/b/{id}", Action: "read", Type: "file"}}},
+		{"none", `{}`, []match{{}, {}, {}}},
+		{"in-order", `{"nexus":{"routes":[{"method":"*","path":"/b/{id}","action":"read","type":"file","extra":1},{"method":"DELETE","path":"/b/{id}","action":"delete","type":"file"}]}}`,
+			[]match{{}, {pdp.RouteMatch{Action: "read", Type: "file", ID: "f2"}, true}, {}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := p.Load(ctx, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: []byte(tt.data)}); err != nil {
 				t.Fatal(err)
 			}
-			if got := p.Routes(); !slices.Equal(got, tt.want) {
-				t.Fatalf("routes %+v, want %+v", got, tt.want)
+			if got := probe(); !slices.Equal(got, tt.want) {
+				t.Fatalf("matches %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+	if err := p.Load(ctx, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: []byte(`{"nexus":{"routes":[{"method":"GET","path":"/a","action":"list","type":"folder"}]}}`)}); err != nil {
+		t.Fatal(err)
 	}
 	for name, data := range map[string]string{
 		"no-action":      `{"nexus":{"routes":[{"method":"GET","path":"/a"}]}}`,
@@ -58,13 +80,12 @@ func TestRoutes(t *testing.T) {
 		"number-of-type": `{"nexus":{"routes":[{"method":"GET","path":"/a","action":"read","type":7}]}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			before := p.Routes()
 			err := p.Load(ctx, &bundle.Bundle{Manifest: b.Manifest, Wasm: b.Wasm, Data: []byte(data)})
 			if !errors.Is(err, pdp.ErrBadPolicyData) {
 				t.Fatalf("load = %v, want ErrBadPolicyData", err)
 			}
-			if got := p.Routes(); !slices.Equal(got, before) {
-				t.Fatalf("routes after a refused load %+v, want %+v", got, before)
+			if got := probe()[2]; got != (match{pdp.RouteMatch{Action: "list", Type: "folder"}, true}) {
+				t.Fatalf("rules after a refused load match %+v, want the previous rules'", got)
 			}
 		})
 	}
