@@ -14,7 +14,7 @@
 // Before OPA's compiler sees them, the modules are rewritten in two ways
 // that keep OPA's answers: calls of a few OPA builtins go to the host's
 // versions, which answer as OPA's evaluator does where the WebAssembly
-// runtime's do not (json.marshal, concat of a set) or cost less (glob.match,
+// runtime's do not (json.marshal, concat of a set, to_number) or cost less (glob.match,
 // split); and each body reads a prefix of input it uses again, or inside a
 // loop, once, in front of the loop, and builds the constant arrays, objects
 // and sets a loop reads once (OPA's planner evaluates every reference from

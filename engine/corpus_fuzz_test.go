@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/engine"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -28,6 +29,7 @@ var fuzzPolicyCases = []string{
 	"routes_glob_get_allowed",
 	"rebac_direct_viewer",
 	"abac_envoy_response_allowed",
+	"object_get_header_present", // object.get keeps one header of input
 }
 
 // fuzzTarget is one entrypoint of a compiled policy, ready in both
@@ -37,6 +39,7 @@ type fuzzTarget struct {
 	entrypoint string
 	prepared   rego.PreparedEvalQuery
 	engine     *engine.Engine
+	bundle     *bundle.Bundle // what the engine runs, its manifest's input paths included
 }
 
 func buildFuzzTargets(f *testing.F) []fuzzTarget {
@@ -73,7 +76,7 @@ func buildFuzzTargets(f *testing.F) []fuzzTarget {
 			if err != nil {
 				f.Fatalf("%s: prepare %s: %v", fuzzPolicyCases[i], ep, err)
 			}
-			targets = append(targets, fuzzTarget{policy: fuzzPolicyCases[i], entrypoint: ep, prepared: pq, engine: e})
+			targets = append(targets, fuzzTarget{policy: fuzzPolicyCases[i], entrypoint: ep, prepared: pq, engine: e, bundle: b.bundle})
 		}
 	}
 	return targets
@@ -107,7 +110,8 @@ var hugeExponent = regexp.MustCompile(`[0-9][eE][+-]?0*[1-9][0-9]{2}`)
 
 // FuzzDifferential feeds random input documents to compiled policies: the
 // engine must never panic, must reject input that is not JSON with
-// ErrInvalidInput, and must otherwise give OPA's answer.
+// ErrInvalidInput, and must otherwise give OPA's answer, on the whole input
+// and on the input pruned to what the entrypoint reads.
 //
 // JSON text must be UTF-8 (RFC 8259). The engine rejects input with invalid
 // UTF-8 as invalid input, where OPA's evaluator replaces the bad bytes with
@@ -167,6 +171,20 @@ func FuzzDifferential(f *testing.F) {
 			}
 			if diff := corpusCompare(want, res); diff != "" {
 				t.Fatalf("%s %s: input %s\n%s", ft.policy, ft.entrypoint, input, diff)
+			}
+			// The same answer on the input pruned to what the entrypoint
+			// reads, as the server passes it.
+			pruned, ok, err := corpusPruned(ft.bundle, ft.entrypoint, input)
+			if err != nil || !ok {
+				continue
+			}
+			got, err = ft.engine.Eval(ctx, ft.entrypoint, pruned, nil)
+			res = corpusEngineResult{value: got, err: err}
+			if errors.Is(err, engine.ErrUndefined) {
+				res = corpusEngineResult{undefined: true}
+			}
+			if diff := corpusCompare(want, res); diff != "" {
+				t.Fatalf("%s %s: input %s, pruned to %s\n%s", ft.policy, ft.entrypoint, input, pruned, diff)
 			}
 		}
 	})

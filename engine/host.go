@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"strconv"
 	"sync"
 	"time"
@@ -324,6 +325,28 @@ func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term,
 	return v
 }
 
+// jsonNumberText is the number s as JSON text. OPA's evaluator keeps a
+// number's text as written, and to_number keeps what Go's
+// strconv.ParseFloat reads ("+5", ".5", "0x1p4", "1_000"), which JSON
+// and the runtime cannot hold: such a number is written as the same
+// value in JSON's form, to 256 bits, so that it compares and computes
+// as OPA's evaluator has it. Text that is no number at all is left as it
+// is, for the writer to refuse.
+func jsonNumberText(s string) string {
+	if validNumber(s) {
+		return s
+	}
+	f, _, err := big.ParseFloat(s, 0, 256, big.ToNearestEven)
+	if err != nil || f.IsInf() {
+		return s
+	}
+	if f.IsInt() {
+		i, _ := f.Int(nil)
+		return i.String()
+	}
+	return f.Text('g', -1)
+}
+
 // writeAST writes an OPA value; anything but data fails the writer.
 func writeAST(w *ValueWriter, v ast.Value) {
 	switch x := v.(type) {
@@ -332,7 +355,7 @@ func writeAST(w *ValueWriter, v ast.Value) {
 	case ast.Boolean:
 		w.Bool(bool(x))
 	case ast.Number:
-		w.Number(string(x))
+		w.Number(jsonNumberText(string(x)))
 	case ast.String:
 		w.String(string(x))
 	case *ast.Array:
