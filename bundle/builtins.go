@@ -81,7 +81,9 @@ var NexusBuiltins = []HostBuiltin{
 // elements in its hash order; json.unmarshal and json.is_valid stop after
 // the first JSON value ("10KiB" is 10); to_number refuses "+5" and takes
 // "-", "." and "1e" for numbers that are not JSON, where OPA reads strings
-// as Go's strconv.ParseFloat does. Two answer as OPA does but cost
+// as Go's strconv.ParseFloat does; base64 decoding and validation accept
+// spaces, missing padding and trailing garbage; the CIDR builtins take
+// "10.0.0.0/8x" and miss IPv4-mapped IPv6 addresses. Two answer as OPA does but cost
 // more there than a call of the host: glob.match, some 30 µs a call, about
 // ten times the host's call of OPA's implementation, which keeps compiled
 // patterns; split, which calls a comparison function at every byte of the
@@ -89,11 +91,17 @@ var NexusBuiltins = []HostBuiltin{
 // The compiler calls these names in place of the builtins; the engine runs
 // each alias as the OPA builtin it names.
 var OPAHostAliases = map[string]string{
-	"nexus.internal.json_marshal":   "json.marshal",
-	"nexus.internal.concat":         "concat",
-	"nexus.internal.json_unmarshal": "json.unmarshal",
-	"nexus.internal.json_is_valid":  "json.is_valid",
-	"nexus.internal.glob_match":     "glob.match",
-	"nexus.internal.split":          "split",
-	"nexus.internal.to_number":      "to_number",
+	"nexus.internal.json_marshal":     "json.marshal",
+	"nexus.internal.concat":           "concat",
+	"nexus.internal.json_unmarshal":   "json.unmarshal",
+	"nexus.internal.json_is_valid":    "json.is_valid",
+	"nexus.internal.glob_match":       "glob.match",
+	"nexus.internal.split":            "split",
+	"nexus.internal.to_number":        "to_number",
+	"nexus.internal.base64_decode":    "base64.decode",
+	"nexus.internal.base64url_decode": "base64url.decode",
+	"nexus.internal.base64_is_valid":  "base64.is_valid",
+	"nexus.internal.cidr_contains":    "net.cidr_contains",
+	"nexus.internal.cidr_intersects":  "net.cidr_intersects",
+	"nexus.internal.cidr_overlap":     "net.cidr_overlap",
 }

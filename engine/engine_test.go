@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/compile"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
@@ -16,6 +21,30 @@ func compileModules(t testing.TB, modules map[string]string, data map[string]any
 	b, err := compiler.Compile(context.Background(), compiler.Options{Modules: modules, Data: data, Entrypoints: entrypoints, Revision: "r1"})
 	if err != nil {
 		t.Fatalf("compile: %v", err)
+	}
+	return b
+}
+
+// opaWasmBundle compiles modules as `opa build -t wasm` does (OPA's
+// compile package, without nexus' rewrites): every builtin OPA's Wasm
+// runtime has stays its code.
+func opaWasmBundle(t testing.TB, modules map[string]string, entrypoints ...string) *bundle.Bundle {
+	t.Helper()
+	dir := t.TempDir()
+	for name, src := range modules {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	c := compile.New().WithCapabilities(ast.CapabilitiesForThisVersion()).WithTarget(compile.TargetWasm).
+		WithAsBundle(true).WithEntrypoints(entrypoints...).WithPaths(dir).WithRegoVersion(ast.RegoV1).WithOutput(&out)
+	if err := c.Build(context.Background()); err != nil {
+		t.Fatalf("opa build: %v", err)
+	}
+	b, err := bundle.Read(&out)
+	if err != nil {
+		t.Fatalf("read opa build's bundle: %v", err)
 	}
 	return b
 }

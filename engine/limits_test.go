@@ -131,8 +131,10 @@ small := 1
 
 func TestInvalidResultJSON(t *testing.T) {
 	// OPA's Wasm runtime turns to_number(".") into a number it prints as
-	// ".": the engine must not pass that on as JSON.
-	b := compileModules(t, map[string]string{"n.rego": "package n\n\nx := to_number(input.s)\n"}, nil, "n/x")
+	// ".": the engine must not pass that on as JSON. nexus' compiler has
+	// the host run to_number, as OPA's evaluator does; a bundle built by
+	// opa build keeps the runtime's.
+	b := opaWasmBundle(t, map[string]string{"n.rego": "package n\n\nx := to_number(input.s)\n"}, "n/x")
 	e := newEngine(t, engine.Config{}, b)
 	out, err := e.Eval(context.Background(), "n/x", []byte(`{"s":"."}`), nil)
 	if err == nil {
@@ -225,11 +227,12 @@ func TestTimeoutStopsRunaway(t *testing.T) {
 	}
 }
 
-// TestInvalidResultNumberInKey: a number that is not JSON is refused in a
+// TestInvalidResultNumberInKey: a number that is not JSON (OPA's Wasm
+// runtime's to_number("."), in a bundle opa build made) is refused in a
 // result, nested or not, but a non-string key is written as a string of
 // its text, which is valid JSON and passed on.
 func TestInvalidResultNumberInKey(t *testing.T) {
-	b := compileModules(t, map[string]string{"n.rego": "package n\n\nnested := [1, {\"a\": to_number(input.s)}]\n\nkey := {to_number(input.s): 1}\n\nset_key := {{to_number(input.s)}: true}\n"}, nil, "n/nested", "n/key", "n/set_key")
+	b := opaWasmBundle(t, map[string]string{"n.rego": "package n\n\nnested := [1, {\"a\": to_number(input.s)}]\n\nkey := {to_number(input.s): 1}\n\nset_key := {{to_number(input.s)}: true}\n"}, "n/nested", "n/key", "n/set_key")
 	e := newEngine(t, engine.Config{}, b)
 	ctx := context.Background()
 	for _, tc := range []struct{ name, ep, input, want string }{
