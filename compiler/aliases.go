@@ -36,9 +36,11 @@ func withHostAliases(caps *ast.Capabilities) *ast.Capabilities {
 // aliasHostBuiltins returns copies of the modules whose calls of the
 // builtins in bundle.OPAHostAliases call their aliases instead, so that
 // the compiled policy leaves them to the host, which answers as OPA's
-// evaluator does. Three kinds of call keep the Wasm runtime's code:
+// evaluator does. Four kinds of call keep the Wasm runtime's code:
 //   - concat over an array literal, which the runtime joins in the
 //     array's order as OPA does, without a call to the host;
+//   - replace and indexof of a constant string that is not empty, which
+//     the runtime answers as OPA does;
 //   - json.marshal written as an argument of one of nexus' builtins
 //     (nexus.envoy_decide(table, json.marshal([...]))): those parse the
 //     JSON, so neither key order nor escaping changes their answer, and
@@ -80,9 +82,20 @@ func aliasHostBuiltins(mods []*ast.Module) []*ast.Module {
 		if !ok || replaced[name] || parsed[t] {
 			return
 		}
-		if name == "concat" && len(operands) >= 2 {
-			if _, ok := operands[1].Value.(*ast.Array); ok {
-				return
+		switch name {
+		case "concat":
+			if len(operands) >= 2 {
+				if _, ok := operands[1].Value.(*ast.Array); ok {
+					return
+				}
+			}
+		case "replace", "indexof":
+			// The runtime answers as OPA does for a string it is given
+			// to look for, unless that string is empty.
+			if len(operands) >= 2 {
+				if s, ok := operands[1].Value.(ast.String); ok && s != "" {
+					return
+				}
 			}
 		}
 		t.Value = a.Copy()

@@ -8,8 +8,9 @@ import (
 )
 
 // TestAliasHostBuiltins checks which calls the host runs: json.marshal,
-// json.unmarshal, json.is_valid and concat over anything but an array
-// literal, in rule bodies, heads, functions and comprehensions; none of a
+// json.unmarshal, json.is_valid, to_number, base64 decoding, the CIDR
+// builtins, concat over anything but an array literal, and replace and
+// indexof of anything but a constant string that is not empty, in rule bodies, heads, functions and comprehensions; none of a
 // builtin a module replaces with `with`.
 func TestAliasHostBuiltins(t *testing.T) {
 	parse := func(src string) *ast.Module {
@@ -29,6 +30,14 @@ t := x if {
 	x := json.marshal(input) with time.now_ns as 1
 }
 u := concat(",", input.list)
+r1 := replace(input.p, "/", "|")
+r2 := replace(input.p, input.old, "")
+r3 := replace(input.p, "", "-")
+i1 := indexof(input.p, "/")
+i2 := indexof(input.p, input.s)
+n := to_number(input.n)
+b := base64.decode(input.b)
+ip if net.cidr_contains("10.0.0.0/8", input.ip)
 `)})
 	got := mods[0].String() + "\n" + mods[1].String()
 	for _, want := range []string{
@@ -41,6 +50,14 @@ u := concat(",", input.list)
 		`d := nexus.envoy_decide(json.marshal(input.table), json.marshal([input.a, {"b": 1}]))`,
 		`nexus.internal.json_marshal(input)) with time.now_ns as 1`,
 		`u := nexus.internal.concat(",", input.list)`,
+		`r1 := replace(input.p, "/", "|")`,
+		`r2 := nexus.internal.replace(input.p, input.old, "")`,
+		`r3 := nexus.internal.replace(input.p, "", "-")`,
+		`i1 := indexof(input.p, "/")`,
+		`i2 := nexus.internal.indexof(input.p, input.s)`,
+		`n := nexus.internal.to_number(input.n)`,
+		`b := nexus.internal.base64_decode(input.b)`,
+		`nexus.internal.cidr_contains("10.0.0.0/8", input.ip)`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %q in\n%s", want, got)
