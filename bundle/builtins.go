@@ -85,7 +85,9 @@ var NexusBuiltins = []HostBuiltin{
 // spaces, missing padding and trailing garbage; the CIDR builtins take
 // "10.0.0.0/8x" and miss IPv4-mapped IPv6 addresses; replace with an
 // empty old string loops until the deadline and indexof of an empty
-// string answers 0, where OPA answers. Two answer as OPA does but cost
+// string answers 0, where OPA answers; format_int aborts on integers
+// beyond 2^53; the regular expressions are an older RE2's, without
+// (?<name>) groups. Two answer as OPA does but cost
 // more there than a call of the host: glob.match, some 30 µs a call, about
 // ten times the host's call of OPA's implementation, which keeps compiled
 // patterns; split, which calls a comparison function at every byte of the
@@ -93,19 +95,23 @@ var NexusBuiltins = []HostBuiltin{
 // The compiler calls these names in place of the builtins; the engine runs
 // each alias as the OPA builtin it names.
 var OPAHostAliases = map[string]string{
-	"nexus.internal.json_marshal":     "json.marshal",
-	"nexus.internal.concat":           "concat",
-	"nexus.internal.json_unmarshal":   "json.unmarshal",
-	"nexus.internal.json_is_valid":    "json.is_valid",
-	"nexus.internal.glob_match":       "glob.match",
-	"nexus.internal.split":            "split",
-	"nexus.internal.to_number":        "to_number",
-	"nexus.internal.base64_decode":    "base64.decode",
-	"nexus.internal.base64url_decode": "base64url.decode",
-	"nexus.internal.base64_is_valid":  "base64.is_valid",
-	"nexus.internal.cidr_contains":    "net.cidr_contains",
-	"nexus.internal.cidr_intersects":  "net.cidr_intersects",
-	"nexus.internal.cidr_overlap":     "net.cidr_overlap",
-	"nexus.internal.replace":          "replace",
-	"nexus.internal.indexof":          "indexof",
+	"nexus.internal.json_marshal":                     "json.marshal",
+	"nexus.internal.concat":                           "concat",
+	"nexus.internal.json_unmarshal":                   "json.unmarshal",
+	"nexus.internal.json_is_valid":                    "json.is_valid",
+	"nexus.internal.glob_match":                       "glob.match",
+	"nexus.internal.split":                            "split",
+	"nexus.internal.to_number":                        "to_number",
+	"nexus.internal.base64_decode":                    "base64.decode",
+	"nexus.internal.base64url_decode":                 "base64url.decode",
+	"nexus.internal.base64_is_valid":                  "base64.is_valid",
+	"nexus.internal.cidr_contains":                    "net.cidr_contains",
+	"nexus.internal.cidr_intersects":                  "net.cidr_intersects",
+	"nexus.internal.cidr_overlap":                     "net.cidr_overlap",
+	"nexus.internal.replace":                          "replace",
+	"nexus.internal.indexof":                          "indexof",
+	"nexus.internal.format_int":                       "format_int",
+	"nexus.internal.regex_match":                      "regex.match",
+	"nexus.internal.regex_is_valid":                   "regex.is_valid",
+	"nexus.internal.regex_find_all_string_submatch_n": "regex.find_all_string_submatch_n",
 }

@@ -38,6 +38,8 @@ i2 := indexof(input.p, input.s)
 n := to_number(input.n)
 b := base64.decode(input.b)
 ip if net.cidr_contains("10.0.0.0/8", input.ip)
+re if regex.match("^a+$", input.p)
+f2 := format_int(input.n, 16)
 `)})
 	got := mods[0].String() + "\n" + mods[1].String()
 	for _, want := range []string{
@@ -58,6 +60,8 @@ ip if net.cidr_contains("10.0.0.0/8", input.ip)
 		`n := nexus.internal.to_number(input.n)`,
 		`b := nexus.internal.base64_decode(input.b)`,
 		`nexus.internal.cidr_contains("10.0.0.0/8", input.ip)`,
+		`nexus.internal.regex_match("^a+$", input.p)`,
+		`f2 := nexus.internal.format_int(input.n, 16)`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %q in\n%s", want, got)

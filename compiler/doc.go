@@ -15,11 +15,12 @@
 // that keep OPA's answers: calls of a few OPA builtins go to the host's
 // versions, which answer as OPA's evaluator does where the WebAssembly
 // runtime's do not (json.marshal, concat of a set, to_number, base64
-// decoding, CIDR containment) or cost less (glob.match, split); and each
-// body reads a prefix of input it uses again, or inside a loop, once, in
-// front of the loop, and builds the constant arrays, objects and sets a
-// loop reads once (OPA's planner evaluates every reference from the root
-// and builds every literal on each use).
+// decoding, CIDR containment, regular expressions) or cost less
+// (glob.match, split, regex.match); and each body reads a prefix of input
+// it uses again, or inside a loop, once, in front of the loop, and builds
+// the constant arrays, objects and sets a loop reads once (OPA's planner
+// evaluates every reference from the root and builds every literal on
+// each use).
 //
 // Example:
 //
