@@ -126,32 +126,20 @@ func inputPathsIn(c *ast.Compiler, nodes []any, aliases []inputAlias, ep ast.Ref
 					all = true
 				}
 			case *ast.Expr:
-				if v, ok := localBinding(x); ok && gets[v] != nil {
+				if v, _, ok := localBinding(x); ok && gets[v] != nil {
 					for _, r := range gets[v] {
 						vis.Walk(r)
 					}
 					return true
 				}
-				if x.IsCall() {
-					if terms := x.Terms.([]*ast.Term); objectGet(terms) {
-						vis.Walk(keyRef(terms[1], terms[2]))
-						for _, t := range terms[3:] {
-							vis.Walk(t)
-						}
-						for _, w := range x.With {
-							vis.Walk(w)
-						}
-						return true
-					}
-				}
-			case ast.Call:
-				if objectGet(x) {
-					vis.Walk(keyRef(x[1], x[2]))
-					for _, t := range x[3:] {
-						vis.Walk(t)
+				if terms, ok := x.Terms.([]*ast.Term); ok && walkObjectGet(vis, terms) {
+					for _, w := range x.With {
+						vis.Walk(w)
 					}
 					return true
 				}
+			case ast.Call:
+				return walkObjectGet(vis, x)
 			case ast.Ref:
 				if aliases != nil && x[0].Equal(ast.DefaultRootDocument) {
 					data(x)
@@ -202,10 +190,11 @@ func inputPathsIn(c *ast.Compiler, nodes []any, aliases []inputAlias, ep ast.Ref
 
 // localBinding returns the compiler's local variable that x binds to a
 // reference (`__local1__ = input.headers`, which the compiler writes for
-// a reference passed to a builtin), if x is such a binding.
-func localBinding(x *ast.Expr) (ast.Var, bool) {
+// a reference passed to a builtin), and the reference, if x is such a
+// binding.
+func localBinding(x *ast.Expr) (ast.Var, *ast.Term, bool) {
 	if x.Negated || len(x.With) > 0 || !x.IsEquality() {
-		return "", false
+		return "", nil, false
 	}
 	ops := x.Operands()
 	for i := range 2 {
@@ -214,10 +203,10 @@ func localBinding(x *ast.Expr) (ast.Var, bool) {
 			continue
 		}
 		if _, ok := ops[1-i].Value.(ast.Ref); ok {
-			return v, true
+			return v, ops[1-i], true
 		}
 	}
-	return "", false
+	return "", nil, false
 }
 
 // objectGets finds the local variables of nodes bound once to a
@@ -233,18 +222,13 @@ func objectGets(nodes []any) map[ast.Var][]*ast.Term {
 		ast.NewGenericVisitor(func(x any) bool {
 			switch x := x.(type) {
 			case *ast.Expr:
-				if v, ok := localBinding(x); ok {
+				if v, ref, ok := localBinding(x); ok {
 					if _, seen := bound[v]; seen {
 						twice[v] = true
 					}
-					ops := x.Operands()
-					if _, ok := ops[0].Value.(ast.Var); ok && ops[0].Value.Compare(v) == 0 {
-						bound[v] = ops[1]
-					} else {
-						bound[v] = ops[0]
-					}
+					bound[v] = ref
 				}
-				if terms, ok := x.Terms.([]*ast.Term); ok && len(terms) >= 4 && terms[0].Value.Compare(ast.ObjectGet.Ref()) == 0 {
+				if terms, ok := x.Terms.([]*ast.Term); ok && isObjectGet(terms) {
 					if v, ok := terms[1].Value.(ast.Var); ok {
 						keys[v] = append(keys[v], terms[2])
 					}
@@ -267,14 +251,30 @@ func objectGets(nodes []any) map[ast.Var][]*ast.Term {
 	return gets
 }
 
-// objectGet reports whether call (operator, then operands) is
-// object.get(obj, key, default) with obj a reference.
-func objectGet(call []*ast.Term) bool {
-	if len(call) < 4 || call[0].Value.Compare(ast.ObjectGet.Ref()) != 0 {
+// objectGetRef is object.get's name as a call's operator.
+var objectGetRef = ast.ObjectGet.Ref()
+
+// isObjectGet reports whether call (operator, then operands) is
+// object.get(obj, key, default).
+func isObjectGet(call []*ast.Term) bool {
+	return len(call) >= 4 && call[0].Value.Compare(objectGetRef) == 0
+}
+
+// walkObjectGet walks, when call is object.get(obj, key, default) with
+// obj a reference, what the call reads (keyRef) and its other operands,
+// and reports whether it did.
+func walkObjectGet(vis *ast.GenericVisitor, call []*ast.Term) bool {
+	if !isObjectGet(call) {
 		return false
 	}
-	_, ok := call[1].Value.(ast.Ref)
-	return ok
+	if _, ok := call[1].Value.(ast.Ref); !ok {
+		return false
+	}
+	vis.Walk(keyRef(call[1], call[2]))
+	for _, t := range call[3:] {
+		vis.Walk(t)
+	}
+	return true
 }
 
 // keyRef returns the reference object.get(obj, key, _) reads: obj[key]

@@ -178,12 +178,7 @@ func FuzzDifferential(f *testing.F) {
 			if err != nil || !ok {
 				continue
 			}
-			got, err = ft.engine.Eval(ctx, ft.entrypoint, pruned, nil)
-			res = corpusEngineResult{value: got, err: err}
-			if errors.Is(err, engine.ErrUndefined) {
-				res = corpusEngineResult{undefined: true}
-			}
-			if diff := corpusCompare(want, res); diff != "" {
+			if diff := corpusCompare(want, corpusEval(ctx, ft.engine, ft.entrypoint, pruned)); diff != "" {
 				t.Fatalf("%s %s: input %s, pruned to %s\n%s", ft.policy, ft.entrypoint, input, pruned, diff)
 			}
 		}

@@ -4,16 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/compile"
 
 	"github.com/nexuspdp/nexus/bundle"
 	"github.com/nexuspdp/nexus/compiler"
 	"github.com/nexuspdp/nexus/engine"
+	"github.com/nexuspdp/nexus/internal/fixture"
 )
 
 func compileModules(t testing.TB, modules map[string]string, data map[string]any, entrypoints ...string) *bundle.Bundle {
@@ -30,19 +28,8 @@ func compileModules(t testing.TB, modules map[string]string, data map[string]any
 // runtime has stays its code.
 func opaWasmBundle(t testing.TB, modules map[string]string, entrypoints ...string) *bundle.Bundle {
 	t.Helper()
-	dir := t.TempDir()
-	for name, src := range modules {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var out bytes.Buffer
-	c := compile.New().WithCapabilities(ast.CapabilitiesForThisVersion()).WithTarget(compile.TargetWasm).
-		WithAsBundle(true).WithEntrypoints(entrypoints...).WithPaths(dir).WithRegoVersion(ast.RegoV1).WithOutput(&out)
-	if err := c.Build(context.Background()); err != nil {
-		t.Fatalf("opa build: %v", err)
-	}
-	b, err := bundle.Read(&out)
+	archive := fixture.OPABuild(t, fixture.WriteTree(t, modules), compile.TargetWasm, entrypoints...)
+	b, err := bundle.Read(bytes.NewReader(archive))
 	if err != nil {
 		t.Fatalf("read opa build's bundle: %v", err)
 	}

@@ -333,9 +333,6 @@ func (in *instance) termValue(ctx context.Context, hb *hostBuiltin, t *ast.Term,
 // as OPA's evaluator has it. Text that is no number at all is left as it
 // is, for the writer to refuse.
 func jsonNumberText(s string) string {
-	if validNumber(s) {
-		return s
-	}
 	f, _, err := big.ParseFloat(s, 0, 256, big.ToNearestEven)
 	if err != nil || f.IsInf() {
 		return s
@@ -355,7 +352,11 @@ func writeAST(w *ValueWriter, v ast.Value) {
 	case ast.Boolean:
 		w.Bool(bool(x))
 	case ast.Number:
-		w.Number(jsonNumberText(string(x)))
+		if s := string(x); validNumber(s) {
+			w.push(w.a.number(s)) // checked: what Number would do
+		} else {
+			w.Number(jsonNumberText(s))
+		}
 	case ast.String:
 		w.String(string(x))
 	case *ast.Array:

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/compile"
 	"github.com/open-policy-agent/opa/v1/rego"
 
@@ -45,27 +44,6 @@ allow if input.user == "admin"
 reason := sprintf("user %s", [input.user])
 `,
 	"acl/data.json": `{"roles": {"alice": ["reader"], "bob": ["writer"]}}`,
-}
-
-// opaBuild builds dir as `opa build --bundle dir` does (OPA's compile
-// package, the code behind the command, writing through OPA's bundle
-// writer), with target "rego" or "wasm".
-func opaBuild(t *testing.T, dir, target string, entrypoints ...string) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	c := compile.New().
-		WithCapabilities(ast.CapabilitiesForThisVersion()).
-		WithTarget(target).
-		WithAsBundle(true).
-		WithEntrypoints(entrypoints...).
-		WithRegoAnnotationEntrypoints(true).
-		WithPaths(dir).
-		WithRegoVersion(ast.RegoV1).
-		WithOutput(&out)
-	if err := c.Build(t.Context()); err != nil {
-		t.Fatalf("opa build: %v", err)
-	}
-	return out.Bytes()
 }
 
 // evalWasm evaluates entrypoint of b on input with nexus' engine.
@@ -125,7 +103,7 @@ func canonical(t *testing.T, raw []byte) string {
 }
 
 func TestFromTarGzOPABundle(t *testing.T) {
-	archive := opaBuild(t, fixture.WriteTree(t, opaSources), compile.TargetRego)
+	archive := fixture.OPABuild(t, fixture.WriteTree(t, opaSources), compile.TargetRego)
 	eps := []string{"httpapi/authz/allow", "httpapi/authz/reason"}
 	b, err := policyload.FromTarGz(t.Context(), bytes.NewReader(archive), policyload.Options{Entrypoints: eps})
 	if err != nil {
@@ -168,7 +146,7 @@ func TestFromTarGzOPABundle(t *testing.T) {
 
 func TestFromTarGzWasmBundles(t *testing.T) {
 	dir := fixture.WriteTree(t, opaSources)
-	opaWasm := opaBuild(t, dir, compile.TargetWasm, "httpapi/authz/allow")
+	opaWasm := fixture.OPABuild(t, dir, compile.TargetWasm, "httpapi/authz/allow")
 	var nexusArchive bytes.Buffer
 	nb, err := compiler.Compile(t.Context(), compiler.Options{Paths: []string{dir}, Entrypoints: []string{"httpapi/authz/allow"}, Revision: "nexus-1"})
 	if err != nil {
@@ -239,7 +217,7 @@ func TestLoad(t *testing.T) {
 		"data.json": `{"owner": "carol"}`,
 	})
 	archive := filepath.Join(t.TempDir(), "b.tar.gz")
-	if err := os.WriteFile(archive, opaBuild(t, fixture.WriteTree(t, opaSources), compile.TargetRego), 0o600); err != nil {
+	if err := os.WriteFile(archive, fixture.OPABuild(t, fixture.WriteTree(t, opaSources), compile.TargetRego), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -439,7 +417,7 @@ func TestLoadBundleDirectory(t *testing.T) {
 	if b.Manifest.Revision != "rev-42" || !slices.Equal(b.Manifest.Roots, []string{"acl", "httpapi"}) || b.Manifest.Metadata["team"] != "payments" {
 		t.Errorf("manifest %+v, want the directory's revision, roots and metadata", b.Manifest)
 	}
-	archive := opaBuild(t, src, compile.TargetRego)
+	archive := fixture.OPABuild(t, src, compile.TargetRego)
 	for _, input := range []string{`{"method": "GET", "user": "alice"}`, `{"method": "GET", "user": "bob"}`} {
 		if got, want := evalWasm(t, b, "httpapi/authz/allow", input), evalOPA(t, archive, "data.httpapi.authz.allow", input); got != want {
 			t.Errorf("%s: Wasm %s, OPA %s", input, got, want)

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/compile"
 
 	"github.com/nexuspdp/nexus/pdp"
@@ -21,20 +19,9 @@ import (
 // returns its path.
 func opaBuildBundle(t *testing.T, dir string) string {
 	t.Helper()
-	var out bytes.Buffer
-	err := compile.New().
-		WithCapabilities(ast.CapabilitiesForThisVersion()).
-		WithTarget(compile.TargetRego).
-		WithAsBundle(true).
-		WithPaths(dir).
-		WithRegoVersion(ast.RegoV1).
-		WithOutput(&out).
-		Build(t.Context())
-	if err != nil {
-		t.Fatalf("opa build: %v", err)
-	}
+	archive := fixture.OPABuild(t, dir, compile.TargetRego)
 	p := filepath.Join(t.TempDir(), "opa-bundle.tar.gz")
-	if err := os.WriteFile(p, out.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(p, archive, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
