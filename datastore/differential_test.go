@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -26,6 +28,10 @@ import (
 //
 // Exclusion only subtracts stored tuples, so the equations are stratified
 // and their least fixed point is the one right answer, cycles included.
+//
+// Explore more schemas with NEXUS_DIFFERENTIAL_SEED (the first schema's
+// seed, 0 by default) and NEXUS_DIFFERENTIAL_SCHEMAS (how many, 25 by
+// default); a failure names its schema's seed.
 
 var diffMembers = []string{"r0", "r1", "par", "ban", "p0", "p1"}
 
@@ -249,8 +255,10 @@ func testDifferential(t *testing.T, how int) {
 	if testing.Short() {
 		schemas = 15
 	}
+	schemas = envInt(t, "NEXUS_DIFFERENTIAL_SCHEMAS", schemas)
+	first := envInt(t, "NEXUS_DIFFERENTIAL_SEED", 0)
 	ctx := context.Background()
-	for i := range schemas {
+	for i := first; i < first+schemas; i++ {
 		r := rand.New(rand.NewPCG(uint64(i), 99))
 		src, types := randSchema(r)
 		sc, err := schema.Parse([]byte(src))
@@ -338,4 +346,18 @@ func testDifferential(t *testing.T, how int) {
 	if how != alone && (pruned < total/10 || pruned > total-allowed-total/10) {
 		t.Fatalf("%d of %d checks (%d allowed) answered without a walk: the cases do not test it", pruned, total, allowed)
 	}
+}
+
+// envInt is the integer in the environment variable name, or def when it
+// is not set.
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a number of at least 0", name, v)
+	}
+	return n
 }
