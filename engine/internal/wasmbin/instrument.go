@@ -3,15 +3,14 @@ package wasmbin
 import "fmt"
 
 // instrumentCode inserts, after every loop header of every function body,
-// "global.get flag; if; unreachable; end".
-func instrumentCode(body []byte, flag uint32) ([]byte, error) {
+// "global.get flag; if; unreachable; end", and gives the functions in
+// replace (by defined function position) their new bodies.
+func instrumentCode(body []byte, flag uint32, replace map[uint32][]byte) ([]byte, error) {
 	count, n, err := readU32(body, 0)
 	if err != nil {
 		return nil, err
 	}
-	check := []byte{0x23}
-	check = appendU32(check, flag)
-	check = append(check, 0x04, 0x40, 0x00, 0x0b)
+	check := loopCheck(flag)
 
 	out := appendU32(make([]byte, 0, len(body)+len(body)/8), count)
 	p := n
@@ -25,7 +24,10 @@ func instrumentCode(body []byte, flag uint32) ([]byte, error) {
 		if end > len(body) || end < start {
 			return nil, fmt.Errorf("%w: function body overruns code section", ErrMalformed)
 		}
-		fn, err := instrumentFunc(body[start:end], check)
+		fn, ok := replace[i]
+		if !ok {
+			fn, err = instrumentFunc(body[start:end], check)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
@@ -37,6 +39,11 @@ func instrumentCode(body []byte, flag uint32) ([]byte, error) {
 		return nil, fmt.Errorf("%w: trailing bytes in code section", ErrMalformed)
 	}
 	return out, nil
+}
+
+// loopCheck is "global.get flag; if; unreachable; end".
+func loopCheck(flag uint32) []byte {
+	return append(appendU32([]byte{0x23}, flag), 0x04, 0x40, 0x00, 0x0b)
 }
 
 // instrumentFunc copies one function body, inserting check after every

@@ -6,7 +6,10 @@
 //   - an exported mutable i32 global, InterruptGlobal, is added, and every
 //     loop checks it on each iteration and traps when it is non-zero, so
 //     that the host can stop a runaway evaluation without wazero's
-//     per-call goroutine (WithCloseOnContextDone).
+//     per-call goroutine (WithCloseOnContextDone);
+//   - the runtime's memo of rule values (opa_memoize_init, _insert and
+//     _get) becomes a table indexed by the rule function, in a second added
+//     global, for a policy without `with` (memo.go).
 //
 // Only the instruction set OPA's compiler emits (WebAssembly MVP, sign
 // extension, saturating truncation, bulk memory and reference types) is
@@ -17,6 +20,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrMalformed reports a module that is not well-formed WebAssembly or does
@@ -46,8 +50,12 @@ type section struct {
 }
 
 // interruptGlobal is the definition of the interrupt flag: a mutable i32
-// initialised by i32.const 0.
-var interruptGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+// initialised by i32.const 0. memoGlobal, the rewritten memo's innermost
+// table, is defined alike.
+var (
+	interruptGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+	memoGlobal      = interruptGlobal
+)
 
 // Rewrite returns the rewritten module (see the package doc).
 func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
@@ -66,9 +74,15 @@ func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 	if seen[secMemory] {
 		return nil, fmt.Errorf("%w: module defines its own memory", ErrMalformed)
 	}
-	memMin, flag, err := dropMemoryImportOf(secs)
+	memMin, flag, importedFuncs, err := dropMemoryImportOf(secs)
 	if err != nil {
 		return nil, err
+	}
+	globals := interruptGlobal
+	var replace map[uint32][]byte
+	if plan, ok := planMemo(secs, importedFuncs, flag+1); ok {
+		globals = append(slices.Clone(interruptGlobal), memoGlobal...)
+		replace = plan.bodies(importedFuncs)
 	}
 	if maxPages != 0 && memMin > maxPages {
 		return nil, fmt.Errorf("%w: module needs %d memory pages, limit is %d", ErrMalformed, memMin, maxPages)
@@ -77,7 +91,7 @@ func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 	// Sections the module lacks, in the order of the binary format.
 	pending := []section{{secMemory, memorySection(memMin, maxPages)}}
 	if !seen[secGlobal] {
-		pending = append(pending, section{secGlobal, append(appendU32(nil, 1), interruptGlobal...)})
+		pending = append(pending, section{secGlobal, append(appendU32(nil, uint32(len(globals)/len(interruptGlobal))), globals...)})
 	}
 	if !seen[secExport] {
 		pending = append(pending, section{secExport, appendU32(nil, 0)})
@@ -86,6 +100,8 @@ func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 		out:           append(make([]byte, 0, len(mod)+len(mod)/16+64), header...),
 		flag:          flag,
 		extendGlobals: seen[secGlobal],
+		globals:       globals,
+		replace:       replace,
 	}
 	for _, s := range secs {
 		if s.id != secCustom {
@@ -143,29 +159,29 @@ func readSections(mod []byte) ([]section, map[byte]bool, error) {
 // dropMemoryImportOf removes the memory import from the import section in
 // secs. It returns the memory's minimum pages and the index the interrupt
 // flag gets: after every imported and defined global.
-func dropMemoryImportOf(secs []section) (memMin, flag uint32, err error) {
+func dropMemoryImportOf(secs []section) (memMin, flag, importedFuncs uint32, err error) {
 	var importedGlobals, definedGlobals uint32
 	foundMem := false
 	for i, s := range secs {
 		switch s.id {
 		case secImport:
-			body, mn, ng, ok, err := dropMemoryImport(s.body)
+			body, mn, ng, nf, ok, err := dropMemoryImport(s.body)
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
-			secs[i].body, memMin, importedGlobals, foundMem = body, mn, ng, ok
+			secs[i].body, memMin, importedGlobals, importedFuncs, foundMem = body, mn, ng, nf, ok
 		case secGlobal:
 			c, _, err := readU32(s.body, 0)
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			definedGlobals = c
 		}
 	}
 	if !foundMem {
-		return 0, 0, fmt.Errorf("%w: no imported memory", ErrMalformed)
+		return 0, 0, 0, fmt.Errorf("%w: no imported memory", ErrMalformed)
 	}
-	return memMin, importedGlobals + definedGlobals, nil
+	return memMin, importedGlobals + definedGlobals, importedFuncs, nil
 }
 
 // memorySection is the body of a memory section defining one memory of
@@ -184,8 +200,10 @@ func memorySection(memMin, maxPages uint32) []byte {
 // writer writes the rewritten module's sections.
 type writer struct {
 	out           []byte
-	flag          uint32 // global index of the interrupt flag
-	extendGlobals bool   // the module has a global section: add the flag to it
+	flag          uint32            // global index of the interrupt flag
+	extendGlobals bool              // the module has a global section: add globals to it
+	globals       []byte            // the globals to add: the flag, maybe the memo's
+	replace       map[uint32][]byte // new bodies by function index (the memo's)
 }
 
 // emit writes s, with the interrupt flag added to the global and export
@@ -195,8 +213,8 @@ func (w *writer) emit(s section) error {
 	var err error
 	switch s.id {
 	case secGlobal:
-		if w.extendGlobals {
-			body, err = appendToVec(body, interruptGlobal)
+		for g := 0; w.extendGlobals && g < len(w.globals) && err == nil; g += len(interruptGlobal) {
+			body, err = appendToVec(body, w.globals[g:g+len(interruptGlobal)])
 		}
 	case secExport:
 		e := appendName(nil, InterruptGlobal)
@@ -204,7 +222,7 @@ func (w *writer) emit(s section) error {
 		e = appendU32(e, w.flag)
 		body, err = appendToVec(body, e)
 	case secCode:
-		body, err = instrumentCode(body, w.flag)
+		body, err = instrumentCode(body, w.flag, w.replace)
 	}
 	if err != nil {
 		return err
@@ -232,30 +250,28 @@ func appendToVec(body, entry []byte) ([]byte, error) {
 }
 
 // dropMemoryImport removes the memory import from an import section body and
-// counts the imported globals.
-func dropMemoryImport(body []byte) ([]byte, uint32, uint32, bool, error) {
+// counts the imported globals and functions.
+func dropMemoryImport(body []byte) (_ []byte, memMin, globals, funcs uint32, found bool, _ error) {
 	count, n, err := readU32(body, 0)
 	if err != nil {
-		return nil, 0, 0, false, err
+		return nil, 0, 0, 0, false, err
 	}
 	p := n
 	var kept [][]byte
-	var memMin, globals uint32
-	found := false
 	for i := uint32(0); i < count; i++ {
 		entryStart := p
 		for range 2 { // module name, field name
 			l, n, err := readU32(body, p)
 			if err != nil {
-				return nil, 0, 0, false, err
+				return nil, 0, 0, 0, false, err
 			}
 			p += n + int(l)
 			if p > len(body) || p < 0 {
-				return nil, 0, 0, false, fmt.Errorf("%w: import name overruns section", ErrMalformed)
+				return nil, 0, 0, 0, false, fmt.Errorf("%w: import name overruns section", ErrMalformed)
 			}
 		}
 		if p >= len(body) {
-			return nil, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
+			return nil, 0, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
 		}
 		kind := body[p]
 		p++
@@ -263,24 +279,25 @@ func dropMemoryImport(body []byte) ([]byte, uint32, uint32, bool, error) {
 		case 0x00: // function: type index
 			_, n, err := readU32(body, p)
 			if err != nil {
-				return nil, 0, 0, false, err
+				return nil, 0, 0, 0, false, err
 			}
 			p += n
+			funcs++
 		case 0x01: // table: reftype, limits
 			p++
 			_, n, err := readLimits(body, p)
 			if err != nil {
-				return nil, 0, 0, false, err
+				return nil, 0, 0, 0, false, err
 			}
 			p += n
 		case 0x02: // memory: limits
 			mn, n, err := readLimits(body, p)
 			if err != nil {
-				return nil, 0, 0, false, err
+				return nil, 0, 0, 0, false, err
 			}
 			p += n
 			if found {
-				return nil, 0, 0, false, fmt.Errorf("%w: more than one memory import", ErrMalformed)
+				return nil, 0, 0, 0, false, fmt.Errorf("%w: more than one memory import", ErrMalformed)
 			}
 			found, memMin = true, mn
 			continue // dropped
@@ -288,10 +305,10 @@ func dropMemoryImport(body []byte) ([]byte, uint32, uint32, bool, error) {
 			p += 2
 			globals++
 		default:
-			return nil, 0, 0, false, fmt.Errorf("%w: import kind %#x", ErrMalformed, kind)
+			return nil, 0, 0, 0, false, fmt.Errorf("%w: import kind %#x", ErrMalformed, kind)
 		}
 		if p > len(body) {
-			return nil, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
+			return nil, 0, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
 		}
 		kept = append(kept, body[entryStart:p])
 	}
@@ -299,7 +316,7 @@ func dropMemoryImport(body []byte) ([]byte, uint32, uint32, bool, error) {
 	for _, k := range kept {
 		out = append(out, k...)
 	}
-	return out, memMin, globals, found, nil
+	return out, memMin, globals, funcs, found, nil
 }
 
 func readLimits(b []byte, p int) (uint32, int, error) {
