@@ -6,37 +6,26 @@ import "fmt"
 // "global.get flag; if; unreachable; end", and gives the functions in
 // replace (by defined function position) their new bodies.
 func instrumentCode(body []byte, flag uint32, replace map[uint32][]byte) ([]byte, error) {
-	count, n, err := readU32(body, 0)
+	count, _, err := readU32(body, 0)
 	if err != nil {
 		return nil, err
 	}
 	check := loopCheck(flag)
-
 	out := appendU32(make([]byte, 0, len(body)+len(body)/8), count)
-	p := n
-	for i := uint32(0); i < count; i++ {
-		size, n, err := readU32(body, p)
-		if err != nil {
-			return nil, err
-		}
-		start := p + n
-		end := start + int(size)
-		if end > len(body) || end < start {
-			return nil, fmt.Errorf("%w: function body overruns code section", ErrMalformed)
-		}
-		fn, ok := replace[i]
+	err = eachBody(body, func(i uint32, fn []byte) error {
+		r, ok := replace[i]
 		if !ok {
-			fn, err = instrumentFunc(body[start:end], check)
+			var err error
+			if r, err = instrumentFunc(fn, check); err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("function %d: %w", i, err)
-		}
-		out = appendU32(out, uint32(len(fn)))
-		out = append(out, fn...)
-		p = end
-	}
-	if p != len(body) {
-		return nil, fmt.Errorf("%w: trailing bytes in code section", ErrMalformed)
+		out = appendU32(out, uint32(len(r)))
+		out = append(out, r...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -49,20 +38,9 @@ func loopCheck(flag uint32) []byte {
 // instrumentFunc copies one function body, inserting check after every
 // loop header.
 func instrumentFunc(fn []byte, check []byte) ([]byte, error) {
-	// Locals: vec of (count, valtype).
-	groups, n, err := readU32(fn, 0)
+	p, err := skipLocals(fn)
 	if err != nil {
 		return nil, err
-	}
-	p := n
-	for i := uint32(0); i < groups; i++ {
-		if p, err = skipLEB(fn, p, 5); err != nil {
-			return nil, err
-		}
-		p++ // valtype
-	}
-	if p > len(fn) {
-		return nil, fmt.Errorf("%w: locals overrun body", ErrMalformed)
 	}
 	out := make([]byte, 0, len(fn)+64)
 	out = append(out, fn[:p]...)

@@ -13,7 +13,7 @@ import (
 )
 
 // compileRego is the Wasm module nexus compiles for one Rego module.
-func compileRego(t *testing.T, src, entrypoint string) []byte {
+func compileRego(t testing.TB, src, entrypoint string) []byte {
 	t.Helper()
 	b, err := compiler.Compile(context.Background(), compiler.Options{Modules: map[string]string{"p.rego": src}, Entrypoints: []string{entrypoint}})
 	if err != nil {

@@ -125,6 +125,9 @@ func TestRewriteRejects(t *testing.T) {
 func FuzzRewrite(f *testing.F) {
 	f.Add(loopModule)
 	f.Add([]byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00})
+	// A policy module as nexus compiles it: names, rule functions and the
+	// memo the rewrite replaces.
+	f.Add(compileRego(f, "package x\n\na := input.a\n\nallow if a > 1\n", "x/allow"))
 	f.Fuzz(func(t *testing.T, mod []byte) {
 		out, err := Rewrite(mod, 16)
 		if err != nil {
