@@ -50,8 +50,8 @@ type section struct {
 }
 
 // interruptGlobal is the definition of the interrupt flag: a mutable i32
-// initialised by i32.const 0. memoGlobal, the rewritten memo's innermost
-// table, is defined alike.
+// initialised by i32.const 0. memoGlobal, the address of the rewritten
+// memo's table, is defined alike.
 var (
 	interruptGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
 	memoGlobal      = interruptGlobal
@@ -157,8 +157,9 @@ func readSections(mod []byte) ([]section, map[byte]bool, error) {
 }
 
 // dropMemoryImportOf removes the memory import from the import section in
-// secs. It returns the memory's minimum pages and the index the interrupt
-// flag gets: after every imported and defined global.
+// secs. It returns the memory's minimum pages, the index the interrupt
+// flag gets (after every imported and defined global) and the number of
+// imported functions.
 func dropMemoryImportOf(secs []section) (memMin, flag, importedFuncs uint32, err error) {
 	var importedGlobals, definedGlobals uint32
 	foundMem := false
