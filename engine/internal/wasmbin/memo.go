@@ -3,6 +3,7 @@ package wasmbin
 import (
 	"bytes"
 	"fmt"
+	"math"
 )
 
 // OPA's runtime keeps the value of every rule an evaluation computes in a
@@ -52,7 +53,7 @@ func planMemo(secs []section, importedFuncs, global uint32) (*memoPlan, bool) {
 		}
 		*dst = idx
 	}
-	lo, hi, found := uint32(0), uint32(0), false
+	lo, hi := uint32(math.MaxUint32), uint32(0)
 	for _, s := range secs {
 		if s.id != secCode {
 			continue
@@ -60,10 +61,6 @@ func planMemo(secs []section, importedFuncs, global uint32) (*memoPlan, bool) {
 		err := eachBody(s.body, func(_ uint32, fn []byte) error {
 			if idx, ok := memoPrologue(fn, plan.get); ok {
 				lo, hi = min(lo, idx), max(hi, idx)
-				if !found {
-					lo, hi = idx, idx
-				}
-				found = true
 			}
 			return nil
 		})
@@ -71,7 +68,7 @@ func planMemo(secs []section, importedFuncs, global uint32) (*memoPlan, bool) {
 			return nil, false
 		}
 	}
-	if !found || hi-lo >= memoMaxSlots {
+	if lo > hi || hi-lo >= memoMaxSlots { // no rule function, or too many
 		return nil, false
 	}
 	plan.lo, plan.n = lo, hi-lo+1

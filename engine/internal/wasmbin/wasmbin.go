@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // ErrMalformed reports a module that is not well-formed WebAssembly or does
@@ -49,13 +48,10 @@ type section struct {
 	body []byte
 }
 
-// interruptGlobal is the definition of the interrupt flag: a mutable i32
-// initialised by i32.const 0. memoGlobal, the address of the rewritten
-// memo's table, is defined alike.
-var (
-	interruptGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
-	memoGlobal      = interruptGlobal
-)
+// zeroGlobal is the definition of each global the rewrite adds (the
+// interrupt flag, the address of the rewritten memo's table): a mutable
+// i32 initialised by i32.const 0.
+var zeroGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
 
 // Rewrite returns the rewritten module (see the package doc).
 func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
@@ -78,20 +74,24 @@ func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 	if err != nil {
 		return nil, err
 	}
-	globals := interruptGlobal
-	var replace map[uint32][]byte
-	if plan, ok := planMemo(secs, importedFuncs, flag+1); ok {
-		globals = append(slices.Clone(interruptGlobal), memoGlobal...)
-		replace = plan.bodies(importedFuncs)
-	}
 	if maxPages != 0 && memMin > maxPages {
 		return nil, fmt.Errorf("%w: module needs %d memory pages, limit is %d", ErrMalformed, memMin, maxPages)
+	}
+	globals := [][]byte{zeroGlobal} // the interrupt flag
+	var replace map[uint32][]byte
+	if plan, ok := planMemo(secs, importedFuncs, flag+1); ok {
+		globals = append(globals, zeroGlobal)
+		replace = plan.bodies(importedFuncs)
 	}
 
 	// Sections the module lacks, in the order of the binary format.
 	pending := []section{{secMemory, memorySection(memMin, maxPages)}}
 	if !seen[secGlobal] {
-		pending = append(pending, section{secGlobal, append(appendU32(nil, uint32(len(globals)/len(interruptGlobal))), globals...)})
+		vec, err := appendToVec(appendU32(nil, 0), globals...)
+		if err != nil {
+			return nil, err
+		}
+		pending = append(pending, section{secGlobal, vec})
 	}
 	if !seen[secExport] {
 		pending = append(pending, section{secExport, appendU32(nil, 0)})
@@ -203,8 +203,8 @@ type writer struct {
 	out           []byte
 	flag          uint32            // global index of the interrupt flag
 	extendGlobals bool              // the module has a global section: add globals to it
-	globals       []byte            // the globals to add: the flag, maybe the memo's
-	replace       map[uint32][]byte // new bodies by function index (the memo's)
+	globals       [][]byte          // the globals to add: the flag, maybe the memo's table
+	replace       map[uint32][]byte // new bodies by position in the code section (the memo's)
 }
 
 // emit writes s, with the interrupt flag added to the global and export
@@ -214,8 +214,8 @@ func (w *writer) emit(s section) error {
 	var err error
 	switch s.id {
 	case secGlobal:
-		for g := 0; w.extendGlobals && g < len(w.globals) && err == nil; g += len(interruptGlobal) {
-			body, err = appendToVec(body, w.globals[g:g+len(interruptGlobal)])
+		if w.extendGlobals {
+			body, err = appendToVec(body, w.globals...)
 		}
 	case secExport:
 		e := appendName(nil, InterruptGlobal)
@@ -239,15 +239,18 @@ func appendName(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// appendToVec adds one (already encoded) entry to a vector body.
-func appendToVec(body, entry []byte) ([]byte, error) {
+// appendToVec adds (already encoded) entries to a vector body.
+func appendToVec(body []byte, entries ...[]byte) ([]byte, error) {
 	c, n, err := readU32(body, 0)
 	if err != nil {
 		return nil, err
 	}
-	out := appendU32(nil, c+1)
+	out := appendU32(nil, c+uint32(len(entries)))
 	out = append(out, body[n:]...)
-	return append(out, entry...), nil
+	for _, e := range entries {
+		out = append(out, e...)
+	}
+	return out, nil
 }
 
 // dropMemoryImport removes the memory import from an import section body and
