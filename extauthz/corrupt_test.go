@@ -61,7 +61,7 @@ func serveStore(t *testing.T, s *datastore.BoltStore) *testServer {
 // each index and of the changelog), and sends every kind of request: each
 // answers with its decision, or with 503 and the reason store_corrupt,
 // never 500 or an empty reply; once one did, /readyz answers 503 with that
-// reason. Damage that opening the store finds is TestServeCorrupt's (in
+// reason. Damage that opening the store finds is TestRelVerify's (in
 // cmd/nexus) and datastore's TestCorruptFile's.
 func TestCorruptStoreServer(t *testing.T) {
 	base := damage.Base(t)
