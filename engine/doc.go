@@ -56,10 +56,12 @@
 //
 // # Caveats
 //
-//   - Deadlines: the module is rewritten so every loop checks an interrupt
-//     flag, which a watchdog raises (about every millisecond) for
-//     evaluations whose context is done; the instance is then discarded. A
-//     host builtin running at that time must honour its context itself.
+//   - Deadlines: the module is rewritten so every loop that calls a
+//     function or holds another loop counts down a budget and, when it is
+//     spent, asks the host whether to stop; a watchdog (about every
+//     millisecond) spends the budget of evaluations whose context is done,
+//     and the instance is then discarded. A host builtin running at that
+//     time must honour its context itself.
 //   - Builtins are resolved when a bundle is loaded: register them before
 //     Load.
 //   - Errors returned by registered builtins abort the evaluation

@@ -17,6 +17,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown/builtins"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/nexuspdp/nexus/engine/internal/wasmbin"
 )
 
 var i32 = api.ValueTypeI32
@@ -88,12 +90,71 @@ func (p *policy) hostPrintln(_ context.Context, mod api.Module, stack []uint64) 
 	}
 }
 
+// Yields: a loop of the module whose budget is spent calls
+// opa_builtin0(wasmbin.YieldID, 0). The call is where a long evaluation
+// lets the Go runtime in: compiled Wasm has no point where the runtime
+// can preempt it, so without the call an evaluation that runs for seconds
+// would hold a garbage collection's stop-the-world, and with it every
+// goroutine of the process, the watchdog included, for as long. The
+// budget adapts so that about yieldInterval passes between yields:
+// halved (or quartered) after a longer interval, doubled after a shorter
+// one, within [1, maxBudget]. An instance starts with
+// wasmbin.InitialBudget and keeps what it adapted to; maxBudget bounds
+// how long the first interval of an evaluation whose loops are slow can
+// be (a thousand iterations of a pass over a large value).
+const (
+	yieldInterval = 100 * time.Microsecond
+	maxBudget     = 1 << 10
+)
+
+// yieldEpoch is the origin of instance.yieldAt: time.Since(yieldEpoch)
+// reads the monotonic clock alone.
+var yieldEpoch = time.Now()
+
+// hostYield answers a loop whose budget is spent: 1 (stop) when the
+// watchdog fired for the evaluation, else 0 with a new budget. Being Go
+// code, the call is a point where the goroutine stops for a
+// stop-the-world the runtime asked for.
+func (p *policy) hostYield(mod api.Module, stack []uint64) {
+	in := p.instanceOf(mod)
+	if in == nil { // an instance being made: go on
+		stack[0] = 0
+		mod.ExportedGlobal(wasmbin.InterruptGlobal).(api.MutableGlobal).Set(wasmbin.InitialBudget)
+		return
+	}
+	in.wmu.Lock()
+	fired := in.fired
+	in.wmu.Unlock()
+	if fired {
+		stack[0] = 1
+		return
+	}
+	now := time.Since(yieldEpoch)
+	if in.yieldAt != 0 {
+		switch d := now - in.yieldAt; {
+		case d > 4*yieldInterval:
+			in.budget = max(1, in.budget/4)
+		case d > yieldInterval:
+			in.budget = max(1, in.budget/2)
+		case d < yieldInterval/2:
+			in.budget = min(maxBudget, 2*in.budget)
+		}
+	}
+	in.yieldAt = now
+	in.interrupt.Set(uint64(in.budget))
+	stack[0] = 0
+}
+
 // hostBuiltin dispatches opa_builtinN(id, ctx, args...) to the registry or
 // OPA's Go implementation. The result address replaces stack[0]; 0 means
 // undefined.
 func (p *policy) hostBuiltin(ctx context.Context, mod api.Module, stack []uint64, nargs int) {
-	in := p.instanceOf(mod)
 	id := uint32(stack[0])
+	if id == wasmbin.YieldID && nargs == 0 {
+		p.hostYield(mod, stack)
+		return
+	}
+	in := p.instanceOf(mod)
 	if in == nil || int(id) >= len(p.builtins) || p.builtins[id] == nil {
 		panic(&abortPanic{msg: fmt.Sprintf("unknown builtin id %d", id)})
 	}
@@ -481,7 +542,7 @@ type builtinState struct {
 }
 
 // context returns the evaluation's builtin context. Its Cancel is raised
-// by the engine's watchdog, as the instance's interrupt flag is, when the
+// by the engine's watchdog, as the instance's loop budget is spent, when the
 // evaluation's context is done: no timer per evaluation.
 func (s *builtinState) context(ctx context.Context, in *instance, hook print.Hook) *topdown.BuiltinContext {
 	if s.live {

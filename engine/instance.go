@@ -25,13 +25,21 @@ type instance struct {
 
 	fEvalCtx, fHeapSet, fMalloc, fJSONParse, fJSONDump, fValueDump, fValueParse api.Function
 
-	// interrupt is the module's interrupt flag; the watchdog sets it when
-	// the context of the evaluation in progress (wctx) is done.
+	// interrupt is the module's loop budget (wasmbin): the loops count it
+	// down and, when it is spent, ask the host (hostYield) whether to
+	// stop. The watchdog spends it when the context of the evaluation in
+	// progress (wctx) is done, and sets fired, the answer.
 	interrupt api.MutableGlobal
 	wmu       sync.Mutex
 	wctx      context.Context
 	fired     bool
 	tdCancel  topdown.Cancel // of OPA builtins in the evaluation, if any ran
+	// budget is the loop budget hostYield gives back, adapted so that
+	// about yieldInterval passes between yields, kept from one evaluation
+	// to the next; yieldAt is the time of the evaluation's last yield
+	// (since yieldEpoch), 0 before its first.
+	budget  int32
+	yieldAt time.Duration
 
 	stack [8]uint64 // eval parameters and result
 	inner [4]uint64 // nested calls from host functions
@@ -205,6 +213,7 @@ func watchable(ctx context.Context) bool {
 
 // run calls f with the watchdog watching ctx (when it can be done).
 func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
+	in.yieldAt = 0
 	watched := watchable(ctx)
 	if watched {
 		in.wmu.Lock()
@@ -220,7 +229,7 @@ func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
 		in.fired = false
 		in.wmu.Unlock()
 		if fired {
-			in.interrupt.Set(0)
+			in.interrupt.Set(uint64(in.budget))
 			if err != nil {
 				err = &interruptError{ctx.Err()}
 			}
@@ -249,8 +258,8 @@ type interruptError struct{ err error }
 func (e *interruptError) Error() string { return "interrupted: " + e.err.Error() }
 func (e *interruptError) Unwrap() error { return e.err }
 
-// watch is called by the watchdog at time now: it raises the interrupt
-// flag if the evaluation in progress has a done context (one of
+// watch is called by the watchdog at time now: it spends the loop budget
+// and sets fired if the evaluation in progress has a done context (one of
 // EvalTrustedUntil is ended here when its deadline is before now), and
 // reports whether a watched evaluation is in progress.
 func (in *instance) watch(now time.Time) bool {
@@ -260,7 +269,7 @@ func (in *instance) watch(now time.Time) bool {
 		ec.expire(now)
 	}
 	if in.wctx != nil && !in.fired && in.wctx.Err() != nil {
-		in.interrupt.Set(1)
+		in.interrupt.Set(0) // the next loop iteration asks hostYield
 		in.fired = true
 		if in.tdCancel != nil {
 			in.tdCancel.Cancel()

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,84 @@ func TestDeadlineStopsRunaway(t *testing.T) {
 	}
 	if st := e.Stats(); st.InstancesDiscarded != runs {
 		t.Fatalf("instances discarded = %d, want %d (one per stopped evaluation)", st.InstancesDiscarded, runs)
+	}
+}
+
+// TestDeadlineStopsQuadraticBuiltin: the interrupt check is left out of
+// the runtime's innermost loops without calls (a string compare, a hash),
+// so a builtin that runs such a loop once per position of a client's
+// string, contains with a needle of 128 KiB over a megabyte that never
+// matches (some 10^11 byte compares: minutes), still stops at its
+// deadline, as the loop over the positions is checked.
+func TestDeadlineStopsQuadraticBuiltin(t *testing.T) {
+	const (
+		timeout  = 20 * time.Millisecond
+		promised = 100 * time.Millisecond
+	)
+	b := compileModules(t, map[string]string{"q.rego": "package q\n\nfound if contains(input.hay, input.needle)\n"}, nil, "q/found")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	input, err := json.Marshal(map[string]string{
+		"hay":    strings.Repeat("a", 1<<20),
+		"needle": strings.Repeat("a", 1<<17) + "b",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overruns := make([]time.Duration, 0, 3)
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_, err := e.Eval(ctx, "q/found", input, nil)
+		deadline, _ := ctx.Deadline()
+		overruns = append(overruns, time.Since(deadline))
+		cancel()
+		var ee *engine.EvalError
+		if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+			t.Fatalf("err = %v, want EvalError %s", err, engine.CodeDeadline)
+		}
+	}
+	slices.Sort(overruns)
+	if median := overruns[1]; median > promised {
+		t.Fatalf("the quadratic builtin stopped a median %v after its deadline, want at most %v: %v", median, promised, overruns)
+	}
+}
+
+// TestLongEvaluationLetsGCRun: compiled Wasm has no point where the Go
+// runtime can preempt it, so an evaluation that runs for seconds would
+// hold a garbage collection's stop-the-world, and every other goroutine of
+// the process (the watchdog, other requests) for as long, deadline or
+// not. The loops yield to the runtime instead: a collection started while
+// such an evaluation runs (contains with a needle of 16 KiB over a
+// megabyte: tens of seconds) finishes at once, and cancelling the
+// evaluation then stops it.
+func TestLongEvaluationLetsGCRun(t *testing.T) {
+	b := compileModules(t, map[string]string{"q.rego": "package q\n\nfound if contains(input.hay, input.needle)\n"}, nil, "q/found")
+	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
+	input, err := json.Marshal(map[string]string{
+		"hay":    strings.Repeat("a", 1<<20),
+		"needle": strings.Repeat("a", 1<<14) + "b",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Eval(ctx, "q/found", input, nil)
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the evaluation is in its loops
+	start := time.Now()
+	runtime.GC()
+	took := time.Since(start)
+	cancel()
+	err = <-done
+	var ee *engine.EvalError
+	if !errors.As(err, &ee) || ee.Code != engine.CodeCanceled {
+		t.Fatalf("err = %v, want EvalError %s (the evaluation was still running)", err, engine.CodeCanceled)
+	}
+	if took > time.Second {
+		t.Fatalf("a garbage collection took %v while an evaluation ran, want well under a second", took)
 	}
 }
 

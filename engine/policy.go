@@ -65,7 +65,7 @@ func newPolicy(ctx context.Context, cfg *Config, wd *watchdog, cache wazero.Comp
 	p := &policy{cfg: cfg, revision: b.Manifest.Revision, wd: wd, stats: stats, printHook: printWriter{cfg.Print}}
 	p.runtime = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().
 		// Deadlines are enforced by the engine's watchdog through the
-		// interrupt flag wasmbin adds, not by wazero's per-call goroutine.
+		// loop budget wasmbin adds, not by wazero's per-call goroutine.
 		WithCloseOnContextDone(false).
 		WithCompilationCache(cache).
 		WithMemoryLimitPages(cfg.MemoryLimitPages))
@@ -240,9 +240,9 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 	g, ok := mod.ExportedGlobal(wasmbin.InterruptGlobal).(api.MutableGlobal)
 	if !ok {
 		_ = mod.Close(ctx)
-		return nil, fmt.Errorf("%w: module lacks the interrupt flag", ErrInvalidBundle)
+		return nil, fmt.Errorf("%w: module lacks the loop budget", ErrInvalidBundle)
 	}
-	inst.interrupt = g
+	inst.interrupt, inst.budget = g, wasmbin.InitialBudget
 	p.wd.live.Store(mod, inst)
 	return inst, nil
 }

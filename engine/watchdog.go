@@ -17,8 +17,8 @@ const watchdogInterval = time.Millisecond
 // ticker running.
 const watchdogGrace = 100
 
-// watchdog raises the interrupt flag of instances whose evaluation's
-// context is done. Evaluations touch no state shared with other
+// watchdog spends the loop budget of instances whose evaluation's context
+// is done (their loops then ask the host, which answers stop). Evaluations touch no state shared with other
 // evaluations: each marks its own instance, and only reads the sleeping
 // flag (a cache line every core keeps) unless the watchdog sleeps.
 type watchdog struct {

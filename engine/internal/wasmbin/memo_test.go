@@ -34,7 +34,9 @@ func codeBodies(t *testing.T, mod []byte) map[uint32][]byte {
 	for _, s := range secs {
 		switch s.id {
 		case secImport:
-			_, _, _, imported, _, err = dropMemoryImport(s.body)
+			var im imports
+			_, im, _, err = dropMemoryImport(s.body)
+			imported = im.funcs
 		case secCode:
 			err = eachBody(s.body, func(i uint32, fn []byte) error {
 				out[imported+i] = fn
@@ -62,7 +64,8 @@ func TestMemoRewrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, flag, imported, err := dropMemoryImportOf(secs)
+	im, err := dropMemoryImportOf(secs)
+	flag, imported, builtin0 := im.flag, im.funcs, im.builtin0
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +102,7 @@ func TestMemoRewrite(t *testing.T) {
 				t.Errorf("function %d is not the table memo's", idx)
 			}
 		default:
-			if instrumented, err := instrumentFunc(before[idx], loopCheck(flag)); err != nil || !bytes.Equal(fn, instrumented) {
+			if instrumented, err := instrumentFunc(before[idx], loopCheck(flag, builtin0)); err != nil || !bytes.Equal(fn, instrumented) {
 				t.Errorf("function %d changed beyond its loop checks (%v)", idx, err)
 			}
 		}
@@ -114,7 +117,8 @@ func TestMemoRewrite(t *testing.T) {
 	t.Run("with keeps the runtime's memo", func(t *testing.T) {
 		mod := compileRego(t, src+"\nw if allow with input.a as 5\n", "x/w")
 		secs, _, _ := readSections(mod)
-		_, _, imported, _ := dropMemoryImportOf(secs)
+		im, _ := dropMemoryImportOf(secs)
+		imported := im.funcs
 		if _, ok := planMemo(secs, imported, 0); ok {
 			t.Fatal("a policy with `with` got the table memo")
 		}
@@ -139,7 +143,8 @@ func TestMemoRewrite(t *testing.T) {
 		fmt.Fprintf(&b, "allow if r%d\n", memoMaxSlots)
 		mod := compileRego(t, b.String(), "x/allow")
 		secs, _, _ := readSections(mod)
-		_, _, imported, _ := dropMemoryImportOf(secs)
+		im, _ := dropMemoryImportOf(secs)
+		imported := im.funcs
 		if _, ok := planMemo(secs, imported, 0); ok {
 			t.Fatalf("a policy of %d rules got the table memo", memoMaxSlots+2)
 		}

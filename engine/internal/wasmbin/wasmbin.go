@@ -3,10 +3,15 @@
 //   - the memory the policy imports from "env" becomes a memory the module
 //     defines itself, bounded by the engine's page limit, so that one
 //     compiled module can be instantiated many times in one wazero runtime;
-//   - an exported mutable i32 global, InterruptGlobal, is added, and every
-//     loop checks it on each iteration and traps when it is non-zero, so
-//     that the host can stop a runaway evaluation without wazero's
-//     per-call goroutine (WithCloseOnContextDone);
+//   - an exported mutable i32 global, InterruptGlobal, is added: a budget
+//     of loop iterations that every loop holding a call or another loop
+//     counts down (instrument.go); when it runs out, the loop calls the
+//     host through the module's own import env.opa_builtin0 with the
+//     builtin id YieldID, and traps if the host answers 1. The host sets
+//     the budget to 0 to stop a runaway evaluation, which needs no
+//     goroutine per call (wazero's WithCloseOnContextDone), and the call
+//     lets the Go runtime stop the world for the garbage collector while
+//     a long evaluation runs, which compiled Wasm never lets it do;
 //   - the runtime's memo of rule values (opa_memoize_init, _insert and
 //     _get) becomes a table indexed by the rule function, in a second added
 //     global, for a policy without `with` (memo.go).
@@ -26,8 +31,15 @@ import (
 // not have the shape of an OPA policy module.
 var ErrMalformed = errors.New("wasmbin: malformed module")
 
-// InterruptGlobal is the name under which the interrupt flag is exported.
+// InterruptGlobal is the name under which the loop budget is exported.
 const InterruptGlobal = "nexus_interrupt"
+
+// YieldID is the builtin id the loops pass to env.opa_builtin0 when their
+// budget runs out (i32.const -1): no builtin of OPA's has it.
+const YieldID = 0xffffffff
+
+// InitialBudget is the loop budget a module starts with.
+const InitialBudget = 64
 
 var header = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
 
@@ -48,10 +60,13 @@ type section struct {
 	body []byte
 }
 
-// zeroGlobal is the definition of each global the rewrite adds (the
-// interrupt flag, the address of the rewritten memo's table): a mutable
-// i32 initialised by i32.const 0.
-var zeroGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+// zeroGlobal is the definition of the address of the rewritten memo's
+// table: a mutable i32 initialised by i32.const 0. budgetGlobal is the
+// loop budget's, initialised to InitialBudget.
+var (
+	zeroGlobal   = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+	budgetGlobal = append(appendS32([]byte{0x7f, 0x01, 0x41}, InitialBudget), 0x0b)
+)
 
 // Rewrite returns the rewritten module (see the package doc).
 func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
@@ -70,14 +85,18 @@ func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 	if seen[secMemory] {
 		return nil, fmt.Errorf("%w: module defines its own memory", ErrMalformed)
 	}
-	memMin, flag, importedFuncs, err := dropMemoryImportOf(secs)
+	im, err := dropMemoryImportOf(secs)
 	if err != nil {
 		return nil, err
+	}
+	memMin, flag, importedFuncs := im.memMin, im.flag, im.funcs
+	if !im.hasBuiltin0 {
+		return nil, fmt.Errorf("%w: no import env.opa_builtin0", ErrMalformed)
 	}
 	if maxPages != 0 && memMin > maxPages {
 		return nil, fmt.Errorf("%w: module needs %d memory pages, limit is %d", ErrMalformed, memMin, maxPages)
 	}
-	globals := [][]byte{zeroGlobal} // the interrupt flag
+	globals := [][]byte{budgetGlobal}
 	var replace map[uint32][]byte
 	if plan, ok := planMemo(secs, importedFuncs, flag+1); ok {
 		globals = append(globals, zeroGlobal)
@@ -99,6 +118,7 @@ func Rewrite(mod []byte, maxPages uint32) (_ []byte, err error) {
 	w := writer{
 		out:           append(make([]byte, 0, len(mod)+len(mod)/16+64), header...),
 		flag:          flag,
+		builtin0:      im.builtin0,
 		extendGlobals: seen[secGlobal],
 		globals:       globals,
 		replace:       replace,
@@ -156,33 +176,43 @@ func readSections(mod []byte) ([]section, map[byte]bool, error) {
 	return secs, seen, nil
 }
 
+// imports is what dropMemoryImportOf found in the import section.
+type imports struct {
+	memMin      uint32 // the memory's minimum pages
+	globals     uint32 // imported globals
+	flag        uint32 // the index the loop budget gets: after every imported and defined global
+	funcs       uint32 // imported functions
+	builtin0    uint32 // the function index of env.opa_builtin0, if hasBuiltin0
+	hasBuiltin0 bool
+}
+
 // dropMemoryImportOf removes the memory import from the import section in
-// secs. It returns the memory's minimum pages, the index the interrupt
-// flag gets (after every imported and defined global) and the number of
-// imported functions.
-func dropMemoryImportOf(secs []section) (memMin, flag, importedFuncs uint32, err error) {
-	var importedGlobals, definedGlobals uint32
+// secs and reports what the module imports.
+func dropMemoryImportOf(secs []section) (imports, error) {
+	var im imports
+	var definedGlobals uint32
 	foundMem := false
 	for i, s := range secs {
 		switch s.id {
 		case secImport:
-			body, mn, ng, nf, ok, err := dropMemoryImport(s.body)
+			body, ii, ok, err := dropMemoryImport(s.body)
 			if err != nil {
-				return 0, 0, 0, err
+				return im, err
 			}
-			secs[i].body, memMin, importedGlobals, importedFuncs, foundMem = body, mn, ng, nf, ok
+			secs[i].body, im, foundMem = body, ii, ok
 		case secGlobal:
 			c, _, err := readU32(s.body, 0)
 			if err != nil {
-				return 0, 0, 0, err
+				return im, err
 			}
 			definedGlobals = c
 		}
 	}
 	if !foundMem {
-		return 0, 0, 0, fmt.Errorf("%w: no imported memory", ErrMalformed)
+		return im, fmt.Errorf("%w: no imported memory", ErrMalformed)
 	}
-	return memMin, importedGlobals + definedGlobals, importedFuncs, nil
+	im.flag = im.globals + definedGlobals
+	return im, nil
 }
 
 // memorySection is the body of a memory section defining one memory of
@@ -201,13 +231,14 @@ func memorySection(memMin, maxPages uint32) []byte {
 // writer writes the rewritten module's sections.
 type writer struct {
 	out           []byte
-	flag          uint32            // global index of the interrupt flag
+	flag          uint32            // global index of the loop budget
+	builtin0      uint32            // function index of env.opa_builtin0
 	extendGlobals bool              // the module has a global section: add globals to it
-	globals       [][]byte          // the globals to add: the flag, maybe the memo's table
+	globals       [][]byte          // the globals to add: the budget, maybe the memo's table
 	replace       map[uint32][]byte // new bodies by position in the code section (the memo's)
 }
 
-// emit writes s, with the interrupt flag added to the global and export
+// emit writes s, with the loop budget added to the global and export
 // sections and the loop checks to the code section.
 func (w *writer) emit(s section) error {
 	body := s.body
@@ -223,7 +254,7 @@ func (w *writer) emit(s section) error {
 		e = appendU32(e, w.flag)
 		body, err = appendToVec(body, e)
 	case secCode:
-		body, err = instrumentCode(body, w.flag, w.replace)
+		body, err = instrumentCode(body, loopCheck(w.flag, w.builtin0), w.replace)
 	}
 	if err != nil {
 		return err
@@ -253,29 +284,31 @@ func appendToVec(body []byte, entries ...[]byte) ([]byte, error) {
 	return out, nil
 }
 
-// dropMemoryImport removes the memory import from an import section body and
-// counts the imported globals and functions.
-func dropMemoryImport(body []byte) (_ []byte, memMin, globals, funcs uint32, found bool, _ error) {
+// dropMemoryImport removes the memory import from an import section body,
+// counts the imported globals and functions, and finds env.opa_builtin0.
+func dropMemoryImport(body []byte) (_ []byte, im imports, found bool, _ error) {
 	count, n, err := readU32(body, 0)
 	if err != nil {
-		return nil, 0, 0, 0, false, err
+		return nil, im, false, err
 	}
 	p := n
 	var kept [][]byte
 	for i := uint32(0); i < count; i++ {
 		entryStart := p
-		for range 2 { // module name, field name
+		var names [2][]byte
+		for j := range names { // module name, field name
 			l, n, err := readU32(body, p)
 			if err != nil {
-				return nil, 0, 0, 0, false, err
+				return nil, im, false, err
 			}
 			p += n + int(l)
 			if p > len(body) || p < 0 {
-				return nil, 0, 0, 0, false, fmt.Errorf("%w: import name overruns section", ErrMalformed)
+				return nil, im, false, fmt.Errorf("%w: import name overruns section", ErrMalformed)
 			}
+			names[j] = body[p-int(l) : p]
 		}
 		if p >= len(body) {
-			return nil, 0, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
+			return nil, im, false, fmt.Errorf("%w: import truncated", ErrMalformed)
 		}
 		kind := body[p]
 		p++
@@ -283,36 +316,39 @@ func dropMemoryImport(body []byte) (_ []byte, memMin, globals, funcs uint32, fou
 		case 0x00: // function: type index
 			_, n, err := readU32(body, p)
 			if err != nil {
-				return nil, 0, 0, 0, false, err
+				return nil, im, false, err
 			}
 			p += n
-			funcs++
+			if string(names[0]) == "env" && string(names[1]) == "opa_builtin0" {
+				im.builtin0, im.hasBuiltin0 = im.funcs, true
+			}
+			im.funcs++
 		case 0x01: // table: reftype, limits
 			p++
 			_, n, err := readLimits(body, p)
 			if err != nil {
-				return nil, 0, 0, 0, false, err
+				return nil, im, false, err
 			}
 			p += n
 		case 0x02: // memory: limits
 			mn, n, err := readLimits(body, p)
 			if err != nil {
-				return nil, 0, 0, 0, false, err
+				return nil, im, false, err
 			}
 			p += n
 			if found {
-				return nil, 0, 0, 0, false, fmt.Errorf("%w: more than one memory import", ErrMalformed)
+				return nil, im, false, fmt.Errorf("%w: more than one memory import", ErrMalformed)
 			}
-			found, memMin = true, mn
+			found, im.memMin = true, mn
 			continue // dropped
 		case 0x03: // global: valtype, mut
 			p += 2
-			globals++
+			im.globals++
 		default:
-			return nil, 0, 0, 0, false, fmt.Errorf("%w: import kind %#x", ErrMalformed, kind)
+			return nil, im, false, fmt.Errorf("%w: import kind %#x", ErrMalformed, kind)
 		}
 		if p > len(body) {
-			return nil, 0, 0, 0, false, fmt.Errorf("%w: import truncated", ErrMalformed)
+			return nil, im, false, fmt.Errorf("%w: import truncated", ErrMalformed)
 		}
 		kept = append(kept, body[entryStart:p])
 	}
@@ -320,7 +356,7 @@ func dropMemoryImport(body []byte) (_ []byte, memMin, globals, funcs uint32, fou
 	for _, k := range kept {
 		out = append(out, k...)
 	}
-	return out, memMin, globals, funcs, found, nil
+	return out, im, found, nil
 }
 
 func readLimits(b []byte, p int) (uint32, int, error) {
