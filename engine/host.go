@@ -122,10 +122,10 @@ func (p *policy) hostYield(mod api.Module, stack []uint64) {
 		mod.ExportedGlobal(wasmbin.InterruptGlobal).(api.MutableGlobal).Set(wasmbin.InitialBudget)
 		return
 	}
+	// The budget is set under the lock the watchdog spends it under.
 	in.wmu.Lock()
-	fired := in.fired
-	in.wmu.Unlock()
-	if fired {
+	defer in.wmu.Unlock()
+	if in.fired {
 		stack[0] = 1
 		return
 	}
