@@ -44,18 +44,7 @@ func TestDeadlineStopsRunaway(t *testing.T) {
 	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
 	overruns := make([]time.Duration, 0, runs)
 	for range runs {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		_, err := e.Eval(ctx, "limits/spin", nil, nil)
-		deadline, _ := ctx.Deadline()
-		overruns = append(overruns, time.Since(deadline))
-		cancel()
-		var ee *engine.EvalError
-		if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
-			t.Fatalf("err = %v, want EvalError %s", err, engine.CodeDeadline)
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v does not match context.DeadlineExceeded", err)
-		}
+		overruns = append(overruns, overrun(t, e, "limits/spin", nil, timeout))
 		// The instance was discarded; the engine still answers.
 		out, err := e.Eval(context.Background(), "limits/ok", nil, nil)
 		if err != nil || string(out) != "true" {
@@ -73,6 +62,41 @@ func TestDeadlineStopsRunaway(t *testing.T) {
 	}
 }
 
+// overrun evaluates entrypoint with a deadline timeout away, requires it
+// to stop at the deadline, and returns how long after the deadline it did.
+func overrun(t *testing.T, e *engine.Engine, entrypoint string, input []byte, timeout time.Duration) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, err := e.Eval(ctx, entrypoint, input, nil)
+	deadline, _ := ctx.Deadline()
+	late := time.Since(deadline)
+	var ee *engine.EvalError
+	if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
+		t.Fatalf("err = %v, want EvalError %s", err, engine.CodeDeadline)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v does not match context.DeadlineExceeded", err)
+	}
+	return late
+}
+
+// quadratic is an engine whose policy q/found looks for a needle of
+// needle bytes that never matches in a megabyte (contains: a compare of the
+// needle at every position), and that input.
+func quadratic(t *testing.T, needle int) (*engine.Engine, []byte) {
+	t.Helper()
+	b := compileModules(t, map[string]string{"q.rego": "package q\n\nfound if contains(input.hay, input.needle)\n"}, nil, "q/found")
+	input, err := json.Marshal(map[string]string{
+		"hay":    strings.Repeat("a", 1<<20),
+		"needle": strings.Repeat("a", needle) + "b",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEngine(t, engine.Config{MaxInstances: 1}, b), input
+}
+
 // TestDeadlineStopsQuadraticBuiltin: the interrupt check is left out of
 // the runtime's innermost loops without calls (a string compare, a hash),
 // so a builtin that runs such a loop once per position of a client's
@@ -84,26 +108,10 @@ func TestDeadlineStopsQuadraticBuiltin(t *testing.T) {
 		timeout  = 20 * time.Millisecond
 		promised = 100 * time.Millisecond
 	)
-	b := compileModules(t, map[string]string{"q.rego": "package q\n\nfound if contains(input.hay, input.needle)\n"}, nil, "q/found")
-	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
-	input, err := json.Marshal(map[string]string{
-		"hay":    strings.Repeat("a", 1<<20),
-		"needle": strings.Repeat("a", 1<<17) + "b",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, input := quadratic(t, 1<<17)
 	overruns := make([]time.Duration, 0, 3)
 	for range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		_, err := e.Eval(ctx, "q/found", input, nil)
-		deadline, _ := ctx.Deadline()
-		overruns = append(overruns, time.Since(deadline))
-		cancel()
-		var ee *engine.EvalError
-		if !errors.As(err, &ee) || ee.Code != engine.CodeDeadline {
-			t.Fatalf("err = %v, want EvalError %s", err, engine.CodeDeadline)
-		}
+		overruns = append(overruns, overrun(t, e, "q/found", input, timeout))
 	}
 	slices.Sort(overruns)
 	if median := overruns[1]; median > promised {
@@ -120,15 +128,7 @@ func TestDeadlineStopsQuadraticBuiltin(t *testing.T) {
 // megabyte: tens of seconds) finishes at once, and cancelling the
 // evaluation then stops it.
 func TestLongEvaluationLetsGCRun(t *testing.T) {
-	b := compileModules(t, map[string]string{"q.rego": "package q\n\nfound if contains(input.hay, input.needle)\n"}, nil, "q/found")
-	e := newEngine(t, engine.Config{MaxInstances: 1}, b)
-	input, err := json.Marshal(map[string]string{
-		"hay":    strings.Repeat("a", 1<<20),
-		"needle": strings.Repeat("a", 1<<14) + "b",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, input := quadratic(t, 1<<14)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -141,7 +141,7 @@ func TestLongEvaluationLetsGCRun(t *testing.T) {
 	runtime.GC()
 	took := time.Since(start)
 	cancel()
-	err = <-done
+	err := <-done
 	var ee *engine.EvalError
 	if !errors.As(err, &ee) || ee.Code != engine.CodeCanceled {
 		t.Fatalf("err = %v, want EvalError %s (the evaluation was still running)", err, engine.CodeCanceled)
