@@ -117,7 +117,9 @@ var yieldEpoch = time.Now()
 // stop-the-world the runtime asked for.
 func (p *policy) hostYield(mod api.Module, stack []uint64) {
 	in := p.instanceOf(mod)
-	if in == nil { // an instance being made: go on
+	// No instance yet: the module's start function runs before
+	// instantiate registers the instance. Go on.
+	if in == nil {
 		stack[0] = 0
 		mod.ExportedGlobal(wasmbin.InterruptGlobal).(api.MutableGlobal).Set(wasmbin.InitialBudget)
 		return

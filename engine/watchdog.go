@@ -18,9 +18,10 @@ const watchdogInterval = time.Millisecond
 const watchdogGrace = 100
 
 // watchdog spends the loop budget of instances whose evaluation's context
-// is done (their loops then ask the host, which answers stop). Evaluations touch no state shared with other
-// evaluations: each marks its own instance, and only reads the sleeping
-// flag (a cache line every core keeps) unless the watchdog sleeps.
+// is done (their loops then ask the host, which answers stop).
+// Evaluations touch no state shared with other evaluations: each marks its
+// own instance, and only reads the sleeping flag (a cache line every core
+// keeps) unless the watchdog sleeps.
 type watchdog struct {
 	live     sync.Map // api.Module -> *instance, every instance of every bundle
 	sleeping atomic.Bool
