@@ -210,22 +210,48 @@ func writeHostPort(o *obj, hostport string) {
 // writeAddress writes the member "address" of a peer: a socket address
 // with its port (when hasPort: a set port_value oneof, even 0).
 func writeAddress(o *obj, host string, port uint32, hasPort bool) {
+	writeSocket(o, &corev3.SocketAddress{Address: host}, port, hasPort)
+}
+
+// writeSocket writes the member "address" of a peer whose address is the
+// socket address sa with its port (when hasPort) or its named port, as
+// the plugin maps the message (every populated field under its JSON name,
+// the protocol as its number, a set port oneof even if zero) without
+// reflection. validSocket checks its strings.
+func writeSocket(o *obj, sa *corev3.SocketAddress, port uint32, hasPort bool) {
 	adc, ok := o.member("address")
 	if !ok {
 		return
 	}
-	ad := o.b.object(adc)
+	b := o.b
+	ad := b.object(adc)
 	if sac, ok := ad.member("socketAddress"); ok {
-		sa := o.b.object(sac)
-		sa.str("address", host)
+		s := b.object(sac)
+		s.int64("protocol", int64(sa.Protocol))
+		s.str("address", sa.Address)
 		if hasPort {
-			if _, ok := sa.member("portValue"); ok {
-				o.b.uint(uint64(port))
+			if _, ok := s.member("portValue"); ok {
+				b.uint(uint64(port))
+			}
+		} else if p, named := sa.PortSpecifier.(*corev3.SocketAddress_NamedPort); named {
+			if _, ok := s.member("namedPort"); ok {
+				b.w.String(p.NamedPort)
 			}
 		}
-		sa.close()
+		s.str("resolverName", sa.ResolverName)
+		if sa.Ipv4Compat {
+			if _, ok := s.member("ipv4Compat"); ok {
+				b.w.Bool(true)
+			}
+		}
+		s.str("networkNamespaceFilepath", sa.NetworkNamespaceFilepath)
+		s.close()
 	}
 	ad.close()
+}
+
+func validSocket(sa *corev3.SocketAddress) error {
+	return validStrings(sa.Address, sa.GetNamedPort(), sa.ResolverName, sa.NetworkNamespaceFilepath)
 }
 
 // writeParsed writes the members the plugin computes from the request:
@@ -414,9 +440,10 @@ func (b *builder) stringMap(sel *prune.Tree, m map[string]string) {
 	b.w.End()
 }
 
-// attributes writes the attributes: the fields every request has by hand,
-// the rest (metadata, TLS, header maps, other addresses) by reflection, to
-// the same mapping. With checked (Options.UTF8Checked) the strings of the
+// attributes writes the attributes: the peers (socket addresses), the
+// request, the context extensions and the metadata (structs and Any) by
+// hand, the rest (TLS, header maps, pipe and internal addresses) by
+// reflection, to the same mapping. With checked (Options.UTF8Checked) the strings of the
 // peers, the HTTP request and the context extensions are not checked
 // again.
 func (b *builder) attributes(sel *prune.Tree, a *authv3.AttributeContext, checked bool) error {
@@ -501,16 +528,6 @@ func writeRequest(parent *obj, r *authv3.AttributeContext_Request, checked bool)
 	return nil
 }
 
-// simpleSocket returns ad's socket address if writePeer writes it by hand:
-// an address and a port value, nothing else.
-func simpleSocket(ad *corev3.Address) (*corev3.SocketAddress, bool) {
-	sa := ad.GetSocketAddress()
-	if sa == nil || sa.Protocol != 0 || sa.GetNamedPort() != "" || sa.ResolverName != "" || sa.Ipv4Compat || sa.NetworkNamespaceFilepath != "" {
-		return nil, false
-	}
-	return sa, true
-}
-
 // validAttributes checks what attributes would refuse, without
 // writing anything.
 func validAttributes(a *authv3.AttributeContext) error {
@@ -553,8 +570,8 @@ func validPeer(p *authv3.AttributeContext_Peer) error {
 		return err
 	}
 	if ad := p.Address; ad != nil {
-		if sa, ok := simpleSocket(ad); ok {
-			return validStrings(sa.Address)
+		if sa := ad.GetSocketAddress(); sa != nil {
+			return validSocket(sa)
 		}
 		return validMessage(ad.ProtoReflect())
 	}
@@ -576,9 +593,9 @@ func writePeer(parent *obj, name string, p *authv3.AttributeContext_Peer, checke
 	b := parent.b
 	o := b.object(sel)
 	if ad := p.Address; ad != nil {
-		if sa, ok := simpleSocket(ad); ok {
+		if sa := ad.GetSocketAddress(); sa != nil {
 			_, hasPort := sa.PortSpecifier.(*corev3.SocketAddress_PortValue)
-			writeAddress(&o, sa.Address, sa.GetPortValue(), hasPort)
+			writeSocket(&o, sa, sa.GetPortValue(), hasPort)
 		} else if c, ok := o.member("address"); ok {
 			if err := b.message(c, ad.ProtoReflect()); err != nil {
 				return err

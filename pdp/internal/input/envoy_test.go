@@ -56,8 +56,8 @@ func istioRequest() *authv3.CheckRequest {
 	}}
 }
 
-// rareRequest has every attribute nexus writes by reflection: metadata
-// with typed (Any) entries, route metadata, TLS, a header map with raw
+// rareRequest has every attribute nexus writes by reflection, and the
+// rare fields of those it writes by hand: metadata with typed (Any) entries, route metadata, TLS, a header map with raw
 // values, addresses that are not a plain socket address, a zero time.
 func rareRequest() *authv3.CheckRequest {
 	anyMD, err := anypb.New(&timestamppb.Timestamp{Seconds: 1})
@@ -68,6 +68,7 @@ func rareRequest() *authv3.CheckRequest {
 		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: "/run/sock", Mode: 0o600}}}},
 		Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 			Protocol: corev3.SocketAddress_UDP, Address: "::1", PortSpecifier: &corev3.SocketAddress_NamedPort{NamedPort: "https"}, Ipv4Compat: true,
+			ResolverName: "envoy.resolvers.custom", NetworkNamespaceFilepath: "/var/run/netns/blue",
 		}}}},
 		Request: &authv3.AttributeContext_Request{Time: &timestamppb.Timestamp{}, Http: &authv3.AttributeContext_HttpRequest{
 			Path: "/", Query: "legacy", Fragment: "f", RawBody: []byte{0, 1, 2, 0xff}, Size: -1,
@@ -80,9 +81,9 @@ func rareRequest() *authv3.CheckRequest {
 				"l":     structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewBoolValue(true), structpb.NewStringValue("s"), {}}}),
 				"empty": structpb.NewStructValue(nil), "emptyList": {Kind: &structpb.Value_ListValue{}},
 			}}},
-			TypedFilterMetadata: map[string]*anypb.Any{"t": anyMD},
+			TypedFilterMetadata: map[string]*anypb.Any{"t": anyMD, "empty": {}, "raw": {TypeUrl: "example.com/raw", Value: []byte{0xff, 0}}},
 		},
-		RouteMetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"r": {}}},
+		RouteMetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"r": {}}, TypedFilterMetadata: map[string]*anypb.Any{"raw": {TypeUrl: "example.com/raw", Value: []byte("v")}}},
 		TlsSession:           &authv3.AttributeContext_TLSSession{Sni: "a.example.com"},
 	}}
 }
@@ -208,6 +209,14 @@ func TestAppendEnvoyErrors(t *testing.T) {
 	}{
 		{"bad-utf8-header", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"x": "\xff"}}), ErrInvalidUTF8},
 		{"bad-utf8-path", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/\xfe"}), ErrInvalidUTF8},
+		{"bad-utf8-any-type", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{MetadataContext: &corev3.Metadata{
+			TypedFilterMetadata: map[string]*anypb.Any{"a": {TypeUrl: "x/\xff"}}}}}, ErrInvalidUTF8},
+		{"bad-utf8-any-key", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{RouteMetadataContext: &corev3.Metadata{
+			TypedFilterMetadata: map[string]*anypb.Any{"\xfe": {}}}}}, ErrInvalidUTF8},
+		{"bad-utf8-named-port", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{
+			Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{PortSpecifier: &corev3.SocketAddress_NamedPort{NamedPort: "\xff"}}}}}}}, ErrInvalidUTF8},
+		{"bad-utf8-resolver", &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{
+			Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "a", ResolverName: "\xff"}}}}}}, ErrInvalidUTF8},
 		{"bad-path", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/a%zz"}), ErrInvalidPath},
 		{"bad-json-body", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json"}, Body: "{"}), ErrInvalidBody},
 		{"bad-content-length", withHTTP(&authv3.AttributeContext_HttpRequest{Path: "/", Headers: map[string]string{"content-type": "application/json", "content-length": "x"}, Body: "{}"}), ErrInvalidBody},

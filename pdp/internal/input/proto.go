@@ -6,6 +6,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/nexuspdp/nexus/pdp/internal/prune"
@@ -246,7 +247,7 @@ func writeObject[V any](b *builder, sel *prune.Tree, m map[string]V, val func(*b
 }
 
 // writeMetadata writes Envoy's Metadata as member name of parent: the
-// mapping of message, without reflection for filter_metadata.
+// mapping of message, without reflection.
 func writeMetadata(parent *obj, name string, md *corev3.Metadata) error {
 	sel, ok := parent.member(name)
 	if !ok {
@@ -264,13 +265,11 @@ func writeMetadata(parent *obj, name string, md *corev3.Metadata) error {
 		}
 	}
 	if len(md.TypedFilterMetadata) > 0 {
-		m := md.ProtoReflect()
-		fd := m.Descriptor().Fields().ByName("typed_filter_metadata")
-		if c, ok := o.member(fd.JSONName()); ok {
-			if err := b.field(c, fd, m.Get(fd)); err != nil {
+		if c, ok := o.member("typedFilterMetadata"); ok {
+			if err := writeObject(b, c, md.TypedFilterMetadata, (*builder).anyMessage, validAnyEntry); err != nil {
 				return err
 			}
-		} else if err := validField(fd, m.Get(fd)); err != nil {
+		} else if err := validMetadata(&corev3.Metadata{TypedFilterMetadata: md.TypedFilterMetadata}); err != nil {
 			return err
 		}
 	}
@@ -284,10 +283,29 @@ func validMetadata(md *corev3.Metadata) error {
 			return err
 		}
 	}
-	if len(md.TypedFilterMetadata) > 0 {
-		return validMessage(md.ProtoReflect())
+	for k, a := range md.TypedFilterMetadata {
+		if err := validAnyEntry(k, a); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// anyMessage writes an Any as the plugin maps it, without reflection: the
+// object of its populated fields, typeUrl and value (in base64).
+func (b *builder) anyMessage(sel *prune.Tree, a *anypb.Any) error {
+	if err := validStrings(a.GetTypeUrl()); err != nil {
+		return err
+	}
+	o := b.object(sel)
+	o.str("typeUrl", a.GetTypeUrl())
+	o.bytes("value", a.GetValue())
+	o.close()
+	return nil
+}
+
+func validAnyEntry(k string, a *anypb.Any) error {
+	return validStrings(k, a.GetTypeUrl())
 }
 
 func validStruct(k string, s *structpb.Struct) error {
