@@ -57,8 +57,9 @@ func istioRequest() *authv3.CheckRequest {
 }
 
 // rareRequest has every attribute nexus writes by reflection, and the
-// rare fields of those it writes by hand: metadata with typed (Any) entries, route metadata, TLS, a header map with raw
-// values, addresses that are not a plain socket address, a zero time.
+// rare fields of those it writes by hand: metadata with typed (Any)
+// entries, route metadata, TLS, a header map with raw values, a pipe
+// address and a socket address with every field, a zero time.
 func rareRequest() *authv3.CheckRequest {
 	anyMD, err := anypb.New(&timestamppb.Timestamp{Seconds: 1})
 	if err != nil {
