@@ -232,6 +232,12 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 	}
 }
 
+// epoch is a reading of the clock taken once: a decision's start and
+// latency are time.Since(epoch), which reads the monotonic clock alone,
+// where time.Now would read the wall clock too. The wall clock is read
+// only for a decision that is logged.
+var epoch = time.Now()
+
 // decide evaluates entrypoint on input, through the decision cache, and
 // counts, measures and logs the decision. whole, when not nil, writes the
 // whole input document, unpruned, for a decision sink (nil when the
@@ -240,12 +246,12 @@ func (p *PDP) decideBuilt(ctx context.Context, iface, entrypoint string, md meta
 // values, when not nil, is the input instead of input, written as values;
 // it bypasses the decision cache.
 func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte, md meta, whole build, values *engine.Input) (Decision, error) {
-	start := time.Now()
+	start := time.Since(epoch)
 	d, err := p.decideUncounted(ctx, entrypoint, input, values, &md, start)
 	if err == errStale {
 		return d, err // the caller builds the input again
 	}
-	elapsed := time.Since(start)
+	elapsed := time.Since(epoch) - start
 	d.ID = p.decisionID()
 	if err != nil {
 		err = overBudget(ctx, err)
@@ -257,6 +263,10 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 		p.m.countDecision(iface, d.Allowed, d.Reason)
 	}
 	p.m.observe(iface, d.Cache, elapsed)
+	var began time.Time // the wall clock when the decision began, for logs
+	if p.log.Enabled() || p.cfg.DecisionSink != nil {
+		began = time.Now().Add(-elapsed)
+	}
 	if p.log.Enabled() {
 		rev := d.rev
 		if d.Cache == CacheDisabled {
@@ -268,7 +278,7 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 		}
 		p.log.Emit(decisionlog.Event{
 			DecisionID:     d.ID,
-			Time:           start.UTC(),
+			Time:           began.UTC(),
 			Interface:      iface,
 			Subject:        subject,
 			Action:         md.action,
@@ -282,7 +292,7 @@ func (p *PDP) decide(ctx context.Context, iface, entrypoint string, input []byte
 		})
 	}
 	if p.cfg.DecisionSink != nil {
-		p.record(iface, entrypoint, input, &d, err, start, elapsed, &md, whole)
+		p.record(iface, entrypoint, input, &d, err, began, elapsed, &md, whole)
 	}
 	return d, err
 }
@@ -359,9 +369,10 @@ func (p *PDP) putBuf(bp *[]byte, b []byte) {
 // decideUncounted decides input, written for view md.view (nil before a
 // policy is loaded), reading the result as opa-envoy-plugin does if
 // md.envoy. It returns errStale if the view is no longer the loaded one
-// when the decision is made. start is when the decision began: the
-// evaluation's deadline is Config.EvalTimeout after it.
-func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, values *engine.Input, md *meta, start time.Time) (d Decision, err error) {
+// when the decision is made. start is when the decision began, as
+// time.Since(epoch): the evaluation's deadline is Config.EvalTimeout
+// after it.
+func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []byte, values *engine.Input, md *meta, start time.Duration) (d Decision, err error) {
 	v, envoy := md.view, md.envoy
 	d = Decision{Cache: CacheDisabled}
 	if !p.ready.Load() {
@@ -410,7 +421,7 @@ func (p *PDP) decideUncounted(ctx context.Context, entrypoint string, input []by
 	// scan it again.
 	var deadline time.Time
 	if p.cfg.EvalTimeout > 0 {
-		deadline = start.Add(p.cfg.EvalTimeout)
+		deadline = epoch.Add(start + p.cfg.EvalTimeout)
 	}
 	var out []byte
 	if values != nil {
