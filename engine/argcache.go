@@ -162,12 +162,17 @@ type resultMemo struct {
 // memoKey appends the key of a call of builtin id with args to the memo's
 // buffer; false when an argument cannot be keyed (argKey). After a true,
 // argKey(i) is argument i's own key.
-func (c *resultMemo) memoKey(m []byte, id uint32, args []uint32) ([]byte, bool) {
-	key := binary.AppendUvarint(c.key[:0], uint64(id))
+func (c *resultMemo) memoKey(m []byte, id uint32, args []uint32) (key []byte, ok bool) {
+	defer func() {
+		if recover() != nil { // a malformed value (argKey)
+			key, ok = c.key[:0], false
+		}
+	}()
+	key = binary.AppendUvarint(c.key[:0], uint64(id))
 	c.bounds[0] = len(key)
-	ok := true
+	ok = true
 	for i, a := range args {
-		if key, ok = argKey(key, m, a); !ok {
+		if key, ok = appendArgKey(key, m, a, 0); !ok {
 			break
 		}
 		c.bounds[i+1] = len(key)

@@ -46,8 +46,14 @@ func (p *policy) instantiateHost(ctx context.Context) error {
 	return err
 }
 
-// instanceOf finds the instance a host function was called from.
-func (p *policy) instanceOf(mod api.Module) *instance {
+// instanceOf finds the instance a host function was called from: the
+// one whose evaluation's context (hostCtx) the call carries, else (a call
+// from outside an evaluation, such as the module's start function) the
+// one the watchdog holds for mod.
+func (p *policy) instanceOf(ctx context.Context, mod api.Module) *instance {
+	if hc, ok := ctx.(*hostCtx); ok && hc.in.mod == mod {
+		return hc.in
+	}
 	if v, ok := p.wd.live.Load(mod); ok {
 		return v.(*instance)
 	}
@@ -73,11 +79,11 @@ func (p *policy) hostAbort(_ context.Context, mod api.Module, stack []uint64) {
 	panic(&abortPanic{msg: msg})
 }
 
-func (p *policy) hostPrintln(_ context.Context, mod api.Module, stack []uint64) {
+func (p *policy) hostPrintln(ctx context.Context, mod api.Module, stack []uint64) {
 	if p.cfg.Print == nil {
 		return
 	}
-	in := p.instanceOf(mod)
+	in := p.instanceOf(ctx, mod)
 	if in == nil {
 		return
 	}
@@ -115,8 +121,8 @@ var yieldEpoch = time.Now()
 // watchdog fired for the evaluation, else 0 with a new budget. Being Go
 // code, the call is a point where the goroutine stops for a
 // stop-the-world the runtime asked for.
-func (p *policy) hostYield(mod api.Module, stack []uint64) {
-	in := p.instanceOf(mod)
+func (p *policy) hostYield(ctx context.Context, mod api.Module, stack []uint64) {
+	in := p.instanceOf(ctx, mod)
 	// No instance yet: the module's start function runs before
 	// instantiate registers the instance. Go on.
 	if in == nil {
@@ -153,10 +159,10 @@ func (p *policy) hostYield(mod api.Module, stack []uint64) {
 func (p *policy) hostBuiltin(ctx context.Context, mod api.Module, stack []uint64, nargs int) {
 	id := uint32(stack[0])
 	if id == wasmbin.YieldID && nargs == 0 {
-		p.hostYield(mod, stack)
+		p.hostYield(ctx, mod, stack)
 		return
 	}
-	in := p.instanceOf(mod)
+	in := p.instanceOf(ctx, mod)
 	if in == nil || int(id) >= len(p.builtins) || p.builtins[id] == nil {
 		panic(&abortPanic{msg: fmt.Sprintf("unknown builtin id %d", id)})
 	}

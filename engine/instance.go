@@ -41,6 +41,11 @@ type instance struct {
 	budget  int32
 	yieldAt time.Duration
 
+	// hctx is the context an evaluation runs the module under: the
+	// evaluation's, which it holds only while the module runs, with the
+	// instance, which every host call finds in it (instanceOf).
+	hctx hostCtx
+
 	stack [8]uint64 // eval parameters and result
 	inner [4]uint64 // nested calls from host functions
 
@@ -211,6 +216,20 @@ func watchable(ctx context.Context) bool {
 	return bounded || ctx.Done() != nil
 }
 
+// hostCtx is an evaluation's context with the instance it runs on.
+// Between evaluations it holds endedCtx: a builtin that kept it sees its
+// evaluation over.
+type hostCtx struct {
+	context.Context
+	in *instance
+}
+
+var endedCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 // run calls f with the watchdog watching ctx (when it can be done).
 func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
 	in.yieldAt = 0
@@ -221,7 +240,9 @@ func (in *instance) run(ctx context.Context, f api.Function, s []uint64) error {
 		in.wmu.Unlock()
 		in.p.wd.started()
 	}
-	err := f.CallWithStack(ctx, s)
+	in.hctx.Context = ctx
+	err := f.CallWithStack(&in.hctx, s)
+	in.hctx.Context = endedCtx
 	if watched {
 		in.wmu.Lock()
 		in.wctx = nil

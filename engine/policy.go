@@ -226,6 +226,7 @@ func (p *policy) instantiate(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	inst := &instance{p: p, mod: mod, mem: mod.Memory()}
+	inst.hctx = hostCtx{Context: endedCtx, in: inst}
 	if inst.mem == nil {
 		_ = mod.Close(ctx)
 		return nil, fmt.Errorf("%w: module has no memory", ErrInvalidBundle)

@@ -40,3 +40,24 @@ func BenchmarkRegexMatch(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMemoHits: sixteen glob.match calls an evaluation, each one a
+// hit in the instance's memo of pure builtins' results (the same
+// patterns and path as the evaluation before): what a host call costs
+// when its answer is kept.
+func BenchmarkMemoHits(b *testing.B) {
+	mod := "package p\n\ndefault allow := false\n\nallow if {\n\tsome pattern in data.patterns\n\tglob.match(pattern, [\"/\"], input.path)\n}\n"
+	patterns := make([]string, 16)
+	for i := range patterns {
+		patterns[i] = fmt.Sprintf("/api/v1/r%d/*/items/**", i)
+	}
+	bun := compileModules(b, map[string]string{"p.rego": mod}, map[string]any{"patterns": patterns}, "p/allow")
+	e := newEngine(b, engine.Config{}, bun)
+	ctx := context.Background()
+	in := []byte(`{"path":"/api/v2/projects/nexus/builds/812/logs"}`)
+	for b.Loop() {
+		if _, err := e.Eval(ctx, "p/allow", in, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
