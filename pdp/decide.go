@@ -80,6 +80,7 @@ func (p *PDP) envoy(ctx context.Context, iface string, req *authv3.CheckRequest,
 		o := opts // opts is captured by value: one allocation less
 		o.Keep = keep
 		if w != nil {
+			o.AnyOrder = true // the engine's values
 			return dst, input.WriteEnvoy(w, req, o)
 		}
 		return input.AppendEnvoy(dst, req, o)
@@ -96,6 +97,7 @@ func (p *PDP) HTTP(ctx context.Context, iface string, req *HTTPRequest, source s
 		o := opts
 		o.Keep = keep
 		if w != nil {
+			o.AnyOrder = true // the engine's values
 			return dst, input.WriteHTTP(w, req, source, o)
 		}
 		return input.AppendHTTP(dst, req, source, o)

@@ -193,7 +193,7 @@ func (b *builder) anyValue(v any) {
 	case map[string]any:
 		b.w.BeginObject()
 		var kb [8]string
-		for _, k := range sortedKeys(kb[:0], v) {
+		for _, k := range keysOf(b, kb[:0], v) {
 			b.text(k)
 			b.anyValue(v[k])
 		}

@@ -44,9 +44,10 @@ func echoEngine(tb testing.TB) *engine.Engine {
 func TestWriteEnvoyInEngine(t *testing.T) {
 	e := echoEngine(t)
 	ctx := context.Background()
-	opts := map[string]Options{"whole": {}, "skip-body": {SkipBody: true}}
-	for _, name := range []string{"default-policy", "jwt-claims", "rare", "body", "nothing"} {
+	opts := map[string]Options{"whole": {}, "skip-body": {SkipBody: true}, "any-order": {AnyOrder: true}}
+	for _, name := range []string{"default-policy", "jwt-claims", "rare", "body", "nothing", "http-whole", "whole-attributes"} {
 		opts["keep-"+name] = Options{Keep: prune.New(keepTrees[name])}
+		opts["keep-"+name+"-any-order"] = Options{Keep: prune.New(keepTrees[name]), AnyOrder: true}
 	}
 	check := func(what string, js []byte, write func(Writer) error) {
 		t.Helper()
@@ -87,6 +88,7 @@ func TestWriteEnvoyInEngine(t *testing.T) {
 				continue
 			}
 			check(rn+"/http/"+source, js, func(w Writer) error { return WriteHTTP(w, h, source, Options{}) })
+			check(rn+"/http-any-order/"+source, js, func(w Writer) error { return WriteHTTP(w, h, source, Options{AnyOrder: true}) })
 			n++
 		}
 	}

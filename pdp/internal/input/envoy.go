@@ -98,6 +98,13 @@ type Options struct {
 	// that is not UTF-8 is written as U+FFFD); another Writer is given
 	// such a string as it is.
 	UTF8Checked bool
+	// AnyOrder says that the Writer's objects are the same whatever order
+	// their members come in, as the engine's values are (hash tables):
+	// WriteEnvoy and WriteHTTP then write the members of a map (headers,
+	// query parameters, metadata, a JSON body's objects) in the map's own
+	// order instead of sorting its keys. AppendEnvoy and AppendHTTP,
+	// whose JSON bytes the order shapes, always sort.
+	AnyOrder bool
 }
 
 // HTTP is the part of an HTTP request that becomes the input document.
@@ -126,7 +133,7 @@ func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, er
 // values AppendEnvoy writes as JSON, in the same order. On error w may
 // hold part of a document: the caller discards it.
 func WriteEnvoy(w Writer, req *authv3.CheckRequest, opts Options) error {
-	return build(w, func(b *builder) error { return b.envoy(req, opts) })
+	return build(w, !opts.AnyOrder, func(b *builder) error { return b.envoy(req, opts) })
 }
 
 func (b *builder) envoy(req *authv3.CheckRequest, opts Options) error {
@@ -160,7 +167,7 @@ func AppendHTTP(dst []byte, h *HTTP, source string, opts Options) ([]byte, error
 // attributes.source.address from source (host:port). On error w may hold
 // part of a document: the caller discards it.
 func WriteHTTP(w Writer, h *HTTP, source string, opts Options) error {
-	return build(w, func(b *builder) error { return b.http(h, source, opts) })
+	return build(w, !opts.AnyOrder, func(b *builder) error { return b.http(h, source, opts) })
 }
 
 func (b *builder) http(h *HTTP, source string, opts Options) error {
@@ -380,12 +387,12 @@ func isHex(c byte) bool {
 // list of values.
 func (b *builder) values(v url.Values) { writeLists(b, v, b.text) }
 
-// writeLists writes m as an object, each key (sorted) to the list of its
-// values, each written by value.
+// writeLists writes m as an object, each key (sorted when b.ordered) to
+// the list of its values, each written by value.
 func writeLists[V any](b *builder, m map[string][]V, value func(V)) {
 	b.w.BeginObject()
 	var kb [8]string
-	for _, k := range sortedKeys(kb[:0], m) {
+	for _, k := range keysOf(b, kb[:0], m) {
 		b.text(k)
 		b.w.BeginArray()
 		for _, v := range m[k] {
@@ -410,26 +417,34 @@ func appendSegments(dst []string, p string) []string {
 	}
 }
 
-// sortedKeys appends m's keys to dst, sorted.
-func sortedKeys[V any](dst []string, m map[string]V) []string {
+// keysOf appends m's keys to dst, sorted when b.ordered.
+func keysOf[V any](b *builder, dst []string, m map[string]V) []string {
 	for k := range m {
 		dst = append(dst, k)
 	}
-	slices.Sort(dst)
+	if b.ordered {
+		slices.Sort(dst)
+	}
 	return dst
 }
 
-// stringMap writes m as an object with its keys sorted, only the keys of
-// sel if it is not nil.
+// stringMap writes m as an object (its keys sorted when b.ordered), only
+// the keys of sel if it is not nil.
 func (b *builder) stringMap(sel *prune.Tree, m map[string]string) {
 	b.w.BeginObject()
-	if sel == nil {
+	switch {
+	case sel == nil && !b.ordered:
+		for k, v := range m {
+			b.w.String(k)
+			b.w.String(v)
+		}
+	case sel == nil:
 		var kb [8]string
-		for _, k := range sortedKeys(kb[:0], m) {
+		for _, k := range keysOf(b, kb[:0], m) {
 			b.w.String(k)
 			b.w.String(m[k])
 		}
-	} else {
+	default:
 		for _, k := range sel.Keys() {
 			if v, ok := m[k]; ok {
 				b.w.String(k)

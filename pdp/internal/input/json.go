@@ -147,16 +147,20 @@ type builder struct {
 	w   Writer
 	js  jsonWriter // the JSON Writer of appendJSON
 	tmp []byte
+	// ordered: maps are written with their keys sorted, as JSON text
+	// needs (Options.AnyOrder).
+	ordered bool
 }
 
 var builders = sync.Pool{New: func() any {
 	return &builder{js: jsonWriter{stack: make([]byte, 0, 16)}, tmp: make([]byte, 0, 64)}
 }}
 
-// build runs f with a builder writing to w.
-func build(w Writer, f func(*builder) error) error {
+// build runs f with a builder writing to w, maps with their keys sorted
+// if ordered.
+func build(w Writer, ordered bool, f func(*builder) error) error {
 	b := builders.Get().(*builder)
-	b.w = w
+	b.w, b.ordered = w, ordered
 	err := f(b)
 	b.release()
 	return err
@@ -167,7 +171,7 @@ func build(w Writer, f func(*builder) error) error {
 func appendJSON(dst []byte, f func(*builder) error) ([]byte, error) {
 	b := builders.Get().(*builder)
 	b.js.reset(dst)
-	b.w = &b.js
+	b.w, b.ordered = &b.js, true
 	err := f(b)
 	out := b.js.buf
 	b.release()

@@ -227,14 +227,13 @@ func writeObject[V any](b *builder, sel *prune.Tree, m map[string]V, val func(*b
 		o.close()
 		return nil
 	}
-	keys := make([]string, 0, len(m))
 	for k := range m {
 		if err := validStrings(k); err != nil {
 			return err
 		}
-		keys = append(keys, k)
 	}
-	slices.Sort(keys)
+	var kb [8]string
+	keys := keysOf(b, kb[:0], m)
 	b.w.BeginObject()
 	for _, k := range keys {
 		b.w.String(k)

@@ -176,7 +176,7 @@ func assertSameError(t *testing.T, what string, js, vals error) {
 // assertSameDocument fails t unless write gives, on a goWriter, the
 // values that encoding/json decodes from the JSON that appendDoc gives,
 // or the same error; it returns the JSON.
-func assertSameDocument(t *testing.T, what string, appendDoc func([]byte) ([]byte, error), write func(Writer) error) []byte {
+func assertSameDocument(t *testing.T, what string, anyOrder bool, appendDoc func([]byte) ([]byte, error), write func(Writer) error) []byte {
 	t.Helper()
 	js, jerr := appendDoc(nil)
 	var w goWriter
@@ -196,6 +196,9 @@ func assertSameDocument(t *testing.T, what string, appendDoc func([]byte) ([]byt
 	if !reflect.DeepEqual(got, want) {
 		g, _ := json.Marshal(got)
 		t.Fatalf("%s: values differ from the JSON's\nWriter: %s\nJSON:   %s", what, g, js)
+	}
+	if anyOrder {
+		return js // the members of maps in any order: the same values, other bytes
 	}
 	// The JSON Writer through WriteEnvoy is AppendEnvoy.
 	jw := jsonWriter{buf: []byte("x")}
@@ -312,13 +315,14 @@ func errorRequests() map[string]*authv3.CheckRequest {
 }
 
 // writerOptions are the options each request is written with: the whole
-// document, without the body, strings taken as checked, and each of
-// keepTrees with and without the body.
+// document, without the body, strings taken as checked, maps in any order,
+// and each of keepTrees with and without the body and in any order.
 func writerOptions() map[string]Options {
-	opts := map[string]Options{"whole": {}, "skip-body": {SkipBody: true}, "utf8-checked": {UTF8Checked: true}}
+	opts := map[string]Options{"whole": {}, "skip-body": {SkipBody: true}, "utf8-checked": {UTF8Checked: true}, "any-order": {AnyOrder: true}}
 	for name, paths := range keepTrees {
 		opts["keep-"+name] = Options{Keep: prune.New(paths)}
 		opts["keep-"+name+"-skip-body"] = Options{Keep: prune.New(paths), SkipBody: true}
+		opts["keep-"+name+"-any-order"] = Options{Keep: prune.New(paths), AnyOrder: true}
 	}
 	return opts
 }
@@ -335,7 +339,7 @@ func TestWriteEnvoyMatchesAppendEnvoy(t *testing.T) {
 			if o.UTF8Checked && errors.Is(wholeErr, ErrInvalidUTF8) {
 				continue // UTF8Checked takes the caller's word, wrongly here
 			}
-			js := assertSameDocument(t, rn+"/"+on,
+			js := assertSameDocument(t, rn+"/"+on, o.AnyOrder,
 				func(dst []byte) ([]byte, error) { return AppendEnvoy(dst, req, o) },
 				func(w Writer) error { return WriteEnvoy(w, req, o) })
 			if js == nil {
@@ -381,7 +385,7 @@ func TestWriteHTTPMatchesAppendHTTP(t *testing.T) {
 				if o.UTF8Checked {
 					continue // AppendHTTP checks its strings whatever the options
 				}
-				assertSameDocument(t, what,
+				assertSameDocument(t, what, o.AnyOrder,
 					func(dst []byte) ([]byte, error) { return AppendHTTP(dst, h, source, o) },
 					func(w Writer) error { return WriteHTTP(w, h, source, o) })
 			}
@@ -395,11 +399,11 @@ func TestWriteHTTPMatchesAppendHTTP(t *testing.T) {
 func TestBuilderNumbers(t *testing.T) {
 	write := func(f func(b *builder)) string {
 		var w jsonWriter
-		if err := build(&w, func(b *builder) error { f(b); return nil }); err != nil {
+		if err := build(&w, true, func(b *builder) error { f(b); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		var g goWriter
-		if err := build(&g, func(b *builder) error { f(b); return nil }); err != nil {
+		if err := build(&g, true, func(b *builder) error { f(b); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		got, err := g.value()
@@ -479,6 +483,7 @@ func FuzzWriteEnvoy(f *testing.F) {
 	f.Add("/up", "POST", "multipart/form-data; boundary=b", "content-length", "-1", multipartBody, "", int64(0), int32(0), []byte(nil), math.Copysign(0, -1), "\xff", uint8(3))
 	f.Add("/%2e?a=%ff", "PUT", "application/json; charset=utf-8", "x", "", ` [1, "\ud800", {"a":{"a":2e5}}]`, "p", int64(0), int32(0), []byte(nil), 1e-7, "n", uint8(4))
 	f.Add("/%ff/%e2?%fe=1", "POST", "application/x-www-form-urlencoded", "content-length", "3", "%ff=%fe", "", int64(0), int32(0), []byte(nil), 0.0, "", uint8(5))
+	f.Add("/q?b=1&a=2&a=3", "POST", "application/json", "x-b", "1", `{"z":1,"a":{"y":2,"b":3}}`, "", int64(0), int32(0), []byte(nil), 2.5, "m", uint8(0x80))
 	trees := []*prune.Tree{nil}
 	for _, paths := range keepTrees {
 		trees = append(trees, prune.New(paths))
@@ -495,12 +500,12 @@ func FuzzWriteEnvoy(f *testing.F) {
 				"l":   structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue(hv), structpb.NewNumberValue(-num)}}),
 			}}}},
 		}}
-		o := Options{SkipBody: opt&1 != 0, Keep: trees[int(opt>>1)%len(trees)]}
-		assertSameDocument(t, "envoy",
+		o := Options{SkipBody: opt&1 != 0, Keep: trees[int(opt>>1&0x3f)%len(trees)], AnyOrder: opt&0x80 != 0}
+		assertSameDocument(t, "envoy", o.AnyOrder,
 			func(dst []byte) ([]byte, error) { return AppendEnvoy(dst, req, o) },
 			func(w Writer) error { return WriteEnvoy(w, req, o) })
 		h := &HTTP{Method: method, Path: path, Headers: map[string]string{"content-type": ct, hk: hv}, Body: body, RawBody: rawBody}
-		assertSameDocument(t, "http",
+		assertSameDocument(t, "http", o.AnyOrder,
 			func(dst []byte) ([]byte, error) { return AppendHTTP(dst, h, principal, o) },
 			func(w Writer) error { return WriteHTTP(w, h, principal, o) })
 	})
