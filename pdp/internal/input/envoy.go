@@ -130,8 +130,9 @@ func AppendEnvoy(dst []byte, req *authv3.CheckRequest, opts Options) ([]byte, er
 }
 
 // WriteEnvoy writes the opa-envoy-plugin input document for req to w, the
-// values AppendEnvoy writes as JSON, in the same order. On error w may
-// hold part of a document: the caller discards it.
+// values AppendEnvoy writes as JSON, in the same order (a map's members
+// in any order with Options.AnyOrder). On error w may hold part of a
+// document: the caller discards it.
 func WriteEnvoy(w Writer, req *authv3.CheckRequest, opts Options) error {
 	return build(w, !opts.AnyOrder, func(b *builder) error { return b.envoy(req, opts) })
 }
