@@ -213,19 +213,61 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Pause stops node i with SIGSTOP: its sockets stay open and nothing
-// answers until Cont.
+// answers until Cont. It returns once every thread of the process is
+// stopped, so that what the caller does next meets a stopped node.
 func (c *Cluster) Pause(i int) { c.signal(i, syscall.SIGSTOP) }
 
-// Cont continues node i after Pause (SIGCONT).
+// Cont continues node i after Pause (SIGCONT), and returns once it runs.
 func (c *Cluster) Cont(i int) { c.signal(i, syscall.SIGCONT) }
 
 func (c *Cluster) signal(i int, sig syscall.Signal) {
 	nd := c.nodes[i]
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	if nd.cmd != nil {
-		_ = nd.cmd.Process.Signal(sig)
+	if nd.cmd == nil {
+		return
 	}
+	if err := nd.cmd.Process.Signal(sig); err != nil {
+		c.t.Errorf("nats-server %s: %v: %v", nd.name, sig, err)
+		return
+	}
+	stopped := sig == syscall.SIGSTOP
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all, known := threadsStopped(nd.cmd.Process.Pid)
+		if !known || all == stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Errorf("nats-server %s: still not %s 10s after %v", nd.name, map[bool]string{true: "stopped", false: "running"}[stopped], sig)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// threadsStopped reports whether every thread of process pid is stopped
+// (state T in /proc); known is false where /proc cannot tell.
+func threadsStopped(pid int) (all, known bool) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false, false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return false, false
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		j := bytes.LastIndexByte(b, ')')
+		if j < 0 || j+2 >= len(b) {
+			return false, false
+		}
+		if st := b[j+2]; st != 'T' && st != 't' {
+			return false, true
+		}
+	}
+	return true, true
 }
 
 // Running reports whether node i has a process (paused or not).
