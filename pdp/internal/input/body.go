@@ -193,9 +193,9 @@ func (b *builder) anyValue(v any) {
 	case map[string]any:
 		b.w.BeginObject()
 		var kb [8]string
-		for _, k := range keysOf(b, kb[:0], v) {
+		for k, e := range entries(b, v, kb[:0]) {
 			b.text(k)
-			b.anyValue(v[k])
+			b.anyValue(e)
 		}
 		b.w.End()
 	default:

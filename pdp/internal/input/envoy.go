@@ -28,6 +28,7 @@ package input
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"net/url"
 	"os"
 	"slices"
@@ -393,10 +394,10 @@ func (b *builder) values(v url.Values) { writeLists(b, v, b.text) }
 func writeLists[V any](b *builder, m map[string][]V, value func(V)) {
 	b.w.BeginObject()
 	var kb [8]string
-	for _, k := range keysOf(b, kb[:0], m) {
+	for k, vs := range entries(b, m, kb[:0]) {
 		b.text(k)
 		b.w.BeginArray()
-		for _, v := range m[k] {
+		for _, v := range vs {
 			value(v)
 		}
 		b.w.End()
@@ -418,34 +419,42 @@ func appendSegments(dst []string, p string) []string {
 	}
 }
 
-// keysOf appends m's keys to dst, sorted when b.ordered.
-func keysOf[V any](b *builder, dst []string, m map[string]V) []string {
-	for k := range m {
-		dst = append(dst, k)
+// entries yields m's keys and values: in key order when b.ordered, the
+// keys sorted in scratch (which may grow), else in the map's own order.
+func entries[V any](b *builder, m map[string]V, scratch []string) iter.Seq2[string, V] {
+	return func(yield func(string, V) bool) {
+		if !b.ordered {
+			for k, v := range m {
+				if !yield(k, v) {
+					return
+				}
+			}
+			return
+		}
+		keys := scratch
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if !yield(k, m[k]) {
+				return
+			}
+		}
 	}
-	if b.ordered {
-		slices.Sort(dst)
-	}
-	return dst
 }
 
 // stringMap writes m as an object (its keys sorted when b.ordered), only
 // the keys of sel if it is not nil.
 func (b *builder) stringMap(sel *prune.Tree, m map[string]string) {
 	b.w.BeginObject()
-	switch {
-	case sel == nil && !b.ordered:
-		for k, v := range m {
+	if sel == nil {
+		var kb [8]string
+		for k, v := range entries(b, m, kb[:0]) {
 			b.w.String(k)
 			b.w.String(v)
 		}
-	case sel == nil:
-		var kb [8]string
-		for _, k := range keysOf(b, kb[:0], m) {
-			b.w.String(k)
-			b.w.String(m[k])
-		}
-	default:
+	} else {
 		for _, k := range sel.Keys() {
 			if v, ok := m[k]; ok {
 				b.w.String(k)
@@ -459,9 +468,9 @@ func (b *builder) stringMap(sel *prune.Tree, m map[string]string) {
 // attributes writes the attributes: the peers (socket addresses), the
 // request, the context extensions and the metadata (structs and Any) by
 // hand, the rest (TLS, header maps, pipe and internal addresses) by
-// reflection, to the same mapping. With checked (Options.UTF8Checked) the strings of the
-// peers, the HTTP request and the context extensions are not checked
-// again.
+// reflection, to the same mapping. With checked (Options.UTF8Checked) the
+// strings of the peers, the HTTP request and the context extensions are
+// not checked again.
 func (b *builder) attributes(sel *prune.Tree, a *authv3.AttributeContext, checked bool) error {
 	o := b.object(sel)
 	if a.Source != nil {

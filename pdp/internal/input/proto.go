@@ -201,9 +201,9 @@ func (b *builder) structValue(sel *prune.Tree, s *structpb.Struct) error {
 	return writeObject(b, sel, s.GetFields(), (*builder).value, validStructValue)
 }
 
-// writeObject writes m as an object, its keys sorted, only those sel
-// keeps (when it is not nil); val writes a value, valid checks one that
-// is left out.
+// writeObject writes m as an object (its keys sorted when b.ordered),
+// only those sel keeps (when it is not nil); val writes a value, valid
+// checks one that is left out.
 func writeObject[V any](b *builder, sel *prune.Tree, m map[string]V, val func(*builder, *prune.Tree, V) error, valid func(string, V) error) error {
 	if sel != nil {
 		for k, v := range m {
@@ -233,11 +233,10 @@ func writeObject[V any](b *builder, sel *prune.Tree, m map[string]V, val func(*b
 		}
 	}
 	var kb [8]string
-	keys := keysOf(b, kb[:0], m)
 	b.w.BeginObject()
-	for _, k := range keys {
+	for k, v := range entries(b, m, kb[:0]) {
 		b.w.String(k)
-		if err := val(b, nil, m[k]); err != nil {
+		if err := val(b, nil, v); err != nil {
 			return err
 		}
 	}
