@@ -231,7 +231,10 @@ func (c *Cluster) signal(i int, sig syscall.Signal) {
 		c.t.Errorf("nats-server %s: %v: %v", nd.name, sig, err)
 		return
 	}
-	stopped := sig == syscall.SIGSTOP
+	stopped, want := sig == syscall.SIGSTOP, "running"
+	if stopped {
+		want = "stopped"
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		all, known := threadsStopped(nd.cmd.Process.Pid)
@@ -239,7 +242,7 @@ func (c *Cluster) signal(i int, sig syscall.Signal) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Errorf("nats-server %s: still not %s 10s after %v", nd.name, map[bool]string{true: "stopped", false: "running"}[stopped], sig)
+			c.t.Errorf("nats-server %s: still not %s 10s after %v", nd.name, want, sig)
 			return
 		}
 		time.Sleep(time.Millisecond)
